@@ -1,0 +1,1 @@
+"""homegpu.remote: everything that talks to the nodes (no UI imports here)."""
