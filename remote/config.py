@@ -271,7 +271,7 @@ class _Validator:
         value = data.get(path[-1], {})
         if not isinstance(value, dict):
             raise self.fail(path, f"must be a table, not {_type_name(value)}",
-                            f"write it as a [{_display(path)}] table")
+                            f"write it as a {_display(path)} table")
         return value
 
     def unknown_keys(self, table: dict, path: tuple, allowed: set[str], hint: str) -> None:

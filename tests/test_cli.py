@@ -1,0 +1,107 @@
+"""The installed `homegpu` command, run as a user runs it: a subprocess in a directory of its own."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from homegpu.remote.config import load_cluster
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def homegpu(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("homegpu", path=str(Path(sys.executable).parent))
+    assert exe, "the homegpu console script is not installed next to this Python"
+    return subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def test_help_lists_the_commands(tmp_path):
+    result = homegpu("--help", cwd=tmp_path)
+    assert result.returncode == 0
+    for word in ("check", "init", "--config", "--version", "embedded default"):
+        assert word in result.stdout
+
+
+def test_version(tmp_path):
+    result = homegpu("--version", cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.startswith("homegpu ")
+
+
+def test_check_without_config_uses_embedded_default(tmp_path):
+    result = homegpu("check", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "<embedded default>" in result.stdout
+    assert "local" in result.stdout and "process" in result.stdout
+
+
+def test_check_prints_the_example_cluster(tmp_path):
+    result = homegpu("--config", str(REPO / "cluster.toml"), "check", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    for name in ("desktop", "closet", "laptop", "10.10.0.20", "rtx3060"):
+        assert name in result.stdout
+
+
+def test_check_reads_cluster_toml_in_the_current_directory(tmp_path):
+    (tmp_path / "cluster.toml").write_text('[[nodes]]\nname = "box"\nhost = "10.1.2.3"\n')
+    result = homegpu("check", cwd=tmp_path)
+    assert result.returncode == 0 and "10.1.2.3" in result.stdout
+
+
+def test_bad_config_is_one_line_exit_2_no_traceback(tmp_path):
+    (tmp_path / "cluster.toml").write_text('[[nodes]]\nname = "box"\nhost = "10.1.2.3"\nport = 99999\n')
+    result = homegpu("check", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1
+    assert "Traceback" not in result.stderr
+    assert "cluster.toml:4: [[nodes]] #1.port: port 99999 is out of range" in result.stderr
+
+
+def test_missing_config_file_is_a_clear_error(tmp_path):
+    result = homegpu("--config", "missing.toml", "check", cwd=tmp_path)
+    assert result.returncode == 2 and "missing.toml: file: not found" in result.stderr
+
+
+def test_init_writes_a_file_that_loads_back(tmp_path):
+    result = homegpu("init", "--node", "desktop=192.168.1.20", "--node", "closet=closet:2222",
+                     "--node", "v6=[fe80::2]:22", "--user", "alice", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    spec = load_cluster(tmp_path / "cluster.toml")
+    assert [(n.name, n.host, n.port) for n in spec.nodes] == [
+        ("desktop", "192.168.1.20", None), ("closet", "closet", 2222), ("v6", "fe80::2", 22)]
+    assert spec.ssh.user == "alice"
+    assert homegpu("check", cwd=tmp_path).returncode == 0
+
+
+def test_init_without_nodes_writes_this_machine(tmp_path):
+    assert homegpu("init", cwd=tmp_path).returncode == 0
+    (node,) = load_cluster(tmp_path / "cluster.toml").nodes
+    assert node.is_local and node.runtime == "process"
+
+
+def test_init_refuses_to_overwrite_without_force(tmp_path):
+    target = tmp_path / "cluster.toml"
+    target.write_text("# mine\n")
+    result = homegpu("init", cwd=tmp_path)
+    assert result.returncode == 2 and "--force" in result.stderr
+    assert target.read_text() == "# mine\n"
+    assert homegpu("init", "--force", cwd=tmp_path).returncode == 0
+    assert target.read_text() != "# mine\n"
+
+
+@pytest.mark.parametrize("option, message", [
+    ("desktop", "expected NAME=HOST[:PORT]"),
+    ("desktop=host:ssh", "port 'ssh' is not a number"),
+    ("desktop=$(reboot)", "shell metacharacters"),
+    ("-x=host", "invalid name"),
+])
+def test_init_rejects_bad_node_options_and_writes_nothing(tmp_path, option, message):
+    result = homegpu("init", f"--node={option}", cwd=tmp_path)
+    assert result.returncode == 2 and message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "cluster.toml").exists()

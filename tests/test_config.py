@@ -1,0 +1,172 @@
+"""cluster.toml parsing and validation: good files, and one clear located error per mistake."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from textwrap import dedent
+
+import pytest
+
+from homegpu.remote.config import (
+    ClusterSpec, ConfigError, NodeSpec, SshDefaults, embedded_default, find_config, load_cluster,
+    parse_cluster,
+)
+from homegpu.remote.config_writer import cluster_to_toml
+
+REPO = Path(__file__).resolve().parents[1]
+
+GOOD = dedent("""\
+    [cluster]
+    name = "lab"
+    user = "alice"
+    connect_timeout = 3
+
+    [[nodes]]
+    name = "desktop"
+    host = "192.168.1.20"
+    address = "10.0.0.20"
+    tags = ["gpu"]
+
+    [[nodes]]
+    name = "laptop"
+    host = "laptop"
+    port = 2222
+    runtime = "process"
+    python = "/opt/tf/bin/python"
+    """)
+
+NODE = '[[nodes]]\nname = "a"\nhost = "10.0.0.1"\n'
+
+
+def test_good_file_parses_into_typed_spec():
+    spec = parse_cluster(GOOD, "lab.toml")
+    assert spec.name == "lab"
+    assert spec.source == "lab.toml"
+    assert spec.ssh == SshDefaults(user="alice", connect_timeout=3.0)
+    assert isinstance(spec.ssh.connect_timeout, float)
+    desktop, laptop = spec.nodes
+    assert desktop == NodeSpec(name="desktop", host="192.168.1.20", address="10.0.0.20", tags=("gpu",))
+    assert desktop.cluster_address == "10.0.0.20"
+    assert laptop.cluster_address == "laptop"
+    assert (laptop.port, laptop.runtime, laptop.python) == (2222, "process", "/opt/tf/bin/python")
+    assert spec.work_dir_of(laptop) == "~/.homegpu"
+
+
+def test_spec_is_frozen():
+    spec = parse_cluster(GOOD)
+    with pytest.raises(AttributeError):
+        spec.name = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        spec.jobs["x"] = {}  # type: ignore[index]
+
+
+def test_jobs_tables_are_reserved_and_kept():
+    spec = parse_cluster(NODE + '\n[jobs.train]\nepochs = 3\n')
+    assert dict(spec.jobs["train"]) == {"epochs": 3}
+
+
+def test_embedded_default_is_this_machine_as_a_process_node():
+    spec = embedded_default()
+    (node,) = spec.nodes
+    assert node.is_local and node.runtime == "process"
+    assert node.cluster_address == "127.0.0.1"
+    assert load_cluster(None) == spec
+
+
+def test_find_config_prefers_flag_then_cwd_then_default(tmp_path):
+    assert find_config(None, cwd=tmp_path) is None
+    (tmp_path / "cluster.toml").write_text(NODE)
+    assert find_config(None, cwd=tmp_path) == tmp_path / "cluster.toml"
+    assert find_config("other.toml", cwd=tmp_path) == Path("other.toml")
+
+
+def test_repository_example_is_valid():
+    spec = load_cluster(REPO / "cluster.toml")
+    assert [node.name for node in spec.nodes] == ["desktop", "closet", "laptop"]
+    assert {node.runtime for node in spec.nodes} == {"docker", "process"}
+
+
+@pytest.mark.parametrize("spec", [
+    embedded_default(),
+    parse_cluster(GOOD),
+    ClusterSpec(name="x", nodes=(NodeSpec(name="n", host="h", port=22, user="u", identity_file="~/k",
+                                          address="1.2.3.4", runtime="process", python="py",
+                                          tags=("a", "b"), work_dir="/w"),),
+                ssh=SshDefaults(known_hosts="/kh", keepalive_count_max=5), stats_interval=0.5, work_dir="/d"),
+])
+def test_writer_round_trip(spec):
+    text = cluster_to_toml(spec)
+    back = parse_cluster(text, spec.source)
+    assert back == spec
+
+
+def test_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_cluster(tmp_path / "nope.toml")
+    assert "nope.toml" in str(err.value) and "homegpu init" in str(err.value)
+
+
+# (toml text, expected line, expected key, a phrase of the problem, a phrase of the hint)
+BAD_INPUTS = [
+    ("[cluster\nname = 'x'\n", 1, "syntax", "invalid TOML", "fix the TOML syntax"),
+    ('[cluster]\nname = "x"\nname = "y"\n' + NODE, 3, "syntax", "invalid TOML", "fix the TOML syntax"),
+    ('[cluster]\nname = "x"\n', None, "[[nodes]]", "no nodes", "add a [[nodes]] table"),
+    ('nodes = []\n', 1, "[[nodes]]", "no nodes", "add at least one"),
+    ('nodes = "a"\n', 1, "[[nodes]]", "array of tables", "[[nodes]] table"),
+    ('colour = "red"\n' + NODE, 1, "colour", "unknown key 'colour'", "[cluster], [[nodes]]"),
+    ('[cluster]\nusr = "bob"\n' + NODE, 2, "[cluster].usr", "unknown key 'usr'", "did you mean 'user'?"),
+    (NODE + 'hots = "x"\n', 4, "[[nodes]] #1.hots", "unknown key", "did you mean 'host'?"),
+    ('[[nodes]]\nname = "a"\n', 1, "[[nodes]] #1", "has no host", 'host = "ADDRESS"'),
+    ('[[nodes]]\nhost = "a"\n', 1, "[[nodes]] #1", "has no name", 'add name = "..."'),
+    (NODE + NODE, 5, "[[nodes]] #2.name", "duplicate node name 'a'", "own name"),
+    (NODE + '[[nodes]]\nname = "b"\nhost = "10.0.0.1"\nport = 22\n', 6, "[[nodes]] #2.host",
+     "duplicate address:port 10.0.0.1:22", "own host or port"),
+    (NODE + "port = 0\n", 4, "[[nodes]] #1.port", "out of range", "between 1 and 65535"),
+    (NODE + "port = 65536\n", 4, "[[nodes]] #1.port", "out of range", "between 1 and 65535"),
+    (NODE + 'port = "22"\n', 4, "[[nodes]] #1.port", "expected an integer, got a string", "port = 22"),
+    (NODE + "port = true\n", 4, "[[nodes]] #1.port", "expected an integer, got a boolean", "port = 22"),
+    ('[[nodes]]\nname = "a"\nhost = "x; rm -rf ~"\n', 3, "[[nodes]] #1.host", "shell metacharacters",
+     "without them"),
+    ('[[nodes]]\nname = "a"\nhost = "$(reboot)"\n', 3, "[[nodes]] #1.host", "shell metacharacters",
+     "without them"),
+    ('[[nodes]]\nname = "a"\nhost = "-oProxyCommand=sh"\n', 3, "[[nodes]] #1.host", "starts with '-'",
+     "without the leading '-'"),
+    (NODE + 'address = "10.0.0.2|nc"\n', 4, "[[nodes]] #1.address", "shell metacharacters", "without them"),
+    ('[cluster]\nwork_dir = "/tmp/w; reboot"\n' + NODE, 2, "[cluster].work_dir", "shell metacharacters",
+     "path without them"),
+    ('[cluster]\nidentity_file = "-i/etc/shadow"\n' + NODE, 2, "[cluster].identity_file", "starts with '-'",
+     "without the leading '-'"),
+    (NODE + 'python = "python3 && curl x"\n', 4, "[[nodes]] #1.python", "shell metacharacters", "without them"),
+    (NODE + 'runtime = "podman"\n', 4, "[[nodes]] #1.runtime", "unknown runtime 'podman'", '"docker"'),
+    ('[cluster]\nconnect_timeout = "5s"\n' + NODE, 2, "[cluster].connect_timeout", "expected a number",
+     "connect_timeout = 1.5"),
+    ('[cluster]\nstats_interval = 0\n' + NODE, 2, "[cluster].stats_interval", "greater than 0", "positive"),
+    ('[cluster]\nkeepalive_count_max = 1.5\n' + NODE, 2, "[cluster].keepalive_count_max",
+     "expected an integer", "keepalive_count_max = 22"),
+    ('cluster = 3\n' + NODE, 1, "[cluster]", "must be a table", "[cluster] table"),
+    ('[[nodes]]\nname = "my node"\nhost = "h"\n', 2, "[[nodes]] #1.name", "invalid name", "letters, digits"),
+    (NODE + 'tags = ["gpu", 3]\n', 4, "[[nodes]] #1.tags", "invalid tag 3", "tags = ["),
+    (NODE + 'tags = "gpu"\n', 4, "[[nodes]] #1.tags", "expected a list", 'tags = ["a", "b"]'),
+    (NODE + 'user = "root;id"\n', 4, "[[nodes]] #1.user", "shell metacharacters", "user name without them"),
+    (NODE + 'jobs = 1\n', 4, "[[nodes]] #1.jobs", "unknown key 'jobs'", "[[nodes]] reference"),
+    (NODE + '[jobs]\ntrain = 5\n', 5, "[jobs.train]", "must be a table", "[jobs.train] table"),
+]
+
+
+@pytest.mark.parametrize("text, line, key, problem, hint", BAD_INPUTS,
+                         ids=[f"{i:02d}-{case[2]}" for i, case in enumerate(BAD_INPUTS)])
+def test_bad_input_gives_one_located_line(text, line, key, problem, hint):
+    with pytest.raises(ConfigError) as err:
+        parse_cluster(text, "home.toml")
+    error = err.value
+    message = str(error)
+    assert "\n" not in message
+    assert (error.line, error.key) == (line, key)
+    assert message.startswith(f"home.toml:{line}: " if line else "home.toml: ")
+    assert f": {key}: " in message
+    assert problem in error.problem
+    assert hint in error.hint
+
+
+def test_there_are_at_least_twenty_distinct_bad_inputs():
+    assert len({case[0] for case in BAD_INPUTS}) >= 20

@@ -1,0 +1,83 @@
+"""The `homegpu` command line: parses arguments and hands each subcommand to its module.
+
+User mistakes surface as one `homegpu: error: ...` line and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from typing import Callable, Sequence
+
+from homegpu.remote.config import ConfigError, ClusterSpec, find_config, load_cluster
+
+EXIT_USAGE = 2
+
+DESCRIPTION = """\
+Train TensorFlow across the GPU machines in your home or lab from one terminal.
+
+homegpu reads cluster.toml (the nodes, how to reach them over SSH, and the jobs). With no
+--config and no ./cluster.toml it uses the embedded default: this machine as the only node."""
+
+EPILOG = """\
+examples:
+  homegpu init --node desktop=192.168.1.20 --node laptop=laptop.local --user alice
+  homegpu check
+  homegpu --config ~/lab/cluster.toml check"""
+
+
+class UserError(Exception):
+    """A mistake the user can fix; printed as one line, exit status 2."""
+
+
+def package_version() -> str:
+    try:
+        return version("homegpu")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0+unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from homegpu.tui import config_commands
+
+    parser = argparse.ArgumentParser(
+        prog="homegpu", description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"homegpu {package_version()}")
+    parser.add_argument("--config", metavar="FILE",
+                        help="cluster file to use (default: ./cluster.toml, else the embedded default)")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    config_commands.register(commands)
+    return parser
+
+
+def load_spec(args: argparse.Namespace) -> ClusterSpec:
+    """The cluster for this invocation: --config, ./cluster.toml, or the embedded default."""
+    return load_cluster(find_config(args.config))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 0
+    try:
+        return handler(args)
+    except (ConfigError, UserError) as exc:
+        print(f"homegpu: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("homegpu: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `homegpu status | head`: the reader left, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
