@@ -40,7 +40,7 @@ def package_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from homegpu.tui import config_commands
+    from homegpu.tui import config_commands, status_commands, trust_commands
 
     parser = argparse.ArgumentParser(
         prog="homegpu", description=DESCRIPTION, epilog=EPILOG,
@@ -51,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cluster file to use (default: ./cluster.toml, else the embedded default)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     config_commands.register(commands)
+    status_commands.register(commands)
+    trust_commands.register(commands)
     return parser
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 from homegpu.remote.config import ClusterSpec
+from homegpu.remote.stats import NA
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "  ") -> str:
@@ -41,3 +43,67 @@ def format_cluster(spec: ClusterSpec) -> str:
 
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+# -- status -------------------------------------------------------------------------------------
+
+
+def format_status(nodes: Sequence) -> str:
+    """One block per node: a state line, then a line per GPU (or "CPU only")."""
+    return "\n".join(_node_block(node) for node in nodes)
+
+
+def _node_block(node) -> str:
+    mark = STATE_MARKS.get(node.state.value, "?")
+    head = f"{mark} {node.name:<12} {node.spec.host:<16} {node.state.value}"
+    stats = node.latest
+    if stats is None:
+        detail = f"    {node.reason}" if node.reason else "    (waiting for stats)"
+        return f"{head}\n{detail}"
+    head += (f"   cpu {stats.cpu:5.1f}%  load {stats.load[0]:4.2f}  "
+             f"mem {_gib(stats.mem_used)}/{_gib(stats.mem_total)} GiB ({stats.mem_percent:3.0f}%)")
+    if not stats.gpus:
+        return f"{head}\n    CPU only (no GPU found)"
+    lines = [head, f"    GPUs via {stats.source}, driver {stats.driver}, CUDA {stats.cuda}"]
+    lines += [_gpu_line(gpu) for gpu in stats.gpus]
+    return "\n".join(lines)
+
+
+def _gpu_line(gpu) -> str:
+    return (f"    [{gpu.index}] {str(gpu.name)[:28]:<28} util {gpu.util:3.0f}%  "
+            f"mem {_gib(gpu.mem_used)}/{_gib(gpu.mem_total)} GiB  {gpu.temp:3.0f}°C  "
+            f"{gpu.power:5.0f}/{gpu.power_limit:3.0f} W  procs {len(gpu.processes)}")
+
+
+def _gib(mib) -> str:
+    return f"{mib / 1024:5.1f}" if isinstance(mib, (int, float)) else f"{mib:>5}"
+
+
+STATE_MARKS = {
+    "online": "●", "connecting": "…", "offline": "✗", "auth failed": "!", "host key unknown": "?",
+    "host key changed": "!",
+}
+
+
+def status_json(cluster_name: str, nodes: Sequence, at: float) -> dict:
+    """The documented `status --json` object; "not available" values become null."""
+    return {
+        "cluster": cluster_name,
+        "at": at,
+        "nodes": [
+            {"name": node.name, "host": node.spec.host, "state": node.state.value, "reason": node.reason,
+             "fingerprint": node.fingerprint,
+             "stats": _jsonable(dataclasses.asdict(node.latest)) if node.latest else None}
+            for node in nodes
+        ],
+    }
+
+
+def _jsonable(value):
+    if value is NA:
+        return None
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    return value

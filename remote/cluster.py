@@ -1,0 +1,79 @@
+"""Cluster: one NodeSession per node, one event stream, and the commands front ends call."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Iterable
+
+from homegpu.remote import hostkeys
+from homegpu.remote.config import ClusterSpec
+from homegpu.remote.connect import OfferedKey, fetch_offered_key
+from homegpu.remote.events import EventHub, NodeState, Subscription
+from homegpu.remote.node import NodeSession
+
+
+class Cluster:
+    """Opens every node in parallel on enter and closes them all on exit.
+
+    Usage::
+
+        async with Cluster(spec) as cluster:
+            with cluster.subscribe() as events:
+                async for event in events: ...
+    """
+
+    def __init__(self, spec: ClusterSpec, *, stream_stats: bool = True) -> None:
+        self.spec = spec
+        self.hub = EventHub()
+        self.nodes = {node.name: NodeSession(spec, node, self.hub, stream_stats=stream_stats)
+                      for node in spec.nodes}
+
+    async def __aenter__(self) -> "Cluster":
+        for node in self.nodes.values():
+            node.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await asyncio.gather(*(node.close() for node in self.nodes.values()))
+
+    def subscribe(self) -> Subscription:
+        return self.hub.subscribe()
+
+    def node(self, name: str) -> NodeSession:
+        try:
+            return self.nodes[name]
+        except KeyError:
+            raise KeyError(f"no node named {name!r} in {self.spec.source} "
+                           f"(nodes: {', '.join(self.nodes)})") from None
+
+    def reconnect(self, name: str) -> None:
+        self.node(name).reconnect()
+
+    async def wait_settled(self, timeout: float, names: Iterable[str] | None = None) -> None:
+        """Wait until each node is online (with its first stats, when streaming them), or has failed
+        to connect, or `timeout` passes."""
+
+        def settled(node: NodeSession) -> bool:
+            if node.state is NodeState.ONLINE:
+                return node.latest is not None or not node.streams_stats
+            return node.state is not NodeState.CONNECTING
+
+        async def one(node: NodeSession) -> None:
+            try:
+                await node.wait_for(settled, timeout)
+            except asyncio.TimeoutError:
+                pass
+
+        await asyncio.gather(*(one(self.node(n)) for n in (names or self.nodes)))
+
+    async def offered_key(self, name: str) -> OfferedKey:
+        """The host key a node offers that known_hosts does not have yet (for `trust`)."""
+        return await fetch_offered_key(self.spec, self.node(name).spec)
+
+    def trust(self, name: str, offered: OfferedKey) -> None:
+        """Append the offered key to known_hosts and reconnect the node with it."""
+        hostkeys.append_trusted(self.spec.ssh.known_hosts, offered.host, offered.port, offered.key)
+        self.reconnect(name)

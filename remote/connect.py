@@ -1,0 +1,161 @@
+"""Open a verified SSH connection to one node, or say precisely why it cannot be opened.
+
+asyncssh already honours ~/.ssh/config (Host aliases, HostName, User, Port, IdentityFile,
+ProxyJump, ServerAlive*) when a value is not given explicitly, so only what cluster.toml sets is
+passed. What it lacks is a way to tell an unknown host key from a changed one and to show the
+fingerprint: a client object records the key it was asked to accept, and known_hosts decides which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import asyncssh
+
+from homegpu.remote import hostkeys
+from homegpu.remote.config import ClusterSpec, NodeSpec, DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT
+from homegpu.remote.transport import LocalTransport, NodeTransport, SshTransport
+
+
+class NodeError(Exception):
+    """A node could not be reached; the message says why and what to do."""
+
+    def __init__(self, node: str, message: str) -> None:
+        self.node = node
+        super().__init__(message)
+
+
+class Unreachable(NodeError):
+    pass
+
+
+class AuthFailed(NodeError):
+    pass
+
+
+@dataclass(frozen=True)
+class OfferedKey:
+    """The host key a server showed us, with where it came from (after ~/.ssh/config)."""
+
+    host: str
+    addr: str
+    port: int
+    key: asyncssh.SSHKey
+
+    @property
+    def fingerprint(self) -> str:
+        return hostkeys.fingerprint(self.key)
+
+
+class HostKeyUnknown(NodeError):
+    def __init__(self, node: str, offered: OfferedKey, trust_command: str) -> None:
+        self.offered = offered
+        super().__init__(node, f"host key for {offered.host} port {offered.port} is not in known_hosts "
+                               f"({offered.fingerprint}); if that is the node's key, run: {trust_command}")
+
+
+class HostKeyChanged(NodeError):
+    def __init__(self, node: str, offered: OfferedKey, known_hosts: str) -> None:
+        self.offered = offered
+        super().__init__(node, f"HOST KEY CHANGED for {offered.host} port {offered.port}: it now offers "
+                               f"{offered.fingerprint}, which does not match {known_hosts}. Refusing to connect. "
+                               "If the node was reinstalled, check the new key and remove the old line with "
+                               f"`ssh-keygen -f {known_hosts} -R {hostkeys.host_pattern(offered.host, offered.port)}`")
+
+
+class _KeyRecorder(asyncssh.SSHClient):
+    """Refuses any key known_hosts does not vouch for, remembering it for the error message."""
+
+    def __init__(self) -> None:
+        self.offered: OfferedKey | None = None
+
+    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
+        self.offered = OfferedKey(host, addr, port, key)
+        return False
+
+
+def trust_command(cluster: ClusterSpec, node: NodeSpec) -> str:
+    config = "" if cluster.source in (DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT) else f" --config {cluster.source}"
+    return f"homegpu{config} trust {node.name}"
+
+
+def connect_options(cluster: ClusterSpec, node: NodeSpec) -> dict[str, Any]:
+    """asyncssh.connect keyword arguments: only what cluster.toml sets, so ~/.ssh/config fills the rest."""
+    ssh = cluster.ssh
+    options: dict[str, Any] = {
+        "known_hosts": hostkeys.load_known_hosts(ssh.known_hosts),
+        "connect_timeout": ssh.connect_timeout,
+        "keepalive_interval": ssh.keepalive_interval,
+        "keepalive_count_max": ssh.keepalive_count_max,
+    }
+    if node.port:
+        options["port"] = node.port
+    user = node.user or ssh.user
+    if user:
+        options["username"] = user
+    identity = node.identity_file or ssh.identity_file
+    if identity:
+        options["client_keys"] = [os.path.expanduser(identity)]
+    return options
+
+
+async def open_transport(cluster: ClusterSpec, node: NodeSpec) -> NodeTransport:
+    """Connect to `node`.
+
+    Raises:
+        HostKeyUnknown, HostKeyChanged: known_hosts does not vouch for the offered key.
+        AuthFailed: the server refused our keys.
+        Unreachable: anything else (refused, timed out, DNS, connection reset ...).
+    """
+    if node.is_local:
+        return LocalTransport()
+    recorder = _KeyRecorder()
+    try:
+        conn = await asyncio.wait_for(
+            asyncssh.connect(node.host, client_factory=lambda: recorder, **connect_options(cluster, node)),
+            cluster.ssh.connect_timeout + 1,
+        )
+    except asyncssh.HostKeyNotVerifiable as exc:
+        raise _host_key_error(cluster, node, recorder.offered, exc) from None
+    except asyncssh.PermissionDenied:
+        user = node.user or cluster.ssh.user or "your login name"
+        raise AuthFailed(node.name, f"authentication failed as {user}: the node refused our SSH key; "
+                                    "check identity_file and the node's ~/.ssh/authorized_keys") from None
+    except (asyncio.TimeoutError, TimeoutError):
+        raise Unreachable(node.name, f"no answer from {node.host} within {cluster.ssh.connect_timeout:g}s; "
+                                     "is the machine on and sshd running?") from None
+    except (OSError, asyncssh.Error) as exc:
+        raise Unreachable(node.name, f"cannot connect to {node.host}: {_describe(exc)}") from None
+    return SshTransport(conn)
+
+
+def _host_key_error(cluster: ClusterSpec, node: NodeSpec, offered: OfferedKey | None,
+                    exc: Exception) -> NodeError:
+    if offered is None:  # e.g. a revoked key or an unusable certificate: nothing to offer for trust
+        return Unreachable(node.name, f"host key of {node.host} could not be verified ({exc}); "
+                                      f"check {cluster.ssh.known_hosts}")
+    if hostkeys.has_keys_for(cluster.ssh.known_hosts, offered.host, offered.addr, offered.port):
+        return HostKeyChanged(node.name, offered, cluster.ssh.known_hosts)
+    return HostKeyUnknown(node.name, offered, trust_command(cluster, node))
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (is sshd running, and is the port right?)"
+    return str(exc) or type(exc).__name__
+
+
+async def fetch_offered_key(cluster: ClusterSpec, node: NodeSpec) -> OfferedKey:
+    """The key a node offers, for `homegpu trust`. Raises NodeError when there is nothing to trust."""
+    try:
+        transport = await open_transport(cluster, node)
+    except HostKeyUnknown as exc:
+        return exc.offered
+    except AuthFailed:
+        transport = None
+    if transport:
+        transport.close()
+    raise NodeError(node.name, f"{node.name}'s host key is already trusted in {cluster.ssh.known_hosts}")

@@ -1,0 +1,109 @@
+"""The typed events every front end consumes, and the hub that fans them out.
+
+remote/ publishes; the TUI and the headless runner subscribe. Events are frozen and carry the node
+name and a timestamp, so a consumer never has to ask a session anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Union
+
+from homegpu.remote.stats import NodeStats
+
+
+class NodeState(str, enum.Enum):
+    CONNECTING = "connecting"
+    ONLINE = "online"
+    OFFLINE = "offline"
+    AUTH_FAILED = "auth failed"
+    HOST_KEY_UNKNOWN = "host key unknown"
+    HOST_KEY_CHANGED = "host key changed"
+
+    @property
+    def needs_user(self) -> bool:
+        """States that retrying alone cannot fix: the user must act (trust, fix keys)."""
+        return self in (NodeState.AUTH_FAILED, NodeState.HOST_KEY_UNKNOWN, NodeState.HOST_KEY_CHANGED)
+
+
+@dataclass(frozen=True)
+class NodeStateChanged:
+    node: str
+    state: NodeState
+    reason: str = ""
+    fingerprint: str = ""
+    at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class NodeStatsUpdated:
+    node: str
+    stats: NodeStats
+    at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class NodeStatsUnavailable:
+    """The node is online but its stats agent could not run (no python3, say)."""
+
+    node: str
+    reason: str
+    at: float = field(default_factory=time.time)
+
+
+Event = Union[NodeStateChanged, NodeStatsUpdated, NodeStatsUnavailable]
+
+
+class EventHub:
+    """Fans each published event out to every subscriber's own queue.
+
+    Publishing never blocks: a subscriber that stops reading only grows its own queue, up to
+    `max_queue`, after which its oldest events are dropped (stats are superseded every second).
+    """
+
+    def __init__(self, max_queue: int = 10_000) -> None:
+        self._queues: list[asyncio.Queue] = []
+        self._max_queue = max_queue
+
+    def publish(self, event: object) -> None:
+        for queue in self._queues:
+            if queue.full():
+                queue.get_nowait()
+            queue.put_nowait(event)
+
+    def subscribe(self) -> "Subscription":
+        queue: asyncio.Queue = asyncio.Queue(self._max_queue)
+        self._queues.append(queue)
+        return Subscription(self, queue)
+
+    def _unsubscribe(self, queue: asyncio.Queue) -> None:
+        if queue in self._queues:
+            self._queues.remove(queue)
+
+
+class Subscription:
+    """An async iterator over events published after it was created; close() to stop."""
+
+    def __init__(self, hub: EventHub, queue: asyncio.Queue) -> None:
+        self._hub, self._queue = hub, queue
+
+    def __aiter__(self) -> AsyncIterator[object]:
+        return self
+
+    async def __anext__(self) -> object:
+        return await self._queue.get()
+
+    async def get(self, timeout: float | None = None) -> object:
+        return await asyncio.wait_for(self._queue.get(), timeout)
+
+    def close(self) -> None:
+        self._hub._unsubscribe(self._queue)
+
+    def __enter__(self) -> "Subscription":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,172 @@
+"""NodeSession: keeps one node connected, its stats agent streaming, and says what happens.
+
+Each node runs its own supervisor task, so a dead or slow node never delays another. A lost
+connection is noticed by asyncssh's keepalive (interval × count) or at once when the peer resets it,
+then retried with capped exponential backoff and jitter. States that retrying cannot fix (host key
+unknown or changed, authentication refused) wait for the user: `reconnect()` after `trust`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Sequence
+
+from homegpu.remote.backoff import Backoff
+from homegpu.remote.config import ClusterSpec, NodeSpec
+from homegpu.remote.connect import AuthFailed, HostKeyChanged, HostKeyUnknown, NodeError, open_transport
+from homegpu.remote.events import (
+    EventHub, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
+)
+from homegpu.remote.stats import NodeStats, StatsParseError, parse_agent_line
+from homegpu.remote.stats_agent_bundle import agent_command, agent_payload
+from homegpu.remote.transport import CommandResult, NodeTransport
+
+AGENT_RETRY_SECONDS = 5.0
+
+_ERROR_STATES = {
+    HostKeyUnknown: NodeState.HOST_KEY_UNKNOWN,
+    HostKeyChanged: NodeState.HOST_KEY_CHANGED,
+    AuthFailed: NodeState.AUTH_FAILED,
+}
+
+
+class NodeOffline(NodeError):
+    """A command was asked of a node that is not connected right now."""
+
+
+class NodeSession:
+    """One node: its connection, its state and its latest stats."""
+
+    def __init__(self, cluster: ClusterSpec, spec: NodeSpec, hub: EventHub,
+                 backoff: Backoff | None = None, stream_stats: bool = True) -> None:
+        self.cluster, self.spec, self.hub = cluster, spec, hub
+        self.state = NodeState.CONNECTING
+        self.reason = ""
+        self.fingerprint = ""
+        self.latest: NodeStats | None = None
+        self.transport: NodeTransport | None = None
+        self._backoff = backoff or Backoff()
+        self.streams_stats = stream_stats
+        self._wake = asyncio.Event()
+        self._changed = asyncio.Condition()
+        self._task: asyncio.Task | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._supervise(), name=f"node {self.name}")
+
+    async def close(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._drop_transport()
+
+    def reconnect(self) -> None:
+        """Drop the connection (if any) and try again now, without waiting for the backoff."""
+        self._wake.set()
+
+    async def wait_for(self, predicate, timeout: float | None = None) -> None:
+        """Wait until predicate(self) holds, re-checked on every state or stats change."""
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(lambda: predicate(self)), timeout)
+
+    async def run(self, argv: Sequence[str], *, input: bytes | None = None,
+                  timeout: float | None = None) -> CommandResult:
+        """Run a command on the node. Raises NodeOffline when it is not connected."""
+        if self.transport is None:
+            raise NodeOffline(self.name, f"{self.name} is {self.state.value}: {self.reason}".rstrip(": "))
+        return await self.transport.run(argv, input=input, timeout=timeout)
+
+    # -- the supervisor ----------------------------------------------------------------------
+
+    async def _supervise(self) -> None:
+        while True:
+            self._wake.clear()
+            await self._set_state(NodeState.CONNECTING)
+            try:
+                transport = await open_transport(self.cluster, self.spec)
+            except NodeError as exc:
+                state = _ERROR_STATES.get(type(exc), NodeState.OFFLINE)
+                offered = getattr(exc, "offered", None)
+                await self._set_state(state, str(exc), offered.fingerprint if offered else "")
+                await self._pause(None if state.needs_user else self._backoff.next_delay())
+                continue
+            self.transport = transport
+            self._backoff.reset()
+            await self._set_state(NodeState.ONLINE)
+            reason = await self._serve(transport)
+            self._drop_transport()
+            await self._set_state(NodeState.OFFLINE, reason)
+            await self._pause(self._backoff.next_delay())
+
+    async def _serve(self, transport: NodeTransport) -> str:
+        """Stream stats until the connection ends or a reconnect is asked for; say which."""
+        tasks = {asyncio.create_task(transport.wait_closed()), asyncio.create_task(self._wake.wait())}
+        if self.streams_stats:
+            tasks.add(asyncio.create_task(self._stats_loop(transport)))
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return "reconnect requested" if self._wake.is_set() else "connection lost"
+
+    async def _pause(self, delay: float | None) -> None:
+        """Sleep `delay` seconds (None: until reconnect()), cut short by reconnect()."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), delay)
+
+    def _drop_transport(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+            self.transport = None
+
+    async def _set_state(self, state: NodeState, reason: str = "", fingerprint: str = "") -> None:
+        self.state, self.reason, self.fingerprint = state, reason, fingerprint
+        if state is not NodeState.ONLINE:
+            self.latest = None
+        self.hub.publish(NodeStateChanged(self.name, state, reason, fingerprint))
+        await self._notify()
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # -- stats ---------------------------------------------------------------------------------
+
+    async def _stats_loop(self, transport: NodeTransport) -> None:
+        """Keep one stats agent running on the node; restart it if it dies while we are online."""
+        while True:
+            reason = await self._run_agent(transport)
+            self.hub.publish(NodeStatsUnavailable(self.name, reason))
+            await asyncio.sleep(AGENT_RETRY_SECONDS)
+
+    async def _run_agent(self, transport: NodeTransport) -> str:
+        argv = agent_command(python=self.spec.python, interval=self.cluster.stats_interval,
+                             work_dir=self.cluster.work_dir_of(self.spec))
+        process = await transport.start(argv)
+        try:
+            process.write(agent_payload())
+            async for line in process.lines():
+                await self._take_stats_line(line)
+            status = await process.wait()
+            stderr = (await process.stderr_text()).strip().splitlines()
+        finally:
+            process.terminate()
+        detail = stderr[-1] if stderr else "no output"
+        return f"stats agent ({self.spec.python}) exited with status {status}: {detail}"
+
+    async def _take_stats_line(self, line: str) -> None:
+        try:
+            stats = parse_agent_line(line)
+        except StatsParseError:
+            return  # a stray line (a shell banner, say) must not stop the stream
+        self.latest = stats
+        self.hub.publish(NodeStatsUpdated(self.name, stats))
+        await self._notify()

@@ -1,0 +1,192 @@
+"""NodeSession and Cluster against real sshd nodes: stats, lost nodes, host keys, bad keys.
+
+The sessions talk to real OpenSSH servers (tests/simcluster.py). node3 has a replaying
+`nvidia-smi` first on its PATH that prints output recorded on real GPUs (see
+tests/fixtures/gpu/README.md for where each recording came from).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+try:
+    from gpu_replay import write_replay_nvidia_smi
+except ImportError:  # TEMP
+    pass
+from simcluster import SimCluster, generate_ed25519_key
+from homegpu.remote.cluster import Cluster
+from homegpu.remote.config import load_cluster
+from homegpu.remote.connect import HostKeyChanged, NodeError
+from homegpu.remote.events import NodeState, NodeStateChanged, NodeStatsUpdated
+
+FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
+REPLAY_GPUS = FIXTURES / "nvidia_smi_2gpu.csv"
+REPLAY_APPS = FIXTURES / "nvidia_smi_2gpu_apps.csv"
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def replaying_node3(sim_cluster: SimCluster) -> SimCluster:
+    write_replay_nvidia_smi(sim_cluster.node("node3").extra_path, REPLAY_GPUS, REPLAY_APPS)
+    return sim_cluster
+
+
+async def collect(cluster: Cluster, seconds: float) -> list[object]:
+    """Every event the cluster publishes during `seconds`."""
+    events: list[object] = []
+    with cluster.subscribe() as subscription:
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                events.append(await subscription.get(timeout=left))
+            except asyncio.TimeoutError:
+                break
+    return events
+
+
+def stats_times(events: list[object], node: str) -> list[float]:
+    return [e.at for e in events if isinstance(e, NodeStatsUpdated) and e.node == node]
+
+
+def session_processes(sim: SimCluster) -> set[int]:
+    """Processes of the simulated nodes other than their listening sshds."""
+    listeners = {node.pid for node in sim.nodes}
+    return sim.pids() - listeners
+
+
+async def wait_until(condition, timeout: float, step: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        await asyncio.sleep(step)
+    return condition()
+
+
+async def test_three_nodes_stream_stats_and_the_replayed_gpus_appear(replaying_node3, cluster_toml):
+    spec = load_cluster(cluster_toml)
+    async with Cluster(spec) as cluster:
+        await cluster.wait_settled(timeout=20)
+        events = await collect(cluster, 3.5)
+    for name in ("node1", "node2", "node3"):
+        assert len(stats_times(events, name)) >= 2, f"{name} did not stream stats"
+    latest = {e.node: e.stats for e in events if isinstance(e, NodeStatsUpdated)}
+    for name in ("node1", "node2"):
+        assert latest[name].source == "none" and latest[name].gpus == ()
+        assert latest[name].mem_total > 0
+    gpus = latest["node3"].gpus
+    assert latest["node3"].source == "nvidia-smi"
+    assert len(gpus) == 2
+    recorded = REPLAY_GPUS.read_text().splitlines()
+    assert gpus[0].name in recorded[0] and gpus[1].name in recorded[1]
+    assert gpus[0].uuid in recorded[0]
+
+
+async def test_no_agent_is_left_on_any_node_after_close(sim_cluster, cluster_toml):
+    before = session_processes(sim_cluster)
+    async with Cluster(load_cluster(cluster_toml)) as cluster:
+        await cluster.wait_settled(timeout=20)
+        assert all(node.latest is not None for node in cluster.nodes.values())
+        assert session_processes(sim_cluster) - before, "the agents should be running now"
+    assert await wait_until(lambda: not (session_processes(sim_cluster) - before), timeout=10), \
+        f"left behind: {session_processes(sim_cluster) - before}"
+
+
+@pytest.mark.parametrize("how", ["kill", "freeze"])
+async def test_lost_node_goes_offline_within_keepalive_bound_others_keep_streaming(
+        sim_cluster, cluster_toml, how):
+    spec = load_cluster(cluster_toml)
+    # kill: the kernel resets the TCP connection; freeze: silence that only keepalive can notice.
+    bound = spec.ssh.keepalive_interval * spec.ssh.keepalive_count_max + 2 * spec.stats_interval + 1
+    victim = sim_cluster.node("node2")
+    async with Cluster(spec) as cluster:
+        await cluster.wait_settled(timeout=20)
+        lost_at = time.time()
+        (victim.kill if how == "kill" else victim.freeze)()
+        try:
+            events = await collect(cluster, bound + 2)
+            offline = [e for e in events if isinstance(e, NodeStateChanged) and e.node == "node2"
+                       and e.state is NodeState.OFFLINE]
+            assert offline, f"node2 never went offline ({how})"
+            assert offline[0].at - lost_at <= bound
+            for name in ("node1", "node3"):
+                times = [lost_at, *stats_times(events, name)]
+                gaps = [b - a for a, b in zip(times, times[1:])]
+                assert max(gaps) < 3 * spec.stats_interval, f"{name} stalled while node2 was lost"
+        finally:
+            if how == "freeze":
+                victim.kill()
+            victim.start()
+        node2 = cluster.node("node2")
+        cluster.reconnect("node2")  # skip the backoff wait; the retry itself is what is tested
+        await node2.wait_for(lambda n: n.latest is not None, timeout=20)
+        assert node2.state is NodeState.ONLINE
+
+
+@pytest.fixture
+def lone_node(tmp_path):
+    """A one-node cluster of its own, so host key games cannot disturb the shared one."""
+    sim = SimCluster(1, first_host=40, name="lonely").start()
+    yield sim
+    sim.close()
+
+
+async def test_unknown_key_refused_then_trusted_then_change_refused(lone_node, tmp_path):
+    lone_node.known_hosts_path.write_text("")  # nothing trusted yet
+    spec = load_cluster(lone_node.write_cluster_toml(tmp_path / "cluster.toml"))
+    sim_node = lone_node.nodes[0]
+    async with Cluster(spec, stream_stats=False) as cluster:
+        node = cluster.node("node1")
+        await node.wait_for(lambda n: n.state is NodeState.HOST_KEY_UNKNOWN, timeout=15)
+        offered = await cluster.offered_key("node1")
+        assert offered.fingerprint.startswith("SHA256:")
+        assert offered.fingerprint in node.reason
+        assert f"trust node1" in node.reason
+        assert sim_node.host_public_key.split()[1] in offered.key.export_public_key().decode()
+
+        cluster.trust("node1", offered)
+        await node.wait_for(lambda n: n.state is NodeState.ONLINE, timeout=15)
+        assert (await node.run(["echo", "trusted"])).stdout == "trusted\n"
+
+        known_before = lone_node.known_hosts_path.read_text()
+        sim_node.regenerate_host_key()
+        sim_node.restart()
+        cluster.reconnect("node1")
+        await node.wait_for(lambda n: n.state is NodeState.HOST_KEY_CHANGED, timeout=15)
+        assert "HOST KEY CHANGED" in node.reason and "ssh-keygen" in node.reason
+        with pytest.raises(HostKeyChanged):
+            await cluster.offered_key("node1")
+        assert lone_node.known_hosts_path.read_text() == known_before, "a changed key must never be written"
+
+
+async def test_wrong_client_key_is_auth_failed_and_others_are_unaffected(sim_cluster, tmp_path):
+    stranger = tmp_path / "stranger_key"
+    generate_ed25519_key(stranger, "not-authorized")
+    path = sim_cluster.write_cluster_toml(
+        tmp_path / "cluster.toml", node_overrides={"node1": {"identity_file": str(stranger)}})
+    async with Cluster(load_cluster(path)) as cluster:
+        await cluster.wait_settled(timeout=20)
+        node1 = cluster.node("node1")
+        assert node1.state is NodeState.AUTH_FAILED
+        assert "authentication failed as root" in node1.reason and "authorized_keys" in node1.reason
+        for name in ("node2", "node3"):
+            assert cluster.node(name).state is NodeState.ONLINE
+            assert cluster.node(name).latest is not None
+
+
+async def test_unreachable_node_reports_offline_with_reason(sim_cluster, tmp_path):
+    path = sim_cluster.write_cluster_toml(
+        tmp_path / "cluster.toml", node_overrides={"node1": {"host": "127.0.0.99", "address": "127.0.0.99"}})
+    async with Cluster(load_cluster(path), stream_stats=False) as cluster:
+        await cluster.wait_settled(timeout=20)
+        node1 = cluster.node("node1")
+        assert node1.state is NodeState.OFFLINE
+        assert "connection refused" in node1.reason
+        with pytest.raises(NodeError):
+            await node1.run(["true"])
+        assert cluster.node("node2").state is NodeState.ONLINE
