@@ -20,7 +20,7 @@ from homegpu.remote.events import (
 )
 from homegpu.remote.stats import NodeStats, StatsParseError, parse_agent_line
 from homegpu.remote.stats_agent_bundle import agent_command, agent_payload
-from homegpu.remote.transport import CommandResult, NodeTransport
+from homegpu.remote.transport import CommandResult, NodeTransport, RemoteProcess, TransportError
 
 AGENT_RETRY_SECONDS = 5.0
 
@@ -33,6 +33,10 @@ _ERROR_STATES = {
 
 class NodeOffline(NodeError):
     """A command was asked of a node that is not connected right now."""
+
+
+# What a caller of run()/spawn() handles when the node is gone, whether or not we noticed yet.
+NODE_GONE = (NodeOffline, TransportError)
 
 
 class NodeSession:
@@ -78,9 +82,19 @@ class NodeSession:
     async def run(self, argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None) -> CommandResult:
         """Run a command on the node. Raises NodeOffline when it is not connected."""
+        return await self._connected().run(argv, input=input, timeout=timeout)
+
+    async def spawn(self, argv: Sequence[str]) -> RemoteProcess:
+        """Start a long-running command on the node. Raises NodeOffline when it is not connected."""
+        return await self._connected().start(argv)
+
+    async def wait_online(self, timeout: float | None = None) -> None:
+        await self.wait_for(lambda node: node.transport is not None, timeout)
+
+    def _connected(self) -> NodeTransport:
         if self.transport is None:
             raise NodeOffline(self.name, f"{self.name} is {self.state.value}: {self.reason}".rstrip(": "))
-        return await self.transport.run(argv, input=input, timeout=timeout)
+        return self.transport
 
     # -- the supervisor ----------------------------------------------------------------------
 

@@ -16,6 +16,13 @@ from typing import AsyncIterator, Sequence
 import asyncssh
 
 
+CHUNK_SIZE = 64 * 1024
+
+
+class TransportError(Exception):
+    """The connection failed under a command (lost, reset, channel refused)."""
+
+
 @dataclass(frozen=True)
 class CommandResult:
     exit_status: int
@@ -37,8 +44,28 @@ class RemoteProcess(abc.ABC):
     def close_stdin(self) -> None: ...
 
     @abc.abstractmethod
-    def lines(self) -> AsyncIterator[str]:
+    async def read_chunk(self) -> bytes:
+        """The next bytes of stdout, b"" at EOF."""
+
+    async def raw_lines(self) -> AsyncIterator[bytes]:
+        """Stdout, one line at a time as sent (newline included; the last may lack it), until EOF.
+
+        Lines are cut here rather than by the stream's readline(), which may hand back pieces of
+        a line at chunk boundaries, or fail on lines longer than its buffer.
+        """
+        pending = b""
+        while chunk := await self.read_chunk():
+            pending += chunk
+            *complete, pending = pending.split(b"\n")
+            for line in complete:
+                yield line + b"\n"
+        if pending:
+            yield pending
+
+    async def lines(self) -> AsyncIterator[str]:
         """Stdout, one decoded line at a time (without the newline), until EOF."""
+        async for raw in self.raw_lines():
+            yield raw.decode("utf-8", "replace").rstrip("\r\n")
 
     @abc.abstractmethod
     async def stderr_text(self) -> str:
@@ -75,6 +102,19 @@ class NodeTransport(abc.ABC):
 # -- SSH ----------------------------------------------------------------------------------------
 
 
+# Runs "$@" but ends it when our stdin closes: a remote process whose SSH channel is gone gets no
+# signal and, if it writes nothing (tail -F on a quiet file, an idle iperf3 server), would live on.
+# sh gives background jobs /dev/null as stdin, so the watcher gets the real one through fd 3; it
+# keeps no stdout open, so our reader still sees EOF as soon as the command ends.
+_TIED_SCRIPT = ('exec 3<&0; "$@" </dev/null 3<&- & c=$!; '
+                '(cat <&3; kill $c) >/dev/null 2>&1 & exec 3<&-; wait $c')
+
+
+def tied_to_session(argv: Sequence[str]) -> list[str]:
+    """argv wrapped so the command is killed when the session (our end of its stdin) goes away."""
+    return ["sh", "-c", _TIED_SCRIPT, "sh", *argv]
+
+
 class SshProcess(RemoteProcess):
     def __init__(self, process: asyncssh.SSHClientProcess) -> None:
         self._process = process
@@ -85,15 +125,23 @@ class SshProcess(RemoteProcess):
     def close_stdin(self) -> None:
         self._process.stdin.write_eof()
 
-    async def lines(self) -> AsyncIterator[str]:
-        async for raw in self._process.stdout:
-            yield raw.decode("utf-8", "replace").rstrip("\r\n")
+    async def read_chunk(self) -> bytes:
+        try:
+            return await self._process.stdout.read(CHUNK_SIZE)
+        except (asyncssh.Error, OSError) as exc:
+            raise TransportError(f"connection lost: {exc}") from exc
 
     async def stderr_text(self) -> str:
-        return (await self._process.stderr.read()).decode("utf-8", "replace")
+        try:
+            return (await self._process.stderr.read()).decode("utf-8", "replace")
+        except (asyncssh.Error, OSError):
+            return ""
 
     async def wait(self) -> int | None:
-        completed = await self._process.wait(check=False)
+        try:
+            completed = await self._process.wait(check=False)
+        except (asyncssh.Error, OSError):
+            return None
         return completed.exit_status if completed.exit_status is not None else None
 
     def terminate(self) -> None:
@@ -106,15 +154,21 @@ class SshTransport(NodeTransport):
 
     async def run(self, argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None) -> CommandResult:
-        result = await asyncio.wait_for(
-            self.conn.run(shlex.join(argv), input=input, encoding=None, check=False), timeout)
+        try:
+            result = await asyncio.wait_for(
+                self.conn.run(shlex.join(argv), input=input, encoding=None, check=False), timeout)
+        except (asyncssh.Error, OSError) as exc:
+            raise TransportError(f"connection failed during {argv[0]}: {exc}") from exc
         return CommandResult(
             exit_status=result.exit_status if result.exit_status is not None else -1,
             stdout=_text(result.stdout), stderr=_text(result.stderr),
         )
 
     async def start(self, argv: Sequence[str]) -> RemoteProcess:
-        return SshProcess(await self.conn.create_process(shlex.join(argv), encoding=None))
+        try:
+            return SshProcess(await self.conn.create_process(shlex.join(argv), encoding=None))
+        except (asyncssh.Error, OSError) as exc:
+            raise TransportError(f"cannot start {argv[0]}: {exc}") from exc
 
     async def wait_closed(self) -> None:
         await self.conn.wait_closed()
@@ -142,9 +196,8 @@ class LocalProcess(RemoteProcess):
     def close_stdin(self) -> None:
         self._process.stdin.close()
 
-    async def lines(self) -> AsyncIterator[str]:
-        async for raw in self._process.stdout:
-            yield raw.decode("utf-8", "replace").rstrip("\r\n")
+    async def read_chunk(self) -> bytes:
+        return await self._process.stdout.read(CHUNK_SIZE)
 
     async def stderr_text(self) -> str:
         return (await self._process.stderr.read()).decode("utf-8", "replace")

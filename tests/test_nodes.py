@@ -13,10 +13,7 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from gpu_replay import write_replay_nvidia_smi
-except ImportError:  # TEMP
-    pass
+from gpu_replay import write_replay_nvidia_smi
 from simcluster import SimCluster, generate_ed25519_key
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import load_cluster
@@ -24,8 +21,8 @@ from homegpu.remote.connect import HostKeyChanged, NodeError
 from homegpu.remote.events import NodeState, NodeStateChanged, NodeStatsUpdated
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
-REPLAY_GPUS = FIXTURES / "nvidia_smi_2gpu.csv"
-REPLAY_APPS = FIXTURES / "nvidia_smi_2gpu_apps.csv"
+REPLAY_GPUS = FIXTURES / "gpus_2x_h100nvl_idle.csv"
+REPLAY_APPS = FIXTURES / "apps_none.csv"
 
 pytestmark = pytest.mark.cluster
 
@@ -82,9 +79,13 @@ async def test_three_nodes_stream_stats_and_the_replayed_gpus_appear(replaying_n
     gpus = latest["node3"].gpus
     assert latest["node3"].source == "nvidia-smi"
     assert len(gpus) == 2
-    recorded = REPLAY_GPUS.read_text().splitlines()
-    assert gpus[0].name in recorded[0] and gpus[1].name in recorded[1]
-    assert gpus[0].uuid in recorded[0]
+    for gpu, row in zip(gpus, REPLAY_GPUS.read_text().splitlines()):
+        index, name, uuid, util, mem_used, mem_total, temp, power, limit, sm_clock, _ = row.split(", ")
+        assert (gpu.index, gpu.name, gpu.uuid) == (int(index), name, uuid)
+        assert (gpu.util, gpu.mem_used, gpu.mem_total) == (float(util), float(mem_used), float(mem_total))
+        assert (gpu.temp, gpu.power, gpu.power_limit, gpu.sm_clock) == (
+            float(temp), float(power), float(limit), float(sm_clock))
+    assert latest["node3"].driver == "550.54.14"
 
 
 async def test_no_agent_is_left_on_any_node_after_close(sim_cluster, cluster_toml):

@@ -1,0 +1,148 @@
+"""Follow a file or a command's output on a node, across reconnects, into a bounded buffer.
+
+A file is resumed by byte offset (`tail -c +N -F`), counting only complete lines, so a reconnect
+neither repeats nor skips a line. A command that replays its whole output when restarted (such as
+`docker logs -f`) is resumed by skipping the lines already seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from homegpu.remote.events import EventHub
+from homegpu.remote.node import NODE_GONE, NodeSession
+from homegpu.remote.transport import tied_to_session
+
+DEFAULT_MAX_LINES = 5_000
+RETRY_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of a followed log; `seq` counts lines of that log from 1, across reconnects."""
+
+    node: str
+    source: str
+    seq: int
+    text: str
+    at: float = field(default_factory=time.time)
+
+
+class _Resume:
+    """How to (re)start following: the argv for the current position and how to count progress."""
+
+    label: str
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def accept(self, raw: bytes) -> bool:
+        """Record that `raw` arrived; False means it was seen before and must be dropped."""
+        raise NotImplementedError
+
+
+class FileResume(_Resume):
+    def __init__(self, path: str) -> None:
+        self.label, self.path, self.offset = path, path, 0
+
+    def argv(self) -> list[str]:
+        return ["tail", "-c", f"+{self.offset + 1}", "-F", self.path]
+
+    def accept(self, raw: bytes) -> bool:
+        self.offset += len(raw)
+        return True
+
+
+class CommandResume(_Resume):
+    def __init__(self, argv: Sequence[str], label: str | None = None) -> None:
+        self._argv, self.label = list(argv), label or " ".join(argv)
+        self.seen = 0
+        self._position = 0
+
+    def argv(self) -> list[str]:
+        self._position = 0
+        return list(self._argv)
+
+    def accept(self, raw: bytes) -> bool:
+        self._position += 1
+        if self._position <= self.seen:
+            return False
+        self.seen = self._position
+        return True
+
+
+class LogTail:
+    """Follows one log on one node until stopped; the last `max_lines` lines stay in `lines`."""
+
+    def __init__(self, node: NodeSession, resume: _Resume, hub: EventHub | None = None,
+                 max_lines: int = DEFAULT_MAX_LINES,
+                 on_line: Callable[[LogLine], None] | None = None) -> None:
+        self.node, self.resume, self.hub, self.on_line = node, resume, hub, on_line
+        self.lines: collections.deque[LogLine] = collections.deque(maxlen=max_lines)
+        self.count = 0
+        self.finished = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    @classmethod
+    def file(cls, node: NodeSession, path: str, **kwargs) -> "LogTail":
+        return cls(node, FileResume(path), **kwargs)
+
+    @classmethod
+    def command(cls, node: NodeSession, argv: Sequence[str], label: str | None = None, **kwargs) -> "LogTail":
+        return cls(node, CommandResume(argv, label), **kwargs)
+
+    def start(self) -> "LogTail":
+        self._task = asyncio.create_task(self._follow(), name=f"tail {self.node.name}:{self.resume.label}")
+        return self
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _follow(self) -> None:
+        """Restart the follower after every disconnect; a command that ended by itself is done."""
+        while True:
+            try:
+                await self.node.wait_online()
+                if await self._stream_once() is not None and isinstance(self.resume, CommandResume):
+                    self.finished.set()
+                    return
+            except NODE_GONE:
+                pass
+            await asyncio.sleep(RETRY_SECONDS)
+
+    async def _stream_once(self) -> int | None:
+        """Stream until the follower ends; its exit status, or None when the link dropped."""
+        process = await self.node.spawn(tied_to_session(self.resume.argv()))
+        partial = b""
+        try:
+            async for raw in process.raw_lines():
+                if raw.endswith(b"\n"):
+                    self._take(raw)
+                else:
+                    partial = raw  # unfinished: re-read from its start after a reconnect
+            status = await process.wait()
+        finally:
+            process.terminate()
+        if status is not None and partial:
+            self._take(partial)  # the command ended: its last line will never get a newline
+        return status
+
+    def _take(self, raw: bytes) -> None:
+        if not self.resume.accept(raw):
+            return
+        self.count += 1
+        line = LogLine(self.node.name, self.resume.label, self.count,
+                       raw.decode("utf-8", "replace").rstrip("\r\n"))
+        self.lines.append(line)
+        if self.hub:
+            self.hub.publish(line)
+        if self.on_line:
+            self.on_line(line)

@@ -1,0 +1,266 @@
+"""Node stats on the controller: the stats agent's JSON lines turned into frozen snapshots.
+
+The agent (``stats_agent.py``) writes ``null`` for anything a node cannot measure; here that becomes
+:data:`NA`, a value that formats as "n/a" and is falsy, so widgets print ``f"{gpu.power:5.0f} W"``
+without a ``None`` check per field (the habit nvitop's ``NA`` teaches, see STYLE.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+PROTOCOL_VERSION = 1
+SOURCES = ("nvml", "nvidia-smi", "none")
+
+# A format spec: [[fill]align][sign][#][0][width][grouping][.precision][type]
+_SPEC = re.compile(
+    r"(?P<fill>.?(?P<align>[<>=^]))?[+\- ]?#?0?(?P<width>\d+)?[,_]?(?:\.\d+)?(?P<type>[a-zA-Z%])?"
+)
+
+
+class NotAvailable(str):
+    """The one "not available" value: falsy, prints as "n/a", and survives arithmetic.
+
+    It is a ``str`` so it drops into text as is; numeric format specs keep only their width and
+    alignment (``f"{NA:>6.1f}"`` is ``"   n/a"``), and arithmetic with it gives NA again, so derived
+    values such as :attr:`GpuStats.mem_percent` need no special case.
+    """
+
+    _instance: NotAvailable | None = None
+
+    def __new__(cls) -> NotAvailable:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls, "n/a")
+        return cls._instance
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "NA"
+
+    def __float__(self) -> float:
+        return math.nan
+
+    def __format__(self, spec: str) -> str:
+        match = _SPEC.fullmatch(spec)
+        if not match or not match["type"] or match["type"] == "s":
+            return super().__format__(spec)
+        # A number spec: keep the column width, right-aligned like the numbers around it.
+        fill = match["fill"] or ">"
+        if match["align"] == "=":
+            fill = fill[:-1] + ">"
+        return super().__format__(fill + (match["width"] or ""))
+
+    def _na(self, *_: Any) -> NotAvailable:
+        return self
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _na
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __neg__ = __abs__ = _na
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        return (NotAvailable, ())
+
+    def __copy__(self) -> NotAvailable:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> NotAvailable:
+        return self
+
+
+NA = NotAvailable()
+
+Number = int | float | NotAvailable
+Text = str | NotAvailable
+
+
+class StatsParseError(ValueError):
+    """A stats line that is not what the agent protocol says; the message names the bad field."""
+
+
+def _percent(part: Number, whole: Number) -> float | NotAvailable:
+    if not isinstance(part, (int, float)) or not isinstance(whole, (int, float)) or whole <= 0:
+        return NA
+    return 100.0 * part / whole
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A compute process on a GPU; ``mem`` in MiB (NA on Windows/WDDM and in some containers)."""
+
+    pid: Number
+    name: Text
+    mem: Number
+
+
+@dataclass(frozen=True)
+class GpuStats:
+    """One GPU at one moment: util %, memory MiB, temperature C, power W, SM clock MHz."""
+
+    index: Number
+    name: Text
+    uuid: Text
+    util: Number
+    mem_used: Number
+    mem_total: Number
+    temp: Number
+    power: Number
+    power_limit: Number
+    sm_clock: Number
+    processes: tuple[GpuProcess, ...] = ()
+
+    @property
+    def mem_percent(self) -> float | NotAvailable:
+        return _percent(self.mem_used, self.mem_total)
+
+    @property
+    def power_percent(self) -> float | NotAvailable:
+        return _percent(self.power, self.power_limit)
+
+
+@dataclass(frozen=True)
+class NodeStats:
+    """One agent line: the node's GPUs plus CPU %, load, memory MiB and free disk MiB."""
+
+    timestamp: float
+    source: str
+    gpus: tuple[GpuStats, ...]
+    driver: Text
+    cuda: Text
+    cpu: Number
+    load: tuple[Number, Number, Number]
+    mem_used: Number
+    mem_total: Number
+    disk_free: Number
+    errors: tuple[str, ...] = ()
+
+    @property
+    def mem_percent(self) -> float | NotAvailable:
+        return _percent(self.mem_used, self.mem_total)
+
+    @property
+    def has_gpus(self) -> bool:
+        return bool(self.gpus)
+
+
+# --- parsing -------------------------------------------------------------------------------------
+
+def _fail(where: str, expected: str, value: Any) -> StatsParseError:
+    return StatsParseError(f"stats line: {where}: expected {expected}, got {value!r}")
+
+
+def _as_number(value: Any, where: str) -> Number:
+    if value is None:
+        return NA
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _fail(where, "a number or null", value)
+    return value
+
+
+def _number(obj: dict[str, Any], key: str, where: str) -> Number:
+    return _as_number(obj.get(key), where + key)
+
+
+def _text(obj: dict[str, Any], key: str, where: str) -> Text:
+    value = obj.get(key)
+    if value is None:
+        return NA
+    if not isinstance(value, str):
+        raise _fail(where + key, "a string or null", value)
+    return value
+
+
+def _list(obj: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _fail(where + key, "a list", value)
+    return value
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _fail(where, "an object", value)
+    return value
+
+
+def _process(value: Any, where: str) -> GpuProcess:
+    obj = _object(value, where)
+    where += "."
+    return GpuProcess(_number(obj, "pid", where), _text(obj, "name", where), _number(obj, "mem", where))
+
+
+def _gpu(value: Any, where: str) -> GpuStats:
+    obj = _object(value, where)
+    dot = where + "."
+    numbers = {
+        key: _number(obj, key, dot)
+        for key in ("index", "util", "mem_used", "mem_total", "temp", "power", "power_limit", "sm_clock")
+    }
+    processes = tuple(
+        _process(p, f"{dot}processes[{i}]") for i, p in enumerate(_list(obj, "processes", dot))
+    )
+    return GpuStats(
+        name=_text(obj, "name", dot), uuid=_text(obj, "uuid", dot), processes=processes, **numbers
+    )
+
+
+def _load(obj: dict[str, Any]) -> tuple[Number, Number, Number]:
+    values = obj.get("load")
+    if values is None:
+        return (NA, NA, NA)
+    if not isinstance(values, list) or len(values) != 3:
+        raise _fail("load", "a list of 3 numbers or null", values)
+    one, five, fifteen = (_as_number(v, f"load[{i}]") for i, v in enumerate(values))
+    return (one, five, fifteen)
+
+
+def _header(obj: dict[str, Any]) -> tuple[float, str]:
+    if obj.get("v") != PROTOCOL_VERSION:
+        raise _fail("v", f"protocol version {PROTOCOL_VERSION}", obj.get("v"))
+    timestamp = _number(obj, "t", "")
+    if timestamp is NA:
+        raise _fail("t", "a unix time", None)
+    source = obj.get("source")
+    if source not in SOURCES:
+        raise _fail("source", " or ".join(map(repr, SOURCES)), source)
+    return float(timestamp), source
+
+
+def parse_agent_line(line: str) -> NodeStats:
+    """Turn one JSON line from the stats agent into a :class:`NodeStats`; null becomes :data:`NA`.
+
+    Missing optional fields are NA too (an older or newer agent may omit some); a field of the
+    wrong type is not guessed at.
+
+    Raises:
+        StatsParseError: the line is not JSON, not an object, of another protocol version, or has
+            a field of the wrong type; the message names the field (e.g. ``gpus[1].mem_used``).
+    """
+    try:
+        value = json.loads(line)
+    except ValueError as exc:
+        raise StatsParseError(f"stats line: not JSON ({exc}): {line[:120]!r}") from None
+    obj = _object(value, "line")
+    timestamp, source = _header(obj)
+    errors = _list(obj, "errors", "")
+    if not all(isinstance(e, str) for e in errors):
+        raise _fail("errors", "a list of strings", errors)
+    return NodeStats(
+        timestamp=timestamp,
+        source=source,
+        gpus=tuple(_gpu(g, f"gpus[{i}]") for i, g in enumerate(_list(obj, "gpus", ""))),
+        driver=_text(obj, "driver", ""),
+        cuda=_text(obj, "cuda", ""),
+        cpu=_number(obj, "cpu", ""),
+        load=_load(obj),
+        mem_used=_number(obj, "mem_used", ""),
+        mem_total=_number(obj, "mem_total", ""),
+        disk_free=_number(obj, "disk_free", ""),
+        errors=tuple(errors),
+    )

@@ -1,0 +1,79 @@
+"""Send the stats agent to a node through one SSH session, writing nothing on the node.
+
+The node runs ``python3 -c BOOTSTRAP ...``; the controller writes :func:`agent_payload` to its stdin
+and then keeps stdin open. The payload is two length-prefixed parts (``b"<n>\\n"`` then n bytes):
+the controller's own ``pynvml`` source, so nodes need nothing installed to use NVML, and the agent
+source. The bootstrap loads pynvml as a module from the string, runs the agent, and the agent's
+stdin-EOF watch then covers the rest of stdin: closing the session stops the agent.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from importlib import resources
+from pathlib import Path
+
+from homegpu.remote.stats import SOURCES
+
+AGENT_SOURCES = ("auto", *SOURCES)
+
+# Python 3.8+ on the node. A pynvml the node's Python cannot run is dropped, and the agent then
+# falls back to nvidia-smi as it would without pynvml.
+BOOTSTRAP = """\
+import sys, types
+def part():
+    return sys.stdin.buffer.read(int(sys.stdin.buffer.readline()))
+nvml = part()
+if nvml:
+    sys.modules["pynvml"] = module = types.ModuleType("pynvml")
+    try:
+        exec(compile(nvml, "pynvml.py", "exec"), module.__dict__)
+    except Exception:
+        del sys.modules["pynvml"]
+exec(compile(part(), "stats_agent.py", "exec"), {"__name__": "__main__"})
+"""
+
+
+def agent_source() -> bytes:
+    """The agent script as shipped (it runs on the node, so it is read, never imported here)."""
+    return resources.files("homegpu.remote").joinpath("stats_agent.py").read_bytes()
+
+
+def pynvml_source() -> bytes:
+    """The controller's installed ``pynvml`` (nvidia-ml-py is one pure-Python file); b"" if none."""
+    spec = importlib.util.find_spec("pynvml")
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return b""
+    return Path(spec.origin).read_bytes()
+
+
+def _part(data: bytes) -> bytes:
+    return b"%d\n" % len(data) + data
+
+
+def agent_payload() -> bytes:
+    """What to write to the bootstrap's stdin first: pynvml, then the agent, length-prefixed."""
+    return _part(pynvml_source()) + _part(agent_source())
+
+
+def agent_command(
+    python: str = "python3",
+    interval: float = 1.0,
+    work_dir: str = "~/.homegpu",
+    source: str = "auto",
+) -> list[str]:
+    """The argv that starts the agent on a node; the remote side ``shlex.join``s it.
+
+    ``work_dir`` stays unexpanded: the agent expands ``~`` on the node, for the node's user.
+
+    Raises:
+        ValueError: ``interval`` is not positive or ``source`` is not one the agent knows.
+    """
+    if not interval > 0:
+        raise ValueError(f"interval must be positive, got {interval!r}")
+    if source not in AGENT_SOURCES:
+        raise ValueError(f"source must be one of {', '.join(AGENT_SOURCES)}, got {source!r}")
+    return [
+        python, "-c", BOOTSTRAP,
+        "--interval", f"{interval:g}", "--work-dir", work_dir, "--source", source,
+    ]

@@ -1,0 +1,559 @@
+"""The stats agent: NVML through an injected fake, nvidia-smi through a replaying stand-in, the
+bundle's bootstrap over a real pipe, and how the process ends.
+
+Every GPU value fed in below is a recorded one (tests/fixtures/gpu/README.md says where from).
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from homegpu.remote import stats_agent
+from homegpu.remote.stats import NA, PROTOCOL_VERSION, GpuProcess, NodeStats, parse_agent_line
+from homegpu.remote.stats_agent import (
+    NoGpuReader,
+    NvmlReader,
+    SmiReader,
+    cpu_percent,
+    disk_free_mib,
+    open_reader,
+    parse_loadavg,
+    parse_meminfo,
+    parse_proc_stat,
+    read_nvml,
+    read_nvml_versions,
+)
+from homegpu.remote.stats_agent_bundle import (
+    AGENT_SOURCES,
+    BOOTSTRAP,
+    agent_command,
+    agent_payload,
+)
+from gpu_replay import FIXTURES, write_replay_nvidia_smi
+
+AGENT = Path(stats_agent.__file__)
+MIB = 1024 * 1024
+MASKED_UUID = "GPU-00000000-0000-0000-0000-000000000000"
+
+
+# --- a fake pynvml ---------------------------------------------------------------------------------
+
+class FakeNVMLError(Exception):
+    """Stands in for pynvml.NVMLError, which the agent must treat as "no such reading"."""
+
+
+class FakeNotSupported(FakeNVMLError):
+    pass
+
+
+def device(name, uuid, util, used_mib, total_mib, temp, power_mw, limit_mw, sm, procs=()):
+    return {
+        "name": name, "uuid": uuid,
+        "util": util if isinstance(util, BaseException) else SimpleNamespace(gpu=util, memory=0),
+        "memory": SimpleNamespace(used=used_mib * MIB, total=total_mib * MIB),
+        "temp": temp, "power": power_mw, "limit": limit_mw, "sm": sm,
+        "procs": [SimpleNamespace(pid=pid, usedGpuMemory=mib * MIB) for pid, mib in procs],
+    }
+
+
+def _value(value):
+    if isinstance(value, BaseException):
+        raise value
+    return value
+
+
+# pynvml device function -> (key in the device dict, the extra arguments the agent must pass).
+DEVICE_GETTERS = {
+    "nvmlDeviceGetName": ("name", ()),
+    "nvmlDeviceGetUUID": ("uuid", ()),
+    "nvmlDeviceGetUtilizationRates": ("util", ()),
+    "nvmlDeviceGetMemoryInfo": ("memory", ()),
+    "nvmlDeviceGetTemperature": ("temp", (0,)),  # NVML_TEMPERATURE_GPU
+    "nvmlDeviceGetPowerUsage": ("power", ()),
+    "nvmlDeviceGetPowerManagementLimit": ("limit", ()),
+    "nvmlDeviceGetClockInfo": ("sm", (1,)),  # NVML_CLOCK_SM
+    "nvmlDeviceGetComputeRunningProcesses": ("procs", ()),
+}
+
+
+class FakeNvml:
+    """Just the part of pynvml the agent calls; a value that is an exception is raised instead."""
+
+    NVMLError = FakeNVMLError
+    NVML_TEMPERATURE_GPU = 0
+    NVML_CLOCK_SM = 1
+
+    def __init__(self, devices, driver, cuda, names=None, init_error=None):
+        self.devices, self.driver, self.cuda = devices, driver, cuda
+        self.names = names or {}
+        self.init_error = init_error
+
+    def nvmlInit(self):
+        _value(self.init_error)
+
+    def nvmlSystemGetDriverVersion(self):
+        return _value(self.driver)
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return _value(self.cuda)
+
+    def nvmlSystemGetProcessName(self, pid):
+        return _value(self.names.get(pid, FakeNVMLError("not found")))
+
+    def nvmlDeviceGetCount(self):
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return self.devices[index]
+
+    def __getattr__(self, name):
+        if name not in DEVICE_GETTERS:
+            raise AttributeError(name)
+        key, expected = DEVICE_GETTERS[name]
+
+        def getter(handle, *args):
+            assert args == expected, (name, args)
+            return _value(handle[key])
+
+        return getter
+
+
+# H200 idle capture; name as bytes, as older pynvml returns it.
+H200 = device(b"NVIDIA H200", MASKED_UUID, 0, 0, 143771, 37, 85120, 700000, 345)
+# The two H100 NVL of thamada/nvidia-smi nvsim/H100NVLx2_smi.py.
+H100_NVL = [
+    device("NVIDIA H100 NVL", "GPU-806f8ea2-6428-1096-a076-bb687fb45fb0", 0, 0, 95830, 32, 61620,
+           310000, 345),
+    device("NVIDIA H100 NVL", "GPU-db6d02a2-1413-eccf-8a17-d99eac29d365", 0, 0, 95830, 31, 62110,
+           310000, 345),
+]
+
+
+def h100_mig():
+    """The H100 MIG capture under load: MIG mode has no utilisation reading."""
+    return device("NVIDIA H100 80GB HBM3", MASKED_UUID, FakeNotSupported("MIG"), 11125, 81559, 53,
+                  433780, 700000, 1980, procs=[(21180, 2296), (21181, 1272), (21198, 7484)])
+
+
+MIG_NAMES = {21180: "/root/tools/memhog", 21181: "/root/tools/memhog", 21198: "./gpu_burn"}
+
+
+def gpu_json(index, name, uuid, util, used, total, temp, power, limit, sm, processes=()):
+    return {
+        "index": index, "name": name, "uuid": uuid, "util": util, "mem_used": used,
+        "mem_total": total, "temp": temp, "power": power, "power_limit": limit, "sm_clock": sm,
+        "processes": list(processes),
+    }
+
+
+def test_nvml_one_gpu() -> None:
+    errors: list[str] = []
+    nvml = FakeNvml([H200], "580.173.02", 13000)
+    assert read_nvml(nvml, errors) == [
+        gpu_json(0, "NVIDIA H200", MASKED_UUID, 0, 0, 143771, 37, 85.12, 700.0, 345)
+    ]
+    assert read_nvml_versions(nvml) == ("580.173.02", "13.0")
+    assert errors == []
+
+
+def test_nvml_two_gpus() -> None:
+    nvml = FakeNvml(H100_NVL, "550.54.14", 12040)
+    assert read_nvml(nvml) == [
+        gpu_json(0, "NVIDIA H100 NVL", "GPU-806f8ea2-6428-1096-a076-bb687fb45fb0", 0, 0, 95830, 32,
+                 61.62, 310.0, 345),
+        gpu_json(1, "NVIDIA H100 NVL", "GPU-db6d02a2-1413-eccf-8a17-d99eac29d365", 0, 0, 95830, 31,
+                 62.11, 310.0, 345),
+    ]
+    assert read_nvml_versions(nvml) == ("550.54.14", "12.4")
+
+
+def test_nvml_mig_gpu_has_null_util_and_its_processes() -> None:
+    errors: list[str] = []
+    [gpu] = read_nvml(FakeNvml([h100_mig()], "590.48.01", 13010, MIG_NAMES), errors)
+    assert gpu["util"] is None
+    assert (gpu["mem_used"], gpu["mem_total"], gpu["power"], gpu["sm_clock"]) == (
+        11125, 81559, 433.78, 1980)
+    assert gpu["processes"] == [
+        {"pid": 21180, "name": "/root/tools/memhog", "mem": 2296},
+        {"pid": 21181, "name": "/root/tools/memhog", "mem": 1272},
+        {"pid": 21198, "name": "./gpu_burn", "mem": 7484},
+    ]
+    assert errors == []  # NVMLError means "no such reading", not a fault
+
+
+@pytest.mark.parametrize("field", ["name", "uuid", "util", "memory", "temp", "power", "limit", "sm"])
+def test_nvml_error_on_one_field_nulls_only_that_field(field: str) -> None:
+    broken = dict(H100_NVL[1], **{field: FakeNVMLError(field)})
+    errors: list[str] = []
+    good, bad = read_nvml(FakeNvml([H100_NVL[0], broken], "550.54.14", 12040), errors)
+    assert good == read_nvml(FakeNvml(H100_NVL[:1], "550.54.14", 12040))[0]
+    nulled = {k for k, v in bad.items() if v is None}
+    expected = {"name": {"name"}, "uuid": {"uuid"}, "util": {"util"},
+                "memory": {"mem_used", "mem_total"}, "temp": {"temp"}, "power": {"power"},
+                "limit": {"power_limit"}, "sm": {"sm_clock"}}[field]
+    assert nulled == expected
+    assert errors == []
+
+
+def test_unexpected_failure_in_a_field_is_null_and_reported() -> None:
+    broken = dict(H200, temp=RuntimeError("driver went away"))
+    errors: list[str] = []
+    [gpu] = read_nvml(FakeNvml([broken], "580.173.02", 13000), errors)
+    assert gpu["temp"] is None and gpu["power"] == 85.12
+    assert errors == ["nvml gpu0.temp: RuntimeError: driver went away"]
+
+
+def test_process_without_nvml_name_or_memory_falls_back() -> None:
+    """NVML may refuse the name (permissions) and report no memory (WDDM): /proc names it."""
+    gpu = dict(H200, procs=[SimpleNamespace(pid=os.getpid(), usedGpuMemory=None)])
+    [result] = read_nvml(FakeNvml([gpu], "580.173.02", 13000))
+    own_name = Path("/proc/self/comm").read_text().strip()
+    assert result["processes"] == [{"pid": os.getpid(), "name": own_name, "mem": None}]
+
+
+def test_nvml_failing_device_count_gives_no_gpus() -> None:
+    nvml = FakeNvml([H200], "580.173.02", 13000)
+    nvml.nvmlDeviceGetCount = lambda: (_ for _ in ()).throw(FakeNVMLError("count"))
+    assert read_nvml(nvml) == []
+
+
+def test_auto_uses_nvml_when_it_initialises() -> None:
+    reader, notes = open_reader("auto", FakeNvml(H100_NVL, "550.54.14", 12040), smi_path=None)
+    assert isinstance(reader, NvmlReader) and notes == []
+    gpus, driver, cuda = reader.read([])
+    assert len(gpus) == 2 and (driver, cuda) == ("550.54.14", "12.4")
+
+
+def test_nvml_init_failure_falls_back_to_nvidia_smi_then_none(tmp_path: Path) -> None:
+    failing = FakeNvml([H200], "x", 0, init_error=FakeNVMLError("NVML Shared Library Not Found"))
+    smi = write_replay_nvidia_smi(tmp_path, FIXTURES / "gpus_1x_h200_idle.csv", None)
+    reader, notes = open_reader("auto", failing, smi_path=str(smi / "nvidia-smi"))
+    assert isinstance(reader, SmiReader)
+    assert notes == ["nvml: FakeNVMLError: NVML Shared Library Not Found"]
+
+    reader, notes = open_reader("auto", failing, smi_path=None)
+    assert isinstance(reader, NoGpuReader)
+    assert notes == ["nvml: FakeNVMLError: NVML Shared Library Not Found",
+                     "nvidia-smi: not found on PATH"]
+
+
+def test_explicit_sources_do_not_fall_back_to_each_other(tmp_path: Path) -> None:
+    smi = str(write_replay_nvidia_smi(tmp_path, FIXTURES / "gpus_1x_h200_idle.csv", None) / "nvidia-smi")
+    failing = FakeNvml([], "x", 0, init_error=FakeNVMLError("no driver"))
+    assert isinstance(open_reader("nvml", failing, smi)[0], NoGpuReader)
+    assert isinstance(open_reader("nvidia-smi", None, smi)[0], SmiReader)
+    assert open_reader("none", FakeNvml([H200], "d", 1), smi)[0].source == "none"
+
+
+# --- the real agent against a replaying nvidia-smi -----------------------------------------------
+
+def run_agent(tmp_path: Path, *args: str, path: str | None = None, flags: tuple[str, ...] = (),
+              python: str = sys.executable) -> NodeStats:
+    """Run the agent script once, as a node would, and parse its one line."""
+    env = dict(os.environ, PATH=path if path is not None else os.environ.get("PATH", ""))
+    result = subprocess.run(
+        [python, *flags, str(AGENT), "--once", "--interval", "0.1", "--work-dir",
+         str(tmp_path / "work"), *args],
+        capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr
+    [line] = result.stdout.splitlines()
+    return parse_agent_line(line)
+
+
+def replay_path(tmp_path: Path, gpus: str, apps: str | None, version: str | None = None) -> str:
+    bin_dir = write_replay_nvidia_smi(
+        tmp_path / "bin", FIXTURES / gpus, FIXTURES / apps if apps else None,
+        version_fixture=FIXTURES / version if version else None,
+    )
+    return f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def test_nvidia_smi_source_with_mig_gpu_and_processes(tmp_path: Path) -> None:
+    path = replay_path(tmp_path, "gpus_1x_h100_mig_load.csv", "apps_1x_h100_mig_load.csv",
+                       "version_h100_mig.txt")
+    stats = run_agent(tmp_path, "--source", "nvidia-smi", path=path)
+    assert (stats.source, stats.driver, stats.cuda, stats.errors) == (
+        "nvidia-smi", "590.48.01", "13.1", ())
+    [gpu] = stats.gpus
+    assert (gpu.name, gpu.util, gpu.mem_used, gpu.power) == (
+        "NVIDIA H100 80GB HBM3", NA, 11125, 433.78)
+    assert gpu.processes == (
+        GpuProcess(21180, "/root/tools/memhog", 2296),
+        GpuProcess(21181, "/root/tools/memhog", 1272),
+        GpuProcess(21198, "./gpu_burn", 7484),
+    )
+
+
+def test_nvidia_smi_source_with_eight_gpus(tmp_path: Path) -> None:
+    stats = run_agent(tmp_path, "--source", "nvidia-smi",
+                      path=replay_path(tmp_path, "gpus_8x_h100sxm_idle.csv", None))
+    assert [g.index for g in stats.gpus] == list(range(8))
+    assert len({g.uuid for g in stats.gpus}) == 8
+    assert stats.gpus[7].power == 75.09 and stats.gpus[0].processes == ()
+    assert stats.driver == "565.57.01" and stats.cuda is NA  # no --version recorded
+    assert stats.errors == ()
+
+
+def test_nvidia_smi_windows_processes_without_memory(tmp_path: Path) -> None:
+    stats = run_agent(tmp_path, "--source", "nvidia-smi", path=replay_path(
+        tmp_path, "gpus_1x_rtx2080super_windows_load.csv", "apps_1x_rtx2080super_windows_load.csv"))
+    [gpu] = stats.gpus
+    assert len(gpu.processes) == 12 and all(p.mem is NA for p in gpu.processes)
+
+
+def test_nvidia_smi_failure_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    stats = run_agent(tmp_path, "--source", "nvidia-smi",
+                      path=replay_path(tmp_path, "garbage_no_devices.txt", None))
+    assert stats.source == "nvidia-smi" and stats.gpus == ()
+    assert stats.errors == ("nvidia-smi query-gpu: exit 6: No devices were found",)
+    assert stats.mem_total > 0  # the node's own numbers still come
+
+
+def test_auto_without_pynvml_finds_nvidia_smi_on_path(tmp_path: Path) -> None:
+    """``-S``: no site-packages, so no pynvml, as on a bare node."""
+    stats = run_agent(tmp_path, path=replay_path(tmp_path, "gpus_2x_h100nvl_idle.csv", None),
+                      flags=("-S",))
+    assert stats.source == "nvidia-smi" and len(stats.gpus) == 2
+    assert stats.errors == ("nvml: pynvml is not importable",)
+
+
+# --- CPU-only nodes and the /proc readers ----------------------------------------------------------
+
+def assert_node_numbers(stats: NodeStats) -> None:
+    assert stats.source == "none" and stats.gpus == () and stats.driver is NA
+    assert 0 <= stats.cpu <= 100
+    assert 0 < stats.mem_used < stats.mem_total
+    assert all(load >= 0 for load in stats.load)
+    assert stats.disk_free > 0
+
+
+def test_cpu_only_run_reports_cpu_memory_load_and_disk(tmp_path: Path) -> None:
+    stats = run_agent(tmp_path, "--source", "none")
+    assert_node_numbers(stats)
+    assert stats.errors == ()
+
+
+def test_cpu_only_auto_says_why_there_are_no_gpus(tmp_path: Path) -> None:
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
+    stats = run_agent(tmp_path, path=str(empty), flags=("-S",))
+    assert_node_numbers(stats)
+    assert stats.errors == ("nvml: pynvml is not importable", "nvidia-smi: not found on PATH")
+
+
+def proc(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def test_proc_parsers_on_recorded_files() -> None:
+    before, after = parse_proc_stat(proc("proc_stat_a.txt")), parse_proc_stat(proc("proc_stat_b.txt"))
+    assert before == (75301 + 386, 3864 + 1449 + 75301 + 386 + 37 + 7)
+    assert cpu_percent(before, after) == 17.5  # 35 busy jiffies of 200
+    assert cpu_percent(after, after) is None and cpu_percent(None, after) is None
+    assert parse_meminfo(proc("proc_meminfo.txt")) == ((24683656 - 24296032) // 1024, 24683656 // 1024)
+    assert parse_loadavg(proc("proc_loadavg.txt")) == [0.12, 0.10, 0.04]
+    with pytest.raises(ValueError):
+        parse_proc_stat("intr 1 2 3\n")
+
+
+def test_disk_of_a_work_dir_not_created_yet_is_its_parents(tmp_path: Path) -> None:
+    assert disk_free_mib(str(tmp_path / "not" / "yet")) == disk_free_mib(str(tmp_path))
+
+
+# --- shipping: bootstrap and payload ---------------------------------------------------------------
+
+def split_payload(payload: bytes) -> list[bytes]:
+    parts = []
+    while payload:
+        size, _, payload = payload.partition(b"\n")
+        parts.append(payload[: int(size)])
+        payload = payload[int(size):]
+    return parts
+
+
+def test_payload_is_pynvml_then_agent() -> None:
+    import pynvml
+
+    nvml, agent = split_payload(agent_payload())
+    assert nvml == Path(pynvml.__file__).read_bytes()
+    assert agent == AGENT.read_bytes()
+
+
+def test_agent_imports_only_the_standard_library() -> None:
+    tree = ast.parse(AGENT.read_text())
+    modules = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+               for alias in node.names}
+    modules |= {node.module.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.module}
+    assert modules - {"pynvml"} <= set(sys.stdlib_module_names), modules
+
+
+def test_agent_and_controller_agree_on_the_protocol() -> None:
+    """The agent cannot import homegpu, so its copies of these are checked here instead."""
+    assert stats_agent.PROTOCOL_VERSION == PROTOCOL_VERSION
+    assert stats_agent.SOURCES == AGENT_SOURCES
+
+
+def test_agent_command_survives_shlex_join() -> None:
+    argv = agent_command(python="/usr/bin/python3", interval=0.5, work_dir="~/.homegpu", source="nvml")
+    assert argv == ["/usr/bin/python3", "-c", BOOTSTRAP, "--interval", "0.5", "--work-dir",
+                    "~/.homegpu", "--source", "nvml"]
+    assert shlex.split(shlex.join(argv)) == argv
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [({"interval": 0}, "interval"),
+                                                 ({"source": "rocm"}, "source")])
+def test_agent_command_rejects_bad_arguments(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        agent_command(**kwargs)
+
+
+def start_bundle(argv: list[str]) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    proc.stdin.write(agent_payload())
+    proc.stdin.flush()
+    return proc
+
+
+def read_lines(proc: subprocess.Popen[bytes], count: int) -> list[NodeStats]:
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline() for _ in range(count)]
+    if not all(lines):  # stdout closed: the agent is gone, its stderr says why
+        proc.wait(timeout=10)
+        pytest.fail(f"agent stopped early: {proc.stderr.read()!r}")
+    return [parse_agent_line(line.decode()) for line in lines]
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Make sure no agent outlives its test, whatever the test did to its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream:
+            stream.close()
+
+
+def test_bundle_streams_until_stdin_closes(tmp_path: Path) -> None:
+    proc = start_bundle(agent_command(python=sys.executable, interval=0.2,
+                                      work_dir=str(tmp_path), source="none"))
+    try:
+        first, second = read_lines(proc, 2)
+        assert second.timestamp > first.timestamp
+        assert_node_numbers(second)
+        started = time.monotonic()
+        proc.stdin.close()
+        assert proc.wait(timeout=2) == 0
+        assert time.monotonic() - started < 2
+    finally:
+        stop(proc)
+
+
+def test_bundle_brings_its_own_pynvml(tmp_path: Path) -> None:
+    """With ``-I -S`` the node has no pynvml of its own; NVML is then reached through the payload."""
+    argv = agent_command(python=sys.executable, interval=0.1, work_dir=str(tmp_path), source="nvml")
+    argv[1:1] = ["-I", "-S"]
+    proc = start_bundle(argv)
+    try:
+        [stats] = read_lines(proc, 1)
+        assert not any("not importable" in e for e in stats.errors), stats.errors
+        # No GPU here: NVML itself says so, through the shipped module (a GPU node gets "nvml").
+        assert stats.source == "nvml" or any(e.startswith("nvml: NVMLError") for e in stats.errors)
+    finally:
+        stop(proc)
+
+
+# --- how the agent ends ----------------------------------------------------------------------------
+
+def start_agent(tmp_path: Path, python: str = sys.executable) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [python, str(AGENT), "--interval", "0.1", "--source", "none", "--work-dir", str(tmp_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+
+
+def test_script_exits_on_stdin_eof(tmp_path: Path) -> None:
+    proc = start_agent(tmp_path)
+    try:
+        read_lines(proc, 1)
+        proc.stdin.close()
+        assert proc.wait(timeout=2) == 0
+    finally:
+        stop(proc)
+
+
+def test_sigterm_exits_cleanly(tmp_path: Path) -> None:
+    proc = start_agent(tmp_path)
+    try:
+        read_lines(proc, 1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=2) == 0
+        assert proc.stderr.read() == b""
+    finally:
+        stop(proc)
+
+
+def test_closed_stdout_ends_the_agent(tmp_path: Path) -> None:
+    """The reader went away but stdin is still open: the next write must end the process."""
+    proc = start_agent(tmp_path)
+    try:
+        read_lines(proc, 1)
+        proc.stdout.close()
+        assert proc.wait(timeout=2) in (0, -signal.SIGPIPE)
+    finally:
+        stop(proc)
+
+
+# --- the oldest Python the nodes may have ----------------------------------------------------------
+
+def python38() -> str | None:
+    candidates = [sys.executable.replace("python", "python3.8"), "python3.8",
+                  *glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8"))]
+    for candidate in candidates:
+        try:
+            out = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"],
+                                 capture_output=True, text=True, timeout=30)
+        except OSError:
+            continue
+        if out.returncode == 0 and out.stdout.strip() == "(3, 8)":
+            return candidate
+    return None
+
+
+PYTHON38 = python38()
+needs_python38 = pytest.mark.skipif(PYTHON38 is None, reason="no Python 3.8 interpreter here")
+
+
+@needs_python38
+def test_agent_runs_on_python38(tmp_path: Path) -> None:
+    assert_node_numbers(run_agent(tmp_path, "--source", "none", python=PYTHON38))
+    path = replay_path(tmp_path, "gpus_1x_h100_mig_load.csv", "apps_1x_h100_mig_load.csv")
+    stats = run_agent(tmp_path, "--source", "nvidia-smi", path=path, python=PYTHON38)
+    assert len(stats.gpus[0].processes) == 3 and stats.errors == ()
+
+
+@needs_python38
+def test_bundle_runs_on_python38(tmp_path: Path) -> None:
+    proc = start_bundle(agent_command(python=PYTHON38, interval=0.1, work_dir=str(tmp_path),
+                                      source="nvml"))
+    try:
+        [stats] = read_lines(proc, 1)
+        assert not any("not importable" in e for e in stats.errors), stats.errors
+        proc.stdin.close()
+        assert proc.wait(timeout=2) == 0
+    finally:
+        stop(proc)
