@@ -40,7 +40,7 @@ def package_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from homegpu.tui import config_commands, status_commands, trust_commands
+    from homegpu.tui import config_commands, doctor_commands, status_commands, trust_commands
 
     parser = argparse.ArgumentParser(
         prog="homegpu", description=DESCRIPTION, epilog=EPILOG,
@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     config_commands.register(commands)
     status_commands.register(commands)
     trust_commands.register(commands)
+    doctor_commands.register(commands)
     return parser
 
 

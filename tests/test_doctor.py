@@ -1,0 +1,338 @@
+"""`homegpu doctor` against real sshd nodes, a real dockerd and iperf3, plus its pure judgements.
+
+node3's PATH starts with a directory where some tests put a replaying `nvidia-smi` (output recorded
+on real GPUs). This machine has no NVIDIA driver, so on node3 nvidia-smi lists two GPUs while NVML
+cannot load. doctor reports that as ✗, not as a quiet fallback: on a real node nvidia-smi is itself
+an NVML client, so a working nvidia-smi next to a failing NVML means the node's Python cannot load the
+driver's library (a half-finished driver install or upgrade), and the NVIDIA container toolkit, which
+loads that library too, would not give containers the GPUs either. The user sees the GPUs named, what
+still works (stats from nvidia-smi) and one sentence on making libnvidia-ml loadable.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from gpu_replay import FIXTURES, write_replay_nvidia_smi
+from simcluster import SimCluster, free_port
+from homegpu.remote.cluster import Cluster
+from homegpu.remote.config import load_cluster, parse_cluster
+from homegpu.remote.doctor import (
+    CHECK_NAMES, NOT_REACHABLE, Check, NodeFacts, address_check, address_kind, clock_check, clock_skew,
+    diagnose, disk_check, gpu_check, is_public_address, python_check, split_reason,
+)
+from homegpu.remote.stats import parse_agent_line
+from homegpu.remote.transport import CommandResult
+from homegpu.tui.doctor_commands import format_check, format_report
+
+REPLAY_GPUS = FIXTURES / "gpus_2x_h100nvl_idle.csv"
+REPLAY_APPS = FIXTURES / "apps_none.csv"
+# Checks that must pass on every healthy node here; docker and the NVIDIA runtime are not needed
+# by runtime "process".
+MUST_PASS = ("ssh", "host key", "python3", "gpus", "iperf3", "disk", "clock", "job port", "address")
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+async def doctor(toml: Path, port: int) -> dict[str, dict[str, Check]]:
+    """diagnose() on a fresh Cluster for `toml`, as {node: {check name: Check}}."""
+    async with Cluster(load_cluster(toml), stream_stats=False) as cluster:
+        checks = await diagnose(cluster, port)
+    report: dict[str, dict[str, Check]] = {}
+    for check in checks:
+        report.setdefault(check.node, {})[check.name] = check
+    for node, rows in report.items():
+        assert tuple(rows) == CHECK_NAMES, f"{node}: checks out of order: {tuple(rows)}"
+    return report
+
+
+def homegpu(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The installed `homegpu` command, as a user runs it."""
+    exe = shutil.which("homegpu", path=str(Path(sys.executable).parent))
+    assert exe, "the homegpu console script is not installed next to this Python"
+    return subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@contextmanager
+def node3_nvidia_smi(sim: SimCluster, replay: bool) -> Iterator[None]:
+    """Put a replaying nvidia-smi on node3's PATH (or take any away); restore what was there after."""
+    target = sim.node("node3").extra_path / "nvidia-smi"
+    saved = target.read_bytes() if target.exists() else None
+    target.unlink(missing_ok=True)
+    if replay:
+        write_replay_nvidia_smi(target.parent, REPLAY_GPUS, REPLAY_APPS)
+    try:
+        yield
+    finally:
+        target.unlink(missing_ok=True)
+        if saved is not None:
+            target.write_bytes(saved)
+            target.chmod(0o755)
+
+
+@pytest.fixture
+def cpu_only_node3(sim_cluster: SimCluster) -> Iterator[SimCluster]:
+    with node3_nvidia_smi(sim_cluster, replay=False):
+        yield sim_cluster
+
+
+@pytest.fixture
+def replaying_node3(sim_cluster: SimCluster) -> Iterator[SimCluster]:
+    with node3_nvidia_smi(sim_cluster, replay=True):
+        yield sim_cluster
+
+
+def nvml_loads_here() -> bool:
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    pynvml.nvmlShutdown()
+    return True
+
+
+# -- against the simulated cluster -----------------------------------------------------------------
+
+@pytest.mark.cluster
+async def test_healthy_process_cluster_passes_every_check(cpu_only_node3, cluster_toml):
+    report = await doctor(cluster_toml, free_port("127.0.0.2"))
+    assert set(report) == {"node1", "node2", "node3"}
+    for node, rows in report.items():
+        failed = {name: row for name, row in rows.items() if row.ok is not True and name in MUST_PASS}
+        assert not failed, f"{node}: {failed}"
+        assert rows["docker"].ok is None and "not needed" in rows["docker"].detail
+        assert rows["gpus"].detail == "no GPU (CPU-only node: trains on CPU)"
+        assert rows["iperf3"].detail.startswith("iperf 3.")
+        assert str(cpu_only_node3.node(node).work_dir) in rows["disk"].detail
+        assert "loopback" in rows["address"].detail
+
+
+@pytest.mark.cluster
+async def test_replayed_gpus_without_nvml_are_reported_as_a_disagreement(replaying_node3, cluster_toml):
+    report = await doctor(cluster_toml, free_port("127.0.0.2"))
+    gpus = report["node3"]["gpus"]
+    assert gpus.ok is False
+    assert "NVIDIA H100 NVL" in gpus.detail and "2 GPUs" in gpus.detail
+    if nvml_loads_here():  # a machine with a real driver: its own GPUs are not the recorded ones
+        assert "NVML sees" in gpus.detail and "mismatch" in gpus.fix.lower()
+    else:
+        assert "NVML does not load" in gpus.detail and "nvidia-smi" in gpus.detail
+        assert "libnvidia-ml" in gpus.fix
+    for node in ("node1", "node2"):  # the other nodes are not affected
+        assert report[node]["gpus"].ok is True
+    assert all(row.ok is not False for name, row in report["node3"].items() if name != "gpus")
+
+
+@pytest.mark.cluster
+def test_unreachable_node_fails_ssh_skips_the_rest_and_cli_exits_1(cpu_only_node3, tmp_path):
+    toml = cpu_only_node3.write_cluster_toml(tmp_path / "cluster.toml",
+                                             node_overrides={"node2": {"host": "127.0.0.99"}})
+    port = str(free_port("127.0.0.2"))
+    as_json = homegpu("--config", str(toml), "doctor", "--json", "--port", port, cwd=tmp_path)
+    text = homegpu("--config", str(toml), "doctor", "--port", port, cwd=tmp_path)
+    assert as_json.returncode == 1 and text.returncode == 1, as_json.stderr + text.stderr
+    rows = json.loads(as_json.stdout)["checks"]
+    node2 = {row["name"]: row for row in rows if row["node"] == "node2"}
+    assert node2["ssh"]["ok"] is False and "127.0.0.99" in node2["ssh"]["detail"] and node2["ssh"]["fix"]
+    assert all(row["ok"] is None and row["detail"] == NOT_REACHABLE
+               for name, row in node2.items() if name != "ssh")
+    others = [row for row in rows if row["node"] != "node2" and row["name"] in MUST_PASS]
+    assert others and all(row["ok"] is True for row in others), others
+    lines = text.stdout.splitlines()
+    assert lines[lines.index("node2 (127.0.0.99, runtime process)") + 1].startswith("  ✗ ssh: ")
+    assert "— fix: " in text.stdout and "  ✓ python3: Python 3." in text.stdout
+    assert lines[-1] == "1 problem on node2"
+
+
+@pytest.mark.cluster
+async def test_unknown_host_keys_fail_with_the_trust_command(cpu_only_node3, tmp_path):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    toml = cpu_only_node3.write_cluster_toml(tmp_path / "cluster.toml", known_hosts=str(empty))
+    report = await doctor(toml, free_port("127.0.0.2"))
+    for node, rows in report.items():
+        assert rows["ssh"].ok is True
+        assert rows["host key"].ok is False and "not in known_hosts" in rows["host key"].detail
+        assert rows["host key"].fix.startswith("If that is the node's key, run: homegpu")
+        assert rows["host key"].fix.endswith(f"trust {node}")
+        assert rows["python3"].ok is None and rows["python3"].detail == NOT_REACHABLE
+
+
+@pytest.mark.cluster
+@pytest.mark.docker
+async def test_docker_runtime_reports_the_engine_version(docker_engine, cpu_only_node3, tmp_path):
+    toml = cpu_only_node3.write_cluster_toml(tmp_path / "cluster.toml", runtime="docker")
+    version = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+    assert version, "the docker engine fixture should answer"
+    report = await doctor(toml, free_port("127.0.0.2"))
+    for node, rows in report.items():
+        assert rows["docker"].ok is True and rows["docker"].detail == f"Docker Engine {version}", node
+        assert rows["nvidia container runtime"].ok is None
+        assert rows["nvidia container runtime"].detail == "not needed (no GPU)"
+
+
+@pytest.mark.cluster
+async def test_port_held_open_fails_the_job_port_check(cpu_only_node3, cluster_toml):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.2", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        report = await doctor(cluster_toml, port)
+    row = report["node1"]["job port"]
+    assert row.ok is False
+    assert row.detail == f"something listens on 127.0.0.2:{port}"
+    assert "Stop what listens on" in row.fix and "set port in the job" in row.fix
+    assert report["node2"]["job port"].ok is True  # the same port on another address is free
+
+
+# -- pure judgements ---------------------------------------------------------------------------------
+
+
+def facts(**changes) -> NodeFacts:
+    """A healthy node's facts, with `changes` applied."""
+    agent = CommandResult(0, json.dumps({"v": 1, "t": 1.0, "source": "none", "disk_free": 50_000}), "")
+    values = dict(
+        name="box", runtime="process", python="python3", work_dir="~/.homegpu", address="192.168.1.20",
+        port=23456, python_version=CommandResult(0, "3.11.2\n", ""), docker_info=None, nvml=agent,
+        smi=agent, iperf3=CommandResult(0, "iperf 3.12 (cJSON 1.7.15)\n", ""),
+        clock=(100.0, CommandResult(0, "100.05", ""), 100.1),
+        port_probe=CommandResult(0, json.dumps({"status": "free", "ip": "192.168.1.20", "error": ""}), ""),
+    )
+    values.update(changes)
+    return NodeFacts(**values)
+
+
+@pytest.mark.parametrize("address, kind", [
+    ("127.0.0.2", "loopback"), ("::1", "loopback"),
+    ("10.0.0.5", "private"), ("172.16.3.4", "private"), ("192.168.1.20", "private"), ("fd12::1", "private"),
+    ("100.101.102.103", "private"),  # CGNAT / Tailscale: not reachable from the internet
+    ("169.254.10.1", "link-local"), ("fe80::1", "link-local"),
+    ("8.8.8.8", "public"), ("203.0.114.7", "public"), ("2a00:1450:4001::1", "public"),
+    ("desktop.local", None),
+])
+def test_address_kind(address, kind):
+    assert address_kind(address) == kind
+    assert is_public_address(address) is (kind == "public")
+
+
+def test_public_address_is_a_warning_with_a_fix():
+    public = facts(address="8.8.4.4", port_probe=CommandResult(0, json.dumps({"status": "free", "ip": "8.8.4.4"}), ""))
+    row = address_check(public)
+    assert row.ok is False
+    assert "TensorFlow's worker port has no authentication; keep jobs on a trusted LAN" in row.detail
+    assert row.fix.startswith("Set address for box in cluster.toml")
+    assert address_check(facts()).ok is True
+
+
+def test_a_host_name_is_judged_by_what_it_resolves_to_on_the_node():
+    resolved = facts(address="desktop.example", port_probe=CommandResult(
+        0, json.dumps({"status": "free", "ip": "93.184.215.14", "error": ""}), ""))
+    row = address_check(resolved)
+    assert row.ok is False and "desktop.example (93.184.215.14)" in row.detail
+    unresolved = facts(address="desktop.example", port_probe=CommandResult(127, "", "python3: not found"))
+    assert address_check(unresolved).ok is None
+
+
+@pytest.mark.parametrize("sent, remote, received, skew, error", [
+    (100.0, 100.5, 101.0, 0.0, 0.5),     # read mid-trip: in step
+    (100.0, 105.5, 101.0, 5.0, 0.5),     # node ahead
+    (100.0, 97.25, 100.5, -3.0, 0.25),   # node behind
+])
+def test_clock_skew_compares_with_the_midpoint_of_the_round_trip(sent, remote, received, skew, error):
+    assert clock_skew(sent, remote, received) == pytest.approx((skew, error))
+
+
+@pytest.mark.parametrize("remote, ok", [(100.05, True), (101.9, True), (103.5, False), (96.0, False)])
+def test_clock_check_fails_only_beyond_two_seconds(remote, ok):
+    row = clock_check(facts(clock=(100.0, CommandResult(0, repr(remote), ""), 100.1)), python_ok=True)
+    assert row.ok is ok
+    if not ok:
+        assert "timedatectl set-ntp true" in row.fix
+
+
+def test_clock_check_does_not_fail_when_the_round_trip_could_explain_the_skew():
+    slow = facts(clock=(100.0, CommandResult(0, "104.6", ""), 105.0))  # 2.1 s off ± 2.5 s
+    assert clock_check(slow, python_ok=True).ok is True
+
+
+@pytest.mark.parametrize("stdout, status, ok", [
+    ("3.11.2\n", 0, True), ("3.8.0\n", 0, True), ("3.6.9\n", 0, False), ("2.7.18\n", 0, False), ("", 127, False),
+])
+def test_python_check(stdout, status, ok):
+    row = python_check(facts(python_version=CommandResult(status, stdout, "not found" if status else "")))
+    assert row.ok is ok
+    if not ok:
+        assert 'python = "/path/to/python3"' in row.fix
+
+
+def test_disk_under_five_gib_fails():
+    agent = CommandResult(0, json.dumps({"v": 1, "t": 1.0, "source": "none", "disk_free": 4000}), "")
+    row = disk_check(facts(nvml=agent, smi=agent), python_ok=True)
+    assert row.ok is False and "3.9 GiB free in ~/.homegpu" in row.detail and "work_dir" in row.fix
+
+
+def stats(source: str, uuids=(), errors=()) -> object:
+    gpus = [{"index": i, "name": "NVIDIA GeForce RTX 3090", "uuid": uuid} for i, uuid in enumerate(uuids)]
+    return parse_agent_line(json.dumps({"v": 1, "t": 1.0, "source": source, "gpus": gpus,
+                                        "errors": list(errors)}))
+
+
+def test_gpu_check_agreement_mismatch_and_cpu_only():
+    both = gpu_check("box", stats("nvml", ["GPU-a", "GPU-b"]), stats("nvidia-smi", ["GPU-b", "GPU-a"]))
+    assert both.ok is True and both.detail == "2 GPUs: 2× NVIDIA GeForce RTX 3090 (NVML and nvidia-smi agree)"
+    mismatch = gpu_check("box", stats("nvml", ["GPU-a"]), stats("nvidia-smi", ["GPU-a", "GPU-b"]))
+    assert mismatch.ok is False and mismatch.fix.startswith("Driver/library mismatch: reboot")
+    none = gpu_check("box", stats("none", errors=["nvml: NVMLError_LibraryNotFound: x"]),
+                     stats("none", errors=["nvidia-smi: not found on PATH"]))
+    assert none.ok is True and none.detail == "no GPU (CPU-only node: trains on CPU)"
+
+
+def test_gpu_check_without_pynvml_tells_to_install_it_here():
+    row = gpu_check("box", stats("none", errors=["nvml: pynvml is not importable"]),
+                    stats("nvidia-smi", ["GPU-a"]), containers=True)
+    assert row.ok is False and "pip install nvidia-ml-py" in row.fix and "containers" in row.detail
+
+
+def test_gpu_check_when_nvidia_smi_cannot_reach_the_driver():
+    row = gpu_check("box", stats("none", errors=["nvml: NVMLError_DriverNotLoaded: x"]),
+                    stats("nvidia-smi", errors=["nvidia-smi query-gpu: exit 9: NVIDIA-SMI has failed"]))
+    assert row.ok is False and "reboot" in row.fix
+
+
+def test_split_reason_separates_what_happened_from_what_to_do():
+    unknown = ("host key for 10.0.0.2 port 22 is not in known_hosts (SHA256:abc); "
+               "if that is the node's key, run: homegpu trust box")
+    assert split_reason(unknown) == ("host key for 10.0.0.2 port 22 is not in known_hosts (SHA256:abc)",
+                                     "If that is the node's key, run: homegpu trust box")
+    changed = ("HOST KEY CHANGED for h port 22: it now offers SHA256:x, which does not match kh. Refusing to "
+               "connect. If the node was reinstalled, remove the old line with `ssh-keygen -f kh -R h`")
+    detail, fix = split_reason(changed)
+    assert detail.endswith("Refusing to connect") and fix.startswith("If the node was reinstalled")
+    assert split_reason("no reason given") == ("no reason given", "")
+
+
+def test_report_format():
+    rows = [Check("box", "ssh", True, "connected to 10.0.0.2"),
+            Check("box", "docker", None, 'not needed (runtime "process")'),
+            Check("box", "iperf3", False, "iperf3 not found on the node", "Install iperf3.")]
+    assert [format_check(row) for row in rows] == [
+        "  ✓ ssh: connected to 10.0.0.2",
+        '  - docker: not needed (runtime "process")',
+        "  ✗ iperf3: iperf3 not found on the node — fix: Install iperf3.",
+    ]
+    spec = parse_cluster('[[nodes]]\nname = "box"\nhost = "10.0.0.2"\nruntime = "process"\n')
+    report = format_report(spec, rows).splitlines()
+    assert report[0] == "box (10.0.0.2, runtime process)" and report[-1] == "1 problem on box"

@@ -1,0 +1,84 @@
+"""`homegpu doctor`: check every node for what training needs and print how to fix each gap."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from itertools import groupby
+from typing import Sequence
+
+from homegpu.remote.cluster import Cluster
+from homegpu.remote.config import ClusterSpec
+from homegpu.remote.doctor import DEFAULT_JOB_PORT, Check, diagnose
+from homegpu.tui.cli import load_spec
+
+MARKS = {True: "✓", False: "✗", None: "-"}
+
+JSON_HELP = """\
+--json prints one JSON object:
+  {"cluster": NAME, "ok": true|false,
+   "checks": [{"node", "name", "ok": true|false|null, "detail", "fix"}]}
+ok null means not applicable (or skipped because the node is not reachable).
+Checks per node, in order: ssh, host key, python3, docker, nvidia container runtime, gpus, iperf3,
+disk, clock, job port, address."""
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    doctor = commands.add_parser(
+        "doctor", help="check every node for what training needs, with fixes",
+        description="Connect to every node in parallel and check SSH, host key, Python, Docker and the "
+                    "NVIDIA container runtime, GPUs (NVML against nvidia-smi), iperf3, free disk, clock "
+                    "skew, the job port and whether the node's address is public. Each problem comes with "
+                    "one sentence saying how to fix it. Exit status 1 when any check fails.",
+        epilog=JSON_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    doctor.add_argument("--json", action="store_true", help="print JSON for scripts (format below)")
+    doctor.add_argument("--port", type=int, default=DEFAULT_JOB_PORT, metavar="N",
+                        help=f"job port to test on each node's cluster address (default: {DEFAULT_JOB_PORT})")
+    doctor.set_defaults(handler=run_doctor)
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    spec = load_spec(args)
+    checks = asyncio.run(_doctor(spec, args.port))
+    print(json.dumps(doctor_json(spec.name, checks)) if args.json else format_report(spec, checks), flush=True)
+    return 1 if any(check.ok is False for check in checks) else 0
+
+
+async def _doctor(spec: ClusterSpec, port: int) -> list[Check]:
+    async with Cluster(spec, stream_stats=False) as cluster:
+        return await diagnose(cluster, port)
+
+
+def format_check(check: Check) -> str:
+    """`  ✓ name: detail`, `  ✗ name: detail — fix: ...`, `  - name: detail`."""
+    line = f"  {MARKS[check.ok]} {check.name}: {check.detail}"
+    return f"{line} — fix: {check.fix}" if check.ok is False and check.fix else line
+
+
+def format_report(spec: ClusterSpec, checks: Sequence[Check]) -> str:
+    """A header per node, its checks, then one summary line."""
+    lines = []
+    for name, group in groupby(checks, key=lambda check: check.node):
+        node = spec.node(name)
+        lines.append(f"{name} ({node.host}, runtime {node.runtime})")
+        lines.extend(format_check(check) for check in group)
+    lines.append(_summary(checks))
+    return "\n".join(lines)
+
+
+def _summary(checks: Sequence[Check]) -> str:
+    failed = [check for check in checks if check.ok is False]
+    if not failed:
+        return "all checks passed"
+    nodes = sorted({check.node for check in failed})
+    return f"{len(failed)} problem{'s' if len(failed) != 1 else ''} on {', '.join(nodes)}"
+
+
+def doctor_json(cluster: str, checks: Sequence[Check]) -> dict:
+    return {
+        "cluster": cluster,
+        "ok": not any(check.ok is False for check in checks),
+        "checks": [{"node": c.node, "name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in checks],
+    }
