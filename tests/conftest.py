@@ -1,0 +1,83 @@
+"""Session fixtures: the simulated SSH cluster, its cluster.toml, a Docker engine and iperf3.
+
+All of them need root and real system tools. A machine without them fails the tests with a message
+naming what to install (`bash tests/run.sh` installs it all): skipping would hide that the cluster
+tests never ran.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import pytest
+
+from simcluster import (
+    DockerEngine, SimCluster, SimClusterError, alive, ensure_docker, require_root_tools, stop_all,
+)
+
+T = TypeVar("T")
+
+# The third node gets a directory first on its PATH; tests put a replaying nvidia-smi there.
+EXTRA_PATH_NODE = "node3"
+
+
+def _or_fail(step: Callable[[], T]) -> T:
+    """Run a setup step, turning SimClusterError into pytest.fail (never a skip)."""
+    try:
+        return step()
+    except SimClusterError as exc:
+        problem = str(exc)
+    # Failing outside the except block keeps the report to one line, with no chained traceback.
+    pytest.fail(f"test environment not ready: {problem}", pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_sim_node_outlives_the_session() -> Iterator[None]:
+    """Set up first, torn down last: stops any node a test started and never stopped, and says so."""
+    yield
+    leaked = stop_all()
+    if leaked:
+        pytest.fail(f"tests left simulated nodes running (now stopped): {', '.join(leaked)}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def sim_cluster() -> Iterator[SimCluster]:
+    """Three running sshd nodes, node1..node3 on 127.0.0.2..4; node3 has an extra_path dir.
+
+    Teardown stops every process of the nodes and checks by pid that none survived.
+    """
+    _or_fail(require_root_tools)
+    cluster = _or_fail(lambda: SimCluster(3, first_host=2, extra_path_nodes=[EXTRA_PATH_NODE]).start())
+    seen = cluster.pids()
+    yield cluster
+    seen |= cluster.pids()
+    cluster.close()
+    leftover = alive(seen) | cluster.pids()
+    if leftover:
+        pytest.fail(f"simulated nodes left processes running: {sorted(leftover)}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def cluster_toml(sim_cluster: SimCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cluster.toml (runtime "process") for sim_cluster, in its own temp dir."""
+    return sim_cluster.write_cluster_toml(tmp_path_factory.mktemp("cluster") / "cluster.toml")
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Iterator[DockerEngine]:
+    """A Docker engine that answers /_ping; started for the session only if none was running."""
+    engine = _or_fail(ensure_docker)
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture(scope="session")
+def iperf3_path() -> str:
+    """Absolute path of the iperf3 binary."""
+    path = shutil.which("iperf3")
+    if path is None:
+        pytest.fail("iperf3 is not installed; run: apt-get install -y iperf3", pytrace=False)
+    return path

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The test command. As root, from anywhere:  bash tests/run.sh [pytest arguments]
+#
+# Installs what the tests need on a fresh Debian/Ubuntu machine (sshd test nodes, the Docker
+# engine, iperf3, busybox and debootstrap for the test images, tmux for the TUI tests), builds
+# .venv with the package and its dev extras, then runs pytest. Reruns skip the slow steps.
+# The Docker engine is started (and stopped again) by the docker_engine fixture, not here.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+die() { echo "tests/run.sh: $*" >&2; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || die "run as root: the test cluster runs real sshd servers and dockerd (sudo bash tests/run.sh)"
+
+APT_PACKAGES=(openssh-server docker.io iperf3 busybox-static debootstrap tmux ca-certificates)
+
+installed() { [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]; }
+
+missing=()
+for package in "${APT_PACKAGES[@]}"; do
+    installed "$package" || missing+=("$package")
+done
+if (( ${#missing[@]} )); then
+    echo "tests/run.sh: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${APT_PACKAGES[@]}"
+fi
+mkdir -p /run/sshd  # sshd's privilege separation directory; it refuses to start without it
+
+# A Python >= 3.11 that can make virtual environments.
+find_python() {
+    local candidate
+    for candidate in python3.13 python3.12 python3.11 python3; do
+        if command -v "$candidate" >/dev/null &&
+            "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+            command -v "$candidate"
+            return
+        fi
+    done
+    die "no Python >= 3.11 found; install python3 (3.11 or newer)"
+}
+
+if ! .venv/bin/python -c 'import sys' 2>/dev/null; then
+    rm -rf .venv
+    python=$(find_python)
+    if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+        installed python3-venv || { apt-get update -q && apt-get install -y -q --no-install-recommends python3-venv; }
+    fi
+    "$python" -m venv .venv
+fi
+
+# Reinstall only when pyproject.toml changed: the editable install picks up code changes itself.
+stamp=.venv/.homegpu-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+    .venv/bin/python -m pip install -q -e '.[dev]'
+    echo "$want" > "$stamp"
+fi
+
+# Quiet with a summary of skips and failures, unless the caller chose a verbosity.
+defaults=(-q -ra)
+for arg in "$@"; do
+    case $arg in -v* | -q* | --verbose | --quiet) defaults=(-ra) ;; esac
+done
+exec .venv/bin/python -m pytest "${defaults[@]}" "$@"

@@ -1,0 +1,681 @@
+"""A simulated homegpu cluster made of real OpenSSH servers on loopback addresses.
+
+Every 127.0.0.0/8 address is on the loopback interface, so each simulated node is one real
+`/usr/sbin/sshd` listening on its own 127.0.0.N with its own host key. homegpu then talks to the
+nodes exactly as it would to machines on a LAN: real SSH handshakes, strict host key checking,
+real remote processes. Nothing here is mocked.
+
+All nodes share this machine's filesystem and root account; what makes them distinct is the
+address, the host key, the work directory and (optionally) an extra directory on PATH, which is
+how tests give one node a fake `nvidia-smi`.
+
+Used by tests/conftest.py; importable on its own (no pytest needed).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
+
+import tomli_w
+
+SSHD = "/usr/sbin/sshd"
+DOCKER_SOCKET = "/var/run/docker.sock"
+PRIVSEP_DIR = "/run/sshd"
+# Where sshd's exec'd commands look for programs; the node's extra_path goes in front of it.
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Set in every SSH session of a node (and inherited by whatever it starts, detached or not),
+# so stop() can find processes that left the sshd process tree with setsid/nohup.
+MARKER_VAR = "HOMEGPU_SIMNODE"
+
+_REQUIRED_TOOLS = (
+    (SSHD, "openssh-server"),
+    ("ssh-keygen", "openssh-client"),
+    ("ssh", "openssh-client"),
+    ("iperf3", "iperf3"),
+)
+
+
+# Nodes started by this process and not stopped yet: stop_all() ends them at exit, so a test that
+# fails between start() and close() cannot leave sshd servers behind.
+_RUNNING: dict[int, SimNode] = {}
+
+
+class SimClusterError(RuntimeError):
+    """The simulated cluster cannot be set up here; the message says what to install or fix."""
+
+
+# -- prerequisites -------------------------------------------------------------------------------
+
+
+def require_root_tools() -> None:
+    """Raise SimClusterError unless we are root and sshd, ssh, ssh-keygen and iperf3 exist.
+
+    The fixtures turn this into pytest.fail: a test machine that cannot run the cluster must be
+    fixed, not silently skipped.
+    """
+    if os.geteuid() != 0:
+        raise SimClusterError(
+            "the simulated cluster needs root (sshd binds port 22 and logs in as root); "
+            "run the tests as root: bash tests/run.sh")
+    missing = [(tool, pkg) for tool, pkg in _REQUIRED_TOOLS if not _tool_exists(tool)]
+    if missing:
+        names = ", ".join(tool for tool, _ in missing)
+        packages = " ".join(sorted({pkg for _, pkg in missing}))
+        raise SimClusterError(f"missing {names}; install with: apt-get install -y {packages}")
+
+
+def _tool_exists(tool: str) -> bool:
+    return os.access(tool, os.X_OK) if tool.startswith("/") else shutil.which(tool) is not None
+
+
+# -- small process helpers -------------------------------------------------------------------------
+
+
+def _run(argv: list[str], timeout: float = 30.0) -> subprocess.CompletedProcess:
+    """Run a helper tool, raising SimClusterError with its output when it fails."""
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise SimClusterError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+def generate_ed25519_key(path: Path, comment: str) -> str:
+    """Write a new passphrase-less ed25519 key pair at `path`; return the public key line."""
+    for stale in (path, path.with_name(path.name + ".pub")):
+        stale.unlink(missing_ok=True)  # ssh-keygen would otherwise ask before overwriting
+    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
+    return path.with_name(path.name + ".pub").read_text().strip()
+
+
+def _proc_table() -> dict[int, tuple[int, str]]:
+    """pid -> (ppid, state) for every process, read from /proc."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        fields = stat.rsplit(")", 1)[1].split()  # the command name may contain spaces
+        table[int(entry)] = (int(fields[1]), fields[0])
+    return table
+
+
+def _has_env(pid: int, entry: bytes) -> bool:
+    try:
+        return entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def _descendants(roots: Iterable[int], table: Mapping[int, tuple[int, str]]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = set(), [root for root in roots if root in table]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, ()))
+    return found
+
+
+def alive(pids: Iterable[int]) -> set[int]:
+    """The pids that still run (zombies count as gone: they hold no resources but a table slot)."""
+    table = _proc_table()
+    return {pid for pid in pids if pid in table and table[pid][1] != "Z"}
+
+
+def _signal_all(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _wait_gone(pids: set[int], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _port_is_free(address: str, port: int) -> bool:
+    """True if sshd could bind address:port (probed with SO_REUSEADDR, as sshd binds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(address: str) -> int:
+    """A TCP port nobody listens on at `address` right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((address, 0))
+        return probe.getsockname()[1]
+
+
+def ssh_banner(address: str, port: int, timeout: float = 1.0) -> bytes:
+    """The first bytes an SSH server sends ("SSH-2.0-..."); raises OSError if none comes."""
+    with socket.create_connection((address, port), timeout=timeout) as conn:
+        return conn.recv(64)
+
+
+# -- one node --------------------------------------------------------------------------------------
+
+
+class SimNode:
+    """One simulated machine: a real sshd on its own loopback address, owned by this process.
+
+    sshd runs in the foreground (-D) under Popen so its pid is ours. Each accepted connection is
+    a forked sshd that calls setsid(), so the listener's process group does NOT cover sessions;
+    stop()/kill() therefore walk the /proc process tree below the listener and also pick up
+    anything carrying this node's marker variable (processes that double-forked away).
+    """
+
+    def __init__(self, name: str, address: str, root: Path, authorized_keys: Path,
+                 *, extra_path: bool = False, port: int | None = None) -> None:
+        self.name = name
+        self._address = address
+        self._port = port
+        self._port_fixed = port is not None
+        self._dir = root / name
+        self._sshd_dir = self._dir / "sshd"
+        self._work_dir = self._dir / "work"
+        self._extra_path = self._dir / "bin" if extra_path else None
+        self._authorized_keys = authorized_keys
+        self._marker = f"{name}-{uuid.uuid4().hex[:12]}"
+        self._proc: subprocess.Popen | None = None
+        for folder in (self._sshd_dir, self._work_dir, self._extra_path):
+            if folder is not None:
+                folder.mkdir(parents=True, exist_ok=True)
+        generate_ed25519_key(self.host_key_path, f"simnode-{name}")
+
+    # -- properties --
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    @property
+    def port(self) -> int:
+        """The SSH port; 22 unless 22 was taken on this address when the node first started."""
+        return self._port if self._port is not None else 22
+
+    @property
+    def host_key_path(self) -> Path:
+        return self._sshd_dir / "ssh_host_ed25519_key"
+
+    @property
+    def host_public_key(self) -> str:
+        """The "ssh-ed25519 AAAA..." part of the host key (no comment): what known_hosts holds."""
+        key_type, blob = (self._sshd_dir / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+        return f"{key_type} {blob}"
+
+    @property
+    def known_hosts_line(self) -> str:
+        host = self.address if self.port == 22 else f"[{self.address}]:{self.port}"
+        return f"{host} {self.host_public_key}"
+
+    @property
+    def work_dir(self) -> Path:
+        return self._work_dir
+
+    @property
+    def extra_path(self) -> Path | None:
+        """A directory put first in PATH by sshd for this node's sessions, or None."""
+        return self._extra_path
+
+    @property
+    def session_path(self) -> str:
+        """PATH as sshd sets it (root's ~/.bashrc may still prepend its own dirs afterwards)."""
+        return f"{self._extra_path}:{BASE_PATH}" if self._extra_path else BASE_PATH
+
+    @property
+    def config_path(self) -> Path:
+        return self._sshd_dir / "sshd_config"
+
+    @property
+    def log_path(self) -> Path:
+        return self._sshd_dir / "sshd.log"
+
+    @property
+    def marker(self) -> str:
+        """Value of $HOMEGPU_SIMNODE in this node's sessions."""
+        return self._marker
+
+    @property
+    def pid(self) -> int | None:
+        """The listener's pid while it runs."""
+        return self._proc.pid if self.is_running else None
+
+    @property
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    # -- lifecycle --
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Start sshd and return once it accepts connections and sends its SSH banner."""
+        if self.is_running:
+            return
+        os.makedirs(PRIVSEP_DIR, mode=0o755, exist_ok=True)  # sshd refuses to run without it
+        if self._port is None:
+            self._port = 22 if _port_is_free(self.address, 22) else free_port(self.address)
+        for attempt in range(3):
+            if self._launch(timeout):
+                _RUNNING[id(self)] = self
+                return
+            if self._port_fixed or attempt == 2:
+                break
+            self._port = free_port(self.address)  # lost a race for the port: try another
+        raise SimClusterError(f"{self.name}: sshd on {self.address}:{self.port} did not start:\n"
+                              f"{self._log_tail()}")
+
+    def _launch(self, timeout: float) -> bool:
+        """One attempt: True when listening, False when sshd exited (bind failure, bad config)."""
+        self._write_config()
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                [SSHD, "-D", "-f", str(self.config_path), "-E", str(self.log_path)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        listening = f"Server listening on {self.address} port {self.port}."
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                return False
+            # Wait for OUR sshd's log line first: a banner alone could come from someone else's.
+            if listening in self._log_text(offset) and self._answers():
+                return True
+            time.sleep(0.02)
+        self.kill()
+        raise SimClusterError(f"{self.name}: sshd did not answer within {timeout} s:\n{self._log_tail()}")
+
+    def _answers(self) -> bool:
+        try:
+            return ssh_banner(self.address, self.port).startswith(b"SSH-")
+        except OSError:
+            return False
+
+    def _write_config(self) -> None:
+        options = {
+            "ListenAddress": f"{self.address}:{self.port}",
+            "HostKey": str(self.host_key_path),
+            "PidFile": str(self._sshd_dir / "sshd.pid"),
+            "UsePAM": "no",
+            "PasswordAuthentication": "no",
+            "KbdInteractiveAuthentication": "no",
+            "PubkeyAuthentication": "yes",
+            "PermitRootLogin": "prohibit-password",
+            "AuthorizedKeysFile": str(self._authorized_keys),
+            "StrictModes": "no",  # the key file lives in a temp dir we do not chmod carefully
+            "AllowTcpForwarding": "yes",
+            "AllowStreamLocalForwarding": "yes",  # homegpu forwards the Docker socket
+            "X11Forwarding": "no",
+            "PrintMotd": "no",
+            "UseDNS": "no",
+            # Tests open many connections at once; the defaults (10 / 10:30:100) drop some.
+            "MaxStartups": "200",
+            "MaxSessions": "100",
+            "Subsystem": "sftp internal-sftp",
+            "SetEnv": f"PATH={self.session_path} {MARKER_VAR}={self._marker}",
+        }
+        self.config_path.write_text("".join(f"{key} {value}\n" for key, value in options.items()))
+
+    def _log_text(self, offset: int = 0) -> str:
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(offset)
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def _log_tail(self, lines: int = 15) -> str:
+        return "\n".join(self._log_text().splitlines()[-lines:])
+
+    def pids(self) -> set[int]:
+        """Every live process of this node: listener, connection sshds, sessions, detached ones.
+
+        The sshds themselves cannot be found by the marker (setproctitle overwrites their
+        /proc/PID/environ), hence the walk down from the listener as well.
+        """
+        table = _proc_table()
+        # returncode None: not reaped yet, so the pid is still ours even if it just died.
+        roots = [self._proc.pid] if self._proc is not None and self._proc.returncode is None else []
+        entry = f"{MARKER_VAR}={self._marker}".encode()
+        marked = {pid for pid in table if _has_env(pid, entry)}
+        found = _descendants(roots, table) | _descendants(marked, table)
+        return {pid for pid in found if table[pid][1] != "Z"}
+
+    def freeze(self) -> set[int]:
+        """Make the node silent: SIGSTOP all its processes and return their pids.
+
+        TCP connections stay open but nothing answers, so only timeouts and SSH keepalives can
+        notice, as with an unplugged or hung machine. Repeats until no new process shows up: a
+        stopped process cannot fork, so the returned set is complete.
+        """
+        frozen: set[int] = set()
+        while new := self.pids() - frozen:
+            _signal_all(new, signal.SIGSTOP)
+            frozen |= new
+        return frozen
+
+    def thaw(self) -> None:
+        """Undo freeze()."""
+        _signal_all(self.pids(), signal.SIGCONT)
+
+    def stop(self, grace: float = 3.0) -> None:
+        """Shut the node down: SIGTERM everything of it, SIGKILL what is left after `grace` s.
+
+        The tree is frozen first so that the listener dying cannot orphan (and hide) connection
+        sshds before they get the signal.
+        """
+        pids = self.freeze()
+        _signal_all(pids, signal.SIGTERM)
+        _signal_all(pids, signal.SIGCONT)
+        _wait_gone(pids, grace)
+        self.kill()
+
+    def kill(self) -> None:
+        """Crash the node: SIGKILL the listener, every connection and every session at once.
+
+        Killing only the listener would not simulate a dead machine: existing connections live in
+        their own setsid'd sshd processes and would keep working. Here the kernel closes their
+        sockets, so clients see the connection drop at once. For a machine that goes silent
+        instead (unplugged cable, kernel hang) use freeze().
+        """
+        while pids := self.freeze():
+            _signal_all(pids, signal.SIGKILL)
+            _wait_gone(pids, 5.0)
+        if self._proc is not None:
+            self._proc.wait(timeout=5)  # reap the listener: it is our child
+        _RUNNING.pop(id(self), None)
+
+    def restart(self) -> None:
+        """Stop and start again on the same address and port (e.g. after regenerate_host_key)."""
+        self.stop()
+        self._port_fixed = True  # known_hosts and cluster.toml already name this port
+        self.start()
+
+    def regenerate_host_key(self) -> str:
+        """Replace the host key on disk; takes effect at the next restart(). Returns the new key."""
+        generate_ed25519_key(self.host_key_path, f"simnode-{self.name}")
+        return self.host_public_key
+
+    def __repr__(self) -> str:
+        state = "running" if self.is_running else "stopped"
+        return f"<SimNode {self.name} {self.address}:{self.port} {state}>"
+
+
+def stop_all() -> list[str]:
+    """Stop every node this process started and has not stopped; return their names.
+
+    The safety net behind close(): registered with atexit, and called by conftest at the end of
+    the session, where a non-empty result means some test forgot to stop its cluster.
+    """
+    leaked = list(_RUNNING.values())
+    for node in leaked:
+        node.stop()
+    return [f"{node.name}@{node.address}:{node.port}" for node in leaked]
+
+
+atexit.register(stop_all)
+
+
+# -- the cluster -----------------------------------------------------------------------------------
+
+
+class SimCluster:
+    """`count` SimNodes on 127.0.0.<first_host>... plus a client key pair and a known_hosts file.
+
+    Use as a context manager or call start()/close(). close() stops only the sshds it started and
+    removes only its own temp directory.
+    """
+
+    def __init__(self, count: int = 3, *, first_host: int = 2, name: str = "testcluster",
+                 extra_path_nodes: Iterable[str] = (), root: Path | None = None) -> None:
+        require_root_tools()
+        self.name = name
+        self._own_root = root is None
+        self.root = Path(tempfile.mkdtemp(prefix="homegpu-sim-")) if root is None else Path(root)
+        self.nodes: list[SimNode] = []
+        try:
+            self._prepare(count, first_host, set(extra_path_nodes))
+        except BaseException:
+            self.close()
+            raise
+
+    def _prepare(self, count: int, first_host: int, wanted_extra: set[str]) -> None:
+        """Keys, known_hosts location and the (not yet started) nodes."""
+        self.work_dir = self.root / "work"
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.client_key_path = self.root / "client_key"
+        self.client_public_key = generate_ed25519_key(self.client_key_path, "homegpu-test-client")
+        self.authorized_keys_path = self.root / "authorized_keys"
+        self.authorized_keys_path.write_text(self.client_public_key + "\n")
+        self.known_hosts_path = self.root / "known_hosts"
+        self.nodes = [
+            SimNode(f"node{i + 1}", f"127.0.0.{first_host + i}", self.root, self.authorized_keys_path,
+                    extra_path=f"node{i + 1}" in wanted_extra)
+            for i in range(count)
+        ]
+
+    def start(self) -> SimCluster:
+        """Start every node and write known_hosts for them; on failure stop what did start."""
+        try:
+            for node in self.nodes:
+                node.start()
+        except BaseException:
+            self.close()
+            raise
+        self.write_known_hosts()
+        return self
+
+    def close(self) -> None:
+        """Stop every node (and all its processes) and remove the temp directory if we made it."""
+        for node in self.nodes:
+            node.stop()
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> SimCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def node(self, name: str) -> SimNode:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def pids(self) -> set[int]:
+        """Every live process of every node."""
+        return set().union(*(node.pids() for node in self.nodes))
+
+    def write_known_hosts(self) -> Path:
+        """(Re)write known_hosts from the nodes' current host keys.
+
+        Not called by regenerate_host_key(): tests of host key changes need the old entry kept.
+        """
+        self.known_hosts_path.write_text("".join(node.known_hosts_line + "\n" for node in self.nodes))
+        return self.known_hosts_path
+
+    def ssh_argv(self, node: SimNode, *command: str) -> list[str]:
+        """argv for the system ssh client to run `command` on `node`, strictly checking its key."""
+        return [
+            "ssh", "-F", "/dev/null", "-i", str(self.client_key_path), "-p", str(node.port),
+            "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={self.known_hosts_path}",
+            "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes",
+            "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", f"root@{node.address}", *command,
+        ]
+
+    def cluster_dict(self, runtime: str = "process", *, node_overrides: Mapping[str, Mapping] | None = None,
+                     jobs: Mapping[str, Mapping] | None = None, **overrides: Any) -> dict:
+        """The cluster.toml content as a dict. `overrides` replace [cluster] keys (None deletes
+        one), `node_overrides` maps a node name to keys to replace in its [[nodes]] table."""
+        cluster = {
+            "name": self.name,
+            "user": "root",
+            "identity_file": str(self.client_key_path),
+            "known_hosts": str(self.known_hosts_path),
+            "connect_timeout": 5.0,
+            "keepalive_interval": 1.0,
+            "keepalive_count_max": 3,
+            "stats_interval": 1.0,
+            "work_dir": str(self.work_dir),
+        }
+        _apply(cluster, overrides)
+        nodes = []
+        for node in self.nodes:
+            table = {"name": node.name, "host": node.address, "port": node.port,
+                     "address": node.address, "runtime": runtime, "work_dir": str(node.work_dir)}
+            _apply(table, (node_overrides or {}).get(node.name, {}))
+            nodes.append(table)
+        data: dict[str, Any] = {"cluster": cluster, "nodes": nodes}
+        if jobs:
+            data["jobs"] = {name: dict(table) for name, table in jobs.items()}
+        return data
+
+    def write_cluster_toml(self, path: str | Path, runtime: str = "process", **overrides: Any) -> Path:
+        """Write a homegpu cluster.toml for these nodes (see cluster_dict for the overrides)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(tomli_w.dumps(self.cluster_dict(runtime, **overrides)))
+        return path
+
+
+def _apply(table: dict, overrides: Mapping[str, Any]) -> None:
+    for key, value in overrides.items():
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+
+
+# -- Docker ----------------------------------------------------------------------------------------
+
+
+class DockerEngine(NamedTuple):
+    """A Docker engine usable by the tests; stop() ends it only if ensure_docker started it."""
+
+    socket_path: str
+    started_by_us: bool
+    stop: Callable[[], None]
+
+
+def docker_ping(socket_path: str = DOCKER_SOCKET, timeout: float = 2.0) -> bool:
+    """True if a Docker engine answers GET /_ping on the Unix socket (no docker CLI needed)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout)
+            conn.connect(socket_path)
+            conn.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            reply = conn.recv(4096)
+    except OSError:
+        return False
+    return reply.startswith(b"HTTP/1.") and b" 200 " in reply.split(b"\r\n", 1)[0] + b" "
+
+
+def ensure_docker(timeout: float = 60.0, socket_path: str = DOCKER_SOCKET) -> DockerEngine:
+    """Use the running Docker engine, or start dockerd and wait for it.
+
+    Raises SimClusterError if dockerd is not installed or does not come up within `timeout`.
+    """
+    if docker_ping(socket_path):
+        return DockerEngine(socket_path, False, lambda: None)
+    # root's PATH normally has /usr/sbin, but pytest may run with a trimmed one
+    dockerd = shutil.which("dockerd", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"]))
+    if dockerd is None:
+        raise SimClusterError("no Docker engine: dockerd is not installed; run: apt-get install -y docker.io")
+    log_dir = Path(tempfile.mkdtemp(prefix="homegpu-dockerd-"))
+    log_path = log_dir / "dockerd.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([dockerd], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True)
+
+    def stop() -> None:
+        _stop_process(proc, grace=30.0)
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if docker_ping(socket_path):
+            if proc.poll() is None:
+                return DockerEngine(socket_path, True, stop)
+            # Ours exited but an engine answers: someone else started one meanwhile. Use it,
+            # leave it running.
+            shutil.rmtree(log_dir, ignore_errors=True)
+            return DockerEngine(socket_path, False, lambda: None)
+        if proc.poll() is not None and "pid file found" not in log_path.read_text(errors="replace"):
+            break  # ours failed, and not because another dockerd is starting up
+        time.sleep(0.2)
+    tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
+    stop()
+    raise SimClusterError(f"dockerd did not answer on {socket_path} within {timeout} s:\n{tail}")
+
+
+def _wait_for_line(proc: subprocess.Popen, text: str, timeout: float) -> None:
+    """Read proc's unbuffered stdout until a line contains `text`; SimClusterError after `timeout` s."""
+    deadline, seen = time.monotonic() + timeout, []
+    while (left := deadline - time.monotonic()) > 0 and select.select([proc.stdout], [], [], left)[0]:
+        line = proc.stdout.readline().decode(errors="replace")  # unbuffered: reads up to \n only
+        if not line:
+            break  # the process closed its output: it exited
+        if text in line:
+            return
+        seen.append(line.strip())
+    raise SimClusterError(f"{proc.args[0]} never printed {text!r}; it printed: {' | '.join(seen)}")
+
+
+def _stop_process(proc: subprocess.Popen, grace: float) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# -- iperf3 ----------------------------------------------------------------------------------------
+
+
+def iperf3_between(server: str, client: str, seconds: int = 1, iperf3: str = "iperf3") -> dict:
+    """Run one iperf3 test from address `client` to address `server`; return iperf3's JSON."""
+    port = free_port(server)
+    # --forceflush: into a pipe iperf3 would block-buffer its "Server listening" line forever.
+    # bufsize=0: select() must see every unread byte, none may hide in a Python buffer.
+    srv = subprocess.Popen([iperf3, "-s", "-1", "--forceflush", "-B", server, "-p", str(port)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0)
+    try:
+        _wait_for_line(srv, "Server listening", 10.0)
+        result = subprocess.run(
+            [iperf3, "-c", server, "-p", str(port), "-B", client, "-J", "-t", str(seconds)],
+            capture_output=True, text=True, timeout=seconds + 30)
+        report = json.loads(result.stdout or "{}")
+        if result.returncode != 0 or "error" in report or "end" not in report:
+            raise SimClusterError(f"iperf3 client failed: {report.get('error') or result.stderr.strip()}")
+        return report
+    finally:
+        _stop_process(srv, grace=5.0)
+        srv.stdout.close()
