@@ -13,6 +13,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
+from homegpu.remote.job_config import JobSpec, parse_job
 from homegpu.remote.toml_lines import LineIndex
 
 DEFAULT_CONFIG_NAME = "cluster.toml"
@@ -63,6 +64,7 @@ class NodeSpec:
     python: str = "python3"
     tags: tuple[str, ...] = ()
     work_dir: str = ""
+    docker_socket: str = "/var/run/docker.sock"
 
     @property
     def is_local(self) -> bool:
@@ -78,14 +80,14 @@ class NodeSpec:
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """The whole cluster.toml, validated. `jobs` holds each `[jobs.NAME]` table as read."""
+    """The whole cluster.toml, validated."""
 
     name: str
     nodes: tuple[NodeSpec, ...]
     ssh: SshDefaults = field(default_factory=SshDefaults)
     stats_interval: float = 1.0
     work_dir: str = "~/.homegpu"
-    jobs: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
+    jobs: Mapping[str, JobSpec] = field(default_factory=lambda: MappingProxyType({}))
     source: str = EMBEDDED_DEFAULT
 
     def work_dir_of(self, node: NodeSpec) -> str:
@@ -99,11 +101,18 @@ class ClusterSpec:
         raise KeyError(name)
 
 
+DEMO_JOB = "demo"
+
+
 def embedded_default() -> ClusterSpec:
-    """This machine as the only node, run through local processes: needs no SSH and no Docker."""
+    """This machine as the only node, run through local processes: needs no SSH and no Docker.
+
+    Its `demo` job runs two workers here, so MultiWorkerMirroredStrategy really synchronises.
+    """
     return ClusterSpec(
         name="this-machine",
         nodes=(NodeSpec(name="local", host=LOCAL_HOST, runtime="process"),),
+        jobs=MappingProxyType({DEMO_JOB: JobSpec(name=DEMO_JOB, workers_per_node=2, epochs=2)}),
     )
 
 
@@ -158,6 +167,7 @@ _CLUSTER_KEYS = {
 }
 _NODE_KEYS = {
     "name", "host", "port", "user", "identity_file", "address", "runtime", "python", "tags", "work_dir",
+    "docker_socket",
 }
 _TOP_KEYS = {"cluster", "nodes", "jobs"}
 
@@ -194,7 +204,7 @@ class _Validator:
             ssh=ssh,
             stats_interval=get("stats_interval", float, 1.0, self.check_positive),
             work_dir=get("work_dir", str, "~/.homegpu", self.check_path),
-            jobs=self.jobs(data),
+            jobs=self.jobs(data, tuple(node.name for node in nodes)),
             source=self.file,
         )
 
@@ -234,6 +244,7 @@ class _Validator:
             python=get("python", str, "python3", self.check_path),
             tags=tuple(get("tags", list, [], self.check_tags)),
             work_dir=get("work_dir", str, "", self.check_path),
+            docker_socket=get("docker_socket", str, NodeSpec.docker_socket, self.check_path),
         )
 
     def check_unique(self, nodes: tuple[NodeSpec, ...]) -> None:
@@ -254,7 +265,7 @@ class _Validator:
                                 "give each node its own host or port")
             endpoints[endpoint] = index
 
-    def jobs(self, data: dict) -> Mapping[str, Mapping[str, Any]]:
+    def jobs(self, data: dict, node_names: tuple[str, ...]) -> Mapping[str, JobSpec]:
         raw = self.table(data, ("jobs",))
         jobs = {}
         for name, table in raw.items():
@@ -262,7 +273,7 @@ class _Validator:
                 raise self.fail(("jobs", name), "must be a table", f"write it as a [jobs.{name}] table")
             if not _NAME_RE.match(name):
                 raise self.fail(("jobs", name), f"invalid job name {name!r}", "use letters, digits, - _ .")
-            jobs[name] = MappingProxyType(dict(table))
+            jobs[name] = parse_job(self, name, table, node_names)
         return MappingProxyType(jobs)
 
     # -- helpers --------------------------------------------------------------------------------
@@ -297,7 +308,7 @@ class _Validator:
             return float(value)
         if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
             return value
-        example = {str: '"text"', int: "22", float: "1.5", list: '["a", "b"]'}[kind]
+        example = {str: '"text"', int: "22", float: "1.5", list: '["a", "b"]', dict: '{ KEY = "value" }'}[kind]
         raise self.fail(path, f"expected {_KIND_NAMES[kind]}, got {_type_name(value)} {value!r}",
                         f"write it like {path[-1]} = {example}")
 
@@ -350,7 +361,7 @@ class _Validator:
                 raise self.fail(path, f"invalid tag {tag!r}", 'use short words such as tags = ["gpu", "rtx4090"]')
 
 
-_KIND_NAMES = {str: "a string", int: "an integer", float: "a number", list: "a list"}
+_KIND_NAMES = {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "a table"}
 
 
 def _type_name(value: Any) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 import tomli_w
 
 from homegpu.remote.config import ClusterSpec, NodeSpec, SshDefaults
+from homegpu.remote.job_config import JobSpec
 
 STARTER_HEADER = """\
 # homegpu cluster file, written by `homegpu init`.
@@ -29,7 +30,7 @@ def cluster_to_dict(spec: ClusterSpec) -> dict[str, Any]:
         cluster["work_dir"] = spec.work_dir
     document: dict[str, Any] = {"cluster": cluster, "nodes": [_node_dict(node) for node in spec.nodes]}
     if spec.jobs:
-        document["jobs"] = {name: dict(table) for name, table in spec.jobs.items()}
+        document["jobs"] = {name: _job_dict(job) for name, job in spec.jobs.items()}
     return document
 
 
@@ -48,14 +49,27 @@ def cluster_to_toml(spec: ClusterSpec, header: str = STARTER_HEADER) -> str:
 def _node_dict(node: NodeSpec) -> dict[str, Any]:
     table = {"name": node.name, "host": node.host}
     table.update(_non_default(node, NodeSpec(name=node.name, host=node.host)))
-    if "tags" in table:
-        table["tags"] = list(node.tags)
+    return table
+
+
+def _job_dict(job: JobSpec) -> dict[str, Any]:
+    table = _non_default(job, JobSpec(name=job.name))
+    table.pop("name", None)
     return table
 
 
 def _non_default(value: Any, default: Any) -> dict[str, Any]:
+    """Fields that differ from `default`, as TOML-ready values (tuples → lists, mappings → dicts)."""
     return {
-        f.name: getattr(value, f.name)
+        f.name: _toml_value(getattr(value, f.name))
         for f in fields(value)
         if getattr(value, f.name) != getattr(default, f.name)
     }
+
+
+def _toml_value(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    if hasattr(value, "items"):
+        return dict(value)
+    return value

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from textwrap import dedent
+from types import MappingProxyType
 
 import pytest
 
@@ -12,6 +13,7 @@ from homegpu.remote.config import (
     parse_cluster,
 )
 from homegpu.remote.config_writer import cluster_to_toml
+from homegpu.remote.job_config import DEFAULT_IMAGE, JobSpec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -60,9 +62,26 @@ def test_spec_is_frozen():
         spec.jobs["x"] = {}  # type: ignore[index]
 
 
-def test_jobs_tables_are_reserved_and_kept():
-    spec = parse_cluster(NODE + '\n[jobs.train]\nepochs = 3\n')
-    assert dict(spec.jobs["train"]) == {"epochs": 3}
+JOB = NODE + '[[nodes]]\nname = "b"\nhost = "10.0.0.2"\n\n[jobs.train]\n'
+
+
+def test_job_table_parses_with_defaults():
+    spec = parse_cluster(JOB + 'epochs = 3\nenv = { TF_CPP_MIN_LOG_LEVEL = "1" }\nnodes = ["b"]\n')
+    job = spec.jobs["train"]
+    assert (job.name, job.epochs, job.nodes, dict(job.env)) == ("train", 3, ("b",), {"TF_CPP_MIN_LOG_LEVEL": "1"})
+    assert job.uses_trainer and job.port == 23456 and job.restart == "on-failure"
+    assert job.image == DEFAULT_IMAGE and job.python_for(spec.nodes[0]) == "python3"
+
+
+def test_script_job():
+    job = parse_cluster(JOB + 'script = "./mnist/train.py"\nargs = ["--lr", "0.01"]\npython = "/opt/tf/bin/python"\n'
+                        ).jobs["train"]
+    assert not job.uses_trainer and job.args == ("--lr", "0.01") and job.python == "/opt/tf/bin/python"
+
+
+def test_embedded_default_has_a_two_worker_demo_job():
+    job = embedded_default().jobs["demo"]
+    assert job.workers_per_node == 2 and job.uses_trainer and job.data == "synthetic"
 
 
 def test_embedded_default_is_this_machine_as_a_process_node():
@@ -92,7 +111,10 @@ def test_repository_example_is_valid():
     ClusterSpec(name="x", nodes=(NodeSpec(name="n", host="h", port=22, user="u", identity_file="~/k",
                                           address="1.2.3.4", runtime="process", python="py",
                                           tags=("a", "b"), work_dir="/w"),),
-                ssh=SshDefaults(known_hosts="/kh", keepalive_count_max=5), stats_interval=0.5, work_dir="/d"),
+                ssh=SshDefaults(known_hosts="/kh", keepalive_count_max=5), stats_interval=0.5, work_dir="/d",
+                jobs=MappingProxyType({"t": JobSpec(name="t", image="me/tf:1", script="s/train.py", args=("-x",),
+                                                    env=MappingProxyType({"A": "1"}), nodes=("n",), epochs=5,
+                                                    restart="never", stall_timeout=60.0)})),
 ])
 def test_writer_round_trip(spec):
     text = cluster_to_toml(spec)
@@ -150,6 +172,20 @@ BAD_INPUTS = [
     (NODE + 'user = "root;id"\n', 4, "[[nodes]] #1.user", "shell metacharacters", "user name without them"),
     (NODE + 'jobs = 1\n', 4, "[[nodes]] #1.jobs", "unknown key 'jobs'", "[[nodes]] reference"),
     (NODE + '[jobs]\ntrain = 5\n', 5, "[jobs.train]", "must be a table", "[jobs.train] table"),
+    (JOB + 'epoch = 3\n', 9, "[jobs.train].epoch", "unknown key 'epoch'", "did you mean 'epochs'?"),
+    (JOB + 'epochs = 0\n', 9, "[jobs.train].epochs", "greater than 0", "positive"),
+    (JOB + 'nodes = ["a", "c"]\n', 9, "[jobs.train].nodes", "unknown node 'c'", "a, b"),
+    (JOB + 'nodes = ["a", "a"]\n', 9, "[jobs.train].nodes", "listed twice", "each node once"),
+    (JOB + 'restart = "always"\n', 9, "[jobs.train].restart", "unknown value 'always'", '"on-failure"'),
+    (JOB + 'port = 99999\n', 9, "[jobs.train].port", "out of range", "between 1 and 65535"),
+    (JOB + 'image = "My Image"\n', 9, "[jobs.train].image", "invalid image name", "homegpu/tensorflow"),
+    (JOB + 'data = "imagenet"\n', 9, "[jobs.train].data", "unknown data source", '"npz:PATH"'),
+    (JOB + 'env = { "1X" = "a" }\n', 9, "[jobs.train].env.1X", "invalid variable name", "letters, digits"),
+    (JOB + 'env = { X = 1 }\n', 9, "[jobs.train].env.X", "not a string", 'X = "1"'),
+    (JOB + 'script = "train.py; rm -rf /"\n', 9, "[jobs.train].script", "shell metacharacters", "without them"),
+    (JOB + 'args = ["--lr", 0.1]\n', 9, "[jobs.train].args", "0.1 is not a string", "in quotes"),
+    (JOB + 'max_restarts = -1\n', 9, "[jobs.train].max_restarts", "0 or more", "0 or more"),
+    (JOB + 'model = "vit"\n', 9, "[jobs.train].model", "unknown value 'vit'", '"cnn"'),
 ]
 
 

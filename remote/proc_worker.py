@@ -1,0 +1,218 @@
+"""Start, inspect and stop detached worker processes on a node (the process runtime's node side).
+
+STDLIB ONLY, Python 3.8+: it is sent to nodes as `python3 -c <this file> COMMAND ...` and must not
+import homegpu. All state lives in files under the run directory, so a restarted homegpu (or
+another terminal) finds running workers again:
+
+    RUN_DIR/LABEL.json   job, run id, index, generation, pid and the pid's start time
+    RUN_DIR/LABEL.log    the worker's stdout and stderr, every generation appended
+    RUN_DIR/LABEL.exit   {"generation": G, "status": CODE} once that generation has ended
+
+Commands (each prints one JSON object):
+    start  --run-dir D --label L --meta JSON [--cwd DIR] [--env K=V ...] -- ARGV...
+    status --run-dir D --label L
+    stop   --run-dir D --label L [--grace SECONDS]
+    list   --root DIR            (every worker under DIR/*/, for `homegpu jobs` and reattaching)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+
+def _paths(run_dir, label):
+    base = os.path.join(os.path.expanduser(run_dir), label)
+    return base + ".json", base + ".log", base + ".exit"
+
+
+def _start_time(pid):
+    """The kernel's start time of `pid` (clock ticks since boot): tells a reused pid from ours."""
+    try:
+        with open("/proc/%d/stat" % pid) as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(meta):
+    pid = meta.get("pid")
+    return bool(pid) and _start_time(pid) == meta.get("start_time") and not _is_zombie(pid)
+
+
+def _is_zombie(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _read_json(path):
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(path, data):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as handle:
+        json.dump(data, handle)
+    os.replace(tmp, path)
+
+
+def start(args):
+    meta_path, log_path, exit_path = _paths(args.run_dir, args.label)
+    os.makedirs(os.path.dirname(meta_path), exist_ok=True)
+    old = _read_json(meta_path)
+    if old and _alive(old):
+        return {"error": "already running", "pid": old["pid"], "generation": old.get("generation")}
+    if os.path.exists(exit_path):
+        os.unlink(exit_path)
+    meta = json.loads(args.meta)
+    env = dict(os.environ)
+    env.update(item.split("=", 1) for item in args.env)
+    read_end, write_end = os.pipe()
+    if os.fork() == 0:  # the waiter: detached from the SSH session, records the exit status
+        os.close(read_end)
+        os.setsid()
+        _waiter(args, env, log_path, exit_path, meta, write_end)
+    os.close(write_end)
+    report = os.read(read_end, 4096).decode() or '{"error": "worker did not start"}'
+    os.close(read_end)
+    result = json.loads(report)
+    if "pid" in result:
+        meta.update(pid=result["pid"], start_time=_start_time(result["pid"]), label=args.label,
+                    started=time.time(), argv=args.argv)
+        _write_json(meta_path, meta)
+    return result
+
+
+def _waiter(args, env, log_path, exit_path, meta, report_fd):
+    """Fork the worker in its own process group, tell the starter its pid, wait, record the exit."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    quiet = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # keep nothing of the SSH session open, or it could not close
+        os.dup2(quiet, fd)
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.write(log, ("=== homegpu: %s generation %s starting ===\n" % (args.label, meta.get("generation"))).encode())
+    exec_check_r, exec_check_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setpgid(0, 0)
+            os.close(exec_check_r)
+            os.set_inheritable(exec_check_w, False)  # closes on exec: EOF means exec worked
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            if args.cwd:
+                os.chdir(os.path.expanduser(args.cwd))
+            os.execvpe(args.argv[0], args.argv, env)
+        except Exception as exc:  # noqa: BLE001 - reported to the starter, then this child ends
+            os.write(exec_check_w, str(exc).encode())
+        os._exit(127)
+    os.close(exec_check_w)
+    failure = os.read(exec_check_r, 4096).decode()
+    report = {"error": "cannot start %s: %s" % (args.argv[0], failure)} if failure else {"pid": pid}
+    os.write(report_fd, json.dumps(report).encode())
+    os.close(report_fd)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else _exit_code(status)
+    os.write(log, ("=== homegpu: %s generation %s exited with status %d ===\n"
+                   % (args.label, meta.get("generation"), code)).encode())
+    _write_json(exit_path, {"generation": meta.get("generation"), "status": code})
+    os._exit(0)
+
+
+def _exit_code(status):
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def status(args):
+    meta_path, _, exit_path = _paths(args.run_dir, args.label)
+    meta = _read_json(meta_path)
+    if meta is None:
+        return {"state": "missing"}
+    ended = _read_json(exit_path)
+    if _alive(meta):
+        return dict(meta, state="running")
+    if ended is not None and ended.get("generation") == meta.get("generation"):
+        return dict(meta, state="exited", status=ended["status"])
+    return dict(meta, state="vanished")  # killed with its waiter, or the machine rebooted
+
+
+def stop(args):
+    meta_path, _, exit_path = _paths(args.run_dir, args.label)
+    meta = _read_json(meta_path)
+    if meta is None or not _alive(meta):
+        return status(args)
+    pid = meta["pid"]
+    _signal_group(pid, signal.SIGCONT)  # a stopped process cannot act on TERM
+    _signal_group(pid, signal.SIGTERM)
+    deadline = time.time() + args.grace
+    while time.time() < deadline and _alive(meta):
+        time.sleep(0.1)
+    if _alive(meta):
+        _signal_group(pid, signal.SIGKILL)
+        while _alive(meta) and time.time() < deadline + 5:
+            time.sleep(0.05)
+    for _ in range(50):  # let the waiter record the exit status
+        if os.path.exists(exit_path):
+            break
+        time.sleep(0.05)
+    return status(args)
+
+
+def _signal_group(pid, sig):
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def list_workers(args):
+    root = os.path.expanduser(args.root)
+    workers = []
+    for run_id in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        run_dir = os.path.join(root, run_id)
+        for name in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else []:
+            if name.endswith(".json"):
+                label = name[:-5]
+                ns = argparse.Namespace(run_dir=run_dir, label=label)
+                workers.append(dict(status(ns), run_dir=run_dir))
+    return {"workers": workers}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="homegpu-worker")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in ("start", "status", "stop"):
+        sub = commands.add_parser(name)
+        sub.add_argument("--run-dir", required=True)
+        sub.add_argument("--label", required=True)
+    commands.choices["start"].add_argument("--meta", default="{}")
+    commands.choices["start"].add_argument("--cwd", default="")
+    commands.choices["start"].add_argument("--env", action="append", default=[])
+    commands.choices["start"].add_argument("argv", nargs=argparse.REMAINDER)
+    commands.choices["stop"].add_argument("--grace", type=float, default=10.0)
+    commands.add_parser("list").add_argument("--root", required=True)
+    args = parser.parse_args(argv)
+    if args.command == "start":
+        args.argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+        if not args.argv:
+            parser.error("start needs a command after --")
+    handler = {"start": start, "status": status, "stop": stop, "list": list_workers}[args.command]
+    print(json.dumps(handler(args)))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""TF_CONFIG for every worker of a job: a pure function of the cluster and job specs.
+
+Workers follow node order (then slot order within a node when a node runs several workers); index 0
+is the chief. Each address is the node's cluster `address` and the job port (+ slot).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from homegpu.remote.config import ClusterSpec, NodeSpec
+from homegpu.remote.job_config import JobSpec
+
+
+class JobConfigError(ValueError):
+    """The job cannot be laid out on this cluster (no such job, no nodes)."""
+
+
+@dataclass(frozen=True)
+class WorkerSlot:
+    """One worker: where it runs and which task index it has."""
+
+    index: int
+    node: NodeSpec
+    slot: int
+    port: int
+
+    @property
+    def endpoint(self) -> str:
+        address = self.node.cluster_address
+        host = f"[{address}]" if ":" in address else address
+        return f"{host}:{self.port}"
+
+    @property
+    def is_chief(self) -> bool:
+        return self.index == 0
+
+    @property
+    def label(self) -> str:
+        """The name logs and events use: the node, with the slot when a node runs several."""
+        return self.node.name if self.slot == 0 else f"{self.node.name}#{self.slot}"
+
+
+def find_job(cluster: ClusterSpec, name: str | None) -> JobSpec:
+    """The named job; without a name, the only job there is."""
+    if name is None:
+        if len(cluster.jobs) == 1:
+            return next(iter(cluster.jobs.values()))
+        if not cluster.jobs:
+            raise JobConfigError(f"{cluster.source} defines no jobs; add a [jobs.NAME] table (see README.md)")
+        raise JobConfigError(f"{cluster.source} defines several jobs ({', '.join(cluster.jobs)}); name one")
+    if name not in cluster.jobs:
+        known = ", ".join(cluster.jobs) or "none"
+        raise JobConfigError(f"no job named {name!r} in {cluster.source} (jobs: {known})")
+    return cluster.jobs[name]
+
+
+def job_nodes(cluster: ClusterSpec, job: JobSpec) -> tuple[NodeSpec, ...]:
+    """The job's nodes in cluster order: TF_CONFIG order must not depend on how `nodes` was written."""
+    if not job.nodes:
+        return cluster.nodes
+    return tuple(node for node in cluster.nodes if node.name in job.nodes)
+
+
+def worker_slots(cluster: ClusterSpec, job: JobSpec) -> tuple[WorkerSlot, ...]:
+    slots = []
+    for node in job_nodes(cluster, job):
+        for slot in range(job.workers_per_node):
+            slots.append(WorkerSlot(index=len(slots), node=node, slot=slot, port=job.port + slot))
+    if not slots:
+        raise JobConfigError(f"job {job.name!r} has no nodes to run on")
+    return tuple(slots)
+
+
+def tf_config(slots: tuple[WorkerSlot, ...], index: int) -> dict:
+    """The TF_CONFIG dict for worker `index`: every worker's endpoint, and this worker's task."""
+    return {
+        "cluster": {"worker": [slot.endpoint for slot in slots]},
+        "task": {"type": "worker", "index": index},
+    }
+
+
+def tf_config_json(slots: tuple[WorkerSlot, ...], index: int) -> str:
+    return json.dumps(tf_config(slots, index), separators=(",", ":"))
