@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 from typing import Sequence
 
 from homegpu.remote.backoff import Backoff
@@ -87,6 +88,12 @@ class NodeSession:
     async def spawn(self, argv: Sequence[str]) -> RemoteProcess:
         """Start a long-running command on the node. Raises NodeOffline when it is not connected."""
         return await self._connected().start(argv)
+
+    async def put_files(self, pairs: Sequence[tuple[Path, str]]) -> None:
+        await self._connected().put_files(pairs)
+
+    async def get_tree(self, remote_dir: str, local_dir: Path) -> None:
+        await self._connected().get_tree(remote_dir, local_dir)
 
     async def wait_online(self, timeout: float | None = None) -> None:
         await self.wait_for(lambda node: node.transport is not None, timeout)
@@ -169,8 +176,8 @@ class NodeSession:
             process.write(agent_payload())
             async for line in process.lines():
                 await self._take_stats_line(line)
+            stderr = (await process.stderr_text()).strip().splitlines()  # before wait(), which drains it
             status = await process.wait()
-            stderr = (await process.stderr_text()).strip().splitlines()
         finally:
             process.terminate()
         detail = stderr[-1] if stderr else "no output"

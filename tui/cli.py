@@ -40,7 +40,9 @@ def package_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from homegpu.tui import config_commands, doctor_commands, status_commands, trust_commands
+    from homegpu.tui import (
+        bandwidth_commands, config_commands, doctor_commands, status_commands, trust_commands,
+    )
 
     parser = argparse.ArgumentParser(
         prog="homegpu", description=DESCRIPTION, epilog=EPILOG,
@@ -54,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     status_commands.register(commands)
     trust_commands.register(commands)
     doctor_commands.register(commands)
+    bandwidth_commands.register(commands)
     return parser
 
 

@@ -1,0 +1,130 @@
+"""`homegpu bandwidth`: iperf3 between the nodes, a matrix in Gbit/s, and what it means for training."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Sequence
+
+from homegpu.remote.bandwidth import (
+    RESNET50_PARAMS, BandwidthMatrix, LinkResult, advice, format_gbits, iperf3_seconds, measure,
+)
+from homegpu.remote.cluster import Cluster
+from homegpu.tui.cli import UserError, load_spec
+from homegpu.tui.text import table
+
+DIAGONAL = "—"
+NOT_MEASURED = "·"
+LINK_TIMEOUT_MARGIN = 10.0  # per link, on top of the test itself: SSH round trips, server start
+
+JSON_HELP = """\
+--json prints one JSON object and nothing else:
+  {"at": UNIX_TIME, "links": [{"src", "dst", "gbits": number | null, "error": ""}], "advice": TEXT}
+gbits is 10^9 bits per second as the receiver counted them; error is empty when the link was measured.
+Exit status 1 when any link could not be measured."""
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    bandwidth = commands.add_parser(
+        "bandwidth", help="measure the network between the nodes with iperf3",
+        description="Run iperf3 between every ordered pair of nodes (one pair at a time, so tests do "
+                    "not share links), over each node's cluster address. Print the matrix in Gbit/s "
+                    "and estimate how long a ring all-reduce of the model's gradients takes per step, "
+                    "to tell whether the network or the GPUs will set the pace. Needs iperf3 on "
+                    "every node (sudo apt install iperf3).",
+        epilog=JSON_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bandwidth.add_argument("--json", action="store_true", help="print JSON for scripts (format below)")
+    bandwidth.add_argument("--star", metavar="NODE",
+                           help="only measure to and from NODE (2·(n−1) tests instead of n·(n−1))")
+    bandwidth.add_argument("--seconds", type=float, default=1.0, metavar="S",
+                           help="length of each test; iperf3 takes whole seconds (default: 1)")
+    bandwidth.add_argument("--params", type=int, default=RESNET50_PARAMS, metavar="N",
+                           help=f"your model's parameter count, for the all-reduce estimate "
+                                f"(default: {RESNET50_PARAMS:,}, ResNet-50's size)")
+    bandwidth.add_argument("--step-seconds", type=float, metavar="S",
+                           help="your GPUs' compute time per step, if you know it: the advice then "
+                                "says which of the two sets the pace")
+    bandwidth.set_defaults(handler=run_bandwidth)
+
+
+def run_bandwidth(args: argparse.Namespace) -> int:
+    spec = load_spec(args)
+    names = [node.name for node in spec.nodes]
+    _check_args(args, names)
+    if len(names) < 2:
+        print(f"{spec.source} has one node ({names[0]}): there is no link to measure.")
+        return 0
+    matrix = asyncio.run(_measure(spec, args))
+    text = advice(args.params, matrix, args.step_seconds)
+    if args.json:
+        print(json.dumps(matrix_json(matrix, text)))
+    else:
+        print(format_matrix(matrix, names))
+        print()
+        print(text)
+    return 1 if matrix.failed else 0
+
+
+def _check_args(args: argparse.Namespace, names: Sequence[str]) -> None:
+    if args.star is not None and args.star not in names:
+        raise UserError(f"--star {args.star!r}: no such node (nodes: {', '.join(names)})")
+    if args.seconds <= 0:
+        raise UserError(f"--seconds {args.seconds:g}: must be greater than 0")
+    if args.params <= 0:
+        raise UserError(f"--params {args.params}: must be greater than 0")
+    if args.step_seconds is not None and args.step_seconds <= 0:
+        raise UserError(f"--step-seconds {args.step_seconds:g}: must be greater than 0")
+
+
+async def _measure(spec, args: argparse.Namespace) -> BandwidthMatrix:
+    progress = None if args.json else print_progress
+    async with Cluster(spec, stream_stats=False) as cluster:
+        await cluster.wait_settled(spec.ssh.connect_timeout + 2)
+        return await measure(cluster, star=args.star, seconds=args.seconds,
+                             timeout=iperf3_seconds(args.seconds) + LINK_TIMEOUT_MARGIN, on_link=progress)
+
+
+def print_progress(src: str, dst: str, result: LinkResult | None) -> None:
+    """`desktop → laptop ... 9.41 Gbit/s` on stderr, the first half before the test starts."""
+    if result is None:
+        print(f"{src} → {dst} ... ", end="", file=sys.stderr, flush=True)
+    else:
+        print(format_gbits(result.gbits) if result.ok else f"error: {result.error}", file=sys.stderr, flush=True)
+
+
+def format_matrix(matrix: BandwidthMatrix, names: Sequence[str]) -> str:
+    """Rows are sources, columns destinations, in Gbit/s; errors as `err[N]` with footnotes below.
+
+    Links that fail for the same reason (an offline node fails all of its links) share a footnote.
+    """
+    footnotes: dict[str, int] = {}
+    rows = [[src, *(_cell(matrix, src, dst, footnotes) for dst in names)] for src in names]
+    lines = ["Gbit/s, rows: from, columns: to", table(["FROM \\ TO", *names], rows)]
+    lines += [f"  [{number}] {error}" for error, number in footnotes.items()]
+    if any(NOT_MEASURED in row for row in rows):
+        lines.append(f"  {NOT_MEASURED} not measured (--star)")
+    return "\n".join(lines)
+
+
+def _cell(matrix: BandwidthMatrix, src: str, dst: str, footnotes: dict[str, int]) -> str:
+    if src == dst:
+        return DIAGONAL
+    result = matrix.get(src, dst)
+    if result is None:
+        return NOT_MEASURED
+    if result.ok:
+        return format_gbits(result.gbits, unit=False)
+    number = footnotes.setdefault(result.error, len(footnotes) + 1)
+    return f"err[{number}]"
+
+
+def matrix_json(matrix: BandwidthMatrix, advice_text: str) -> dict:
+    """What `--json` prints (see JSON_HELP)."""
+    return {
+        "at": matrix.at,
+        "links": [{"src": r.src, "dst": r.dst, "gbits": r.gbits, "error": r.error} for r in matrix.results],
+        "advice": advice_text,
+    }
