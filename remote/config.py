@@ -7,6 +7,7 @@ what to do, so the CLI can print it on one line and exit 2 without a traceback.
 from __future__ import annotations
 
 import re
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,7 +112,8 @@ def embedded_default() -> ClusterSpec:
     """
     return ClusterSpec(
         name="this-machine",
-        nodes=(NodeSpec(name="local", host=LOCAL_HOST, runtime="process"),),
+        # this very interpreter: it has homegpu (and TensorFlow, with the [tensorflow] extra)
+        nodes=(NodeSpec(name="local", host=LOCAL_HOST, runtime="process", python=sys.executable),),
         jobs=MappingProxyType({DEMO_JOB: JobSpec(name=DEMO_JOB, workers_per_node=2, epochs=2)}),
     )
 

@@ -54,7 +54,79 @@ class NodeStatsUnavailable:
     at: float = field(default_factory=time.time)
 
 
-Event = Union[NodeStateChanged, NodeStatsUpdated, NodeStatsUnavailable]
+class JobState(str, enum.Enum):
+    PREFLIGHT = "preflight"
+    STARTING = "starting"
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    STOPPING = "stopping"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED)
+
+
+@dataclass(frozen=True)
+class JobStateChanged:
+    job: str
+    run_id: str
+    state: JobState
+    generation: int
+    restarts: int
+    detail: str = ""
+    at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    """One node's preflight: empty `problems` means ready."""
+
+    job: str
+    node: str
+    problems: tuple[str, ...]
+    at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric line a worker printed (see trainer/PROTOCOL.md); `data` is the parsed object."""
+
+    job: str
+    run_id: str
+    worker: str
+    index: int
+    data: dict
+    at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class WorkerExited:
+    job: str
+    run_id: str
+    worker: str
+    generation: int
+    exit_status: int | None
+    meaning: str
+    at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A worker clearly slower than the others (examples/s against the median of the rest)."""
+
+    job: str
+    run_id: str
+    worker: str
+    examples_per_sec: float
+    others_median: float
+    at: float = field(default_factory=time.time)
+
+
+Event = Union[NodeStateChanged, NodeStatsUpdated, NodeStatsUnavailable, JobStateChanged, PreflightResult,
+              Metric, WorkerExited, Straggler]
 
 
 class EventHub:

@@ -47,11 +47,11 @@ class _Resume:
 
 
 class FileResume(_Resume):
-    def __init__(self, path: str) -> None:
-        self.label, self.path, self.offset = path, path, 0
+    def __init__(self, path: str, follow: bool = True) -> None:
+        self.label, self.path, self.offset, self.follow = path, path, 0, follow
 
     def argv(self) -> list[str]:
-        return ["tail", "-c", f"+{self.offset + 1}", "-F", self.path]
+        return ["tail", "-c", f"+{self.offset + 1}", *(["-F"] if self.follow else []), self.path]
 
     def accept(self, raw: bytes) -> bool:
         self.offset += len(raw)
@@ -59,6 +59,8 @@ class FileResume(_Resume):
 
 
 class CommandResume(_Resume):
+    follow = False  # a command that ends by itself is done: it is not restarted
+
     def __init__(self, argv: Sequence[str], label: str | None = None) -> None:
         self._argv, self.label = list(argv), label or " ".join(argv)
         self.seen = 0
@@ -89,8 +91,8 @@ class LogTail:
         self._task: asyncio.Task | None = None
 
     @classmethod
-    def file(cls, node: NodeSession, path: str, **kwargs) -> "LogTail":
-        return cls(node, FileResume(path), **kwargs)
+    def file(cls, node: NodeSession, path: str, follow: bool = True, **kwargs) -> "LogTail":
+        return cls(node, FileResume(path, follow), **kwargs)
 
     @classmethod
     def command(cls, node: NodeSession, argv: Sequence[str], label: str | None = None, **kwargs) -> "LogTail":
@@ -107,11 +109,12 @@ class LogTail:
                 await self._task
 
     async def _follow(self) -> None:
-        """Restart the follower after every disconnect; a command that ended by itself is done."""
+        """Restart the follower after every disconnect; one that ended by itself is done, unless
+        it follows a file (tail -F only ends when killed)."""
         while True:
             try:
                 await self.node.wait_online()
-                if await self._stream_once() is not None and isinstance(self.resume, CommandResume):
+                if await self._stream_once() is not None and not self.resume.follow:
                     self.finished.set()
                     return
             except NODE_GONE:

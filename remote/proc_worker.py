@@ -5,11 +5,11 @@ import homegpu. All state lives in files under the run directory, so a restarted
 another terminal) finds running workers again:
 
     RUN_DIR/LABEL.json   job, run id, index, generation, pid and the pid's start time
-    RUN_DIR/LABEL.log    the worker's stdout and stderr, every generation appended
+    RUN_DIR/LOG          the worker's stdout and stderr (--log; the orchestrator names one per generation)
     RUN_DIR/LABEL.exit   {"generation": G, "status": CODE} once that generation has ended
 
 Commands (each prints one JSON object):
-    start  --run-dir D --label L --meta JSON [--cwd DIR] [--env K=V ...] -- ARGV...
+    start  --run-dir D --label L --log NAME --meta JSON [--cwd DIR] [--env K=V ...] -- ARGV...
     status --run-dir D --label L
     stop   --run-dir D --label L [--grace SECONDS]
     list   --root DIR            (every worker under DIR/*/, for `homegpu jobs` and reattaching)
@@ -27,7 +27,7 @@ import time
 
 def _paths(run_dir, label):
     base = os.path.join(os.path.expanduser(run_dir), label)
-    return base + ".json", base + ".log", base + ".exit"
+    return base + ".json", base + ".exit"
 
 
 def _start_time(pid):
@@ -68,7 +68,8 @@ def _write_json(path, data):
 
 
 def start(args):
-    meta_path, log_path, exit_path = _paths(args.run_dir, args.label)
+    meta_path, exit_path = _paths(args.run_dir, args.label)
+    log_path = os.path.join(os.path.expanduser(args.run_dir), args.log)
     os.makedirs(os.path.dirname(meta_path), exist_ok=True)
     old = _read_json(meta_path)
     if old and _alive(old):
@@ -137,7 +138,7 @@ def _exit_code(status):
 
 
 def status(args):
-    meta_path, _, exit_path = _paths(args.run_dir, args.label)
+    meta_path, exit_path = _paths(args.run_dir, args.label)
     meta = _read_json(meta_path)
     if meta is None:
         return {"state": "missing"}
@@ -150,7 +151,7 @@ def status(args):
 
 
 def stop(args):
-    meta_path, _, exit_path = _paths(args.run_dir, args.label)
+    meta_path, exit_path = _paths(args.run_dir, args.label)
     meta = _read_json(meta_path)
     if meta is None or not _alive(meta):
         return status(args)
@@ -199,6 +200,7 @@ def main(argv=None):
         sub.add_argument("--run-dir", required=True)
         sub.add_argument("--label", required=True)
     commands.choices["start"].add_argument("--meta", default="{}")
+    commands.choices["start"].add_argument("--log", required=True)
     commands.choices["start"].add_argument("--cwd", default="")
     commands.choices["start"].add_argument("--env", action="append", default=[])
     commands.choices["start"].add_argument("argv", nargs=argparse.REMAINDER)

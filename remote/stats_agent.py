@@ -12,12 +12,14 @@ with memory in MiB, power in W, clocks in MHz, temperatures in C. A value the no
 is ``null``; nothing that goes wrong while measuring stops the stream, it lands in ``errors``.
 
 The agent exits when its stdin reaches EOF (the SSH session closed), on SIGTERM/SIGHUP/SIGINT and
-when stdout is gone (SIGPIPE), and takes any ``nvidia-smi`` child it is waiting on with it.
+when stdout is gone (SIGPIPE), and kills its ``nvidia-smi`` children first; on Linux the kernel
+also kills the long-lived one (see ``SmiLoop``) if the agent itself is killed.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import csv
 import json
@@ -34,6 +36,13 @@ SOURCES = ("auto", "nvml", "nvidia-smi", "none")
 MIB = 1024 * 1024
 SMI_TIMEOUT_S = 10.0
 SMI_FORMAT = "--format=csv,noheader,nounits"
+APPS_INTERVAL_S = 5.0  # how often compute processes are asked for (nvidia-smi source)
+LOOP_TRIES = 2  # loop children that end without looping before the agent stays with one-shot
+RESTART_MIN_S = 1.0  # pause before restarting an ended loop child, doubling up to the max
+RESTART_MAX_S = 30.0
+STALE_GRACE_S = 1.0  # a loop iteration older than 2 intervals + this is not used
+SILENT_MIN_S = 30.0  # a loop child silent for max(this, 10 intervals) is killed and restarted
+MAX_PENDING_ERRORS = 20  # loop errors kept for the next line; older ones are dropped
 
 # nvidia-smi field -> our key, in query order.
 GPU_QUERY = (
@@ -52,7 +61,9 @@ GPU_QUERY = (
 APP_QUERY = (("gpu_uuid", "uuid"), ("pid", "pid"), ("process_name", "name"), ("used_memory", "mem"))
 TEXT_KEYS = ("name", "uuid", "driver")
 
-_CHILDREN = set()  # nvidia-smi processes in flight, killed if the agent is told to exit
+_CHILDREN = set()  # nvidia-smi processes running now, killed when the agent exits
+_SPAWN_LOCK = threading.Lock()  # makes "start a child and note it" one step for kill_children
+_EXITING = threading.Event()  # set by kill_children: no child may start after it
 
 
 # --- cell values ---------------------------------------------------------------------------------
@@ -140,12 +151,216 @@ def parse_nvidia_smi_version(text):
     return None
 
 
+# Cells that tell one GPU's row from another's: a row whose index and uuid already appeared in the
+# iteration being read belongs to the next one.
+_KEY_COLUMNS = tuple(i for i, (_, key) in enumerate(GPU_QUERY) if key in ("index", "uuid"))
+
+
+def _gpu_key(row):
+    return tuple(row[i].strip() for i in _KEY_COLUMNS)
+
+
+class LoopIterations:
+    """Cut the output of ``nvidia-smi --query-gpu ... --loop-ms=N`` into one GPU list per iteration.
+
+    In loop mode nvidia-smi prints every GPU's row again each iteration with nothing in between, so
+    where one iteration ends has to be inferred. Two rules do it: an iteration is complete as soon
+    as it has as many rows as the previous complete one had (``expected``; no waiting for the next
+    iteration in the steady state), and a row whose GPU (index, uuid) is already in the iteration
+    starts the next one. The second rule copes with the GPU count changing: a GPU falling off the
+    bus (fewer rows, the first GPU's row among them or not) or coming back (more rows) costs one
+    iteration's delay, after which ``expected`` is the new count. Lines that are not GPU rows
+    (warnings, "No devices were found") are reported and do not count.
+    """
+
+    def __init__(self, expected=None):
+        self.expected = expected
+        self.rows = []
+        self.published = 0  # how many of ``rows`` were already returned as a complete iteration
+
+    def feed(self, line, errors):
+        """Take one line; return the GPU dicts of the iteration it completes, else None."""
+        complete = None
+        for row in _rows(line, len(GPU_QUERY), errors):
+            complete = self._add(row) or complete
+        return [_typed(row, GPU_QUERY) for row in complete] if complete else None
+
+    def _add(self, row):
+        complete = None
+        if _gpu_key(row) in [_gpu_key(seen) for seen in self.rows]:
+            if len(self.rows) != self.published:  # it did not reach ``expected``: it is done now
+                complete = self.rows
+            self.expected = len(self.rows)
+            self.rows, self.published = [], 0
+        self.rows.append(row)
+        if len(self.rows) == self.expected:
+            complete, self.published = list(self.rows), len(self.rows)
+        return complete
+
+
+# Run in front of the long-lived loop child (``python -c`` it, then it execs nvidia-smi in the same
+# process): ask the kernel to SIGKILL the child when the agent dies, even by SIGKILL, which no
+# handler of ours sees. A ``preexec_fn`` would do the same without the extra interpreter start,
+# but it is not safe in a process with threads, and the agent has two.
+_DEATH_SIGNAL_SHIM = """\
+import os, signal, sys
+try:
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+except Exception:
+    pass  # no ctypes or no prctl: the agent's own exit handling still kills the child
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(1)  # the agent died before prctl took effect
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # Python ignores it, and exec would keep that
+try:
+    os.execv(sys.argv[2], sys.argv[2:])
+except OSError as exc:
+    sys.stdout.write("cannot run %s: %s\\n" % (sys.argv[2], exc))
+    sys.exit(127)
+"""
+
+
+def with_death_signal(argv):
+    """``argv`` wrapped so its process dies with the agent (Linux; elsewhere ``argv`` as it is)."""
+    if not sys.platform.startswith("linux") or not sys.executable:
+        return list(argv)
+    return [sys.executable, "-I", "-S", "-c", _DEATH_SIGNAL_SHIM, str(os.getpid())] + list(argv)
+
+
+class SmiLoop:
+    """One long-lived ``nvidia-smi --loop-ms`` child, read line by line on a thread of its own.
+
+    Starting nvidia-smi costs far more CPU than one of its queries (it loads and initialises NVML
+    each time), so the agent keeps one running and takes the newest complete iteration from it at
+    each interval. A child that ends (killed, the driver reloaded) is started again after a pause
+    that doubles up to ``RESTART_MAX_S`` and goes back to ``RESTART_MIN_S`` once a child loops.
+    The thread only sets ``latest``, ``runs`` and ``looped`` and appends to ``errors``; the agent's
+    main thread reads them.
+    """
+
+    def __init__(self, path, loop_ms, expected=None):
+        self.argv = [path, _query_arg("--query-gpu=", GPU_QUERY), SMI_FORMAT, f"--loop-ms={loop_ms}"]
+        self.iterations = LoopIterations(expected)
+        self.latest = None  # (time.monotonic(), [gpu dicts]) of the newest complete iteration
+        self.errors = collections.deque(maxlen=MAX_PENDING_ERRORS)
+        self.runs = 0  # children that have ended
+        self.looped = False  # some child printed two iterations or more: loop mode works here
+        self.proc = None
+        self.last_output = time.monotonic()
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, name="nvidia-smi-loop", daemon=True).start()
+
+    def fresh(self, max_age):
+        """The newest complete iteration, if it is at most ``max_age`` seconds old; else None."""
+        latest = self.latest
+        if latest is None or time.monotonic() - latest[0] > max_age:
+            return None
+        return [dict(gpu) for gpu in latest[1]]
+
+    def drain_errors(self):
+        """What went wrong in the child since the last call, oldest first."""
+        drained = []
+        while self.errors:
+            drained.append(self.errors.popleft())
+        return drained
+
+    def kill_if_silent(self, limit):
+        """Kill a child that printed nothing for ``limit`` s (hung in the driver); it is restarted."""
+        proc = self.proc
+        if proc is not None and proc.returncode is None and time.monotonic() - self.last_output > limit:
+            self.errors.append(f"nvidia-smi loop: silent for {limit:g} s, restarting it")
+            with contextlib.suppress(OSError):
+                proc.kill()
+
+    def stop(self):
+        """End the thread and the child; either may be starting the child just now, so both look."""
+        self._stop.set()
+        proc = self.proc
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                proc.kill()
+
+    def _run(self):
+        pause = RESTART_MIN_S
+        while not self._stop.is_set():
+            code, completed = self._run_child()
+            self.runs += 1
+            if completed >= 2:
+                pause = RESTART_MIN_S
+            if self._stop.is_set():
+                break
+            self.errors.append(
+                f"nvidia-smi loop: exit {code} after {completed} samples, restarting in {pause:g} s"
+            )
+            if self._stop.wait(pause):
+                break
+            pause = min(2 * pause, RESTART_MAX_S)
+
+    def _run_child(self):
+        """Start one child and read it to its end; return (exit code, iterations it completed)."""
+        try:
+            proc = spawn(with_death_signal(self.argv), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return describe(exc), 0
+        self.proc, self.last_output = proc, time.monotonic()
+        if self._stop.is_set():  # stop() ran while it was starting and could not see it
+            proc.kill()
+        completed = 0
+        try:
+            for raw in proc.stdout:
+                self.last_output = time.monotonic()
+                gpus = self.iterations.feed(raw.decode("utf-8", "replace"), self.errors)
+                if gpus is not None:
+                    self.latest = (time.monotonic(), gpus)
+                    completed += 1
+                    self.looped = self.looped or completed >= 2
+        finally:
+            proc.stdout.close()
+            code = proc.wait()
+            forget(proc)
+        return code, completed
+
+
+def spawn(argv, **popen_args):
+    """Start a child that ``kill_children`` will find; refused once the agent is exiting."""
+    with _SPAWN_LOCK:
+        if _EXITING.is_set():
+            raise OSError("the agent is exiting")
+        proc = subprocess.Popen(argv, **popen_args)
+        _CHILDREN.add(proc)
+    return proc
+
+
+def forget(proc):
+    _CHILDREN.discard(proc)
+
+
+def kill_children():
+    """Kill and reap every child, and let no new one start: nothing may outlive the agent.
+
+    Reaping matters on nodes whose init does not reap orphans (containers): a killed child we did
+    not wait for would stay in the process table. The lock is only waited for briefly because this
+    also runs from signal handlers, which may interrupt a thread that holds it.
+    """
+    locked = _SPAWN_LOCK.acquire(timeout=1.0)
+    try:
+        _EXITING.set()
+        procs = list(_CHILDREN)
+    finally:
+        if locked:
+            _SPAWN_LOCK.release()
+    for proc in procs:
+        with contextlib.suppress(OSError):
+            proc.kill()
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=1.0)
+
+
 def run_command(argv, timeout=SMI_TIMEOUT_S):
     """Run ``argv``; return (exit code, stdout, stderr). The child is tracked so an exit kills it."""
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    _CHILDREN.add(proc)
+    proc = spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -153,17 +368,38 @@ def run_command(argv, timeout=SMI_TIMEOUT_S):
         proc.communicate()
         raise
     finally:
-        _CHILDREN.discard(proc)
+        forget(proc)
     return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
 
+def _query_arg(query, fields):
+    return query + ",".join(field for field, _ in fields)
+
+
 class SmiReader:
-    """GPU stats from the ``nvidia-smi`` CLI, for nodes where NVML cannot be loaded from Python."""
+    """GPU stats from the ``nvidia-smi`` CLI, for nodes where NVML cannot be loaded from Python.
+
+    With an ``interval`` (a streaming agent) GPU rows come from one ``SmiLoop`` child, started once
+    a one-shot query has shown that nvidia-smi works and how many GPUs there are. Whenever the loop
+    has no iteration younger than two intervals (starting up, restarting, hung) a one-shot query
+    stands in, so a line never lacks GPUs that nvidia-smi can report. If the loop child keeps ending
+    without ever looping (an nvidia-smi without ``--loop-ms``) the reader stays with one-shot
+    queries. Without an ``interval`` (``--once``) every read is one-shot. Compute processes change
+    slowly and cost a fork each, so they are asked for on every ``apps_every``-th read only.
+    """
 
     source = "nvidia-smi"
 
-    def __init__(self, path):
+    def __init__(self, path, interval=None, apps_every=1):
         self.path = path
+        self.loop_ms = max(1, int(round(interval * 1000))) if interval else None
+        self.max_age = 2 * interval + STALE_GRACE_S if interval else 0.0
+        self.silent_limit = max(SILENT_MIN_S, 10 * interval) if interval else 0.0
+        self.apps_every = max(1, apps_every)
+        self.loop = None
+        self.loop_failed = False
+        self._apps = None
+        self._reads_since_apps = 0
         code, out, _ = self._run("--version")
         self.cuda = parse_nvidia_smi_version(out) if code == 0 else None
 
@@ -174,7 +410,7 @@ class SmiReader:
             return None, "", describe(exc)
 
     def _query(self, query, fields, errors):
-        code, out, err = self._run(query + ",".join(field for field, _ in fields), SMI_FORMAT)
+        code, out, err = self._run(_query_arg(query, fields), SMI_FORMAT)
         if code != 0:
             said = (out.strip() or err.strip()).splitlines()[:1]
             errors.append(f"nvidia-smi {query.strip('-=')}: exit {code}: {''.join(said)}")
@@ -183,15 +419,41 @@ class SmiReader:
 
     def read(self, errors):
         """Return (gpus, driver, cuda) for one sample."""
-        out = self._query("--query-gpu=", GPU_QUERY, errors)
-        gpus = parse_nvidia_smi_gpus(out or "", errors)
-        apps = parse_nvidia_smi_apps(
-            self._query("--query-compute-apps=", APP_QUERY, errors) or "", errors
-        ) if gpus else {}
+        gpus = self._gpus(errors)
+        apps = self._processes(errors) if gpus else {}
         drivers = [gpu.pop("driver") for gpu in gpus]
         for gpu in gpus:
             gpu["processes"] = apps.get(gpu["uuid"], [])
         return gpus, next((d for d in drivers if d), None), self.cuda
+
+    def _gpus(self, errors):
+        """The loop's newest iteration when it is fresh; otherwise a one-shot query, now."""
+        if self.loop is not None:
+            self._tend_loop(errors)
+        gpus = self.loop.fresh(self.max_age) if self.loop is not None else None
+        if gpus is None:
+            gpus = parse_nvidia_smi_gpus(self._query("--query-gpu=", GPU_QUERY, errors) or "", errors)
+            if gpus and self.loop_ms and self.loop is None and not self.loop_failed:
+                self.loop = SmiLoop(self.path, self.loop_ms, expected=len(gpus))
+        return gpus
+
+    def _tend_loop(self, errors):
+        """Pass on the loop's errors, unstick a silent child, give up on a loop that never looped."""
+        errors.extend(self.loop.drain_errors())
+        self.loop.kill_if_silent(self.silent_limit)
+        if self.loop.runs >= LOOP_TRIES and not self.loop.looped:
+            self.loop.stop()
+            self.loop, self.loop_failed = None, True
+            errors.append("nvidia-smi: --loop-ms does not work here; querying once per interval")
+
+    def _processes(self, errors):
+        """Compute processes by GPU uuid, queried on every ``apps_every``-th call, else the last."""
+        if self._apps is None or self._reads_since_apps >= self.apps_every:
+            out = self._query("--query-compute-apps=", APP_QUERY, errors)
+            self._apps = parse_nvidia_smi_apps(out or "", errors)
+            self._reads_since_apps = 0
+        self._reads_since_apps += 1
+        return self._apps
 
 
 # --- NVML ----------------------------------------------------------------------------------------
@@ -325,11 +587,12 @@ def import_pynvml():
     return pynvml
 
 
-def open_reader(source, nvml, smi_path):
+def open_reader(source, nvml, smi_path, interval=None, apps_every=1):
     """Pick the GPU reader for ``source``, returning (reader, notes on sources that were skipped).
 
     ``auto`` tries NVML, then ``nvidia-smi``, then none; an explicit source that cannot work
-    gives the "none" reader, so the node still streams its CPU and memory.
+    gives the "none" reader, so the node still streams its CPU and memory. ``interval`` and
+    ``apps_every`` are for ``SmiReader``: None for an agent that samples once.
     """
     notes = []
     if source in ("auto", "nvml"):
@@ -342,7 +605,7 @@ def open_reader(source, nvml, smi_path):
                 notes.append(f"nvml: {describe(exc)}")
     if source in ("auto", "nvidia-smi"):
         if smi_path:
-            return SmiReader(smi_path), notes
+            return SmiReader(smi_path, interval, apps_every), notes
         notes.append("nvidia-smi: not found on PATH")
     return NoGpuReader(), notes
 
@@ -447,7 +710,13 @@ def sample(reader, cpu_before, work_dir):
 
 
 def emit(record):
-    """Write one line and flush it now: the controller renders each line as it arrives."""
+    """Write one line and flush it now: the controller renders each line as it arrives.
+
+    Once another thread has begun the exit, the line is dropped: it may hold "the agent is
+    exiting" refusals of queries that are not errors of the node.
+    """
+    if _EXITING.is_set():
+        return
     try:
         sys.stdout.write(json.dumps(record, separators=(",", ":")) + "\n")
         sys.stdout.flush()
@@ -457,9 +726,7 @@ def emit(record):
 
 def exit_now(*_):
     """Leave at once, taking any nvidia-smi child along, so nothing outlives the session."""
-    for proc in list(_CHILDREN):
-        with contextlib.suppress(OSError):
-            proc.kill()
+    kill_children()
     os._exit(0)
 
 
@@ -478,8 +745,12 @@ def watch_stdin():
 
 
 def install_exit_handlers():
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # stdout gone: die quietly on the next write
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+    """Exit through ``exit_now`` on every way the session can end, so children die with us.
+
+    SIGPIPE (stdout gone) included: left at its default it would end the agent without running
+    any of our code, and the loop child would live on until its next write.
+    """
+    for sig in (signal.SIGPIPE, signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, exit_now)
 
 
@@ -489,21 +760,35 @@ def parse_args(argv):
     parser.add_argument("--work-dir", default="~/.homegpu", help="directory whose disk is reported")
     parser.add_argument("--once", action="store_true", help="print one line and exit")
     parser.add_argument("--source", choices=SOURCES, default="auto", help="where GPU stats come from")
+    parser.add_argument("--apps-interval", type=float, default=APPS_INTERVAL_S,
+                        help="seconds between nvidia-smi compute process queries")
     args = parser.parse_args(argv)
     if not args.interval > 0:
         parser.error("--interval must be positive")
+    if not args.apps_interval > 0:
+        parser.error("--apps-interval must be positive")
     return args
 
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     install_exit_handlers()
+    try:
+        return stream(args)
+    finally:
+        kill_children()
+
+
+def stream(args):
+    """Print a line per interval (one line with ``--once``) until told to exit."""
     # As ``python3 -`` the script itself was stdin, already at EOF: rely on SIGHUP/SIGPIPE there.
     if not args.once and sys.argv[0] != "-":
         watch_stdin()
     nvml = import_pynvml() if args.source in ("auto", "nvml") else None
     smi = shutil.which("nvidia-smi") if args.source in ("auto", "nvidia-smi") else None
-    reader, notes = open_reader(args.source, nvml, smi)
+    apps_every = max(1, int(round(args.apps_interval / args.interval)))
+    reader, notes = open_reader(args.source, nvml, smi, interval=None if args.once else args.interval,
+                                apps_every=apps_every)
     cpu_before = read_cpu([])
     due = time.monotonic() + args.interval
     while True:

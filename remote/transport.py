@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import posixpath
 import shlex
+import shutil
 import signal
 from dataclasses import dataclass
+from pathlib import Path
 from typing import AsyncIterator, Sequence
 
 import asyncssh
@@ -92,6 +95,14 @@ class NodeTransport(abc.ABC):
         """Start argv with pipes for stdin and stdout."""
 
     @abc.abstractmethod
+    async def put_files(self, pairs: Sequence[tuple[Path, str]]) -> None:
+        """Copy local files to absolute paths on the node, creating parent directories."""
+
+    @abc.abstractmethod
+    async def get_tree(self, remote_dir: str, local_dir: Path) -> None:
+        """Copy a directory tree from the node (absolute path) to this machine."""
+
+    @abc.abstractmethod
     async def wait_closed(self) -> None:
         """Returns when the connection is gone (closed by us, the peer, or keepalive)."""
 
@@ -170,6 +181,24 @@ class SshTransport(NodeTransport):
         except (asyncssh.Error, OSError) as exc:
             raise TransportError(f"cannot start {argv[0]}: {exc}") from exc
 
+    async def put_files(self, pairs: Sequence[tuple[Path, str]]) -> None:
+        try:
+            async with self.conn.start_sftp_client() as sftp:
+                for parent in sorted({posixpath.dirname(remote) for _, remote in pairs}):
+                    await sftp.makedirs(parent, exist_ok=True)
+                for local, remote in pairs:
+                    await sftp.put(str(local), remote)
+        except (asyncssh.Error, OSError) as exc:
+            raise TransportError(f"file transfer failed: {exc}") from exc
+
+    async def get_tree(self, remote_dir: str, local_dir: Path) -> None:
+        local_dir.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            async with self.conn.start_sftp_client() as sftp:
+                await sftp.get(remote_dir, str(local_dir), recurse=True)
+        except (asyncssh.Error, OSError) as exc:
+            raise TransportError(f"file transfer failed: {exc}") from exc
+
     async def wait_closed(self) -> None:
         await self.conn.wait_closed()
 
@@ -233,6 +262,12 @@ class LocalTransport(NodeTransport):
         self._processes.append(process)
         return process
 
+    async def put_files(self, pairs: Sequence[tuple[Path, str]]) -> None:
+        await asyncio.to_thread(_copy_files, pairs)
+
+    async def get_tree(self, remote_dir: str, local_dir: Path) -> None:
+        await asyncio.to_thread(shutil.copytree, remote_dir, local_dir, dirs_exist_ok=True)
+
     async def wait_closed(self) -> None:
         await self._closed.wait()
 
@@ -240,6 +275,12 @@ class LocalTransport(NodeTransport):
         for process in self._processes:
             process.terminate()
         self._closed.set()
+
+
+def _copy_files(pairs: Sequence[tuple[Path, str]]) -> None:
+    for local, remote in pairs:
+        Path(remote).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(local, remote)
 
 
 async def _spawn(argv: Sequence[str]) -> asyncio.subprocess.Process:

@@ -124,7 +124,7 @@ def test_cluster_toml_overrides(sim_cluster: SimCluster, tmp_path: Path) -> None
     assert spec.node("node2").tags == ("gpu",)
     assert spec.ssh.connect_timeout == 2.0
     assert spec.ssh.known_hosts == "~/.ssh/known_hosts"  # removed, so homegpu's default
-    assert spec.jobs["train"]["script"] == "train.py"
+    assert spec.jobs["train"].script == "train.py"
 
 
 # -- node lifecycle --------------------------------------------------------------------------------

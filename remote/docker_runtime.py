@@ -1,0 +1,283 @@
+"""DockerRuntime: each worker is a detached container on its node, driven through the Docker API.
+
+Containers use the host network (TensorFlow's gRPC ports are the node's own), get the node's GPUs
+through a device request when it has any, and carry labels (job, run, node, index, generation,
+label) that are the only state: any homegpu process finds, follows and stops them by label.
+
+Inside every container the same paths hold, whatever the node's layout:
+/homegpu/code (the synced code, read-only), /homegpu/out (this worker's output dir on the node,
+read-write) and /data (the job's data_dir, read-only). Containers run as the SSH user's uid:gid,
+so what they write stays that user's to read and delete.
+
+Logs are followed with `docker logs -f` run on the node through LogTail.command: it already
+resumes after a reconnect (docker logs replays from the start; seen lines are skipped) and is
+killed with the SSH session. A docker-py log stream would need a second, forwarded-socket flavour
+of LogTail for the same result, so the runtime asks for the docker CLI in preflight instead.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping
+
+import docker.errors
+from docker.types import DeviceRequest, Mount
+
+from homegpu.remote.docker_link import DockerLink, DockerUnavailable, docker_client
+from homegpu.remote.logtail import LogTail
+from homegpu.remote.node import NodeSession
+from homegpu.remote.runtime import (
+    STOP_GRACE_SECONDS, NodePaths, Runtime, RuntimeError_, WorkerLaunch, WorkerStatus, expand_path,
+)
+
+CODE_DIR = "/homegpu/code"
+OUT_DIR = "/homegpu/out"
+DATA_DIR = "/data"
+LABEL_PREFIX = "homegpu."
+SHM_SIZE = "1g"  # Docker's 64 MB /dev/shm is too small for NCCL and tf.data on GPU nodes
+
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_RUNNING_STATES = {"running", "restarting", "paused"}
+_IDS_SCRIPT = "import os; print(os.getuid(), os.getgid())"
+_NO_GPU_DRIVER = "could not select device driver"
+
+
+def container_name(run_id: str, label: str, generation: int) -> str:
+    """`homegpu-RUN-LABEL-gN`, with characters Docker refuses in names (the `#` of a slot) as `_`."""
+    return _NAME_UNSAFE.sub("_", f"homegpu-{run_id}-{label}-g{generation}")
+
+
+def worker_labels(launch: WorkerLaunch) -> dict[str, str]:
+    return {
+        f"{LABEL_PREFIX}job": launch.job,
+        f"{LABEL_PREFIX}run": launch.run_id,
+        f"{LABEL_PREFIX}node": launch.slot.node.name,
+        f"{LABEL_PREFIX}index": str(launch.slot.index),
+        f"{LABEL_PREFIX}generation": str(launch.generation),
+        f"{LABEL_PREFIX}label": launch.label,
+    }
+
+
+def container_args(launch: WorkerLaunch, *, code_dir: str, out_dir: str, data_dir: str, gpus: bool,
+                   user: str = "") -> dict:
+    """Keyword arguments for docker-py's `containers.create` (pure: table-tested without Docker).
+
+    `code_dir`, `out_dir` and `data_dir` are absolute paths on the node; `data_dir` may be empty.
+    """
+    mounts = [Mount(CODE_DIR, code_dir, type="bind", read_only=True),
+              Mount(OUT_DIR, out_dir, type="bind", read_only=False)]
+    if data_dir:
+        mounts.append(Mount(DATA_DIR, data_dir, type="bind", read_only=True))
+    args = {
+        "image": launch.image,
+        "command": list(launch.argv),
+        "name": container_name(launch.run_id, launch.label, launch.generation),
+        "network_mode": "host",
+        "labels": worker_labels(launch),
+        "environment": {"HOME": "/tmp", **launch.env, "TF_CONFIG": launch.tf_config},
+        "working_dir": launch.cwd,
+        "mounts": mounts,
+        "init": True,  # a real PID 1 passes `docker stop`'s TERM on to python, which ignores it as PID 1
+        "shm_size": SHM_SIZE,
+    }
+    if user:
+        args["user"] = user
+    if gpus:
+        args["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return args
+
+
+def status_from_attrs(attrs: Mapping) -> WorkerStatus:
+    """A WorkerStatus from a container's inspect data (or a `containers.list` entry's attrs)."""
+    labels = attrs.get("Config", {}).get("Labels") or {}
+    state = attrs.get("State", {})
+    docker_state = state.get("Status", "")
+    generation = labels.get(f"{LABEL_PREFIX}generation", "")
+    if docker_state in _RUNNING_STATES:
+        ours, exit_status = "running", None
+    elif docker_state == "exited":
+        ours, exit_status = "exited", state.get("ExitCode")
+    else:  # created (never started), removing, dead: it will not run, and has no real exit status
+        ours, exit_status = "vanished", None
+    return WorkerStatus(label=labels.get(f"{LABEL_PREFIX}label", ""), state=ours, exit_status=exit_status,
+                        generation=int(generation) if generation.isdigit() else None,
+                        run_id=labels.get(f"{LABEL_PREFIX}run", ""), job=labels.get(f"{LABEL_PREFIX}job", ""))
+
+
+class DockerRuntime(Runtime):
+    """Workers as containers on one node.
+
+    Args:
+        gpus: give containers every GPU of the node (a device request). The caller decides from
+            the node's stats; a request on a node without the NVIDIA Container Toolkit fails.
+    """
+
+    def __init__(self, node: NodeSession, run_root: str, *, gpus: bool = False) -> None:
+        super().__init__(node, run_root)
+        self.gpus = gpus
+        # paths() is told the node's code dir, which WorkerLaunch does not carry: start() needs it
+        # for the mount. Keyed by (run id, label).
+        self._code_dirs: dict[tuple[str, str], str] = {}
+        self._user: str | None = None
+
+    def out_dir(self, run_id: str, label: str) -> str:
+        """The worker's output dir on the node (mounted at /homegpu/out)."""
+        return f"{self.run_dir(run_id)}/out/{label}"
+
+    def paths(self, run_id: str, code_dir: str, label: str, data_dir: str, python: str) -> NodePaths:
+        """Container paths; `python` is used as given (the image's python3 unless the job says)."""
+        self._code_dirs[(run_id, label)] = code_dir
+        return NodePaths(python=python, code_dir=CODE_DIR, output_dir=OUT_DIR,
+                         data_dir=DATA_DIR if data_dir else "")
+
+    # -- checks ----------------------------------------------------------------------------------
+
+    async def preflight(self, launch: WorkerLaunch) -> list[str]:
+        """Engine reachable, image present, docker CLI there (logs are followed with it)."""
+        if not launch.image:
+            return [f"{self.node.name}: the job names no image; set image in [jobs.{launch.job}]"]
+        try:
+            async with docker_client(self.node) as link:
+                problems = await self._image_problems(link, launch.image)
+        except DockerUnavailable as exc:
+            return [str(exc)]
+        cli = await self.node.run(["docker", "--version"], timeout=30)
+        if not cli.ok:
+            problems.append(f"{self.node.name}: the docker command is missing (homegpu follows worker logs "
+                            "with `docker logs`); install the Docker CLI (docker-ce-cli or docker.io)")
+        return problems
+
+    async def _image_problems(self, link: DockerLink, image: str) -> list[str]:
+        try:
+            await link.call(link.api.inspect_image, image)
+        except docker.errors.NotFound:
+            return [missing_image_message(image, self.node.name)]
+        return []
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self, launch: WorkerLaunch) -> None:
+        code_dir = getattr(launch, "host_code_dir", "") or self._code_dirs.get((launch.run_id, launch.label))
+        if not code_dir:
+            raise RuntimeError_(f"{self.node.name}: DockerRuntime.start without paths() for {launch.label}: "
+                                "the node's code dir is unknown (a homegpu bug)")
+        out_dir = self.out_dir(launch.run_id, launch.label)
+        await self._mkdir(out_dir)
+        data_dir = await expand_path(self.node, launch.data_dir) if launch.data_dir else ""
+        args = container_args(launch, code_dir=code_dir, out_dir=out_dir, data_dir=data_dir, gpus=self.gpus,
+                              user=await self._node_user())
+        async with docker_client(self.node) as link:
+            await self._clear_name(link, args["name"])
+            container = await self._create(link, args)
+            try:
+                await link.call(container.start)
+            except Exception as exc:
+                await link.call(container.remove, force=True)
+                error = _start_error(self.node.name, exc)
+                if error is exc:
+                    raise
+                raise error from exc
+
+    async def _create(self, link: DockerLink, args: dict):
+        try:
+            return await link.call(link.client.containers.create, **args)
+        except docker.errors.NotFound:
+            raise RuntimeError_(missing_image_message(args["image"], self.node.name)) from None
+
+    async def _mkdir(self, path: str) -> None:
+        """Create `path` on the node as the SSH user (Docker would create a missing one as root)."""
+        result = await self.node.run(["mkdir", "-p", path], timeout=30)
+        if not result.ok:
+            raise RuntimeError_(f"{self.node.name}: cannot create {path}: {result.stderr.strip()}; "
+                                "check work_dir in cluster.toml")
+
+    async def _node_user(self) -> str:
+        """`uid:gid` of the SSH user on the node, asked once."""
+        if self._user is None:
+            result = await self.node.run([self.node.spec.python, "-c", _IDS_SCRIPT], timeout=30)
+            uid, _, gid = result.stdout.strip().partition(" ")
+            self._user = f"{uid}:{gid}" if result.ok and uid.isdigit() and gid.isdigit() else ""
+        return self._user
+
+    async def _clear_name(self, link: DockerLink, name: str) -> None:
+        """Remove an ended container holding `name` (a start that failed half-way); refuse a live one."""
+        try:
+            attrs = await link.call(link.api.inspect_container, name)
+        except docker.errors.NotFound:
+            return
+        if attrs.get("State", {}).get("Status") in _RUNNING_STATES:
+            raise RuntimeError_(f"{self.node.name}: container {name} is already running; "
+                                "stop the run first (homegpu stop)")
+        await link.call(link.api.remove_container, name, force=True)
+
+    async def status(self, run_id: str, label: str) -> WorkerStatus:
+        """The newest generation's container of this worker; state "missing" when there is none."""
+        async with docker_client(self.node) as link:
+            found = await self._containers(link, run_id, label)
+        if not found:
+            return WorkerStatus(label=label, state="missing", run_id=run_id)
+        return max((status_from_attrs(c.attrs) for c in found), key=lambda s: s.generation or 0)
+
+    async def stop(self, run_id: str, label: str, grace: float = STOP_GRACE_SECONDS) -> WorkerStatus:
+        """`docker stop` every generation's container that runs: TERM, `grace` seconds, then KILL."""
+        async with docker_client(self.node) as link:
+            for container in await self._containers(link, run_id, label):
+                if status_from_attrs(container.attrs).running:
+                    try:
+                        await link.call(link.api.stop, container.id, timeout=max(0, round(grace)))
+                    except docker.errors.NotFound:
+                        pass  # removed meanwhile: stopped, as asked
+        return await self.status(run_id, label)
+
+    async def remove(self, run_id: str, label: str) -> None:
+        """Remove the worker's containers of every generation (running ones are killed)."""
+        async with docker_client(self.node) as link:
+            for container in await self._containers(link, run_id, label):
+                try:
+                    await link.call(link.api.remove_container, container.id, force=True)
+                except docker.errors.NotFound:
+                    pass
+
+    async def list_workers(self) -> list[WorkerStatus]:
+        """Every homegpu container of this node, newest generation per (run, label)."""
+        async with docker_client(self.node) as link:
+            found = await link.call(link.client.containers.list, all=True,
+                                    filters={"label": [f"{LABEL_PREFIX}node={self.node.name}"]})
+        newest: dict[tuple[str, str], WorkerStatus] = {}
+        for status in map(status_from_attrs, (c.attrs for c in found)):
+            key = (status.run_id, status.label)
+            if key not in newest or (status.generation or 0) > (newest[key].generation or 0):
+                newest[key] = status
+        return sorted(newest.values(), key=lambda s: (s.run_id, s.label))
+
+    async def _containers(self, link: DockerLink, run_id: str, label: str) -> list:
+        filters = {"label": [f"{LABEL_PREFIX}node={self.node.name}", f"{LABEL_PREFIX}run={run_id}",
+                             f"{LABEL_PREFIX}label={label}"]}
+        return await link.call(link.client.containers.list, all=True, filters=filters)
+
+    # -- logs ------------------------------------------------------------------------------------
+
+    def tail(self, run_id: str, label: str, generation: int, follow: bool = True, **kwargs) -> LogTail:
+        """`docker logs [-f]` of one generation's container, stdout and stderr merged, on the node."""
+        name = container_name(run_id, label, generation)
+        return LogTail.command(self.node, logs_argv(self.node.spec.docker_socket, name, follow),
+                               label=name, **kwargs)
+
+
+def logs_argv(docker_socket: str, name: str, follow: bool = True) -> list[str]:
+    """The node-side command printing a container's output (stderr too: TensorFlow logs there)."""
+    return ["sh", "-c", 'exec "$@" 2>&1', "sh", "docker", "--host", f"unix://{docker_socket}", "logs",
+            *(["--follow"] if follow else []), name]
+
+
+def _start_error(node: str, exc: BaseException) -> BaseException:
+    """A start failure in words: GPUs without the NVIDIA toolkit get their fix spelled out."""
+    if isinstance(exc, DockerUnavailable) and _NO_GPU_DRIVER in str(exc):
+        return RuntimeError_(f"{node}: Docker cannot give containers the GPUs: install the NVIDIA Container "
+                             "Toolkit and restart Docker (https://docs.nvidia.com/datacenter/cloud-native/)")
+    return exc
+
+
+def missing_image_message(image: str, node: str) -> str:
+    return (f"image {image} is missing on {node}: run `homegpu image build --node {node}` "
+            f"or `homegpu image copy {image} --from OTHER`")

@@ -1,0 +1,372 @@
+"""JobRun: one run of a job across its nodes — preflight, launch, watch, restart, stop.
+
+Launch is all-or-nothing: every node passes preflight before anything starts, and if one start
+fails the workers that did start are stopped again. While the run lives, each worker's log is
+followed (LogLine events, experiments/RUN-ID/logs/), its metric lines become Metric events, and its
+state is polled on the node. A worker that fails or stalls makes the whole run restart with the
+same TF_CONFIG and the next generation (the trainer's BackupAndRestore resumes the epoch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from homegpu.remote.cluster import Cluster
+from homegpu.remote.codesync import SyncError, sync_tree
+from homegpu.remote.events import JobState, JobStateChanged, Metric, PreflightResult, Straggler, WorkerExited
+from homegpu.remote.experiment import ExperimentLog, find_stragglers
+from homegpu.remote.job_config import JobSpec
+from homegpu.remote.job_plan import TRAINER_PACKAGE_DIR, classify_exit, new_run_id, worker_argv, worker_env
+from homegpu.remote.logtail import LogLine, LogTail
+from homegpu.remote.node import NODE_GONE, NodeSession
+from homegpu.remote.preflight import node_preflight
+from homegpu.remote.runtime import Runtime, RuntimeError_, WorkerLaunch, WorkerStatus, expand_path, make_runtime
+from homegpu.remote.tfconfig import WorkerSlot, job_nodes, tf_config_json, worker_slots
+from homegpu.trainer.metrics import parse_metric_line
+
+POLL_SECONDS = 1.0
+MAX_BACKOFF_SECONDS = 30.0
+
+
+class LaunchError(Exception):
+    """The run could not start; nothing of it is left running. The message names node and fix."""
+
+
+@dataclass
+class WorkerTrack:
+    """What the controller knows of one worker right now."""
+
+    slot: WorkerSlot
+    runtime: Runtime
+    last_activity: float = field(default_factory=time.monotonic)
+    status: WorkerStatus | None = None
+    tail: LogTail | None = None
+    last_metric: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.slot.label
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    state: JobState
+    detail: str
+    workers: tuple[tuple[str, WorkerStatus | None, dict], ...]
+
+
+class JobRun:
+    """A run of `job` on `cluster`. Call launch() or adopt(), then watch(); stop() from anywhere."""
+
+    def __init__(self, cluster: Cluster, job: JobSpec, experiments_root: Path,
+                 run_id: str | None = None) -> None:
+        self.cluster, self.job = cluster, job
+        self.hub = cluster.hub
+        self.run_id = run_id or new_run_id(job.name)
+        self.experiments_root = experiments_root
+        self.slots = worker_slots(cluster.spec, job)
+        self.generation = 1
+        self.restarts = 0
+        self.state = JobState.PREFLIGHT
+        self.tracks: dict[str, WorkerTrack] = {}
+        self.code_dirs: dict[str, str] = {}
+        self.experiment: ExperimentLog | None = None
+        self._stop_requested = asyncio.Event()
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def _nodes(self) -> list[NodeSession]:
+        return [self.cluster.node(node.name) for node in job_nodes(self.cluster.spec, self.job)]
+
+    async def prepare(self, timeout: float | None = None) -> None:
+        """Wait for the job's nodes and make a runtime for each. Raises LaunchError."""
+        timeout = timeout or self.cluster.spec.ssh.connect_timeout + 5
+        results = await asyncio.gather(*(self._prepare_node(node, timeout) for node in self._nodes()),
+                                       return_exceptions=True)
+        problems = [str(r) for r in results if isinstance(r, BaseException)]
+        if problems:
+            raise LaunchError("; ".join(problems))
+        for slot in self.slots:
+            self.tracks[slot.label] = WorkerTrack(slot, self._runtimes[slot.node.name])
+
+    async def _prepare_node(self, node: NodeSession, timeout: float) -> None:
+        if not hasattr(self, "_runtimes"):
+            self._runtimes: dict[str, Runtime] = {}
+        runtime, work = await open_runtime(self.cluster, node, timeout)
+        self._runtimes[node.name] = runtime
+        self.code_dirs[node.name] = f"{work}/code/{self.job.name}"
+
+    def launch_for(self, slot: WorkerSlot) -> WorkerLaunch:
+        runtime = self.tracks[slot.label].runtime
+        paths = runtime.paths(self.run_id, self.code_dirs[slot.node.name], slot.label, self.job.data_dir,
+                              self.job.python_for(slot.node))
+        return WorkerLaunch(
+            job=self.job.name, run_id=self.run_id, generation=self.generation, slot=slot,
+            tf_config=tf_config_json(self.slots, slot.index),
+            argv=worker_argv(self.job, paths, self._script_rel()), cwd=paths.code_dir,
+            env=worker_env(self.job, paths), image=self.job.image, data_dir=self.job.data_dir,
+        )
+
+    def _local_code(self) -> Path:
+        if self.job.uses_trainer:
+            return Path(str(resources.files("homegpu.trainer")))
+        base = Path(self.cluster.spec.source).parent if self.cluster.spec.source.endswith(".toml") else Path.cwd()
+        return (base / (self.job.code_dir or Path(self.job.script).parent)).expanduser().resolve()
+
+    def _script_rel(self) -> str:
+        if self.job.uses_trainer:
+            return ""
+        base = Path(self.cluster.spec.source).parent if self.cluster.spec.source.endswith(".toml") else Path.cwd()
+        script = (base / self.job.script).expanduser().resolve()
+        return script.relative_to(self._local_code()).as_posix()
+
+    # -- launch --------------------------------------------------------------------------------
+
+    async def launch(self) -> None:
+        """Preflight every node, ship the code, start every worker — or leave nothing running.
+
+        Raises:
+            LaunchError: naming each node that is not ready and what to do.
+        """
+        self._publish(JobState.PREFLIGHT)
+        await self.prepare()
+        await self._preflight()
+        await self._sync_code()
+        self.experiment = ExperimentLog(self.experiments_root, self.run_id)
+        await self._start_generation()
+
+    async def _preflight(self) -> None:
+        first = {slot.node.name: slot for slot in reversed(self.slots)}
+        ports = {name: [s.port for s in self.slots if s.node.name == name] for name in first}
+        results = await asyncio.gather(*(
+            node_preflight(self.tracks[slot.label].runtime, self.launch_for(slot), self.job, self._local_code(),
+                           ports[name])
+            for name, slot in first.items()))
+        problems = []
+        for slot, found in zip(first.values(), results):
+            self.hub.publish(PreflightResult(self.job.name, slot.node.name, tuple(found)))
+            problems += found
+        if problems:
+            self._publish(JobState.FAILED, "preflight failed")
+            raise LaunchError("; ".join(problems))
+
+    async def _sync_code(self) -> None:
+        local = self._local_code()
+        async def one(node: NodeSession) -> None:
+            target = self.code_dirs[node.name]
+            if self.job.uses_trainer:  # ship homegpu/trainer so nodes need no homegpu install
+                target = f"{target}/{TRAINER_PACKAGE_DIR}/homegpu/trainer"
+            await sync_tree(node, local, target)
+        results = await asyncio.gather(*(one(node) for node in self._nodes()), return_exceptions=True)
+        problems = [str(r) for r in results if isinstance(r, (SyncError, *NODE_GONE))]
+        if problems:
+            raise LaunchError("code sync failed: " + "; ".join(problems))
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def _start_generation(self) -> None:
+        self._publish(JobState.STARTING)
+        launches = [self.launch_for(slot) for slot in self.slots]
+        results = await asyncio.gather(*(self.tracks[l.label].runtime.start(l) for l in launches),
+                                       return_exceptions=True)
+        failed = [(l, r) for l, r in zip(launches, results) if isinstance(r, BaseException)]
+        if failed:
+            await self._stop_workers()
+            self._publish(JobState.FAILED, "start failed")
+            raise LaunchError("; ".join(_describe_failure(l, r) for l, r in failed))
+        self._follow_logs()
+        self._publish(JobState.RUNNING)
+
+    # -- reattach ------------------------------------------------------------------------------
+
+    async def find_active(self, running_only: bool = True) -> tuple[str, int] | None:
+        """(run id, generation) of the newest run of this job on its nodes that still runs
+        (or, with running_only=False, that ran), if any."""
+        runtimes = {id(t.runtime): t.runtime for t in self.tracks.values()}.values()
+        found = await asyncio.gather(*(r.list_workers() for r in runtimes), return_exceptions=True)
+        active = [w for group in found if not isinstance(group, BaseException) for w in group
+                  if w.job == self.job.name and (w.running or not running_only)]
+        if not active:
+            return None
+        newest = max(active, key=lambda w: (w.run_id, w.generation or 0))
+        return newest.run_id, newest.generation or 1
+
+    def adopt(self, run_id: str, generation: int) -> None:
+        """Take over a run started by another homegpu process: follow it, never start it twice."""
+        self.run_id, self.generation = run_id, generation
+        self.experiment = ExperimentLog(self.experiments_root, run_id)
+        self._follow_logs()
+        self._publish(JobState.RUNNING, "attached to a running job")
+
+    # -- watch ---------------------------------------------------------------------------------
+
+    async def watch(self) -> RunOutcome:
+        """Follow the run until it succeeds, fails for good, or stop() is called."""
+        try:
+            while True:
+                if self._stop_requested.is_set():
+                    await self._stop_workers()
+                    return self._finish(JobState.STOPPED, "stopped")
+                failure = await self._check_workers()
+                if failure is None:
+                    if all(t.status and t.status.state == "exited" and t.status.exit_status == 0
+                           for t in self.tracks.values()):
+                        await self._fetch_model()
+                        return self._finish(JobState.SUCCEEDED, "every worker succeeded")
+                elif not await self._restart(failure):
+                    return self._finish(JobState.FAILED, failure)
+                await self._sleep(POLL_SECONDS)
+        finally:
+            await self._stop_tails()
+            if self.experiment:
+                self.experiment.close()
+
+    async def detach(self) -> None:
+        """Leave the run going on its nodes and stop following it here."""
+        await self._stop_tails()
+        if self.experiment:
+            self.experiment.close()
+
+    def stop(self) -> None:
+        """Ask watch() to stop every worker (TERM, a grace period, then KILL) and end the run."""
+        self._stop_requested.set()
+
+    async def _sleep(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._stop_requested.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _check_workers(self) -> str | None:
+        """Poll every worker; a description of the first failure or stall, else None."""
+        tracks = list(self.tracks.values())
+        statuses = await asyncio.gather(*(t.runtime.status(self.run_id, t.label) for t in tracks),
+                                        return_exceptions=True)
+        now = time.monotonic()
+        for track, status in zip(tracks, statuses):
+            if isinstance(status, BaseException):
+                if not isinstance(status, (*NODE_GONE, RuntimeError_)):
+                    raise status
+                status = None  # node unreachable right now: the stall clock keeps running
+            if status is not None:
+                self._note_status(track, status)
+            if track.status and track.status.state in ("exited", "vanished") and track.status.exit_status != 0:
+                return f"{track.label}: {classify_exit(track.status.exit_status)}"
+            finished = track.status is not None and track.status.state == "exited"
+            if not finished and now - track.last_activity > self.job.stall_timeout:
+                return f"{track.label}: no progress for {self.job.stall_timeout:g}s (stalled)"
+        return None
+
+    def _note_status(self, track: WorkerTrack, status: WorkerStatus) -> None:
+        if status.generation not in (None, self.generation):
+            return  # a previous generation's leftovers
+        changed = track.status is None or track.status.state != status.state
+        track.status = status
+        if changed and status.state in ("exited", "vanished"):
+            self.hub.publish(WorkerExited(self.job.name, self.run_id, track.label, self.generation,
+                                          status.exit_status, classify_exit(status.exit_status)))
+
+    async def _restart(self, failure: str) -> bool:
+        if self.job.restart != "on-failure" or self.restarts >= self.job.max_restarts:
+            await self._stop_workers()
+            return False
+        self.restarts += 1
+        self._publish(JobState.RESTARTING, failure)
+        await self._stop_workers()
+        await self._stop_tails()
+        await self._sleep(min(2.0 ** (self.restarts - 1), MAX_BACKOFF_SECONDS))
+        self.generation += 1
+        for track in self.tracks.values():
+            track.status, track.last_activity = None, time.monotonic()
+        await self._start_generation()
+        return True
+
+    async def stop_now(self, run_id: str) -> list[WorkerStatus]:
+        """Stop every worker of `run_id` (for `homegpu stop` from another terminal)."""
+        self.run_id = run_id
+        await self._stop_workers()
+        return [t.status for t in self.tracks.values() if t.status]
+
+    async def _stop_workers(self) -> None:
+        tracks = list(self.tracks.values())
+        stopped = await asyncio.gather(*(t.runtime.stop(self.run_id, t.label) for t in tracks),
+                                       return_exceptions=True)
+        for track, status in zip(tracks, stopped):
+            if isinstance(status, WorkerStatus):
+                track.status = status
+        await asyncio.gather(*(t.runtime.remove(self.run_id, t.label) for t in tracks), return_exceptions=True)
+
+    # -- logs and metrics ----------------------------------------------------------------------
+
+    def _follow_logs(self) -> None:
+        for track in self.tracks.values():
+            track.last_activity = time.monotonic()
+            track.tail = track.runtime.tail(self.run_id, track.label, self.generation, hub=self.hub,
+                                            on_line=self._on_line(track)).start()
+
+    def _on_line(self, track: WorkerTrack):
+        def take(line: LogLine) -> None:
+            track.last_activity = time.monotonic()
+            if self.experiment:
+                self.experiment.log_line(track.label, line.text)
+            data = parse_metric_line(line.text)
+            if data is not None:
+                track.last_metric = data
+                if self.experiment:
+                    self.experiment.metric(track.label, data)
+                self.hub.publish(Metric(self.job.name, self.run_id, track.label, track.slot.index, data))
+                if data.get("event") == "epoch":
+                    self._check_stragglers()
+        return take
+
+    def _check_stragglers(self) -> None:
+        rates = {t.label: float(t.last_metric["examples_per_sec"]) for t in self.tracks.values()
+                 if isinstance(t.last_metric.get("examples_per_sec"), (int, float))}
+        for worker, median in find_stragglers(rates):
+            self.hub.publish(Straggler(self.job.name, self.run_id, worker, rates[worker], median))
+
+    async def _stop_tails(self) -> None:
+        await asyncio.sleep(0.3)  # let the last lines of an ended worker arrive
+        await asyncio.gather(*(t.tail.stop() for t in self.tracks.values() if t.tail))
+
+    # -- end -----------------------------------------------------------------------------------
+
+    async def _fetch_model(self) -> None:
+        chief = self.tracks[self.slots[0].label]
+        remote = f"{chief.runtime.run_dir(self.run_id)}/out/{chief.label}/model"
+        if self.experiment and self.job.uses_trainer:
+            try:
+                await chief.runtime.node.get_tree(remote, self.experiment.model_dir)
+            except NODE_GONE as exc:
+                self._publish(JobState.RUNNING, f"could not fetch the model: {exc}")
+
+    def _finish(self, state: JobState, detail: str) -> RunOutcome:
+        self._publish(state, detail)
+        return RunOutcome(state, detail, tuple((t.label, t.status, t.last_metric) for t in self.tracks.values()))
+
+    def _publish(self, state: JobState, detail: str = "") -> None:
+        self.state = state
+        self.hub.publish(JobStateChanged(self.job.name, self.run_id, state, self.generation, self.restarts, detail))
+
+
+async def open_runtime(cluster: Cluster, node: NodeSession, timeout: float) -> tuple[Runtime, str]:
+    """The node's runtime and its expanded work dir, once it is online. Raises LaunchError."""
+    try:
+        await node.wait_online(timeout)
+    except asyncio.TimeoutError:
+        raise LaunchError(f"{node.name} is {node.state.value}: {node.reason or 'no answer'}") from None
+    try:
+        work = await expand_path(node, cluster.spec.work_dir_of(node.spec))
+    except (RuntimeError_, *NODE_GONE) as exc:
+        raise LaunchError(str(exc)) from None
+    return make_runtime(node, f"{work}/runs"), work
+
+
+def _describe_failure(launch: WorkerLaunch, error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    return text if launch.slot.node.name in text else f"{launch.slot.node.name}: {text}"

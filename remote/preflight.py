@@ -1,0 +1,68 @@
+"""Per-node checks before a run starts anything: runtime ready, port free, code and data present."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from homegpu.remote.job_config import JobSpec
+from homegpu.remote.node import NODE_GONE
+from homegpu.remote.runtime import ProcessRuntime, Runtime, WorkerLaunch
+
+# Binding the port is the only sure test that it is free on that address (a listener elsewhere,
+# or an address the node does not have, both fail here just as they would for TensorFlow).
+_PORT_SCRIPT = r"""
+import socket, sys
+for port in sys.argv[2:]:
+    s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind((sys.argv[1], int(port)))
+    except OSError as exc:
+        print("%s:%s %s" % (sys.argv[1], port, exc.strerror))
+    finally:
+        s.close()
+"""
+
+_PATH_SCRIPT = "import os, sys; print(os.path.exists(os.path.expanduser(sys.argv[1])))"
+_TF_SCRIPT = "import tensorflow, tf_keras; print(tensorflow.__version__)"
+
+
+async def node_preflight(runtime: Runtime, launch: WorkerLaunch, job: JobSpec, local_code: Path,
+                         ports: list[int]) -> list[str]:
+    """Everything wrong with starting `launch` (and the node's other workers on `ports`)."""
+    node = runtime.node
+    try:
+        problems = await runtime.preflight(launch)
+        if problems:
+            return problems
+        problems += await _ports(runtime, launch.slot.node.cluster_address, ports)
+        if job.data_dir:
+            problems += await _exists(runtime, job.data_dir, "data_dir", "create it or fix data_dir in the job")
+        if job.uses_trainer and isinstance(runtime, ProcessRuntime):
+            problems += await _tensorflow(runtime, launch.argv[0])
+    except NODE_GONE as exc:
+        return [f"{node.name}: {exc}"]
+    if not local_code.is_dir():
+        problems.append(f"{node.name}: the job's code directory {local_code} does not exist here")
+    return problems
+
+
+async def _ports(runtime: Runtime, address: str, ports: list[int]) -> list[str]:
+    node = runtime.node
+    result = await node.run([node.spec.python, "-c", _PORT_SCRIPT, address, *map(str, ports)], timeout=60)
+    return [f"{node.name}: job port {line} — stop what uses it or set another port in the job"
+            for line in result.stdout.splitlines() if line.strip()]
+
+
+async def _exists(runtime: Runtime, path: str, what: str, fix: str) -> list[str]:
+    node = runtime.node
+    result = await node.run([node.spec.python, "-c", _PATH_SCRIPT, path], timeout=60)
+    return [] if result.stdout.strip() == "True" else [f"{node.name}: {what} {path} does not exist; {fix}"]
+
+
+async def _tensorflow(runtime: Runtime, python: str) -> list[str]:
+    result = await runtime.node.run([python, "-c", _TF_SCRIPT], timeout=180)
+    if result.ok:
+        return []
+    return [f"{runtime.node.name}: TensorFlow with tf-keras is not importable by {python}; install it there: "
+            f"{python} -m pip install 'tensorflow==2.21.*' 'tf-keras==2.21.*'"]

@@ -1,0 +1,168 @@
+"""`homegpu run`, `jobs`, `logs`, `stop` and `tfconfig`: jobs from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+from pathlib import Path
+
+from homegpu.remote.cluster import Cluster
+from homegpu.remote.config import ClusterSpec
+from homegpu.remote.job_run import JobRun, LaunchError, open_runtime
+from homegpu.remote.tfconfig import JobConfigError, find_job, tf_config, worker_slots
+from homegpu.tui.cli import UserError, load_spec
+from homegpu.tui.headless import run_headless
+from homegpu.tui.text import table
+
+EXPERIMENTS = Path("experiments")
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    run = commands.add_parser(
+        "run", help="train a job across its nodes (or attach to it if it already runs)",
+        description="Preflight every node of JOB, ship the code, start one TensorFlow worker per node with "
+                    "its TF_CONFIG, and follow the run: per-node log lines, a progress line per epoch, and a "
+                    "summary. A failed or stalled worker restarts the whole job (restart, max_restarts). "
+                    "Logs, metrics and the chief's final model land in experiments/RUN-ID/. With no "
+                    "cluster.toml it runs the demo job on this machine (two local workers). Ctrl-C stops "
+                    "every worker. Exit status 0 only when every worker succeeded.",
+    )
+    run.add_argument("job", nargs="?", metavar="JOB", help="job name (default: the only job)")
+    run.add_argument("--no-tui", action="store_true", help="plain output for scripts and cron")
+    run.add_argument("--detach", action="store_true", help="start the job and return; it keeps running")
+    run.add_argument("--experiments", type=Path, default=EXPERIMENTS, metavar="DIR",
+                     help="where runs are recorded (default: ./experiments)")
+    run.set_defaults(handler=run_job)
+
+    jobs = commands.add_parser("jobs", help="list the workers on every node, running or finished",
+                               description="List every worker homegpu started on the nodes, from the "
+                                           "state kept on the nodes themselves.")
+    jobs.set_defaults(handler=list_jobs)
+
+    logs = commands.add_parser("logs", help="print (or follow) a job's logs from its nodes")
+    logs.add_argument("job", metavar="JOB")
+    logs.add_argument("--node", help="only this node's worker")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep following until Ctrl-C")
+    logs.set_defaults(handler=show_logs)
+
+    stop = commands.add_parser("stop", help="stop a running job on every node (TERM, then KILL)")
+    stop.add_argument("job", metavar="JOB")
+    stop.set_defaults(handler=stop_job)
+
+    tfconfig = commands.add_parser("tfconfig", help="print the TF_CONFIG each worker of a job gets")
+    tfconfig.add_argument("job", nargs="?", metavar="JOB")
+    tfconfig.set_defaults(handler=print_tfconfig)
+
+
+def _job(spec: ClusterSpec, name: str | None):
+    try:
+        return find_job(spec, name)
+    except JobConfigError as exc:
+        raise UserError(str(exc)) from None
+
+
+def run_job(args: argparse.Namespace) -> int:
+    spec = load_spec(args)
+    job = _job(spec, args.job)
+    return asyncio.run(run_headless(spec, job, args.experiments, args.detach))
+
+
+def print_tfconfig(args: argparse.Namespace) -> int:
+    spec = load_spec(args)
+    job = _job(spec, args.job)
+    slots = worker_slots(spec, job)
+    for slot in slots:
+        role = "chief" if slot.is_chief else "worker"
+        print(f"{slot.label} ({role}, index {slot.index}):\n  TF_CONFIG='{json.dumps(tf_config(slots, slot.index))}'")
+    return 0
+
+
+def list_jobs(args: argparse.Namespace) -> int:
+    spec = load_spec(args)
+    rows = asyncio.run(_collect_workers(spec))
+    if not rows:
+        print("no workers on any node")
+        return 0
+    print(table(("JOB", "RUN", "WORKER", "NODE", "GENERATION", "STATE"), rows))
+    return 0
+
+
+async def _collect_workers(spec: ClusterSpec) -> list[tuple]:
+    async with Cluster(spec, stream_stats=False) as cluster:
+        async def one(node):
+            try:
+                runtime, _ = await open_runtime(cluster, node, spec.ssh.connect_timeout + 5)
+                return [(w.job, w.run_id, w.label, node.name, w.generation,
+                         w.state if w.exit_status is None else f"{w.state} ({w.exit_status})")
+                        for w in await runtime.list_workers()]
+            except LaunchError as exc:
+                return [("?", "?", "?", node.name, "?", f"unreachable: {exc}")]
+        groups = await asyncio.gather(*(one(node) for node in cluster.nodes.values()))
+    return sorted(row for group in groups for row in group)
+
+
+def stop_job(args: argparse.Namespace) -> int:
+    spec = load_spec(args)
+    job = _job(spec, args.job)
+    return asyncio.run(_stop(spec, job))
+
+
+async def _stop(spec: ClusterSpec, job) -> int:
+    async with Cluster(spec, stream_stats=False) as cluster:
+        run = JobRun(cluster, job, EXPERIMENTS)
+        try:
+            await run.prepare()
+        except LaunchError as exc:
+            raise UserError(f"cannot reach the job's nodes: {exc}") from None
+        active = await run.find_active()
+        if active is None:
+            print(f"{job.name} is not running")
+            return 0
+        statuses = await run.stop_now(active[0])
+        for status in statuses:
+            print(f"{status.label}: {status.state}" + (f" ({status.exit_status})" if status.exit_status is not None else ""))
+        left = [s.label for s in statuses if s.running]
+        if left:
+            print(f"still running: {', '.join(left)}")
+            return 1
+        print(f"stopped {job.name} (run {active[0]})")
+        return 0
+
+
+def show_logs(args: argparse.Namespace) -> int:
+    spec = load_spec(args)
+    job = _job(spec, args.job)
+    return asyncio.run(_logs(spec, job, args.node, args.follow))
+
+
+async def _logs(spec: ClusterSpec, job, node: str | None, follow: bool) -> int:
+    async with Cluster(spec, stream_stats=False) as cluster:
+        run = JobRun(cluster, job, EXPERIMENTS)
+        try:
+            await run.prepare()
+        except LaunchError as exc:
+            raise UserError(f"cannot reach the job's nodes: {exc}") from None
+        latest = await run.find_active(running_only=False)
+        if latest is None:
+            raise UserError(f"no run of {job.name} found on its nodes")
+        run_id, generation = latest
+        tracks = [t for t in run.tracks.values() if node in (None, t.label, t.slot.node.name)]
+        if not tracks:
+            raise UserError(f"{job.name} has no worker on node {node!r}")
+        width = max(len(t.label) for t in tracks)
+        tails = [t.runtime.tail(run_id, t.label, generation, follow=follow,
+                                on_line=lambda line, label=t.label: print(f"{label:>{width}} | {line.text}",
+                                                                           flush=True)).start()
+                 for t in tracks]
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
+        waiting = [asyncio.create_task(t.finished.wait()) for t in tails]
+        done = asyncio.create_task(stop.wait()) if follow else asyncio.gather(*waiting)
+        await done
+        for tail in tails:
+            await tail.stop()
+        for task in waiting:
+            task.cancel()
+    return 0
