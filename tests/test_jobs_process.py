@@ -1,0 +1,215 @@
+"""Jobs on the process runtime: real sshd nodes, real TensorFlow MultiWorkerMirroredStrategy.
+
+Every run goes through the `homegpu` command as a user would type it. The workers are plain
+processes on the simulated nodes (127.0.0.2 and 127.0.0.3), started by homegpu over SSH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from simcluster import SimCluster, free_port
+
+pytestmark = pytest.mark.cluster
+
+TUTORIAL = Path(__file__).parent / "fixtures" / "trainer" / "tutorial_script.py"
+
+
+def homegpu_argv(*args: str) -> list[str]:
+    exe = shutil.which("homegpu", path=str(Path(sys.executable).parent))
+    assert exe, "the homegpu console script is not installed next to this Python"
+    return [exe, *args]
+
+
+def homegpu(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(homegpu_argv(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def job_table(**overrides) -> dict:
+    """A quick demo job: the built-in trainer on the synthetic set, two nodes, this test's Python."""
+    table = {"python": sys.executable, "nodes": ["node1", "node2"], "epochs": 2, "steps_per_epoch": 20,
+             "batch_size": 32, "port": free_port("127.0.0.2"), "stall_timeout": 120.0, "max_restarts": 2}
+    table.update(overrides)
+    return table
+
+
+def write_config(sim: SimCluster, path: Path, **job) -> Path:
+    return sim.write_cluster_toml(path / "cluster.toml", jobs={"demo": job_table(**job)})
+
+
+def worker_processes(sim: SimCluster) -> list[int]:
+    """Trainer processes running on the simulated nodes."""
+    found = []
+    for pid in sim.pids():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"homegpu.trainer" in cmdline or b"tutorial_script" in cmdline:
+            found.append(pid)
+    return found
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def only_run(tmp_path: Path) -> Path:
+    (run_dir,) = (tmp_path / "experiments").iterdir()
+    return run_dir
+
+
+def test_demo_job_trains_across_two_nodes(sim_cluster, tmp_path):
+    config = write_config(sim_cluster, tmp_path)
+    result = homegpu("--config", str(config), "run", "demo", "--no-tui", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "preflight node1: ready" in result.stdout and "preflight node2: ready" in result.stdout
+    assert "run succeeded" in result.stdout
+    run_dir = only_run(tmp_path)
+    epochs = [m for m in read_metrics(run_dir) if m.get("event") == "epoch"]
+    assert {m["worker_label"] for m in epochs} == {"node1", "node2"}
+    assert max(m["epoch"] for m in epochs) == 2
+    assert (run_dir / "logs" / "node1.log").stat().st_size > 0
+    assert (run_dir / "logs" / "node2.log").stat().st_size > 0
+    assert any((run_dir / "model").iterdir()), "the chief's model was not fetched"
+    assert not worker_processes(sim_cluster)
+
+
+def test_killed_worker_restarts_everyone_and_resumes(sim_cluster, tmp_path):
+    config = write_config(sim_cluster, tmp_path, epochs=4, steps_per_epoch=30)
+    process = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = []
+    try:
+        for line in process.stdout:
+            output.append(line)
+            if "node2 * epoch 1/4" in line:
+                victim = [pid for pid in worker_processes(sim_cluster) if _index_of(pid) == 1]
+                assert victim, "worker 1 not found"
+                os.kill(victim[0], signal.SIGKILL)
+                break
+        output += process.stdout.readlines()
+        process.wait(timeout=600)
+    finally:
+        process.kill()
+    text = "".join(output)
+    assert process.returncode == 0, text
+    assert "restarting" in text and "generation 2" in text
+    starts = [m for m in read_metrics(only_run(tmp_path)) if m.get("event") == "start"]
+    assert any(m.get("initial_epoch", 0) >= 1 for m in starts), "training did not resume from the backup"
+    assert not worker_processes(sim_cluster)
+
+
+def _index_of(pid: int) -> int | None:
+    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    for item in env:
+        if item.startswith(b"TF_CONFIG="):
+            return json.loads(item[len(b"TF_CONFIG="):])["task"]["index"]
+    return None
+
+
+def test_stopped_worker_trips_the_stall_watchdog(sim_cluster, tmp_path):
+    config = write_config(sim_cluster, tmp_path, epochs=3, steps_per_epoch=30, stall_timeout=15.0)
+    process = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = []
+    try:
+        for line in process.stdout:
+            output.append(line)
+            if "node2 * epoch 1/3" in line:
+                victim = [pid for pid in worker_processes(sim_cluster) if _index_of(pid) == 1]
+                os.kill(victim[0], signal.SIGSTOP)
+                break
+        output += process.stdout.readlines()
+        process.wait(timeout=600)
+    finally:
+        process.kill()
+    text = "".join(output)
+    assert "stalled" in text and "restarting" in text, text
+    assert process.returncode == 0, text
+    assert not worker_processes(sim_cluster)
+
+
+def test_killed_homegpu_reattaches_without_duplicates_and_stop_cleans_up(sim_cluster, tmp_path):
+    config = write_config(sim_cluster, tmp_path, epochs=50, steps_per_epoch=30)
+    first = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in first.stdout:
+            if "epoch 1/50" in line:
+                break
+        first.kill()  # homegpu dies; the workers live on their nodes
+        first.wait()
+        running = worker_processes(sim_cluster)
+        assert len(running) == 2
+
+        second = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=tmp_path,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            attach_line = second.stdout.readline()
+            while "attaching" not in attach_line and attach_line:
+                attach_line = second.stdout.readline()
+            assert "already running" in attach_line
+            wait_for(lambda: "epoch" in second.stdout.readline(), 120, "progress after attaching")
+            assert sorted(worker_processes(sim_cluster)) == sorted(running), "a duplicate worker was started"
+        finally:
+            second.kill()
+            second.wait()
+
+        listing = homegpu("--config", str(config), "jobs", cwd=tmp_path)
+        assert listing.returncode == 0 and listing.stdout.count("running") == 2
+
+        stopped = homegpu("--config", str(config), "stop", "demo", cwd=tmp_path)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert "stopped demo" in stopped.stdout
+        wait_for(lambda: not worker_processes(sim_cluster), 30, "workers to end")
+        logs = homegpu("--config", str(config), "logs", "demo", "--node", "node1", cwd=tmp_path)
+        assert logs.returncode == 0 and "node1 |" in logs.stdout
+    finally:
+        first.kill()
+        for pid in worker_processes(sim_cluster):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_tutorial_style_user_script_runs_unchanged(sim_cluster, tmp_path):
+    code = tmp_path / "my_model"
+    code.mkdir()
+    shutil.copy(TUTORIAL, code / "train.py")
+    config = sim_cluster.write_cluster_toml(
+        tmp_path / "cluster.toml",
+        jobs={"mine": {"python": sys.executable, "script": "my_model/train.py", "nodes": ["node1", "node2"],
+                       "port": free_port("127.0.0.2"), "stall_timeout": 120.0}})
+    result = homegpu("--config", str(config), "run", "mine", "--no-tui", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "node1 |" in result.stdout and "node2 |" in result.stdout
+    assert not worker_processes(sim_cluster)
+
+
+def test_preflight_failure_starts_nothing_and_names_the_node(sim_cluster, tmp_path):
+    config = sim_cluster.write_cluster_toml(
+        tmp_path / "cluster.toml",
+        jobs={"demo": job_table(data_dir="/nonexistent/datasets")},
+        node_overrides={})
+    result = homegpu("--config", str(config), "run", "demo", "--no-tui", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "node1: data_dir /nonexistent/datasets does not exist" in result.stderr
+    assert not worker_processes(sim_cluster)
