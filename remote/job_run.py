@@ -107,7 +107,7 @@ class JobRun:
         return WorkerLaunch(
             job=self.job.name, run_id=self.run_id, generation=self.generation, slot=slot,
             tf_config=tf_config_json(self.slots, slot.index),
-            argv=worker_argv(self.job, paths, self._script_rel()), cwd=paths.code_dir,
+            argv=worker_argv(self.job, paths, self._script_rel()), cwd=paths.code_dir, output_dir=paths.output_dir,
             env=worker_env(self.job, paths), image=self.job.image, data_dir=self.job.data_dir,
         )
 

@@ -9,7 +9,7 @@ another terminal) finds running workers again:
     RUN_DIR/LABEL.exit   {"generation": G, "status": CODE} once that generation has ended
 
 Commands (each prints one JSON object):
-    start  --run-dir D --label L --log NAME --meta JSON [--cwd DIR] [--env K=V ...] -- ARGV...
+    start  --run-dir D --label L --log NAME --meta JSON [--cwd DIR] [--mkdir DIR] [--env K=V ...] -- ARGV...
     status --run-dir D --label L
     stop   --run-dir D --label L [--grace SECONDS]
     list   --root DIR            (every worker under DIR/*/, for `homegpu jobs` and reattaching)
@@ -76,6 +76,8 @@ def start(args):
         return {"error": "already running", "pid": old["pid"], "generation": old.get("generation")}
     if os.path.exists(exit_path):
         os.unlink(exit_path)
+    if args.mkdir:
+        os.makedirs(os.path.expanduser(args.mkdir), exist_ok=True)
     meta = json.loads(args.meta)
     env = dict(os.environ)
     env.update(item.split("=", 1) for item in args.env)
@@ -202,6 +204,7 @@ def main(argv=None):
     commands.choices["start"].add_argument("--meta", default="{}")
     commands.choices["start"].add_argument("--log", required=True)
     commands.choices["start"].add_argument("--cwd", default="")
+    commands.choices["start"].add_argument("--mkdir", default="", help="a directory the worker needs to exist")
     commands.choices["start"].add_argument("--env", action="append", default=[])
     commands.choices["start"].add_argument("argv", nargs=argparse.REMAINDER)
     commands.choices["stop"].add_argument("--grace", type=float, default=10.0)

@@ -46,6 +46,7 @@ class WorkerLaunch:
     tf_config: str
     argv: tuple[str, ...]
     cwd: str
+    output_dir: str = ""
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     image: str = ""
     data_dir: str = ""
@@ -168,7 +169,8 @@ class ProcessRuntime(Runtime):
                 "generation": launch.generation}
         env = {**launch.env, "TF_CONFIG": launch.tf_config}
         args = ["start", "--run-dir", self.run_dir(launch.run_id), "--label", launch.label,
-                "--log", _log_name(launch.label, launch.generation), "--meta", json.dumps(meta), "--cwd", launch.cwd]
+                "--log", _log_name(launch.label, launch.generation), "--meta", json.dumps(meta), "--cwd", launch.cwd,
+                "--mkdir", launch.output_dir]
         for key, value in env.items():
             args += ["--env", f"{key}={value}"]
         reply = await self._worker(*args, "--", *launch.argv)

@@ -67,7 +67,8 @@ class LinePrinter:
         data = event.data
         kind = data.get("event")
         if kind == "epoch":
-            return (f"{event.worker:>{self.width}} * epoch {data.get('epoch')}/{self.job.epochs}  "
+            total = data.get("epochs") or (self.job.epochs if self.job.uses_trainer else "?")
+            return (f"{event.worker:>{self.width}} * epoch {data.get('epoch')}/{total}  "
                     f"loss {_num(data.get('loss'))}  accuracy {_num(data.get('accuracy'))}  "
                     f"{_num(data.get('examples_per_sec'), '.0f')} examples/s")
         if kind == "step" and event.index == 0:
