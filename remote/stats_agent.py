@@ -234,8 +234,9 @@ class SmiLoop:
     each time), so the agent keeps one running and takes the newest complete iteration from it at
     each interval. A child that ends (killed, the driver reloaded) is started again after a pause
     that doubles up to ``RESTART_MAX_S`` and goes back to ``RESTART_MIN_S`` once a child loops.
-    The thread only sets ``latest``, ``runs`` and ``looped`` and appends to ``errors``; the agent's
-    main thread reads them.
+    The thread sets ``latest``, ``runs``, ``looped``, ``proc`` and ``last_output`` and appends to
+    ``errors``; the agent's main thread only reads them (and drains ``errors``, a deque, which is
+    safe across threads).
     """
 
     def __init__(self, path, loop_ms, expected=None):
@@ -269,6 +270,7 @@ class SmiLoop:
         proc = self.proc
         if proc is not None and proc.returncode is None and time.monotonic() - self.last_output > limit:
             self.errors.append(f"nvidia-smi loop: silent for {limit:g} s, restarting it")
+            self.last_output = time.monotonic()  # one kill per silence, not one per interval
             with contextlib.suppress(OSError):
                 proc.kill()
 
@@ -591,8 +593,8 @@ def open_reader(source, nvml, smi_path, interval=None, apps_every=1):
     """Pick the GPU reader for ``source``, returning (reader, notes on sources that were skipped).
 
     ``auto`` tries NVML, then ``nvidia-smi``, then none; an explicit source that cannot work
-    gives the "none" reader, so the node still streams its CPU and memory. ``interval`` and
-    ``apps_every`` are for ``SmiReader``: None for an agent that samples once.
+    gives the "none" reader, so the node still streams its CPU and memory. ``interval`` (None for
+    an agent that samples once) and ``apps_every`` are passed on to ``SmiReader``.
     """
     notes = []
     if source in ("auto", "nvml"):

@@ -4,10 +4,15 @@ Put the directory :func:`write_replay_nvidia_smi` returns first on ``PATH`` and 
 as ``nvidia-smi``. It answers only the exact command lines the fixtures were recorded for (see
 ``tests/fixtures/gpu/README.md``); any other command line exits 2 with a message, so an agent whose
 query drifts from the fixtures' field order fails its test instead of parsing shifted columns.
+
+A query followed by ``--loop-ms=N`` is answered as nvidia-smi's loop mode is: the recorded rows
+at once, then again every N ms, flushed each time, until the process is killed. A fixture with a
+non-zero exit code (no driver, no devices) is printed once and ends the process, loop or not.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -24,17 +29,43 @@ FORMAT = "--format=csv,noheader,nounits"
 _EXIT_CODES = {"garbage_no_devices.txt": 6, "garbage_no_driver.txt": 9}
 
 _SCRIPT = """#!{python}
-import sys
+import json, os, re, sys, time
 ANSWERS = {answers!r}
-answer = ANSWERS.get(tuple(sys.argv[1:]))
+LOOP_MODE = {loop_mode!r}
+LOG = {log!r}
+IGNORE_CLOSED_STDOUT = {ignore_closed_stdout!r}
+
+if LOG:
+    with open(LOG, "a") as log:
+        log.write(json.dumps([os.getpid()] + sys.argv[1:]) + "\\n")
+argv, loop_ms = tuple(sys.argv[1:]), None
+loop = re.fullmatch(r"--loop-ms=([1-9][0-9]*)", argv[-1]) if LOOP_MODE and argv else None
+if loop and argv[0].startswith("--query-"):
+    argv, loop_ms = argv[:-1], int(loop.group(1))
+answer = ANSWERS.get(argv)
 if answer is None:
     sys.stderr.write("replay nvidia-smi: nothing recorded for %r\\n" % (sys.argv[1:],))
     sys.exit(2)
 path, code = answer
+recorded = b""
 if path:
-    with open(path, "rb") as recorded:
-        sys.stdout.buffer.write(recorded.read())
-sys.exit(code)
+    with open(path, "rb") as handle:
+        recorded = handle.read()
+
+def show():
+    try:
+        sys.stdout.buffer.write(recorded)
+        sys.stdout.buffer.flush()
+    except OSError:
+        if not IGNORE_CLOSED_STDOUT:
+            raise
+
+show()
+if loop_ms is None or code:
+    sys.exit(code)
+while True:
+    time.sleep(loop_ms / 1000.0)
+    show()
 """
 
 
@@ -50,6 +81,9 @@ def write_replay_nvidia_smi(
     apps_fixture: Path | None,
     *,
     version_fixture: Path | None = None,
+    loop_mode: bool = True,
+    log: Path | None = None,
+    ignore_closed_stdout: bool = False,
 ) -> Path:
     """Write an executable ``nvidia-smi`` into ``dir`` and return ``dir`` (to prepend to PATH).
 
@@ -59,6 +93,12 @@ def write_replay_nvidia_smi(
         apps_fixture: printed for ``--query-compute-apps``; None prints nothing (no processes).
         version_fixture: printed for ``--version``; None makes ``--version`` fail, as on drivers
             too old to have it.
+        loop_mode: answer ``--loop-ms=N`` after a query; False refuses it (exit 2), as an
+            nvidia-smi without loop mode would.
+        log: a file each run appends one line to: its pid and arguments as a JSON list (see
+            :func:`replay_calls`), so tests can count and find the nvidia-smi processes.
+        ignore_closed_stdout: keep looping when stdout is gone instead of dying of EPIPE, so only
+            a kill can end the process (for testing that the agent's kill is what ends it).
     """
     answers = {
         (GPU_QUERY, FORMAT): _answer(gpus_fixture),
@@ -68,6 +108,22 @@ def write_replay_nvidia_smi(
         answers[("--version",)] = _answer(version_fixture)
     dir.mkdir(parents=True, exist_ok=True)
     script = dir / "nvidia-smi"
-    script.write_text(_SCRIPT.format(python=sys.executable, answers=answers))
+    script.write_text(_SCRIPT.format(
+        python=sys.executable, answers=answers, loop_mode=loop_mode,
+        log=str(log) if log else None, ignore_closed_stdout=ignore_closed_stdout,
+    ))
     script.chmod(0o755)
     return dir
+
+
+def replay_calls(log: Path) -> list[tuple[int, tuple[str, ...]]]:
+    """The (pid, arguments) of every replay run that wrote to ``log``, in start order."""
+    if not log.exists():
+        return []
+    calls = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return [(call[0], tuple(call[1:])) for call in calls]
+
+
+def is_loop(args: tuple[str, ...]) -> bool:
+    """Whether a replay run was asked for loop mode."""
+    return bool(args) and args[-1].startswith("--loop-ms=")

@@ -40,7 +40,7 @@ from homegpu.remote.stats_agent_bundle import (
     agent_command,
     agent_payload,
 )
-from gpu_replay import FIXTURES, write_replay_nvidia_smi
+from gpu_replay import FIXTURES, FORMAT, GPU_QUERY, is_loop, replay_calls, write_replay_nvidia_smi
 
 AGENT = Path(stats_agent.__file__)
 MIB = 1024 * 1024
@@ -329,6 +329,189 @@ def test_auto_without_pynvml_finds_nvidia_smi_on_path(tmp_path: Path) -> None:
     assert stats.errors == ("nvml: pynvml is not importable",)
 
 
+# --- nvidia-smi loop mode: one long-lived child ---------------------------------------------------
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie (killed, not yet reaped by whoever adopted it) does not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def wait_until(predicate, timeout: float = 10.0) -> bool:
+    """Poll ``predicate`` for up to ``timeout`` s (generous: CI machines can be slow)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+class SmiAgent:
+    """A streaming agent (``--source nvidia-smi``) with a replaying nvidia-smi that logs each run."""
+
+    def __init__(self, tmp_path: Path, gpus: str, apps: str | None, *args: str,
+                 python: str = sys.executable, **replay) -> None:
+        self.log = tmp_path / "nvidia-smi-runs.log"
+        self.bin = write_replay_nvidia_smi(tmp_path / "bin", FIXTURES / gpus,
+                                           FIXTURES / apps if apps else None, log=self.log, **replay)
+        env = dict(os.environ, PATH=f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}")
+        self.proc = subprocess.Popen(
+            [python, str(AGENT), "--interval", "0.1", "--source", "nvidia-smi", "--work-dir",
+             str(tmp_path), *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        )
+
+    def lines(self, count: int) -> list[NodeStats]:
+        return read_lines(self.proc, count)
+
+    def runs(self, args: tuple[str, ...] | None = None) -> list[int]:
+        """Pids of the nvidia-smi runs so far: loop runs, or those with exactly ``args``."""
+        return [pid for pid, run in replay_calls(self.log)
+                if (is_loop(run) if args is None else run == args)]
+
+    def lines_until(self, predicate, limit: int = 100) -> list[NodeStats]:
+        """Read lines until ``predicate(lines so far)`` holds; fail after ``limit`` lines."""
+        seen: list[NodeStats] = []
+        while not predicate(seen):
+            if len(seen) >= limit:
+                pytest.fail(f"still waiting after {limit} lines; nvidia-smi runs: "
+                            f"{replay_calls(self.log)}; last errors: {seen[-1].errors}")
+            seen += self.lines(1)
+        return seen
+
+    def close(self) -> None:
+        """Stop the agent, then kill any replay it left running (a failed test must not leak)."""
+        stop(self.proc)
+        for pid, _ in replay_calls(self.log):
+            try:
+                if str(self.bin) in Path(f"/proc/{pid}/cmdline").read_text():
+                    os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def smi_agents():
+    """Start SmiAgents with ``smi_agents(tmp_path, ...)``; all of them are closed after the test."""
+    started: list[SmiAgent] = []
+
+    def start(*args, **kwargs) -> SmiAgent:
+        started.append(SmiAgent(*args, **kwargs))
+        return started[-1]
+
+    yield start
+    for agent in started:
+        agent.close()
+
+
+ONE_SHOT_GPUS = (GPU_QUERY, FORMAT)
+MIG_PROCESSES = (
+    GpuProcess(21180, "/root/tools/memhog", 2296),
+    GpuProcess(21181, "/root/tools/memhog", 1272),
+    GpuProcess(21198, "./gpu_burn", 7484),
+)
+
+
+def test_streaming_lines_come_from_one_loop_child(tmp_path: Path, smi_agents) -> None:
+    agent = smi_agents(tmp_path, "gpus_1x_h100_mig_load.csv", "apps_1x_h100_mig_load.csv",
+                       version_fixture=FIXTURES / "version_h100_mig.txt")
+    lines = agent.lines(15)
+    for stats in lines:
+        [gpu] = stats.gpus
+        assert (stats.source, stats.driver, stats.cuda) == ("nvidia-smi", "590.48.01", "13.1")
+        assert (gpu.name, gpu.util, gpu.mem_used, gpu.power) == (
+            "NVIDIA H100 80GB HBM3", NA, 11125, 433.78)
+        assert gpu.processes == MIG_PROCESSES
+    assert all(stats.errors == () for stats in lines), [s.errors for s in lines]
+    [loop_pid] = agent.runs()
+    assert alive(loop_pid)
+    # One query before the loop starts (it tells how many GPUs to expect); perhaps one more while
+    # the loop child starts up. Without loop mode this would be one per line.
+    assert 1 <= len(agent.runs(ONE_SHOT_GPUS)) <= 3
+
+
+def test_compute_processes_are_queried_every_nth_interval(tmp_path: Path, smi_agents) -> None:
+    agent = smi_agents(tmp_path, "gpus_1x_h100_mig_load.csv", "apps_1x_h100_mig_load.csv",
+                       "--apps-interval", "0.5")  # every 5th line at --interval 0.1
+    lines = agent.lines(12)
+    agent.proc.stdin.close()
+    assert agent.proc.wait(timeout=10) == 0
+    lines += [parse_agent_line(line.decode()) for line in agent.proc.stdout]
+    queries = len(agent.runs(("--query-compute-apps=gpu_uuid,pid,process_name,used_memory", FORMAT)))
+    # Lines 1, 6, 11, ... query; the agent may have queried for a line it did not live to write.
+    assert -(-len(lines) // 5) <= queries <= -(-len(lines) // 5) + 1, (len(lines), queries)
+    assert all(stats.gpus[0].processes == MIG_PROCESSES for stats in lines)
+
+
+def end_by_stdin_eof(proc: subprocess.Popen[bytes]) -> None:
+    proc.stdin.close()
+
+
+def end_by_sigterm(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+
+
+def end_by_closed_stdout(proc: subprocess.Popen[bytes]) -> None:
+    proc.stdout.close()
+
+
+@pytest.mark.parametrize("end", [end_by_stdin_eof, end_by_sigterm, end_by_closed_stdout])
+def test_loop_child_ends_with_the_agent(tmp_path: Path, smi_agents, end) -> None:
+    """The replay here survives its stdout closing, so only the agent's kill (or the kernel's
+    parent-death signal) can end it."""
+    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, ignore_closed_stdout=True)
+    agent.lines_until(lambda _: agent.runs())
+    [loop_pid] = agent.runs()
+    assert alive(loop_pid)
+    end(agent.proc)
+    assert agent.proc.wait(timeout=10) == 0
+    assert wait_until(lambda: not alive(loop_pid)), "the nvidia-smi loop child outlived the agent"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
+def test_loop_child_dies_even_when_the_agent_is_killed(tmp_path: Path, smi_agents) -> None:
+    """SIGKILL runs none of the agent's code; the kernel's parent-death signal ends the child.
+
+    This replay keeps looping when its stdout is gone, so nothing else would end it.
+    """
+    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, ignore_closed_stdout=True)
+    agent.lines_until(lambda _: agent.runs())
+    [loop_pid] = agent.runs()
+    agent.proc.kill()
+    agent.proc.wait(timeout=10)
+    assert wait_until(lambda: not alive(loop_pid)), "the nvidia-smi loop child outlived the agent"
+
+
+def test_loop_child_that_dies_is_restarted(tmp_path: Path, smi_agents) -> None:
+    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None)
+    lines = agent.lines_until(lambda _: agent.runs())
+    [first] = agent.runs()
+    os.kill(first, signal.SIGKILL)
+    lines += agent.lines_until(lambda _: len(agent.runs()) == 2)
+    lines += agent.lines(5)
+    assert agent.runs()[0] == first and not alive(first) and alive(agent.runs()[1])
+    assert len(agent.runs()) == 2
+    errors = [e for stats in lines for e in stats.errors]
+    assert errors and all(e.startswith("nvidia-smi loop: exit -9 after") for e in errors), errors
+    assert all(len(stats.gpus) == 2 for stats in lines)  # one-shot queries filled the gap
+
+
+def test_nvidia_smi_without_loop_mode_falls_back_to_one_shot(tmp_path: Path, smi_agents) -> None:
+    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, loop_mode=False)
+    note = "nvidia-smi: --loop-ms does not work here; querying once per interval"
+    lines = agent.lines_until(lambda seen: any(note in stats.errors for stats in seen))
+    one_shots = len(agent.runs(ONE_SHOT_GPUS))
+    lines += agent.lines(5)
+    assert len(agent.runs()) == stats_agent.LOOP_TRIES  # tried, refused, never again
+    assert len(agent.runs(ONE_SHOT_GPUS)) >= one_shots + 5  # one query per line now
+    assert all(len(stats.gpus) == 2 for stats in lines)
+    assert lines[-1].errors == ()
+
+
 # --- CPU-only nodes and the /proc readers ----------------------------------------------------------
 
 def assert_node_numbers(stats: NodeStats) -> None:
@@ -544,6 +727,18 @@ def test_agent_runs_on_python38(tmp_path: Path) -> None:
     path = replay_path(tmp_path, "gpus_1x_h100_mig_load.csv", "apps_1x_h100_mig_load.csv")
     stats = run_agent(tmp_path, "--source", "nvidia-smi", path=path, python=PYTHON38)
     assert len(stats.gpus[0].processes) == 3 and stats.errors == ()
+
+
+@needs_python38
+def test_loop_mode_on_python38(tmp_path: Path, smi_agents) -> None:
+    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, python=PYTHON38)
+    lines = agent.lines_until(lambda _: agent.runs())
+    lines += agent.lines(5)
+    assert all(len(stats.gpus) == 2 and stats.errors == () for stats in lines)
+    [loop_pid] = agent.runs()
+    agent.proc.stdin.close()
+    assert agent.proc.wait(timeout=10) == 0
+    assert wait_until(lambda: not alive(loop_pid))
 
 
 @needs_python38

@@ -22,6 +22,7 @@ from homegpu.remote.stats import (
     parse_agent_line,
 )
 from homegpu.remote.stats_agent import (
+    LoopIterations,
     clean,
     number,
     parse_nvidia_smi_apps,
@@ -125,6 +126,66 @@ def test_a_bad_line_does_not_hide_the_good_ones() -> None:
     errors: list[str] = []
     assert [g["index"] for g in parse_nvidia_smi_gpus(text, errors)] == [0, 1]
     assert len(errors) == 1
+
+
+# --- nvidia-smi --query-gpu --loop-ms: where one iteration ends ----------------------------------
+
+def lines(name: str) -> list[str]:
+    return fixture(name).splitlines(keepends=True)
+
+
+def feed(iterations: LoopIterations, rows: list[str], errors: list[str] | None = None) -> list:
+    """Feed lines one by one; return, per line, the index list of the iteration it completed."""
+    errors = [] if errors is None else errors
+    done = [iterations.feed(line, errors) for line in rows]
+    return [None if gpus is None else [g["index"] for g in gpus] for gpus in done]
+
+
+H100_NVL_ROWS = lines("gpus_2x_h100nvl_idle.csv")  # GPU 0, GPU 1
+GPU0, GPU1 = H100_NVL_ROWS
+
+
+def test_loop_iterations_carry_the_recorded_values() -> None:
+    iterations = LoopIterations(expected=8)
+    completed = [iterations.feed(line, []) for line in lines("gpus_8x_h100sxm_idle.csv") * 2]
+    assert completed[:7] == [None] * 7 and completed[8:15] == [None] * 7
+    assert completed[7] == completed[15] == GPU_CASES["gpus_8x_h100sxm_idle.csv"]
+
+
+def test_known_count_completes_an_iteration_on_its_last_row() -> None:
+    """No waiting for the next iteration: the 2nd row of 2 completes it."""
+    assert feed(LoopIterations(expected=2), H100_NVL_ROWS * 3) == [None, [0, 1]] * 3
+
+
+def test_unknown_count_is_learnt_when_the_first_gpu_repeats() -> None:
+    assert feed(LoopIterations(), H100_NVL_ROWS * 3) == [None, None, [0, 1], [0, 1], None, [0, 1]]
+
+
+def test_gpu_falling_off_the_bus_costs_one_iteration() -> None:
+    """GPU 1 is gone: the lone GPU 0 row completes nothing until GPU 0 repeats, then every row."""
+    assert feed(LoopIterations(expected=2), [GPU0, GPU1, GPU0, GPU0, GPU0]) == [
+        None, [0, 1], None, [0], [0]]
+
+
+def test_first_gpu_falling_off_the_bus_is_found_by_the_repeat_of_another() -> None:
+    assert feed(LoopIterations(expected=2), [GPU0, GPU1, GPU1, GPU1, GPU1]) == [
+        None, [0, 1], None, [1], [1]]
+
+
+def test_gpu_coming_back_is_added_after_one_iteration() -> None:
+    """GPU 1 is back: its first iteration completes when GPU 0 repeats, later ones on GPU 1."""
+    assert feed(LoopIterations(expected=1), [GPU0, GPU0, GPU1, GPU0, GPU1, GPU0, GPU1]) == [
+        [0], [0], None, [0, 1], [0, 1], None, [0, 1]]
+
+
+def test_garbage_between_rows_is_reported_and_does_not_count() -> None:
+    errors: list[str] = []
+    noise = lines("garbage_no_devices.txt")
+    rows = [GPU0, *noise, GPU1, "\n", GPU0, "0, truncated\n", GPU1]
+    completed = feed(LoopIterations(expected=2), rows, errors)
+    assert [c for c in completed if c] == [[0, 1], [0, 1]]
+    assert len(errors) == len([n for n in noise if n.strip()]) + 1
+    assert "truncated" in errors[-1]
 
 
 # --- nvidia-smi --query-compute-apps -------------------------------------------------------------
