@@ -1,9 +1,10 @@
 """A docker-py client for a node's Docker engine, reached through that node's SSH session.
 
 The node's Docker socket is forwarded over the existing SSH connection to a Unix socket in a
-private directory here (mode 0700: the forwarded socket itself is created world-accessible, and
-whoever can connect to it is root on the node), removed again on exit. Nothing listens on a TCP
-port and the engine needs no TLS setup. `host = "local"` nodes use their socket directly.
+private directory here (mode 0700, whatever the socket file's own mode: whoever can connect to it
+is root on the node), removed again on exit. Nothing listens on a TCP port and the engine needs no
+TLS setup. `host = "local"` nodes use their socket directly. The forwarder is our own (see
+SocketForwarder for why not asyncssh's forward_local_path).
 
 Before handing out a client the engine is pinged once through the same path, so every failure
 becomes one DockerUnavailable line that names the node and the fix. docker-py blocks, so every call
@@ -40,13 +41,15 @@ PING_TIMEOUT = 10.0
 DEFAULT_TIMEOUT = 60.0
 # A socket the forward could not reach is diagnosed on the node: OpenSSH only says "open failed".
 _DIAGNOSE = """\
-import errno, socket, sys
-s = socket.socket(socket.AF_UNIX)
+import errno, os, socket, stat, sys
+path = sys.argv[1]
 try:
-    s.connect(sys.argv[1])
+    if not stat.S_ISSOCK(os.stat(path).st_mode):
+        sys.exit(print("notsocket"))
+    socket.socket(socket.AF_UNIX).connect(path)
 except OSError as e:
-    print({errno.ENOENT: "missing", errno.EACCES: "denied", errno.EPERM: "denied",
-           errno.ECONNREFUSED: "refused", errno.ENOTSOCK: "notsocket"}.get(e.errno, "other " + str(e)))
+    print({errno.ENOENT: "missing", errno.ENOTDIR: "missing", errno.EACCES: "denied", errno.EPERM: "denied",
+           errno.ECONNREFUSED: "refused"}.get(e.errno, "other " + str(e)))
 else:
     print("ok")
 """
@@ -63,8 +66,9 @@ class DockerUnavailable(RuntimeError_):
 class DockerLink:
     """A connected docker-py client plus the node it talks to (for error messages)."""
 
-    def __init__(self, node: str, client: docker.DockerClient) -> None:
+    def __init__(self, node: str, client: docker.DockerClient, socket_path: str) -> None:
         self.node, self.client = node, client
+        self.socket_path = socket_path  # the local end: the forwarded socket, or the node's own
 
     @property
     def api(self) -> docker.APIClient:
@@ -110,7 +114,7 @@ async def docker_client(node: NodeSession, timeout: float | None = DEFAULT_TIMEO
         client = await asyncio.to_thread(docker.DockerClient, base_url=f"unix://{local_path}", version=api_version,
                                          timeout=timeout)
         try:
-            yield DockerLink(node.name, client)
+            yield DockerLink(node.name, client, local_path)
         finally:
             await asyncio.to_thread(client.close)
 
@@ -123,19 +127,131 @@ async def _socket_for(node: NodeSession, transport) -> AsyncIterator[str]:
         return
     private_dir = tempfile.mkdtemp(prefix="homegpu-docker-")  # mkdtemp: mode 0700, owned by us
     local_path = os.path.join(private_dir, "docker.sock")
+    forwarder = SocketForwarder(transport.conn, node.spec.docker_socket)
     try:
         try:
-            listener = await transport.conn.forward_local_path(local_path, node.spec.docker_socket)
-        except (asyncssh.Error, OSError) as exc:
-            raise DockerUnavailable(node.name, f"{node.name}: cannot forward the Docker socket over SSH: {exc}; "
-                                               "set AllowStreamLocalForwarding yes in the node's sshd_config")
-        try:
-            yield local_path
-        finally:
-            listener.close()
-            await listener.wait_closed()
+            await forwarder.listen(local_path)
+        except OSError as exc:
+            raise DockerUnavailable(node.name, f"{node.name}: cannot listen on {local_path}: {exc}") from exc
+        yield local_path
     finally:
+        await forwarder.close()
         shutil.rmtree(private_dir, ignore_errors=True)
+
+
+# -- the forwarder ----------------------------------------------------------------------------------
+#
+# Why not asyncssh's forward_local_path: when the local reader falls behind (a `docker save` read
+# only as fast as a slower node's `docker load` takes it), asyncssh pauses the SSH channel, and on
+# the first chunk it delivers after a pause it re-opens the whole SSH window although nearly all it
+# buffered is still undelivered. Each pause then adds up to a window (2 MiB) to its buffer: copying a
+# 2.4 GB image grew this process past 700 MB. Here the channel is paused only when HIGH_WATER bytes
+# wait for the local reader and resumed at LOW_WATER; the gap is several windows, so every resume
+# drains asyncssh's buffer in one go and memory stays around HIGH_WATER per connection.
+
+HIGH_WATER = 16 << 20
+LOW_WATER = 4 << 20
+
+
+class SocketForwarder:
+    """A local Unix socket whose every connection is joined to `remote_path` on the node over SSH."""
+
+    def __init__(self, conn: asyncssh.SSHClientConnection, remote_path: str) -> None:
+        self.conn, self.remote_path = conn, remote_path
+        self._server: asyncio.AbstractServer | None = None
+        self._links: set[_LocalEnd] = set()
+
+    async def listen(self, local_path: str) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(lambda: _LocalEnd(self), local_path)
+
+    async def close(self) -> None:
+        """Stop listening and cut every open connection (both ends)."""
+        if self._server is not None:
+            self._server.close()
+        for link in list(self._links):
+            link.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+class _LocalEnd(asyncio.Protocol):
+    """One accepted local connection and the SSH channel it is joined to."""
+
+    def __init__(self, forwarder: SocketForwarder) -> None:
+        self.forwarder = forwarder
+        self.transport: asyncio.Transport | None = None
+        self.channel: asyncssh.SSHUNIXChannel | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
+        self.transport.pause_reading()  # until the channel is open
+        self.forwarder._links.add(self)
+        self._opening = asyncio.ensure_future(self._open())
+
+    async def _open(self) -> None:
+        try:
+            self.channel, _ = await self.forwarder.conn.create_unix_connection(
+                lambda: _ChannelEnd(self), self.forwarder.remote_path)
+        except (asyncssh.Error, OSError):
+            self.abort()  # the client reads EOF; docker_client() then diagnoses on the node
+            return
+        if self.transport.is_closing():  # cut while the channel was opening
+            self.channel.close()
+        else:
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        self.channel.write(data)
+
+    def eof_received(self) -> bool:
+        self.channel.write_eof()
+        return True  # half-close: the engine's answer may still come
+
+    def pause_writing(self) -> None:  # HIGH_WATER bytes wait for the local reader
+        self.channel.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.channel.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.forwarder._links.discard(self)
+        if self.channel is not None:
+            self.channel.close()
+
+    def abort(self) -> None:
+        self.forwarder._links.discard(self)
+        if self.channel is not None:
+            self.channel.close()
+        if self.transport is not None:
+            self.transport.close()
+
+
+class _ChannelEnd(asyncssh.SSHUNIXSession):
+    """The SSH side of a _LocalEnd: passes the engine's bytes on, and stops the local reader when
+    the channel's send buffer is full (asyncssh does that direction right)."""
+
+    def __init__(self, local: _LocalEnd) -> None:
+        self.local = local
+
+    def data_received(self, data: bytes, datatype: object) -> None:
+        self.local.transport.write(data)
+
+    def eof_received(self) -> bool:
+        if self.local.transport.can_write_eof():
+            self.local.transport.write_eof()
+        return False
+
+    def pause_writing(self) -> None:
+        self.local.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if not self.local.transport.is_closing():
+            self.local.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.local.transport.close()
 
 
 async def _ping(node: NodeSession, local_path: str) -> str:
@@ -183,11 +299,11 @@ async def _diagnose(node: NodeSession, reply: bytes) -> str:
         verdict = f"other {exc}"
     except asyncio.TimeoutError:
         verdict = "other the check timed out"
-    return _explain(node, path, verdict)
+    return explain(node.name, node.spec.user or node.cluster.ssh.user or "$USER", path, verdict)
 
 
-def _explain(node: NodeSession, path: str, verdict: str) -> str:
-    user = node.spec.user or node.cluster.ssh.user or "$USER"
+def explain(node: str, user: str, path: str, verdict: str) -> str:
+    """The message for a diagnosis ("missing", "denied", "refused", "notsocket", "ok", "other …")."""
     messages = {
         "missing": f"no Docker socket at {path}: install Docker Engine "
                    "(https://docs.docker.com/engine/install/), set docker_socket in cluster.toml, "
@@ -203,5 +319,5 @@ def _explain(node: NodeSession, path: str, verdict: str) -> str:
     detail = messages.get(verdict)
     if detail is None:
         detail = f"cannot reach the Docker engine at {path} ({verdict.removeprefix('other ')}); run `homegpu doctor`"
-    return f"{node.name}: {detail}"
+    return f"{node}: {detail}"
 

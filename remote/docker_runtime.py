@@ -33,6 +33,7 @@ from homegpu.remote.runtime import (
 CODE_DIR = "/homegpu/code"
 OUT_DIR = "/homegpu/out"
 DATA_DIR = "/data"
+CONTAINER_PYTHON = "python3"  # the official TensorFlow images and the test image both have it on PATH
 LABEL_PREFIX = "homegpu."
 SHM_SIZE = "1g"  # Docker's 64 MB /dev/shm is too small for NCCL and tf.data on GPU nodes
 
@@ -97,7 +98,9 @@ def status_from_attrs(attrs: Mapping) -> WorkerStatus:
         ours, exit_status = "running", None
     elif docker_state == "exited":
         ours, exit_status = "exited", state.get("ExitCode")
-    else:  # created (never started), removing, dead: it will not run, and has no real exit status
+    elif docker_state == "created":  # start() is between create and start: not there yet
+        ours, exit_status = "missing", None
+    else:  # removing, dead: it will not run again, and has no real exit status
         ours, exit_status = "vanished", None
     return WorkerStatus(label=labels.get(f"{LABEL_PREFIX}label", ""), state=ours, exit_status=exit_status,
                         generation=int(generation) if generation.isdigit() else None,
@@ -125,10 +128,12 @@ class DockerRuntime(Runtime):
         return f"{self.run_dir(run_id)}/out/{label}"
 
     def paths(self, run_id: str, code_dir: str, label: str, data_dir: str, python: str) -> NodePaths:
-        """Container paths; `python` is used as given (the image's python3 unless the job says)."""
+        """Container paths. The node's own `python` (cluster.toml [[nodes]]) runs homegpu's helpers on
+        the node and means nothing inside the image, so it becomes the image's python3; any other
+        value (a job's `python`) is used as given."""
         self._code_dirs[(run_id, label)] = code_dir
-        return NodePaths(python=python, code_dir=CODE_DIR, output_dir=OUT_DIR,
-                         data_dir=DATA_DIR if data_dir else "")
+        return NodePaths(python=CONTAINER_PYTHON if python == self.node.spec.python else python,
+                         code_dir=CODE_DIR, output_dir=OUT_DIR, data_dir=DATA_DIR if data_dir else "")
 
     # -- checks ----------------------------------------------------------------------------------
 
@@ -213,7 +218,10 @@ class DockerRuntime(Runtime):
     async def status(self, run_id: str, label: str) -> WorkerStatus:
         """The newest generation's container of this worker; state "missing" when there is none."""
         async with docker_client(self.node) as link:
-            found = await self._containers(link, run_id, label)
+            return await self._status(link, run_id, label)
+
+    async def _status(self, link: DockerLink, run_id: str, label: str) -> WorkerStatus:
+        found = await self._containers(link, run_id, label)
         if not found:
             return WorkerStatus(label=label, state="missing", run_id=run_id)
         return max((status_from_attrs(c.attrs) for c in found), key=lambda s: s.generation or 0)
@@ -227,7 +235,7 @@ class DockerRuntime(Runtime):
                         await link.call(link.api.stop, container.id, timeout=max(0, round(grace)))
                     except docker.errors.NotFound:
                         pass  # removed meanwhile: stopped, as asked
-        return await self.status(run_id, label)
+            return await self._status(link, run_id, label)
 
     async def remove(self, run_id: str, label: str) -> None:
         """Remove the worker's containers of every generation (running ones are killed)."""
@@ -241,7 +249,7 @@ class DockerRuntime(Runtime):
     async def list_workers(self) -> list[WorkerStatus]:
         """Every homegpu container of this node, newest generation per (run, label)."""
         async with docker_client(self.node) as link:
-            found = await link.call(link.client.containers.list, all=True,
+            found = await link.call(link.client.containers.list, all=True, ignore_removed=True,
                                     filters={"label": [f"{LABEL_PREFIX}node={self.node.name}"]})
         newest: dict[tuple[str, str], WorkerStatus] = {}
         for status in map(status_from_attrs, (c.attrs for c in found)):
@@ -253,7 +261,7 @@ class DockerRuntime(Runtime):
     async def _containers(self, link: DockerLink, run_id: str, label: str) -> list:
         filters = {"label": [f"{LABEL_PREFIX}node={self.node.name}", f"{LABEL_PREFIX}run={run_id}",
                              f"{LABEL_PREFIX}label={label}"]}
-        return await link.call(link.client.containers.list, all=True, filters=filters)
+        return await link.call(link.client.containers.list, all=True, ignore_removed=True, filters=filters)
 
     # -- logs ------------------------------------------------------------------------------------
 

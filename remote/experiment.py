@@ -35,7 +35,7 @@ class ExperimentLog:
             handle.close()
 
 
-def find_stragglers(rates: dict[str, float], threshold: float = 0.7) -> list[tuple[str, float]]:
+def find_stragglers(rates: dict[str, float], threshold: float = 0.6) -> list[tuple[str, float]]:
     """Workers whose examples/s is below `threshold` × the median of the others.
 
     Returns (worker, median of the others) pairs. Needs at least two workers with a rate.

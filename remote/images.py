@@ -16,6 +16,7 @@ the `on_line` / `on_progress` callbacks there.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 import time
@@ -140,18 +141,27 @@ async def copy_image(image: str, source: NodeSession, targets: Sequence[NodeSess
 
 async def _copy_to(image: str, image_id: str, src: DockerLink, targets: Sequence[NodeSession],
                    on_progress: Callable[[CopyProgress], None]) -> list[NodeOutcome]:
-    """Open every target, drop the up-to-date ones, then pump the export into all the rest."""
-    async with _Targets(targets) as opened:
-        outcomes = {name: outcome for name, outcome in opened.failures.items()}
+    """Open every target, leave out the up-to-date ones, then pump the export into all the rest."""
+    async with contextlib.AsyncExitStack() as stack:
+        opened = await asyncio.gather(*(_open_target(stack, node) for node in targets))
+        outcomes = {outcome.node: outcome for outcome in opened if isinstance(outcome, NodeOutcome)}
         wanted = {}
-        for name, link in opened.links.items():
+        for link in (item for item in opened if isinstance(item, DockerLink)):
             if await _has_image(link, image_id):
-                outcomes[name] = NodeOutcome(name, True, f"already has {image} ({_short_id(image_id)})")
+                outcomes[link.node] = NodeOutcome(link.node, True, f"already has {image} ({_short_id(image_id)})")
             else:
-                wanted[name] = link
+                wanted[link.node] = link
         if wanted:
             outcomes.update(await _stream(image, src, wanted, on_progress))
     return [outcomes[node.name] for node in targets]
+
+
+async def _open_target(stack: contextlib.AsyncExitStack, node: NodeSession) -> DockerLink | NodeOutcome:
+    """A link to the target kept open until `stack` closes, or its failure as an outcome."""
+    try:
+        return await stack.enter_async_context(docker_client(node, timeout=None))
+    except (DockerUnavailable, *NODE_GONE) as exc:
+        return _outcome(node, exc)
 
 
 async def _has_image(link: DockerLink, image_id: str) -> bool:
@@ -160,31 +170,6 @@ async def _has_image(link: DockerLink, image_id: str) -> bool:
     except docker.errors.NotFound:
         return False
     return True
-
-
-class _Targets:
-    """docker_client() for every target at once; the ones that cannot be opened become failures."""
-
-    def __init__(self, targets: Sequence[NodeSession]) -> None:
-        self.targets = targets
-        self.links: dict[str, DockerLink] = {}
-        self.failures: dict[str, NodeOutcome] = {}
-        self._contexts: list = []
-
-    async def __aenter__(self) -> "_Targets":
-        async def open_one(node: NodeSession) -> None:
-            context = docker_client(node, timeout=None)
-            try:
-                self.links[node.name] = await context.__aenter__()
-                self._contexts.append(context)
-            except (DockerUnavailable, *NODE_GONE) as exc:
-                self.failures[node.name] = NodeOutcome(node.name, False, str(exc))
-        await asyncio.gather(*(open_one(node) for node in self.targets))
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        await asyncio.gather(*(context.__aexit__(None, None, None) for context in self._contexts),
-                             return_exceptions=True)
 
 
 async def _stream(image: str, src: DockerLink, targets: dict[str, DockerLink],

@@ -74,6 +74,7 @@ class JobRun:
         self.state = JobState.PREFLIGHT
         self.tracks: dict[str, WorkerTrack] = {}
         self.code_dirs: dict[str, str] = {}
+        self._runtimes: dict[str, Runtime] = {}
         self.experiment: ExperimentLog | None = None
         self._stop_requested = asyncio.Event()
 
@@ -94,8 +95,6 @@ class JobRun:
             self.tracks[slot.label] = WorkerTrack(slot, self._runtimes[slot.node.name])
 
     async def _prepare_node(self, node: NodeSession, timeout: float) -> None:
-        if not hasattr(self, "_runtimes"):
-            self._runtimes: dict[str, Runtime] = {}
         runtime, work = await open_runtime(self.cluster, node, timeout)
         self._runtimes[node.name] = runtime
         self.code_dirs[node.name] = f"{work}/code/{self.job.name}"
@@ -307,7 +306,7 @@ class JobRun:
         for track in self.tracks.values():
             track.last_activity = time.monotonic()
             track.tail = track.runtime.tail(self.run_id, track.label, self.generation, hub=self.hub,
-                                            on_line=self._on_line(track)).start()
+                                            on_line=self._on_line(track), worker=track.label).start()
 
     def _on_line(self, track: WorkerTrack):
         def take(line: LogLine) -> None:
@@ -320,7 +319,7 @@ class JobRun:
                 if self.experiment:
                     self.experiment.metric(track.label, data)
                 self.hub.publish(Metric(self.job.name, self.run_id, track.label, track.slot.index, data))
-                if data.get("event") == "epoch":
+                if data.get("event") == "epoch" and data.get("epoch", 0) >= 2:  # epoch 1 includes warm-up
                     self._check_stragglers()
         return take
 

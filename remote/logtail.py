@@ -24,12 +24,16 @@ RETRY_SECONDS = 1.0
 
 @dataclass(frozen=True)
 class LogLine:
-    """One line of a followed log; `seq` counts lines of that log from 1, across reconnects."""
+    """One line of a followed log; `seq` counts lines of that log from 1, across reconnects.
+
+    `worker` names the job's worker the log belongs to (several may share a node), else the node.
+    """
 
     node: str
     source: str
     seq: int
     text: str
+    worker: str = ""
     at: float = field(default_factory=time.time)
 
 
@@ -83,8 +87,9 @@ class LogTail:
 
     def __init__(self, node: NodeSession, resume: _Resume, hub: EventHub | None = None,
                  max_lines: int = DEFAULT_MAX_LINES,
-                 on_line: Callable[[LogLine], None] | None = None) -> None:
+                 on_line: Callable[[LogLine], None] | None = None, worker: str = "") -> None:
         self.node, self.resume, self.hub, self.on_line = node, resume, hub, on_line
+        self.worker = worker or node.name
         self.lines: collections.deque[LogLine] = collections.deque(maxlen=max_lines)
         self.count = 0
         self.finished = asyncio.Event()
@@ -133,7 +138,7 @@ class LogTail:
                     partial = raw  # unfinished: re-read from its start after a reconnect
             status = await process.wait()
         finally:
-            process.terminate()
+            await process.close()
         if status is not None and partial:
             self._take(partial)  # the command ended: its last line will never get a newline
         return status
@@ -143,7 +148,7 @@ class LogTail:
             return
         self.count += 1
         line = LogLine(self.node.name, self.resume.label, self.count,
-                       raw.decode("utf-8", "replace").rstrip("\r\n"))
+                       raw.decode("utf-8", "replace").rstrip("\r\n"), self.worker)
         self.lines.append(line)
         if self.hub:
             self.hub.publish(line)

@@ -179,7 +179,7 @@ class NodeSession:
             stderr = (await process.stderr_text()).strip().splitlines()  # before wait(), which drains it
             status = await process.wait()
         finally:
-            process.terminate()
+            await process.close()
         detail = stderr[-1] if stderr else "no output"
         return f"stats agent ({self.spec.python}) exited with status {status}: {detail}"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import os
 import posixpath
 import shlex
 import shutil
@@ -80,6 +81,14 @@ class RemoteProcess(abc.ABC):
 
     @abc.abstractmethod
     def terminate(self) -> None: ...
+
+    async def close(self) -> None:
+        """Terminate and wait (briefly) until it is gone, so no pipe outlives the event loop."""
+        self.terminate()
+        try:
+            await asyncio.wait_for(self.wait(), 5)
+        except (asyncio.TimeoutError, TransportError):
+            pass
 
 
 class NodeTransport(abc.ABC):
@@ -235,8 +244,13 @@ class LocalProcess(RemoteProcess):
         return await self._process.wait()
 
     def terminate(self) -> None:
-        if self._process.returncode is None:
-            self._process.send_signal(signal.SIGTERM)
+        """End the whole process group, as a closed SSH channel ends a remote command's helpers."""
+        if self._process.stdin and not self._process.stdin.is_closing():
+            self._process.stdin.close()
+        try:
+            os.killpg(self._process.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 class LocalTransport(NodeTransport):
@@ -286,7 +300,8 @@ def _copy_files(pairs: Sequence[tuple[Path, str]]) -> None:
 async def _spawn(argv: Sequence[str]) -> asyncio.subprocess.Process:
     pipe = asyncio.subprocess.PIPE
     try:
-        return await asyncio.create_subprocess_exec(*argv, stdin=pipe, stdout=pipe, stderr=pipe)
+        return await asyncio.create_subprocess_exec(*argv, stdin=pipe, stdout=pipe, stderr=pipe,
+                                                    start_new_session=True)
     except FileNotFoundError:
         # the same answer a shell on a remote node gives, so callers handle one case
         return await asyncio.create_subprocess_exec(

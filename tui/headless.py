@@ -42,7 +42,7 @@ class LinePrinter:
         if isinstance(event, LogLine):
             if parse_metric_line(event.text) is not None:
                 return None  # shown as a progress line from its Metric event
-            return f"{event.node:>{self.width}} | {event.text}"
+            return f"{event.worker or event.node:>{self.width}} | {event.text}"
         if isinstance(event, Metric):
             return self._progress(event)
         if isinstance(event, PreflightResult):
