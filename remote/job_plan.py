@@ -21,7 +21,7 @@ def new_run_id(job: str, now: float | None = None) -> str:
 
 def worker_argv(job: JobSpec, paths: NodePaths, script_rel: str = "") -> tuple[str, ...]:
     """The worker's command: the built-in trainer, or the user's script (`script_rel`, relative
-    to the synced code dir, which is the worker's cwd) with its args."""
+    to the synced code dir) with its args. Workers run in their output dir (see worker_cwd)."""
     if job.uses_trainer:
         argv = [paths.python, "-m", "homegpu.trainer", "--data", _data_arg(job.data, paths),
                 "--model", job.model, "--epochs", str(job.epochs), "--batch-size", str(job.batch_size),
@@ -29,7 +29,13 @@ def worker_argv(job: JobSpec, paths: NodePaths, script_rel: str = "") -> tuple[s
         if job.steps_per_epoch:
             argv += ["--steps-per-epoch", str(job.steps_per_epoch)]
         return tuple(argv)
-    return (paths.python, script_rel or PurePosixPath(job.script).name, *job.args)
+    return (paths.python, posixpath.join(paths.code_dir, script_rel or PurePosixPath(job.script).name), *job.args)
+
+
+def worker_cwd(paths: NodePaths) -> str:
+    """The output dir: writable on every runtime (the code is mounted read-only in containers, and
+    the next sync would delete files written next to it), so a script's relative writes land there."""
+    return paths.output_dir
 
 
 def _data_arg(data: str, paths: NodePaths) -> str:

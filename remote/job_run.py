@@ -20,7 +20,9 @@ from homegpu.remote.codesync import SyncError, sync_tree
 from homegpu.remote.events import JobState, JobStateChanged, Metric, PreflightResult, Straggler, WorkerExited
 from homegpu.remote.experiment import ExperimentLog, find_stragglers
 from homegpu.remote.job_config import JobSpec
-from homegpu.remote.job_plan import TRAINER_PACKAGE_DIR, classify_exit, new_run_id, worker_argv, worker_env
+from homegpu.remote.job_plan import (
+    TRAINER_PACKAGE_DIR, classify_exit, new_run_id, worker_argv, worker_cwd, worker_env,
+)
 from homegpu.remote.logtail import LogLine, LogTail
 from homegpu.remote.node import NODE_GONE, NodeSession
 from homegpu.remote.preflight import node_preflight
@@ -106,7 +108,7 @@ class JobRun:
         return WorkerLaunch(
             job=self.job.name, run_id=self.run_id, generation=self.generation, slot=slot,
             tf_config=tf_config_json(self.slots, slot.index),
-            argv=worker_argv(self.job, paths, self._script_rel()), cwd=paths.code_dir, output_dir=paths.output_dir,
+            argv=worker_argv(self.job, paths, self._script_rel()), cwd=worker_cwd(paths), output_dir=paths.output_dir,
             env=worker_env(self.job, paths), image=self.job.image, data_dir=self.job.data_dir,
         )
 
@@ -277,7 +279,8 @@ class JobRun:
         self.restarts += 1
         self._publish(JobState.RESTARTING, failure)
         await self._stop_workers()
-        await self._stop_tails()
+        await self._stop_tails()  # before removing: a removed container's last lines are gone
+        await self._remove_workers()
         await self._sleep(min(2.0 ** (self.restarts - 1), MAX_BACKOFF_SECONDS))
         self.generation += 1
         for track in self.tracks.values():
@@ -298,7 +301,11 @@ class JobRun:
         for track, status in zip(tracks, stopped):
             if isinstance(status, WorkerStatus):
                 track.status = status
-        await asyncio.gather(*(t.runtime.remove(self.run_id, t.label) for t in tracks), return_exceptions=True)
+
+    async def _remove_workers(self) -> None:
+        """Remove what the stopped generation left (containers), so a restart starts clean."""
+        await asyncio.gather(*(t.runtime.remove(self.run_id, t.label) for t in self.tracks.values()),
+                             return_exceptions=True)
 
     # -- logs and metrics ----------------------------------------------------------------------
 

@@ -8,19 +8,23 @@ from homegpu.remote.job_config import JobSpec
 from homegpu.remote.node import NODE_GONE
 from homegpu.remote.runtime import ProcessRuntime, Runtime, WorkerLaunch
 
-# Binding the port is the only sure test that it is free on that address (a listener elsewhere,
-# or an address the node does not have, both fail here just as they would for TensorFlow).
+# Binding is the only sure test. TensorFlow's server binds every interface, so the port must be
+# free on all of them; the node's own address must also be bindable (or TF_CONFIG points nowhere).
 _PORT_SCRIPT = r"""
 import socket, sys
+address = sys.argv[1]
+family = socket.AF_INET6 if ":" in address else socket.AF_INET
 for port in sys.argv[2:]:
-    s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        s.bind((sys.argv[1], int(port)))
-    except OSError as exc:
-        print("%s:%s %s" % (sys.argv[1], port, exc.strerror))
-    finally:
-        s.close()
+    for host in (address, ""):
+        s = socket.socket(family)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, int(port)))
+        except OSError as exc:
+            print("%s:%s %s" % (host or "*", port, exc.strerror))
+            break
+        finally:
+            s.close()
 """
 
 _PATH_SCRIPT = "import os, sys; print(os.path.exists(os.path.expanduser(sys.argv[1])))"

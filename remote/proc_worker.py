@@ -82,7 +82,8 @@ def start(args):
     env = dict(os.environ)
     env.update(item.split("=", 1) for item in args.env)
     read_end, write_end = os.pipe()
-    if os.fork() == 0:  # the waiter: detached from the SSH session, records the exit status
+    waiter = os.fork()
+    if waiter == 0:  # the waiter: detached from the SSH session, records the exit status
         os.close(read_end)
         os.setsid()
         _waiter(args, env, log_path, exit_path, meta, write_end)
@@ -92,7 +93,8 @@ def start(args):
     result = json.loads(report)
     if "pid" in result:
         meta.update(pid=result["pid"], start_time=_start_time(result["pid"]), label=args.label,
-                    started=time.time(), argv=args.argv)
+                    started=time.time(), argv=args.argv,
+                    waiter={"pid": waiter, "start_time": _start_time(waiter)})
         _write_json(meta_path, meta)
     return result
 
@@ -149,6 +151,8 @@ def status(args):
         return dict(meta, state="running")
     if ended is not None and ended.get("generation") == meta.get("generation"):
         return dict(meta, state="exited", status=ended["status"])
+    if _alive(meta.get("waiter") or {}):
+        return dict(meta, state="running")  # ended this instant: the waiter is writing its status
     return dict(meta, state="vanished")  # killed with its waiter, or the machine rebooted
 
 

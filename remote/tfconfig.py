@@ -6,6 +6,7 @@ is the chief. Each address is the node's cluster `address` and the job port (+ s
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from dataclasses import dataclass
 
@@ -63,11 +64,27 @@ def job_nodes(cluster: ClusterSpec, job: JobSpec) -> tuple[NodeSpec, ...]:
     return tuple(node for node in cluster.nodes if node.name in job.nodes)
 
 
+def machine_key(address: str) -> str:
+    """Which machine an address is on, as far as ports go: every loopback address is this machine."""
+    try:
+        if ipaddress.ip_address(address).is_loopback:
+            return "loopback"
+    except ValueError:
+        pass
+    return address
+
+
 def worker_slots(cluster: ClusterSpec, job: JobSpec) -> tuple[WorkerSlot, ...]:
+    """Workers in node order. TensorFlow's server binds every interface of its machine, so workers
+    on one machine (several per node, or nodes on loopback addresses) get consecutive ports."""
     slots = []
+    taken: dict[str, int] = {}
     for node in job_nodes(cluster, job):
+        key = machine_key(node.cluster_address)
         for slot in range(job.workers_per_node):
-            slots.append(WorkerSlot(index=len(slots), node=node, slot=slot, port=job.port + slot))
+            port = job.port + taken.get(key, 0)
+            taken[key] = taken.get(key, 0) + 1
+            slots.append(WorkerSlot(index=len(slots), node=node, slot=slot, port=port))
     if not slots:
         raise JobConfigError(f"job {job.name!r} has no nodes to run on")
     return tuple(slots)

@@ -18,6 +18,9 @@ from simcluster import (
     DockerEngine, SimCluster, SimClusterError, alive, ensure_docker, require_root_tools, stop_all,
 )
 
+# Test images built locally (tests/images.py): busybox in seconds, Python + TensorFlow 2.21 in ~100 s.
+from images import busybox_image, tf_image  # noqa: E402,F401  (session fixtures)
+
 T = TypeVar("T")
 
 # The third node gets a directory first on its PATH; tests put a replaying nvidia-smi there.

@@ -41,7 +41,8 @@ def package_version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from homegpu.tui import (
-        bandwidth_commands, config_commands, doctor_commands, job_commands, status_commands, trust_commands,
+        bandwidth_commands, config_commands, doctor_commands, image_commands, job_commands, status_commands,
+        trust_commands,
     )
 
     parser = argparse.ArgumentParser(
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor_commands.register(commands)
     bandwidth_commands.register(commands)
     job_commands.register(commands)
+    image_commands.register(commands)
     return parser
 
 

@@ -1,0 +1,322 @@
+"""Docker images for the tests, built here because no registry can be reached.
+
+Two images, each built once per Docker engine and reused by every later run (the tag is the cache):
+
+- `homegpu-test/busybox:latest`: `FROM scratch` plus Debian's static busybox. Builds in seconds;
+  the runtime tests use it for containers that only need `sh`, `echo` and `sleep`.
+- `homegpu-test/tensorflow:2.21`: Debian bookworm (debootstrap) with Python 3.11 and a venv holding
+  tensorflow + tf-keras 2.21. Takes minutes (most of it pip); the orchestration tests train in it.
+
+A CI job can build both ahead of the tests with `python tests/images.py`. Building is serialised
+with a lock file, so two test runs on one machine do not build the same image twice at once.
+
+The `tf_image` and `busybox_image` fixtures live here too (tests/conftest.py imports them); they fail,
+never skip, when the image cannot be built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import docker
+import docker.errors
+from docker.types import Mount
+import pytest
+
+BUSYBOX_TAG = "homegpu-test/busybox:latest"
+TF_TAG = "homegpu-test/tensorflow:2.21"
+TF_PACKAGES = ("tensorflow==2.21.0", "tf-keras==2.21.0")
+
+BUSYBOX_BINARY = "/bin/busybox"  # from Debian's busybox-static: statically linked, runs FROM scratch
+BUSYBOX_DOCKERFILE = b"""\
+FROM scratch
+COPY busybox /bin/busybox
+RUN ["/bin/busybox", "--install", "-s", "/bin"]
+CMD ["sh"]
+"""
+
+DEBIAN_SUITE = "bookworm"  # its python3 is 3.11, which the tensorflow 2.21 wheels support
+DEBIAN_MIRROR = os.environ.get("HOMEGPU_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+DEBOOTSTRAP_PACKAGES = "python3,python3-venv,ca-certificates"
+CA_BUNDLE_IN_IMAGE = "/etc/ssl/certs/ca-certificates.crt"
+IMAGE_PATH = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+LOCK_PATH = "/var/lock/homegpu-test-images.lock"
+
+# Per-package debootstrap chatter: hundreds of lines that say nothing about progress.
+_DEBOOTSTRAP_NOISE = ("I: Retrieving ", "I: Validating ", "I: Extracting ", "I: Unpacking ", "I: Configuring ")
+# Settings that make pip reach the index this machine uses (a proxy, a private mirror).
+_FORWARDED_ENV = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_DEFAULT_TIMEOUT",
+                  "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+
+Progress = Callable[[str], None]
+
+
+class ImageBuildError(RuntimeError):
+    """A test image could not be built; the message carries the failing step's output."""
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+# -- shared ----------------------------------------------------------------------------------------
+
+
+def has_image(client: docker.DockerClient, tag: str) -> bool:
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def build_lock() -> Iterator[None]:
+    """Hold an exclusive lock on this machine while building, so concurrent runs build once."""
+    with open(LOCK_PATH, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def context_tar(files: dict[str, bytes], modes: dict[str, int] | None = None) -> bytes:
+    """An in-memory build context: file name -> content (mode 0644 unless `modes` says otherwise)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), (modes or {}).get(name, 0o644), int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+# -- busybox ---------------------------------------------------------------------------------------
+
+
+def ensure_busybox_image(client: docker.DockerClient, progress: Progress = _stderr) -> str:
+    """The tag of a tiny busybox image, built from this machine's static busybox if missing."""
+    if has_image(client, BUSYBOX_TAG):
+        return BUSYBOX_TAG
+    with build_lock():
+        if not has_image(client, BUSYBOX_TAG):
+            _build_busybox(client, progress)
+    return BUSYBOX_TAG
+
+
+def _build_busybox(client: docker.DockerClient, progress: Progress) -> None:
+    binary = Path(BUSYBOX_BINARY).read_bytes() if os.path.exists(BUSYBOX_BINARY) else b""
+    # A dynamic busybox (Debian's plain `busybox` package) names its loader near the start and
+    # cannot run FROM scratch.
+    if not binary or b"/ld-linux" in binary[:4096]:
+        raise ImageBuildError(f"{BUSYBOX_BINARY} is missing or not static; run: apt-get install -y busybox-static")
+    context = context_tar({"Dockerfile": BUSYBOX_DOCKERFILE, "busybox": binary}, modes={"busybox": 0o755})
+    progress(f"building {BUSYBOX_TAG}")
+    for chunk in client.api.build(fileobj=io.BytesIO(context), custom_context=True, tag=BUSYBOX_TAG,
+                                  rm=True, forcerm=True, decode=True):
+        if "error" in chunk:
+            raise ImageBuildError(f"building {BUSYBOX_TAG} failed: {chunk['error'].strip()}")
+
+
+# -- Python + TensorFlow ---------------------------------------------------------------------------
+
+
+def ensure_tf_image(client: docker.DockerClient, progress: Progress = _stderr) -> str:
+    """The tag of the Python + TensorFlow 2.21 test image, built if missing (a few minutes).
+
+    No registry is reachable, so the base comes from debootstrap and `docker import`, and pip runs
+    inside a container on the host network; the result is committed and checked by importing
+    tensorflow and tf_keras in it.
+    """
+    if has_image(client, TF_TAG):
+        return TF_TAG
+    with build_lock():
+        if not has_image(client, TF_TAG):
+            _build_tf_image(client, progress)
+    return TF_TAG
+
+
+def _build_tf_image(client: docker.DockerClient, progress: Progress) -> None:
+    started = time.monotonic()
+    base = f"{TF_TAG}-base"
+    with tempfile.TemporaryDirectory(prefix="homegpu-rootfs-", dir="/var/tmp") as rootfs:
+        debootstrap(rootfs, progress)
+        import_rootfs(client, rootfs, base, progress)
+    try:
+        install_tensorflow(client, base, progress)
+        check_tf_image(client, progress)
+    except BaseException:
+        with contextlib.suppress(docker.errors.DockerException):
+            client.images.remove(TF_TAG, force=True)
+        raise
+    finally:
+        with contextlib.suppress(docker.errors.DockerException):
+            client.images.remove(base)  # untags only: the committed image keeps its layer
+    size = client.images.get(TF_TAG).attrs["Size"]
+    progress(f"built {TF_TAG} in {time.monotonic() - started:.0f} s, {size / 1e9:.2f} GB")
+
+
+def debootstrap(rootfs: str, progress: Progress) -> None:
+    """A minimal Debian with Python 3 and CA certificates in `rootfs` (about a minute)."""
+    if shutil.which("debootstrap") is None:
+        raise ImageBuildError("debootstrap is missing; run: apt-get install -y debootstrap")
+    argv = ["debootstrap", "--variant=minbase", f"--include={DEBOOTSTRAP_PACKAGES}", DEBIAN_SUITE, rootfs,
+            DEBIAN_MIRROR]
+    progress(f"debootstrap {DEBIAN_SUITE} into {rootfs}")
+    _run_streaming(argv, "debootstrap", progress, skip=_DEBOOTSTRAP_NOISE)
+
+
+def _run_streaming(argv: list[str], name: str, progress: Progress, skip: tuple[str, ...] = ()) -> None:
+    """Run argv, passing its output lines to `progress`; ImageBuildError with the tail if it fails."""
+    tail: list[str] = []
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:
+            line = line.rstrip()
+            tail = (tail + [line])[-20:]
+            if not line.startswith(skip):
+                progress(f"{name}: {line}")
+    if proc.returncode != 0:
+        raise ImageBuildError(f"{name} failed ({proc.returncode}):\n" + "\n".join(tail))
+
+
+def import_rootfs(client: docker.DockerClient, rootfs: str, tag: str, progress: Progress) -> None:
+    """`tar -C rootfs -c . | docker import - tag`, streamed through the API (no tar file on disk)."""
+    progress(f"importing the root file system as {tag}")
+    with subprocess.Popen(["tar", "-C", rootfs, "--numeric-owner", "-c", "."], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as tar:
+        chunks = iter(lambda: tar.stdout.read(1 << 20), b"")
+        repository, _, version = tag.rpartition(":")
+        client.api.import_image(src=chunks, repository=repository, tag=version, stream_src=True)
+        errors = tar.stderr.read().decode(errors="replace")
+    if tar.returncode != 0:
+        raise ImageBuildError(f"tar of {rootfs} failed: {errors.strip()}")
+
+
+def install_tensorflow(client: docker.DockerClient, base: str, progress: Progress) -> None:
+    """pip install TF_PACKAGES into /opt/venv in a container of `base`, then commit it as TF_TAG.
+
+    pip runs through `exec` with its settings as exec-only environment: a container's own
+    environment would be committed into the image (proxy settings included).
+    """
+    script = ("set -e; ln -sf /usr/bin/python3 /usr/local/bin/python; python3 -m venv /opt/venv; "
+              "/opt/venv/bin/pip install --no-cache-dir --progress-bar off " + " ".join(TF_PACKAGES))
+    mounts, environment = pip_settings()
+    container = client.containers.create(base, ["sleep", "infinity"], network_mode="host", mounts=mounts)
+    try:
+        container.start()
+        status, tail = _exec_streaming(client, container.id, ["sh", "-c", script], environment, progress)
+        if status != 0:
+            raise ImageBuildError(f"pip install in {base} failed ({status}):\n" + "\n".join(tail))
+        repository, _, version = TF_TAG.rpartition(":")
+        container.commit(repository=repository, tag=version,
+                         changes=[f"ENV PATH={IMAGE_PATH}", "ENV LANG=C.UTF-8", 'CMD ["python"]'])
+    finally:
+        container.remove(force=True)
+
+
+def _exec_streaming(client: docker.DockerClient, container: str, argv: list[str], environment: dict,
+                    progress: Progress) -> tuple[int, list[str]]:
+    """Run argv in the container, passing its output lines to `progress`; (exit status, last lines)."""
+    exec_id = client.api.exec_create(container, argv, environment=environment)["Id"]
+    pending, tail = b"", []
+    for chunk in client.api.exec_start(exec_id, stream=True):
+        *lines, pending = (pending + chunk).split(b"\n")
+        for raw in lines:
+            line = raw.decode(errors="replace").rstrip()
+            tail = (tail + [line])[-20:]
+            progress(f"pip: {line}")
+    return client.api.exec_inspect(exec_id)["ExitCode"], tail
+
+
+def pip_settings() -> tuple[list[Mount], dict]:
+    """Mounts and environment that let pip in the container reach the index pip reaches here.
+
+    This machine may intercept TLS with its own CA, so its CA bundle goes in and PIP_CERT points at
+    it. Index and proxy variables are forwarded; file:// indexes and find-links in the host's pip
+    config are host paths the container cannot see, and plain PyPI serves everything needed.
+    A Mount, not `volumes=`: docker-py also lists volume targets in the container config, `docker
+    commit` keeps them as VOLUMEs, and the image then cannot start (a volume over a file).
+    """
+    environment = {key: os.environ[key] for key in _FORWARDED_ENV if os.environ.get(key)}
+    bundle = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE") or CA_BUNDLE_IN_IMAGE
+    mounts = []
+    if os.path.isfile(bundle):
+        mounts.append(Mount(CA_BUNDLE_IN_IMAGE, os.path.realpath(bundle), type="bind", read_only=True))
+        environment["PIP_CERT"] = CA_BUNDLE_IN_IMAGE
+    return mounts, environment
+
+
+def check_tf_image(client: docker.DockerClient, progress: Progress) -> None:
+    """Import tensorflow and tf_keras with `python` from PATH: what the trainer will do."""
+    code = "import tensorflow as tf, tf_keras; print('tensorflow', tf.__version__, 'tf_keras', tf_keras.__version__)"
+    output = client.containers.run(TF_TAG, ["python", "-c", code], remove=True,
+                                   environment={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    progress(f"check: {output.decode(errors='replace').strip().splitlines()[-1]}")
+
+
+# -- fixtures --------------------------------------------------------------------------------------
+
+
+def _live_progress(request: pytest.FixtureRequest) -> Progress:
+    """Progress lines shown as they come even under output capture: a build takes minutes."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+
+    def show(line: str) -> None:
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            _stderr(f"[test image] {line}")
+
+    return show
+
+
+def _ensure(request: pytest.FixtureRequest, socket_path: str, ensure: Callable[..., str]) -> str:
+    client = docker.DockerClient(base_url=f"unix://{socket_path}")
+    try:
+        return ensure(client, _live_progress(request))
+    except (ImageBuildError, docker.errors.DockerException) as exc:
+        problem = str(exc)
+    finally:
+        client.close()
+    pytest.fail(f"test image not built: {problem}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def tf_image(request: pytest.FixtureRequest, docker_engine) -> str:
+    """Tag of the Python + TensorFlow 2.21 image in the docker_engine (built on first use)."""
+    return _ensure(request, docker_engine.socket_path, ensure_tf_image)
+
+
+@pytest.fixture(scope="session")
+def busybox_image(request: pytest.FixtureRequest, docker_engine) -> str:
+    """Tag of the busybox image in the docker_engine (built on first use, in seconds)."""
+    return _ensure(request, docker_engine.socket_path, ensure_busybox_image)
+
+
+def main() -> int:
+    """`python tests/images.py`: build both images ahead of the tests (a CI step)."""
+    from simcluster import ensure_docker  # this file's directory is on sys.path when run as a script
+
+    engine = ensure_docker()
+    client = docker.DockerClient(base_url=f"unix://{engine.socket_path}")
+    try:
+        for ensure in (ensure_busybox_image, ensure_tf_image):
+            print(ensure(client))
+    finally:
+        client.close()
+        engine.stop()  # only if ensure_docker started it; the images stay in the engine's data root
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Jobs on the Docker runtime: real sshd nodes, a real Docker engine, a TensorFlow image built here.
+
+The image is built once from Debian packages and PyPI (tests/images.py, FACTS.md recipe) and
+reused; every node reaches the engine through its own SSH session's forwarded socket.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import docker
+import pytest
+
+from simcluster import SimCluster, free_port
+from test_docker import ENGINE2_SOCKET, engine2  # noqa: F401  (a second engine, for a node lacking the image)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.docker]
+
+
+def homegpu(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("homegpu", path=str(Path(sys.executable).parent))
+    assert exe, "the homegpu console script is not installed next to this Python"
+    return subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def docker_job(image: str, **overrides) -> dict:
+    table = {"image": image, "nodes": ["node1", "node2"], "epochs": 2, "steps_per_epoch": 20, "batch_size": 32,
+             "port": free_port("127.0.0.2"), "stall_timeout": 180.0, "max_restarts": 1}
+    table.update(overrides)
+    return table
+
+
+def containers_of(job: str) -> list:
+    client = docker.from_env()
+    try:
+        return client.containers.list(all=True, filters={"label": f"homegpu.job={job}"})
+    finally:
+        client.close()
+
+
+def test_demo_job_trains_in_containers_on_two_nodes(sim_cluster: SimCluster, docker_engine, tf_image, tmp_path):
+    config = sim_cluster.write_cluster_toml(tmp_path / "cluster.toml", runtime="docker",
+                                            jobs={"dockerdemo": docker_job(tf_image)})
+    result = homegpu("--config", str(config), "run", "dockerdemo", "--no-tui", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run_dir,) = (tmp_path / "experiments").iterdir()
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    epochs = [m for m in metrics if m.get("event") == "epoch"]
+    assert {m["worker_label"] for m in epochs} == {"node1", "node2"}
+    assert any((run_dir / "model").iterdir()), "the chief's model was not fetched"
+    containers = containers_of("dockerdemo")
+    assert {c.labels["homegpu.node"] for c in containers} == {"node1", "node2"}
+    assert all(c.status == "exited" for c in containers), "a container is still running"
+    assert all(c.attrs["HostConfig"]["NetworkMode"] == "host" for c in containers)
+
+
+def test_missing_image_on_one_node_starts_nothing_and_names_it(
+        sim_cluster: SimCluster, docker_engine, tf_image, engine2, tmp_path):  # noqa: F811
+    config = sim_cluster.write_cluster_toml(
+        tmp_path / "cluster.toml", runtime="docker", jobs={"lacking": docker_job(tf_image)},
+        node_overrides={"node2": {"docker_socket": ENGINE2_SOCKET}})
+    result = homegpu("--config", str(config), "run", "lacking", "--no-tui", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "node2" in result.stderr and "missing" in result.stderr and "homegpu image" in result.stderr
+    assert "node1: " not in result.stderr.split("not started:")[1].split("missing")[0]
+    assert containers_of("lacking") == []
