@@ -94,25 +94,34 @@ def test_demo_job_trains_across_two_nodes(sim_cluster, tmp_path):
     assert not worker_processes(sim_cluster)
 
 
-def test_killed_worker_restarts_everyone_and_resumes(sim_cluster, tmp_path):
-    config = write_config(sim_cluster, tmp_path, epochs=4, steps_per_epoch=30)
-    process = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=tmp_path,
+def run_and_strike(config: Path, cwd: Path, cue: str, strike) -> tuple[int, str]:
+    """Run the job through `homegpu run`; when a line contains `cue`, call strike(). (status, output)"""
+    process = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=cwd,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     output = []
     try:
         for line in process.stdout:
             output.append(line)
-            if "node2 * epoch 1/4" in line:
-                victim = [pid for pid in worker_processes(sim_cluster) if _index_of(pid) == 1]
-                assert victim, "worker 1 not found"
-                os.kill(victim[0], signal.SIGKILL)
+            if cue in line:
+                strike()
                 break
         output += process.stdout.readlines()
         process.wait(timeout=600)
     finally:
         process.kill()
-    text = "".join(output)
-    assert process.returncode == 0, text
+    return process.returncode, "".join(output)
+
+
+def test_killed_worker_restarts_everyone_and_resumes(sim_cluster, tmp_path):
+    config = write_config(sim_cluster, tmp_path, epochs=4, steps_per_epoch=30)
+
+    def kill_worker_1():
+        victim = [pid for pid in worker_processes(sim_cluster) if _index_of(pid) == 1]
+        assert victim, "worker 1 not found"
+        os.kill(victim[0], signal.SIGKILL)
+
+    status, text = run_and_strike(config, tmp_path, "node2 * epoch 1/4", kill_worker_1)
+    assert status == 0, text
     assert "restarting" in text and "generation 2" in text
     starts = [m for m in read_metrics(only_run(tmp_path)) if m.get("event") == "start"]
     assert any(m.get("initial_epoch", 0) >= 1 for m in starts), "training did not resume from the backup"
@@ -136,23 +145,14 @@ def test_stopped_worker_trips_the_stall_watchdog(sim_cluster, tmp_path):
     """
     config = write_config(sim_cluster, tmp_path, nodes=["node1"], epochs=3, steps_per_epoch=30,
                           stall_timeout=10.0)
-    process = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output = []
-    try:
-        for line in process.stdout:
-            output.append(line)
-            if "node1 * epoch 1/3" in line:
-                (victim,) = worker_processes(sim_cluster)
-                os.kill(victim, signal.SIGSTOP)
-                break
-        output += process.stdout.readlines()
-        process.wait(timeout=600)
-    finally:
-        process.kill()
-    text = "".join(output)
+
+    def stop_the_worker():
+        (victim,) = worker_processes(sim_cluster)
+        os.kill(victim, signal.SIGSTOP)
+
+    status, text = run_and_strike(config, tmp_path, "node1 * epoch 1/3", stop_the_worker)
     assert "no progress for 10s (stalled)" in text and "restarting" in text, text
-    assert process.returncode == 0, text
+    assert status == 0, text
     starts = [m for m in read_metrics(only_run(tmp_path)) if m.get("event") == "start"]
     assert starts[-1]["initial_epoch"] >= 1, "training did not resume from the backup"
     assert not worker_processes(sim_cluster)

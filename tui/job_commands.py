@@ -109,13 +109,19 @@ def stop_job(args: argparse.Namespace) -> int:
     return asyncio.run(_stop(spec, job))
 
 
+async def _prepared(cluster: Cluster, job) -> JobRun:
+    """A JobRun with its nodes reached, for commands that act on runs started elsewhere."""
+    run = JobRun(cluster, job, EXPERIMENTS)
+    try:
+        await run.prepare()
+    except LaunchError as exc:
+        raise UserError(f"cannot reach the job's nodes: {exc}") from None
+    return run
+
+
 async def _stop(spec: ClusterSpec, job) -> int:
     async with Cluster(spec, stream_stats=False) as cluster:
-        run = JobRun(cluster, job, EXPERIMENTS)
-        try:
-            await run.prepare()
-        except LaunchError as exc:
-            raise UserError(f"cannot reach the job's nodes: {exc}") from None
+        run = await _prepared(cluster, job)
         active = await run.find_active()
         if active is None:
             print(f"{job.name} is not running")
@@ -139,11 +145,7 @@ def show_logs(args: argparse.Namespace) -> int:
 
 async def _logs(spec: ClusterSpec, job, node: str | None, follow: bool) -> int:
     async with Cluster(spec, stream_stats=False) as cluster:
-        run = JobRun(cluster, job, EXPERIMENTS)
-        try:
-            await run.prepare()
-        except LaunchError as exc:
-            raise UserError(f"cannot reach the job's nodes: {exc}") from None
+        run = await _prepared(cluster, job)
         latest = await run.find_active(running_only=False)
         if latest is None:
             raise UserError(f"no run of {job.name} found on its nodes")
