@@ -89,6 +89,9 @@ class NodeSession:
         """Start a long-running command on the node. Raises NodeOffline when it is not connected."""
         return await self._connected().start(argv)
 
+    async def home_dir(self) -> str:
+        return await self._connected().home_dir()
+
     async def put_files(self, pairs: Sequence[tuple[Path, str]]) -> None:
         await self._connected().put_files(pairs)
 

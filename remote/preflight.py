@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from homegpu.remote.job_config import JobSpec
@@ -35,15 +36,13 @@ async def node_preflight(runtime: Runtime, launch: WorkerLaunch, job: JobSpec, l
                          ports: list[int]) -> list[str]:
     """Everything wrong with starting `launch` (and the node's other workers on `ports`)."""
     node = runtime.node
-    try:
-        problems = await runtime.preflight(launch)
-        if problems:
-            return problems
-        problems += await _ports(runtime, launch.slot.node.cluster_address, ports)
-        if job.data_dir:
-            problems += await _exists(runtime, job.data_dir, "data_dir", "create it or fix data_dir in the job")
-        if job.uses_trainer and isinstance(runtime, ProcessRuntime):
-            problems += await _tensorflow(runtime, launch.argv[0])
+    checks = [runtime.preflight(launch), _ports(runtime, launch.slot.node.cluster_address, ports)]
+    if job.data_dir:
+        checks.append(_exists(runtime, job.data_dir, "data_dir", "create it or fix data_dir in the job"))
+    if job.uses_trainer and isinstance(runtime, ProcessRuntime):
+        checks.append(_tensorflow(runtime, launch.argv[0]))
+    try:  # each check is a round trip to the node: ask them all at once
+        problems = [problem for found in await asyncio.gather(*checks) for problem in found]
     except NODE_GONE as exc:
         return [f"{node.name}: {exc}"]
     if not local_code.is_dir():

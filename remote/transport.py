@@ -104,6 +104,10 @@ class NodeTransport(abc.ABC):
         """Start argv with pipes for stdin and stdout."""
 
     @abc.abstractmethod
+    async def home_dir(self) -> str:
+        """The node user's home directory (to expand ~ without starting a shell)."""
+
+    @abc.abstractmethod
     async def put_files(self, pairs: Sequence[tuple[Path, str]]) -> None:
         """Copy local files to absolute paths on the node, creating parent directories."""
 
@@ -190,6 +194,13 @@ class SshTransport(NodeTransport):
         except (asyncssh.Error, OSError) as exc:
             raise TransportError(f"cannot start {argv[0]}: {exc}") from exc
 
+    async def home_dir(self) -> str:
+        try:  # the SFTP subsystem starts no login shell: much cheaper than `echo ~`
+            async with self.conn.start_sftp_client() as sftp:
+                return await sftp.realpath(".")
+        except (asyncssh.Error, OSError) as exc:
+            raise TransportError(f"cannot ask for the home directory: {exc}") from exc
+
     async def put_files(self, pairs: Sequence[tuple[Path, str]]) -> None:
         try:
             async with self.conn.start_sftp_client() as sftp:
@@ -275,6 +286,9 @@ class LocalTransport(NodeTransport):
         process = LocalProcess(await _spawn(argv))
         self._processes.append(process)
         return process
+
+    async def home_dir(self) -> str:
+        return os.path.expanduser("~")
 
     async def put_files(self, pairs: Sequence[tuple[Path, str]]) -> None:
         await asyncio.to_thread(_copy_files, pairs)

@@ -365,7 +365,7 @@ async def test_runtime_start_status_tail_list_stop_remove_on_two_nodes(
         for name, runtime in runtimes.items():
             status = await runtime.status(run_id, name)
             assert (status.state, status.generation, status.run_id, status.job) == ("running", 1, run_id, "dtest")
-            (container,) = by_label(engine, "label", name)
+            (container,) = [c for c in by_label(engine, "label", name) if c.labels["homegpu.run"] == run_id]
             labels = container.labels
             assert labels["homegpu.run"] == run_id and labels["homegpu.node"] == name
             assert labels["homegpu.index"] == str(launches[name].slot.index)
