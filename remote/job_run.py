@@ -272,8 +272,14 @@ class JobRun:
             self.hub.publish(WorkerExited(self.job.name, self.run_id, track.label, self.generation,
                                           status.exit_status, classify_exit(status.exit_status)))
 
+    def _retry_is_pointless(self) -> bool:
+        """The built-in trainer exits 2 (bad options, TF_CONFIG or data) or 3 (backups disagree)
+        for what a restart cannot fix."""
+        return self.job.uses_trainer and any(
+            t.status and t.status.exit_status in (2, 3) for t in self.tracks.values())
+
     async def _restart(self, failure: str) -> bool:
-        if self.job.restart != "on-failure" or self.restarts >= self.job.max_restarts:
+        if self.job.restart != "on-failure" or self.restarts >= self.job.max_restarts or self._retry_is_pointless():
             await self._stop_workers()
             return False
         self.restarts += 1

@@ -1,7 +1,7 @@
-"""`python -m homegpu.trainer`: see train.py."""
+"""`python -m homegpu.trainer`: see cli.py for the options and PROTOCOL.md for its output."""
 
 import sys
 
-from homegpu.trainer.train import main
+from homegpu.trainer.cli import main
 
 sys.exit(main())

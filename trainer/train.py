@@ -1,126 +1,94 @@
-"""`python -m homegpu.trainer`: train under MultiWorkerMirroredStrategy from TF_CONFIG.
+"""One training run under MultiWorkerMirroredStrategy, from parsed options (cli.py).
 
-Each worker writes only to its own --output directory (nodes have their own disks): its backup
-for BackupAndRestore, and, on the chief alone, TensorBoard logs and the final model. Other workers
-write TensorBoard and the model to temporary directories they delete, as TF's multi-worker
-tutorial shows. Progress goes to stdout as metric lines (PROTOCOL.md).
+The strategy is MWMS even for one worker without TF_CONFIG: it then mirrors over all of this
+machine's GPUs (the default strategy would use only the first), and one worker runs exactly the
+code path that several do.
+
+Outputs, each under this worker's --output (nodes have their own disks):
+- backup/: this worker's BackupAndRestore state (backup.py), removed when fit() completes;
+- chief only: checkpoints/last.weights.h5 after every epoch, tensorboard/, and the final model/
+  (a SavedModel). The other workers must take part in writing these (saving is collective), so
+  they write into a scratch directory that is deleted at the end, the pattern TF's multi-worker
+  tutorial shows. It is `.scratch-worker<rank>` under --output rather than in /tmp, so that the
+  leftovers of a killed worker are cleared when it restarts.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
-import sys
-import tempfile
-import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ["TF_USE_LEGACY_KERAS"] = "1"  # tf-keras: Keras 3 fails under MultiWorkerMirroredStrategy
+import tensorflow as tf
+import tf_keras as keras
 
-from homegpu.trainer.cluster import ClusterConfigError, WorkerRole, worker_role  # noqa: E402
-from homegpu.trainer.data import DataError  # noqa: E402
-from homegpu.trainer.metrics import format_metric  # noqa: E402
+from homegpu.trainer import data, models
+from homegpu.trainer.backup import NodeLocalBackup
+from homegpu.trainer.cluster import WorkerRole
+from homegpu.trainer.progress import MetricLines
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m homegpu.trainer",
-        description="Train an image classifier with tf-keras under MultiWorkerMirroredStrategy. "
-                    "The cluster comes from TF_CONFIG (none: one worker). Progress is printed as "
-                    "HOMEGPU_METRIC lines (see PROTOCOL.md).")
-    parser.add_argument("--data", default="synthetic",
-                        help="synthetic (no download, the default), npz:PATH (mnist format) or dir:PATH "
-                             "(one folder per class)")
-    parser.add_argument("--model", default="cnn", choices=("cnn", "resnet"), help="default: cnn")
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=64, help="per worker (default 64)")
-    parser.add_argument("--steps-per-epoch", type=int, default=0, help="default: the whole set once")
-    parser.add_argument("--output", default="homegpu-output",
-                        help="backup, TensorBoard logs and (chief) the final model go here")
-    parser.add_argument("--log-every", type=int, default=10, help="a step metric every N steps")
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--image-size", type=int, default=32, help="synthetic and dir: images are N×N")
-    parser.add_argument("--samples", type=int, default=4096, help="synthetic: how many images")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    for name in ("epochs", "batch_size", "log_every", "image_size", "samples"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    return args
+def run(args: argparse.Namespace, role: WorkerRole) -> None:
+    """Train, back up every epoch, save the model. Raises on any failure (cli.py turns it into
+    an error line and exit status)."""
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()  # before any other TF op, as MWMS needs
+    keras.utils.set_random_seed(args.seed)
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "").strip() in ("2", "3"):
+        tf.get_logger().setLevel("ERROR")  # the Python side, to match the C++ log level
 
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        role = worker_role(os.environ)
-        return train(args, role)
-    except (ClusterConfigError, DataError) as exc:
-        print(f"homegpu.trainer: {exc}", file=sys.stderr)
-        print(format_metric(event="error", message=str(exc)), flush=True)
-        return 2
-
-
-def train(args: argparse.Namespace, role: WorkerRole) -> int:
-    import tensorflow as tf
-    import tf_keras as keras
-
-    from homegpu.trainer import data, models
-    from homegpu.trainer.progress import MetricLines
-
-    # One worker needs no collectives; MWMS would still want a cluster to talk to.
-    strategy = tf.distribute.MultiWorkerMirroredStrategy() if role.multi_worker else tf.distribute.get_strategy()
-    dataset = data.load(args.data, image_size=args.image_size, samples=args.samples, seed=args.seed)
     global_batch = args.batch_size * role.workers
-    steps = args.steps_per_epoch or max(1, len(dataset.labels) // global_batch)
-
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    train_data = (tf.data.Dataset.from_tensor_slices((dataset.images, dataset.labels))
-                  .shuffle(min(len(dataset.labels), 10_000), seed=args.seed).repeat()
-                  .batch(global_batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE).with_options(options))
+    sets = data.load(args.data.kind, args.data.path, global_batch=global_batch, seed=args.seed,
+                     image_size=args.image_size, samples=args.samples)
+    steps = args.steps_per_epoch or max(1, sets.train_examples // global_batch)
+    validation_steps = sets.validation_examples // global_batch if sets.validation is not None else 0
 
     with strategy.scope():
-        model = models.build(args.model, dataset.input_shape, dataset.num_classes)
+        model = models.build(args.model, sets.input_shape, sets.num_classes)
         model.compile(optimizer=keras.optimizers.Adam(args.learning_rate),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
 
-    output = os.path.abspath(os.path.expanduser(args.output))
+    output = os.path.abspath(args.output)
     os.makedirs(output, exist_ok=True)
-    scratch = tempfile.mkdtemp(prefix="homegpu-worker-")
-    try:
-        progress = MetricLines(role, args.epochs, args.batch_size, args.log_every, dataset.description)
-        callbacks = [
-            _own_backup_class()(os.path.join(output, "backup")),
-            keras.callbacks.TensorBoard(os.path.join(output if role.is_chief else scratch, "tensorboard")),
-            progress,
-        ]
-        model.fit(train_data, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
-        model.save(os.path.join(output if role.is_chief else scratch, "model"))
-        progress.finish()
-    finally:
+    scratch = None if role.is_chief else os.path.join(output, f".scratch-worker{role.rank}")
+    if scratch:
         shutil.rmtree(scratch, ignore_errors=True)
-    return 0
+    chief_dir = output if role.is_chief else scratch  # where chief-only files go on this worker
+    tensorboard = not args.no_tensorboard and importlib.util.find_spec("tensorboard") is not None
+
+    backup = NodeLocalBackup(os.path.join(output, "backup"), multi_worker=role.multi_worker)
+    progress = MetricLines(
+        role, epochs=args.epochs, local_batch=args.batch_size, log_every=args.log_every,
+        resume_epoch=lambda: backup.resume_epoch,
+        start_fields=dict(data=str(args.data), model=args.model, steps_per_epoch=steps,
+                          batch_size=args.batch_size, global_batch_size=global_batch,
+                          train_examples=sets.train_examples, validation_steps=validation_steps,
+                          tensorboard=tensorboard))
+    callbacks = [
+        backup,  # first: MetricLines reads what it restored, and an epoch line follows its backup
+        keras.callbacks.ModelCheckpoint(os.path.join(chief_dir, "checkpoints", "last.weights.h5"),
+                                        save_weights_only=True),
+    ]
+    if tensorboard:
+        callbacks.append(keras.callbacks.TensorBoard(os.path.join(chief_dir, "tensorboard"), profile_batch=0))
+    callbacks.append(progress)
+
+    try:
+        model.fit(sets.train, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0,
+                  validation_data=sets.validation if validation_steps else None,
+                  validation_steps=validation_steps or None)
+        model_dir = os.path.join(chief_dir, "model")
+        model.save(model_dir)
+        progress.finish(**({"model_dir": model_dir} if role.is_chief else {}))
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    _remove_if_empty(os.path.join(output, "backup"))
 
 
-def _own_backup_class():
-    """Built on first use: importing tf_keras at module import would cost seconds for --help."""
-    import tf_keras as keras
-
-    class OwnBackup(keras.callbacks.BackupAndRestore):
-        """BackupAndRestore where every worker keeps its backup on its own disk.
-
-        Stock BackupAndRestore lets only the chief write the backup and has every worker read the
-        chief's: right on a shared filesystem, wrong on home machines with their own disks, where
-        a non-chief worker would find no backup, start at epoch 0 while the chief resumes, and the
-        collectives would never line up. Saving is collective either way, so all workers hold
-        the same epoch's state.
-        """
-
-        def on_train_begin(self, logs=None):
-            super().on_train_begin(logs)
-            state = self._training_state
-            state.write_checkpoint_manager = state.read_checkpoint_manager
-
-    return OwnBackup
+def _remove_if_empty(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass

@@ -1,0 +1,82 @@
+"""BackupAndRestore for machines with their own disks: every worker backs up locally.
+
+Stock tf-keras BackupAndRestore lets only the chief write the backup and makes every worker
+restore from `<backup_dir>/chief`. That is right on a shared filesystem and wrong on home machines
+with their own disks: a restarted non-chief worker finds no backup, starts at epoch 0 with fresh
+weights while the chief resumes, and the workers' step counts and weights no longer match.
+
+Saving a backup is collective under MultiWorkerMirroredStrategy anyway (every worker runs
+`save()`, non-chief ones into a temporary directory that is then deleted), so all workers already
+hold the same state at the same moment. NodeLocalBackup only keeps each worker's copy instead of
+deleting it. Before restoring, the workers compare the epochs their backups hold: a worker
+killed between two workers' saves, or a machine whose backup was lost, would otherwise restore
+different states (and, with no backup on one side, different collective ops: an obscure error).
+"""
+
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+import tf_keras as keras
+
+
+SAVED_EPOCH_KEY = "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"  # tf-keras WorkerTrainingState's
+
+
+class BackupMismatchError(RuntimeError):
+    """The workers' backups hold different epochs; they cannot resume together."""
+
+
+class NodeLocalBackup(keras.callbacks.BackupAndRestore):
+    """BackupAndRestore(backup_dir) where each worker keeps (and restores) its own backup.
+
+    From `on_train_begin` on, `resume_epoch` is the number of epochs the restored backup had
+    completed (0 when there was none), which is where fit() continues.
+
+    Args:
+        backup_dir: this worker's backup directory, on its own disk; the same path across restarts.
+        multi_worker: whether other workers take part (then restored epochs are compared).
+    """
+
+    def __init__(self, backup_dir: str, *, multi_worker: bool) -> None:
+        super().__init__(backup_dir)
+        self.multi_worker = multi_worker
+        self.resume_epoch = 0
+
+    def on_train_begin(self, logs=None):
+        self.resume_epoch = backed_up_epochs(self.backup_dir)
+        if self.multi_worker and not epochs_agree(self.model.distribute_strategy, self.resume_epoch):
+            raise BackupMismatchError(
+                f"the workers' backups hold different epochs (this worker's: {self.resume_epoch}), so "
+                f"they cannot resume together; delete the backup directory on every machine "
+                f"({self.backup_dir} here) to start over")
+        super().on_train_begin(logs)  # builds the training state and restores the local backup
+        state = self._training_state
+        if state.write_checkpoint_manager is not state.read_checkpoint_manager:
+            unused_temp = state.write_checkpoint_manager.directory
+            state.write_checkpoint_manager = state.read_checkpoint_manager
+            if tf.io.gfile.exists(unused_temp):
+                tf.io.gfile.rmtree(unused_temp)
+
+
+def backed_up_epochs(backup_dir: str) -> int:
+    """How many epochs the backup in `backup_dir` completed (0: no backup): where fit() resumes."""
+    path = tf.train.latest_checkpoint(os.path.join(backup_dir, "chief"))
+    if path is None:
+        return 0
+    saved = int(tf.train.load_checkpoint(path).get_tensor(SAVED_EPOCH_KEY))
+    return saved + 1 if saved >= 0 else 0
+
+
+def epochs_agree(strategy: tf.distribute.Strategy, epoch: int) -> bool:
+    """True when every replica passed the same `epoch` (a collective: all workers must call it).
+
+    Sums epoch and epoch² over the n replicas: all equal exactly when n·Σe² == (Σe)², and every
+    worker computes the same answer, so they all fail or all go on together.
+    """
+    value = tf.constant([float(epoch), float(epoch) ** 2])
+    per_replica = strategy.run(tf.function(lambda: tf.identity(value)))
+    total = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None).numpy()
+    n = strategy.num_replicas_in_sync
+    return abs(n * float(total[1]) - float(total[0]) ** 2) < 0.5
