@@ -68,6 +68,8 @@ def classify_exit(status: int | None) -> str:
             name = f"signal {-status}"
         return {"SIGKILL": "killed (SIGKILL: out of memory, or stopped by force)",
                 "SIGTERM": "terminated (SIGTERM)"}.get(name, f"killed by {name}")
+    if status == 143:
+        return "terminated (exit 143: SIGTERM)"
     if status == 137:
         return "killed (exit 137: SIGKILL inside a container, often out of memory)"
     if status in (126, 127):

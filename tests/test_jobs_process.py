@@ -47,14 +47,15 @@ def write_config(sim: SimCluster, path: Path, **job) -> Path:
 
 
 def worker_processes(sim: SimCluster) -> list[int]:
-    """Trainer processes running on the simulated nodes."""
+    """Training processes running on the simulated nodes (not their supervisors, whose command
+    line carries the worker's argv after `python -c SCRIPT start ... --`)."""
     found = []
     for pid in sim.pids():
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"homegpu.trainer" in cmdline or b"tutorial_script" in cmdline:
+        if argv[1:3] == [b"-m", b"homegpu.trainer"] or (len(argv) > 1 and argv[1].endswith(b"train.py")):
             found.append(pid)
     return found
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import signal
 import shutil
 
 import tensorflow as tf
@@ -33,6 +34,7 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
     """Train, back up every epoch, save the model. Raises on any failure (cli.py turns it into
     an error line and exit status)."""
     strategy = tf.distribute.MultiWorkerMirroredStrategy()  # before any other TF op, as MWMS needs
+    _exit_on_sigterm()
     keras.utils.set_random_seed(args.seed)
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "").strip() in ("2", "3"):
         tf.get_logger().setLevel("ERROR")  # the Python side, to match the C++ log level
@@ -85,6 +87,20 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
     _remove_if_empty(os.path.join(output, "backup"))
+
+
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM end this worker again.
+
+    In multi-worker mode TensorFlow's coordination service installs a SIGTERM handler that only
+    records a preemption and lets training go on, so a worker asked to stop (homegpu stop, a
+    restart after a peer failed) would keep training until killed. Stopping must stop it; the
+    backup of the last finished epoch is what the next generation resumes from.
+    """
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _remove_if_empty(path: str) -> None:
