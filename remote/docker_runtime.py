@@ -17,6 +17,7 @@ of LogTail for the same result, so the runtime asks for the docker CLI in prefli
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Mapping
 
@@ -26,6 +27,7 @@ from docker.types import DeviceRequest, Mount
 from homegpu.remote.docker_link import DockerLink, DockerUnavailable, docker_client
 from homegpu.remote.logtail import LogTail
 from homegpu.remote.node import NodeSession
+from homegpu.remote.transport import TransportError
 from homegpu.remote.runtime import (
     STOP_GRACE_SECONDS, NodePaths, Runtime, RuntimeError_, WorkerLaunch, WorkerStatus, expand_path,
 )
@@ -141,16 +143,21 @@ class DockerRuntime(Runtime):
         """Engine reachable, image present, docker CLI there (logs are followed with it)."""
         if not launch.image:
             return [f"{self.node.name}: the job names no image; set image in [jobs.{launch.job}]"]
-        try:
-            async with docker_client(self.node) as link:
-                problems = await self._image_problems(link, launch.image)
-        except DockerUnavailable as exc:
-            return [str(exc)]
-        cli = await self.node.run(["docker", "--version"], timeout=30)
+        engine, cli, _ = await asyncio.gather(self._engine_problems(launch.image),
+                                              self.node.run(["docker", "--version"], timeout=30),
+                                              self._node_user())  # asked now, needed by start()
+        problems = list(engine)
         if not cli.ok:
             problems.append(f"{self.node.name}: the docker command is missing (homegpu follows worker logs "
                             "with `docker logs`); install the Docker CLI (docker-ce-cli or docker.io)")
         return problems
+
+    async def _engine_problems(self, image: str) -> list[str]:
+        try:
+            async with docker_client(self.node) as link:
+                return await self._image_problems(link, image)
+        except DockerUnavailable as exc:
+            return [str(exc)]
 
     async def _image_problems(self, link: DockerLink, image: str) -> list[str]:
         try:
@@ -191,10 +198,10 @@ class DockerRuntime(Runtime):
 
     async def _mkdir(self, path: str) -> None:
         """Create `path` on the node as the SSH user (Docker would create a missing one as root)."""
-        result = await self.node.run(["mkdir", "-p", path], timeout=30)
-        if not result.ok:
-            raise RuntimeError_(f"{self.node.name}: cannot create {path}: {result.stderr.strip()}; "
-                                "check work_dir in cluster.toml")
+        try:  # over SFTP: no login shell to start
+            await self.node.makedirs(path)
+        except TransportError as exc:
+            raise RuntimeError_(f"{self.node.name}: {exc}; check work_dir in cluster.toml") from None
 
     async def _node_user(self) -> str:
         """`uid:gid` of the SSH user on the node, asked once."""

@@ -87,6 +87,7 @@ class PreflightResult:
     job: str
     node: str
     problems: tuple[str, ...]
+    gpus: str = ""
     at: float = field(default_factory=time.time)
 
 

@@ -10,6 +10,7 @@ same TF_CONFIG and the next generation (the trainer's BackupAndRestore resumes t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -149,7 +150,8 @@ class JobRun:
             for name, slot in first.items()))
         problems = []
         for slot, found in zip(first.values(), results):
-            self.hub.publish(PreflightResult(self.job.name, slot.node.name, tuple(found)))
+            node = self.cluster.node(slot.node.name)
+            self.hub.publish(PreflightResult(self.job.name, slot.node.name, tuple(found), describe_gpus(node)))
             problems += found
         if problems:
             self._publish(JobState.FAILED, "preflight failed")
@@ -366,12 +368,26 @@ class JobRun:
         self.hub.publish(JobStateChanged(self.job.name, self.run_id, state, self.generation, self.restarts, detail))
 
 
+def describe_gpus(node: NodeSession) -> str:
+    """What the node's stats say it will train on: "2× NVIDIA RTX 4090 (nvml)" or "CPU only"."""
+    stats = node.latest
+    if stats is None:
+        return "GPUs unknown (no stats yet)"
+    if not stats.gpus:
+        return "CPU only"
+    names = sorted({str(gpu.name) for gpu in stats.gpus})
+    return f"{len(stats.gpus)}× {', '.join(names)} ({stats.source})"
+
+
 async def open_runtime(cluster: Cluster, node: NodeSession, timeout: float) -> tuple[Runtime, str]:
     """The node's runtime and its expanded work dir, once it is online. Raises LaunchError."""
     try:
         await node.wait_online(timeout)
     except asyncio.TimeoutError:
         raise LaunchError(f"{node.name} is {node.state.value}: {node.reason or 'no answer'}") from None
+    if node.streams_stats:  # the first stats say whether the node has GPUs to hand to containers
+        with contextlib.suppress(asyncio.TimeoutError):
+            await node.wait_for(lambda n: n.latest is not None, 3 * cluster.spec.stats_interval + 5)
     try:
         work = await expand_path(node, cluster.spec.work_dir_of(node.spec))
     except (RuntimeError_, *NODE_GONE) as exc:

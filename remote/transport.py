@@ -108,6 +108,19 @@ class NodeTransport(abc.ABC):
         """The node user's home directory (to expand ~ without starting a shell)."""
 
     @abc.abstractmethod
+    async def list_tree(self, remote_dir: str, skip: frozenset[str]) -> dict[str, tuple[int, int]]:
+        """{relative path: (size, mtime)} of the files under a directory ({} when it is missing),
+        leaving out directories named in `skip`."""
+
+    @abc.abstractmethod
+    async def remove_files(self, paths: Sequence[str]) -> None:
+        """Delete files (absolute paths) on the node."""
+
+    @abc.abstractmethod
+    async def makedirs(self, path: str) -> None:
+        """Create a directory (absolute path) and its parents on the node, as the node's user."""
+
+    @abc.abstractmethod
     async def put_files(self, pairs: Sequence[tuple[Path, str]]) -> None:
         """Copy local files to absolute paths on the node, creating parent directories."""
 
@@ -201,13 +214,49 @@ class SshTransport(NodeTransport):
         except (asyncssh.Error, OSError) as exc:
             raise TransportError(f"cannot ask for the home directory: {exc}") from exc
 
+    async def list_tree(self, remote_dir: str, skip: frozenset[str]) -> dict[str, tuple[int, int]]:
+        files: dict[str, tuple[int, int]] = {}
+
+        async def walk(sftp: asyncssh.SFTPClient, folder: str, prefix: str) -> None:
+            for entry in await sftp.readdir(folder):
+                name = entry.filename
+                if name in (".", "..") or name in skip:
+                    continue
+                if entry.attrs.type == asyncssh.FILEXFER_TYPE_DIRECTORY:
+                    await walk(sftp, posixpath.join(folder, name), prefix + name + "/")
+                elif entry.attrs.type == asyncssh.FILEXFER_TYPE_REGULAR:
+                    files[prefix + name] = (entry.attrs.size or 0, int(entry.attrs.mtime or 0))
+
+        try:
+            async with self.conn.start_sftp_client() as sftp:
+                if await sftp.isdir(remote_dir):
+                    await walk(sftp, remote_dir, "")
+        except (asyncssh.Error, OSError) as exc:
+            raise TransportError(f"cannot list {remote_dir}: {exc}") from exc
+        return files
+
+    async def remove_files(self, paths: Sequence[str]) -> None:
+        try:
+            async with self.conn.start_sftp_client() as sftp:
+                for path in paths:
+                    await sftp.remove(path)
+        except (asyncssh.Error, OSError) as exc:
+            raise TransportError(f"cannot remove files: {exc}") from exc
+
+    async def makedirs(self, path: str) -> None:
+        try:
+            async with self.conn.start_sftp_client() as sftp:
+                await sftp.makedirs(path, exist_ok=True)
+        except (asyncssh.Error, OSError) as exc:
+            raise TransportError(f"cannot create {path}: {exc}") from exc
+
     async def put_files(self, pairs: Sequence[tuple[Path, str]]) -> None:
         try:
             async with self.conn.start_sftp_client() as sftp:
                 for parent in sorted({posixpath.dirname(remote) for _, remote in pairs}):
                     await sftp.makedirs(parent, exist_ok=True)
                 for local, remote in pairs:
-                    await sftp.put(str(local), remote)
+                    await sftp.put(str(local), remote, preserve=True)  # mtime: the next sync's quick check
         except (asyncssh.Error, OSError) as exc:
             raise TransportError(f"file transfer failed: {exc}") from exc
 
@@ -290,6 +339,16 @@ class LocalTransport(NodeTransport):
     async def home_dir(self) -> str:
         return os.path.expanduser("~")
 
+    async def list_tree(self, remote_dir: str, skip: frozenset[str]) -> dict[str, tuple[int, int]]:
+        return await asyncio.to_thread(local_tree, Path(remote_dir), skip)
+
+    async def remove_files(self, paths: Sequence[str]) -> None:
+        for path in paths:
+            os.unlink(path)
+
+    async def makedirs(self, path: str) -> None:
+        await asyncio.to_thread(os.makedirs, path, exist_ok=True)
+
     async def put_files(self, pairs: Sequence[tuple[Path, str]]) -> None:
         await asyncio.to_thread(_copy_files, pairs)
 
@@ -305,10 +364,22 @@ class LocalTransport(NodeTransport):
         self._closed.set()
 
 
+def local_tree(root: Path, skip: frozenset[str]) -> dict[str, tuple[int, int]]:
+    """{relative path: (size, mtime)} of the files under `root`, as list_tree gives for a node."""
+    files = {}
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in skip]
+        for name in names:
+            path = Path(folder) / name
+            stat = path.stat()
+            files[path.relative_to(root).as_posix()] = (stat.st_size, int(stat.st_mtime))
+    return files
+
+
 def _copy_files(pairs: Sequence[tuple[Path, str]]) -> None:
     for local, remote in pairs:
         Path(remote).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(local, remote)
+        shutil.copy2(local, remote)
 
 
 async def _spawn(argv: Sequence[str]) -> asyncio.subprocess.Process:

@@ -47,7 +47,7 @@ class LinePrinter:
             return self._progress(event)
         if isinstance(event, PreflightResult):
             if not event.problems:
-                return f"preflight {event.node}: ready"
+                return f"preflight {event.node}: ready" + (f", {event.gpus}" if event.gpus else "")
             return "\n".join(f"preflight {event.node}: ✗ {problem}" for problem in event.problems)
         if isinstance(event, JobStateChanged):
             detail = f": {event.detail}" if event.detail else ""
