@@ -105,3 +105,16 @@ def test_init_rejects_bad_node_options_and_writes_nothing(tmp_path, option, mess
     assert result.returncode == 2 and message in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "cluster.toml").exists()
+
+
+def test_local_uses_the_embedded_default_even_beside_a_cluster_toml(tmp_path):
+    (tmp_path / "cluster.toml").write_text('[[nodes]]\nname = "box"\nhost = "10.1.2.3"\n')
+    result = homegpu("--local", "check", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "<embedded default>" in result.stdout and "10.1.2.3" not in result.stdout
+    assert "demo" in result.stdout
+
+
+def test_local_and_config_exclude_each_other(tmp_path):
+    result = homegpu("--local", "--config", "x.toml", "check", cwd=tmp_path)
+    assert result.returncode == 2 and "not allowed with" in result.stderr

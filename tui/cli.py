@@ -11,7 +11,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from typing import Callable, Sequence
 
-from homegpu.remote.config import ConfigError, ClusterSpec, find_config, load_cluster
+from homegpu.remote.config import ConfigError, ClusterSpec, embedded_default, find_config, load_cluster
 
 EXIT_USAGE = 2
 
@@ -23,6 +23,7 @@ homegpu reads cluster.toml (the nodes, how to reach them over SSH, and the jobs)
 
 EPILOG = """\
 examples:
+  homegpu --local run --no-tui      train the demo on this machine (two workers)
   homegpu init --node desktop=192.168.1.20 --node laptop=laptop.local --user alice
   homegpu check
   homegpu --config ~/lab/cluster.toml check"""
@@ -50,8 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"homegpu {package_version()}")
-    parser.add_argument("--config", metavar="FILE",
-                        help="cluster file to use (default: ./cluster.toml, else the embedded default)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--config", metavar="FILE",
+                       help="cluster file to use (default: ./cluster.toml, else the embedded default)")
+    where.add_argument("--local", action="store_true",
+                       help="use the embedded default (this machine as the only node, a two-worker demo "
+                            "job) even where a cluster.toml exists")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     config_commands.register(commands)
     status_commands.register(commands)
@@ -64,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_spec(args: argparse.Namespace) -> ClusterSpec:
-    """The cluster for this invocation: --config, ./cluster.toml, or the embedded default."""
+    """The cluster for this invocation: --local, --config, ./cluster.toml, or the embedded default."""
+    if args.local:
+        return embedded_default()
     return load_cluster(find_config(args.config))
 
 
