@@ -330,17 +330,22 @@ class JobRun:
                 self.experiment.log_line(track.label, line.text)
             data = parse_metric_line(line.text)
             if data is not None:
-                track.last_metric = data
+                if data.get("event") in ("epoch", "end"):  # the summary's figures: the latest of each
+                    track.last_metric = {**track.last_metric, **data}
                 if self.experiment:
                     self.experiment.metric(track.label, data)
                 self.hub.publish(Metric(self.job.name, self.run_id, track.label, track.slot.index, data))
                 if data.get("event") == "epoch" and data.get("epoch", 0) >= 2:  # epoch 1 includes warm-up
-                    self._check_stragglers()
+                    self._check_stragglers(data["epoch"])
         return take
 
-    def _check_stragglers(self) -> None:
+    def _check_stragglers(self, epoch: int) -> None:
+        """Compare the workers' rates for `epoch` once every worker has reported it."""
         rates = {t.label: float(t.last_metric["examples_per_sec"]) for t in self.tracks.values()
-                 if isinstance(t.last_metric.get("examples_per_sec"), (int, float))}
+                 if t.last_metric.get("epoch") == epoch
+                 and isinstance(t.last_metric.get("examples_per_sec"), (int, float))}
+        if len(rates) < len(self.tracks):
+            return
         for worker, median in find_stragglers(rates):
             self.hub.publish(Straggler(self.job.name, self.run_id, worker, rates[worker], median))
 

@@ -1,0 +1,102 @@
+"""Pure planning: TF_CONFIG layout, worker command lines, exit meanings, stragglers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from homegpu.remote.config import parse_cluster
+from homegpu.remote.experiment import find_stragglers
+from homegpu.remote.job_config import JobSpec
+from homegpu.remote.job_plan import classify_exit, new_run_id, worker_argv, worker_cwd, worker_env
+from homegpu.remote.runtime import NodePaths
+from homegpu.remote.tfconfig import JobConfigError, find_job, machine_key, tf_config, worker_slots
+
+CLUSTER = """
+[[nodes]]
+name = "desktop"
+host = "192.168.1.20"
+address = "10.0.0.20"
+[[nodes]]
+name = "closet"
+host = "closet"
+address = "10.0.0.30"
+[[nodes]]
+name = "laptop"
+host = "laptop"
+[jobs.all]
+[jobs.two]
+nodes = ["laptop", "desktop"]
+port = 30000
+[jobs.multi]
+nodes = ["desktop"]
+workers_per_node = 2
+"""
+
+
+def test_workers_follow_node_order_and_the_first_is_chief():
+    spec = parse_cluster(CLUSTER)
+    slots = worker_slots(spec, spec.jobs["two"])
+    assert [(s.index, s.label, s.endpoint, s.is_chief) for s in slots] == [
+        (0, "desktop", "10.0.0.20:30000", True), (1, "laptop", "laptop:30000", False)]
+    config = tf_config(slots, 1)
+    assert config == {"cluster": {"worker": ["10.0.0.20:30000", "laptop:30000"]},
+                      "task": {"type": "worker", "index": 1}}
+    json.dumps(config)
+
+
+def test_workers_on_one_machine_get_consecutive_ports():
+    spec = parse_cluster(CLUSTER)
+    slots = worker_slots(spec, spec.jobs["multi"])
+    assert [(s.label, s.endpoint) for s in slots] == [("desktop", "10.0.0.20:23456"), ("desktop#1", "10.0.0.20:23457")]
+    loopback = parse_cluster('[[nodes]]\nname="a"\nhost="127.0.0.2"\n[[nodes]]\nname="b"\nhost="127.0.0.3"\n[jobs.j]\n')
+    assert [s.port for s in worker_slots(loopback, loopback.jobs["j"])] == [23456, 23457]
+
+
+@pytest.mark.parametrize("address, key", [("127.0.0.5", "loopback"), ("::1", "loopback"),
+                                          ("10.0.0.2", "10.0.0.2"), ("box.local", "box.local")])
+def test_machine_key(address, key):
+    assert machine_key(address) == key
+
+
+def test_find_job_explains_what_is_missing():
+    spec = parse_cluster(CLUSTER)
+    assert find_job(spec, "all").name == "all"
+    with pytest.raises(JobConfigError, match="several jobs"):
+        find_job(spec, None)
+    with pytest.raises(JobConfigError, match="no job named 'x'.*all, two, multi"):
+        find_job(spec, "x")
+
+
+def test_trainer_and_script_command_lines():
+    paths = NodePaths(python="/opt/py", code_dir="/w/code/j", output_dir="/w/runs/r/out/n", data_dir="/data")
+    trainer = JobSpec(name="j", data="npz:mnist.npz", epochs=3, batch_size=16, steps_per_epoch=7)
+    assert worker_argv(trainer, paths) == (
+        "/opt/py", "-m", "homegpu.trainer", "--data", "npz:/data/mnist.npz", "--model", "cnn", "--epochs", "3",
+        "--batch-size", "16", "--output", "/w/runs/r/out/n", "--steps-per-epoch", "7")
+    env = worker_env(trainer, paths)
+    assert env["PYTHONPATH"] == "/w/code/j/_homegpu" and env["TF_USE_LEGACY_KERAS"] == "1"
+    script = JobSpec(name="j", script="my/train.py", args=("--lr", "0.1"), env={"A": "1"})
+    assert worker_argv(script, paths, "sub/train.py") == ("/opt/py", "/w/code/j/sub/train.py", "--lr", "0.1")
+    assert worker_env(script, paths)["A"] == "1" and "PYTHONPATH" not in worker_env(script, paths)
+    assert worker_cwd(paths) == "/w/runs/r/out/n"
+
+
+@pytest.mark.parametrize("status, words", [
+    (0, "succeeded"), (1, "failed (exit 1)"), (-9, "SIGKILL"), (-15, "SIGTERM"), (137, "out of memory"),
+    (143, "SIGTERM"), (127, "not found"), (None, "vanished"), (-11, "SIGSEGV"),
+])
+def test_exit_meanings(status, words):
+    assert words in classify_exit(status)
+
+
+def test_stragglers_are_clearly_slower_than_the_others():
+    assert find_stragglers({"a": 1000, "b": 950, "c": 400}) == [("c", 975.0)]
+    assert find_stragglers({"a": 1000, "b": 700}) == []
+    assert find_stragglers({"a": 1000}) == []
+
+
+def test_run_ids_are_unique_and_name_the_job():
+    first, second = new_run_id("demo", 0), new_run_id("demo", 0)
+    assert first.startswith("demo-") and first != second
