@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_spec(args: argparse.Namespace) -> ClusterSpec:
     """The cluster for this invocation: --local, --config, ./cluster.toml, or the embedded default."""
-    if args.local:
+    if getattr(args, "local", False):  # commands built without the global options have none
         return embedded_default()
     return load_cluster(find_config(args.config))
 
