@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import random
 import select
 import shutil
 import signal
@@ -170,6 +171,31 @@ def free_port(address: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((address, 0))
         return probe.getsockname()[1]
+
+
+def free_job_port(workers: int = 4) -> int:
+    """A base port P with P..P+workers-1 free on every interface, below the ephemeral range.
+
+    A job's workers on loopback nodes take consecutive ports and TensorFlow binds them on all
+    interfaces; a kernel-picked port can have a busy neighbour (an outgoing connection's
+    ephemeral port), so look where the kernel does not hand out ports.
+    """
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 30000)
+        if all(_wildcard_free(base + i) for i in range(workers)):
+            return base
+    raise SimClusterError("no run of free ports found in 20000-30000")
+
+
+def _wildcard_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError:
+            return False
+    return True
 
 
 def ssh_banner(address: str, port: int, timeout: float = 1.0) -> bytes:

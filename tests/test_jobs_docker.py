@@ -15,7 +15,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from simcluster import SimCluster, free_port
+from simcluster import SimCluster, free_job_port
 from test_docker import ENGINE2_SOCKET, engine2  # noqa: F401  (a second engine, for a node lacking the image)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]
@@ -29,7 +29,7 @@ def homegpu(*args: str, cwd: Path, timeout: float = 900) -> subprocess.Completed
 
 def docker_job(image: str, **overrides) -> dict:
     table = {"image": image, "nodes": ["node1", "node2"], "epochs": 2, "steps_per_epoch": 20, "batch_size": 32,
-             "port": free_port("127.0.0.2"), "stall_timeout": 180.0, "max_restarts": 1}
+             "port": free_job_port(), "stall_timeout": 180.0, "max_restarts": 1}
     table.update(overrides)
     return table
 
@@ -68,3 +68,40 @@ def test_missing_image_on_one_node_starts_nothing_and_names_it(
     assert "node2" in result.stderr and "missing" in result.stderr and "homegpu image" in result.stderr
     assert "node1: " not in result.stderr.split("not started:")[1].split("missing")[0]
     assert containers_of("lacking") == []
+
+
+def test_killed_homegpu_reattaches_to_containers_without_duplicates(sim_cluster: SimCluster, docker_engine,
+                                                                      tf_image, tmp_path):
+    config = sim_cluster.write_cluster_toml(tmp_path / "cluster.toml", runtime="docker",
+                                            jobs={"longdocker": docker_job(tf_image, epochs=50, steps_per_epoch=30)})
+    argv = [shutil.which("homegpu", path=str(Path(sys.executable).parent)), "--config", str(config), "run",
+            "longdocker", "--no-tui"]
+    first = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in first.stdout:
+            if "epoch 1/50" in line:
+                break
+        first.kill()  # homegpu dies; the containers live on
+        first.wait()
+        running = sorted(c.id for c in containers_of("longdocker") if c.status == "running")
+        assert len(running) == 2
+
+        second = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            lines = []
+            for line in second.stdout:
+                lines.append(line)
+                if "epoch" in line and any("attaching" in seen for seen in lines):
+                    break
+            assert any("already running" in seen for seen in lines), "".join(lines)
+            assert sorted(c.id for c in containers_of("longdocker")) == running, "a duplicate container started"
+        finally:
+            second.kill()
+            second.wait()
+        stopped = homegpu("--config", str(config), "stop", "longdocker", cwd=tmp_path)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert not [c for c in containers_of("longdocker") if c.status == "running"]
+    finally:
+        first.kill()
+        for container in containers_of("longdocker"):
+            container.remove(force=True)

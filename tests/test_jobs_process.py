@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from simcluster import SimCluster, free_port
+from simcluster import SimCluster, free_job_port
 
 pytestmark = pytest.mark.cluster
 
@@ -37,7 +37,7 @@ def homegpu(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Completed
 def job_table(**overrides) -> dict:
     """A quick demo job: the built-in trainer on the synthetic set, two nodes, this test's Python."""
     table = {"python": sys.executable, "nodes": ["node1", "node2"], "epochs": 2, "steps_per_epoch": 20,
-             "batch_size": 32, "port": free_port("127.0.0.2"), "stall_timeout": 120.0, "max_restarts": 2}
+             "batch_size": 32, "port": free_job_port(), "stall_timeout": 120.0, "max_restarts": 2}
     table.update(overrides)
     return table
 
@@ -207,7 +207,7 @@ def test_tutorial_style_user_script_runs_unchanged(sim_cluster, tmp_path):
     config = sim_cluster.write_cluster_toml(
         tmp_path / "cluster.toml",
         jobs={"mine": {"python": sys.executable, "script": "my_model/train.py", "nodes": ["node1", "node2"],
-                       "port": free_port("127.0.0.2"), "stall_timeout": 120.0}})
+                       "port": free_job_port(), "stall_timeout": 120.0}})
     result = homegpu("--config", str(config), "run", "mine", "--no-tui", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "node1 |" in result.stdout and "node2 |" in result.stdout

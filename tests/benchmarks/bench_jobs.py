@@ -30,7 +30,7 @@ sys.path.insert(0, str(TESTS))
 import docker  # noqa: E402
 
 from images import ensure_tf_image  # noqa: E402
-from simcluster import SimCluster, ensure_docker, free_port  # noqa: E402
+from simcluster import SimCluster, ensure_docker, free_job_port  # noqa: E402
 
 from homegpu.remote.cluster import Cluster  # noqa: E402
 from homegpu.remote.config import load_cluster  # noqa: E402
@@ -71,7 +71,7 @@ def launch_benchmark(sim: SimCluster, client: docker.DockerClient, image: str, r
     code = root / "sleeper"
     code.mkdir()
     (code / "sleep.py").write_text(SLEEPER)
-    jobs = {name: {"image": image, "script": "sleeper/sleep.py", "nodes": nodes, "port": free_port("127.0.0.2")}
+    jobs = {name: {"image": image, "script": "sleeper/sleep.py", "nodes": nodes, "port": free_job_port()}
             for name, nodes in (("bench4", [n.name for n in sim.nodes]), ("bench1", [sim.nodes[0].name]))}
     config = sim.write_cluster_toml(root / "cluster.toml", runtime="docker", jobs=jobs)
     four, one, loop = [], [], []
@@ -99,7 +99,7 @@ def epoch_rates(lines: list[str]) -> list[float]:
 
 
 def by_hand_rate(python: str, root: Path) -> float:
-    port = free_port("127.0.0.1")
+    port = free_job_port()
     workers = [f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"]
     procs = []
     for index in range(2):
@@ -121,7 +121,7 @@ async def homegpu_rate(root: Path) -> float:
 
     base = embedded_default()
     job = JobSpec(name="bench", workers_per_node=2, epochs=EPOCHS, steps_per_epoch=STEPS, batch_size=BATCH,
-                  port=free_port("127.0.0.1"))
+                  port=free_job_port())
     spec = type(base)(**{**base.__dict__, "jobs": {"bench": job}, "work_dir": str(root / "work")})
     async with Cluster(spec, stream_stats=False) as cluster:
         run = JobRun(cluster, job, root / "experiments")
