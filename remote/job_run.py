@@ -18,6 +18,7 @@ from pathlib import Path
 
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.codesync import SyncError, sync_tree
+from homegpu.remote.config import EMBEDDED_DEFAULT
 from homegpu.remote.events import JobState, JobStateChanged, Metric, PreflightResult, Straggler, WorkerExited
 from homegpu.remote.experiment import ExperimentLog, find_stragglers
 from homegpu.remote.job_config import JobSpec
@@ -113,17 +114,20 @@ class JobRun:
             env=worker_env(self.job, paths), image=self.job.image, data_dir=self.job.data_dir,
         )
 
+    def _config_dir(self) -> Path:
+        """Where the job's relative paths start: the cluster file's folder (the embedded default: here)."""
+        source = self.cluster.spec.source
+        return Path.cwd() if source == EMBEDDED_DEFAULT else Path(source).parent
+
     def _local_code(self) -> Path:
         if self.job.uses_trainer:
             return Path(str(resources.files("homegpu.trainer")))
-        base = Path(self.cluster.spec.source).parent if self.cluster.spec.source.endswith(".toml") else Path.cwd()
-        return (base / (self.job.code_dir or Path(self.job.script).parent)).expanduser().resolve()
+        return (self._config_dir() / (self.job.code_dir or Path(self.job.script).parent)).expanduser().resolve()
 
     def _script_rel(self) -> str:
         if self.job.uses_trainer:
             return ""
-        base = Path(self.cluster.spec.source).parent if self.cluster.spec.source.endswith(".toml") else Path.cwd()
-        script = (base / self.job.script).expanduser().resolve()
+        script = (self._config_dir() / self.job.script).expanduser().resolve()
         return script.relative_to(self._local_code()).as_posix()
 
     # -- launch --------------------------------------------------------------------------------
