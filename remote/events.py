@@ -172,6 +172,13 @@ class Subscription:
     async def get(self, timeout: float | None = None) -> object:
         return await asyncio.wait_for(self._queue.get(), timeout)
 
+    def drain(self, limit: int) -> list[object]:
+        """Up to `limit` events already waiting, without waiting for more (to handle a flood in batches)."""
+        events = []
+        while len(events) < limit and not self._queue.empty():
+            events.append(self._queue.get_nowait())
+        return events
+
     def close(self) -> None:
         self._hub._unsubscribe(self._queue)
 

@@ -377,6 +377,20 @@ class JobRun:
         self.hub.publish(JobStateChanged(self.job.name, self.run_id, state, self.generation, self.restarts, detail))
 
 
+async def launch_or_attach(run: JobRun) -> bool:
+    """Attach `run` to its job if that already runs on its nodes, else launch it.
+
+    Returns True when it attached (nothing new was started). Raises LaunchError.
+    """
+    await run.prepare()
+    active = await run.find_active()
+    if active:
+        run.adopt(*active)
+        return True
+    await run.launch()
+    return False
+
+
 def describe_gpus(node: NodeSession) -> str:
     """What the node's stats say it will train on: "2× NVIDIA RTX 4090 (nvml)" or "CPU only"."""
     stats = node.latest

@@ -13,12 +13,11 @@ import json
 import math
 import shutil
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import homegpu
 import tomli_w
 
 from simcluster import SimCluster, SimNode, free_port
@@ -393,12 +392,6 @@ async def test_a_node_without_iperf3_and_an_offline_node_fail_only_their_own_lin
 
 
 # -- the command -------------------------------------------------------------------------------------
-
-
-def homegpu(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("homegpu", path=str(Path(sys.executable).parent))
-    assert exe, "the homegpu console script is not installed next to this Python"
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.cluster

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import homegpu
 
 from homegpu.remote.config import load_cluster
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def homegpu(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("homegpu", path=str(Path(sys.executable).parent))
-    assert exe, "the homegpu console script is not installed next to this Python"
-    return subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
 def test_help_lists_the_commands(tmp_path):

@@ -11,11 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import socket
 import stat
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -25,6 +23,7 @@ from typing import AsyncIterator, Iterator
 import docker
 import docker.errors
 import pytest
+from helpers import homegpu
 
 from images import busybox_image  # noqa: F401  (fixture)
 from simcluster import SimCluster, docker_ping
@@ -490,12 +489,6 @@ async def test_preflight_reports_an_unreachable_engine(sim_cluster, tmp_path, ru
 # -- image copy ------------------------------------------------------------------------------------
 
 
-def homegpu(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("homegpu", path=str(Path(sys.executable).parent))
-    assert exe, "the homegpu console script is not installed next to this Python"
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout)
-
-
 def _drop_image(client: docker.DockerClient, tag: str) -> None:
     with contextlib.suppress(docker.errors.ImageNotFound):
         client.images.remove(tag, force=True)
@@ -585,7 +578,7 @@ def test_image_build_on_two_nodes_in_parallel(two_engine_toml, engine, engine2, 
     dockerfile.write_text(f"FROM {engine2_with_busybox}\nCOPY payload.txt /payload.txt\nRUN echo built > /built.txt\n")
     try:
         result = homegpu("--config", str(two_engine_toml), "image", "build", "--node", "node1", "--node", "node2",
-                         "--file", str(dockerfile), "--tag", tag)
+                         "--file", str(dockerfile), "--tag", tag, timeout=300)
         assert result.returncode == 0, result.stdout + result.stderr
         lines = result.stdout.splitlines()
         for name in ("node1", "node2"):
@@ -604,7 +597,7 @@ def test_image_build_failure_is_reported_per_node_with_exit_1(two_engine_toml, e
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text(f"FROM {engine2_with_busybox}\nRUN echo about to fail && false\n")
     result = homegpu("--config", str(two_engine_toml), "image", "build", "--node", "node1", "--node", "node2",
-                     "--file", str(dockerfile), "--tag", "homegpu-test/broken:1")
+                     "--file", str(dockerfile), "--tag", "homegpu-test/broken:1", timeout=300)
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     for name in ("node1", "node2"):

@@ -12,15 +12,14 @@ still works (stats from nvidia-smi) and one sentence on making libnvidia-ml load
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+from helpers import homegpu
 
 from gpu_replay import FIXTURES, write_replay_nvidia_smi
 from simcluster import SimCluster, free_port
@@ -54,13 +53,6 @@ async def doctor(toml: Path, port: int) -> dict[str, dict[str, Check]]:
     for node, rows in report.items():
         assert tuple(rows) == CHECK_NAMES, f"{node}: checks out of order: {tuple(rows)}"
     return report
-
-
-def homegpu(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """The installed `homegpu` command, as a user runs it."""
-    exe = shutil.which("homegpu", path=str(Path(sys.executable).parent))
-    assert exe, "the homegpu console script is not installed next to this Python"
-    return subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
 @contextmanager

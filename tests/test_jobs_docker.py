@@ -14,17 +14,12 @@ from pathlib import Path
 
 import docker
 import pytest
+from helpers import homegpu
 
 from simcluster import SimCluster, free_job_port
 from test_docker import ENGINE2_SOCKET, engine2  # noqa: F401  (a second engine, for a node lacking the image)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]
-
-
-def homegpu(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("homegpu", path=str(Path(sys.executable).parent))
-    assert exe, "the homegpu console script is not installed next to this Python"
-    return subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 def docker_job(image: str, **overrides) -> dict:
@@ -45,7 +40,7 @@ def containers_of(job: str) -> list:
 def test_demo_job_trains_in_containers_on_two_nodes(sim_cluster: SimCluster, docker_engine, tf_image, tmp_path):
     config = sim_cluster.write_cluster_toml(tmp_path / "cluster.toml", runtime="docker",
                                             jobs={"dockerdemo": docker_job(tf_image)})
-    result = homegpu("--config", str(config), "run", "dockerdemo", "--no-tui", cwd=tmp_path)
+    result = homegpu("--config", str(config), "run", "dockerdemo", "--no-tui", cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     (run_dir,) = (tmp_path / "experiments").iterdir()
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -63,7 +58,7 @@ def test_missing_image_on_one_node_starts_nothing_and_names_it(
     config = sim_cluster.write_cluster_toml(
         tmp_path / "cluster.toml", runtime="docker", jobs={"lacking": docker_job(tf_image)},
         node_overrides={"node2": {"docker_socket": ENGINE2_SOCKET}})
-    result = homegpu("--config", str(config), "run", "lacking", "--no-tui", cwd=tmp_path)
+    result = homegpu("--config", str(config), "run", "lacking", "--no-tui", cwd=tmp_path, timeout=900)
     assert result.returncode == 1
     assert "node2" in result.stderr and "missing" in result.stderr and "homegpu image" in result.stderr
     assert "node1: " not in result.stderr.split("not started:")[1].split("missing")[0]

@@ -12,62 +12,16 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from simcluster import SimCluster, free_job_port
+from helpers import homegpu, homegpu_argv, job_table, wait_for, worker_processes, write_config
+from simcluster import free_job_port
 
 pytestmark = pytest.mark.cluster
 
 TUTORIAL = Path(__file__).parent / "fixtures" / "trainer" / "tutorial_script.py"
-
-
-def homegpu_argv(*args: str) -> list[str]:
-    exe = shutil.which("homegpu", path=str(Path(sys.executable).parent))
-    assert exe, "the homegpu console script is not installed next to this Python"
-    return [exe, *args]
-
-
-def homegpu(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(homegpu_argv(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout)
-
-
-def job_table(**overrides) -> dict:
-    """A quick demo job: the built-in trainer on the synthetic set, two nodes, this test's Python."""
-    table = {"python": sys.executable, "nodes": ["node1", "node2"], "epochs": 2, "steps_per_epoch": 20,
-             "batch_size": 32, "port": free_job_port(), "stall_timeout": 120.0, "max_restarts": 2}
-    table.update(overrides)
-    return table
-
-
-def write_config(sim: SimCluster, path: Path, **job) -> Path:
-    return sim.write_cluster_toml(path / "cluster.toml", jobs={"demo": job_table(**job)})
-
-
-def worker_processes(sim: SimCluster) -> list[int]:
-    """Training processes running on the simulated nodes (not their supervisors, whose command
-    line carries the worker's argv after `python -c SCRIPT start ... --`)."""
-    found = []
-    for pid in sim.pids():
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv[1:3] == [b"-m", b"homegpu.trainer"] or (len(argv) > 1 and argv[1].endswith(b"train.py")):
-            found.append(pid)
-    return found
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

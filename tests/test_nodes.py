@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import wait_until
 
 from gpu_replay import write_replay_nvidia_smi
 from simcluster import SimCluster, generate_ed25519_key
@@ -54,15 +55,6 @@ def session_processes(sim: SimCluster) -> set[int]:
     """Processes of the simulated nodes other than their listening sshds."""
     listeners = {node.pid for node in sim.nodes}
     return sim.pids() - listeners
-
-
-async def wait_until(condition, timeout: float, step: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        await asyncio.sleep(step)
-    return condition()
 
 
 async def test_three_nodes_stream_stats_and_the_replayed_gpus_appear(replaying_node3, cluster_toml):

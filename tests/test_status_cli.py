@@ -3,28 +3,15 @@
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
+from helpers import homegpu, homegpu_argv
 
 from simcluster import SimCluster
 
 pytestmark = pytest.mark.cluster
-
-
-def homegpu_argv(*args: str) -> list[str]:
-    exe = shutil.which("homegpu", path=str(Path(sys.executable).parent))
-    assert exe, "the homegpu console script is not installed next to this Python"
-    return [exe, *args]
-
-
-def homegpu(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(homegpu_argv(*args), capture_output=True, text=True, timeout=120, input=input)
 
 
 def test_status_json_shows_every_node_online_with_stats(cluster_toml):

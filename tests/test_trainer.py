@@ -393,6 +393,7 @@ def test_two_workers_train_the_synthetic_set(tensorflow_installed, tmp_path):
         start, = worker.events("start")
         assert (start["initial_epoch"], start["resumed"], start["epochs"]) == (0, False, 2)
         assert (start["batch_size"], start["global_batch_size"], start["data"]) == (64, 128, "synthetic")
+        assert start["params"] == team[0].events("start")[0]["params"] > 1000  # the same model everywhere
         epochs = worker.events("epoch")
         assert [m["epoch"] for m in epochs] == [1, 2]
         assert all(m["examples_per_sec"] > 0 and m["seconds"] > 0 for m in epochs)

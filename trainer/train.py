@@ -63,7 +63,8 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
     progress = MetricLines(
         role, epochs=args.epochs, local_batch=args.batch_size, log_every=args.log_every,
         resume_epoch=lambda: backup.resume_epoch,
-        start_fields=dict(data=str(args.data), model=args.model, steps_per_epoch=steps,
+        start_fields=dict(data=str(args.data), model=args.model, params=model.count_params(),
+                          steps_per_epoch=steps,
                           batch_size=args.batch_size, global_batch_size=global_batch,
                           train_examples=sets.train_examples, validation_steps=validation_steps,
                           tensorboard=tensorboard))

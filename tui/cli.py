@@ -18,11 +18,16 @@ EXIT_USAGE = 2
 DESCRIPTION = """\
 Train TensorFlow across the GPU machines in your home or lab from one terminal.
 
+With no COMMAND, homegpu opens its terminal UI: every node's GPUs, CPU and memory live, the
+bandwidth between them, and a job's progress and logs; `l` launches a job, `s` stops it, `?` shows
+every key.
+
 homegpu reads cluster.toml (the nodes, how to reach them over SSH, and the jobs). With no
 --config and no ./cluster.toml it uses the embedded default: this machine as the only node."""
 
 EPILOG = """\
 examples:
+  homegpu                           open the terminal UI on ./cluster.toml (or this machine)
   homegpu --local run --no-tui      train the demo on this machine (two workers)
   homegpu init --node desktop=192.168.1.20 --node laptop=laptop.local --user alice
   homegpu check
@@ -75,13 +80,22 @@ def load_spec(args: argparse.Namespace) -> ClusterSpec:
     return load_cluster(find_config(args.config))
 
 
+def open_tui(args: argparse.Namespace) -> int:
+    from homegpu.tui.app import run_app
+    from homegpu.tui.job_commands import EXPERIMENTS
+
+    return run_app(load_spec(args), EXPERIMENTS)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
     if handler is None:
-        parser.print_help()
-        return 0
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            parser.print_help()  # no terminal to draw on: say what there is instead
+            return 0
+        handler = open_tui
     try:
         return handler(args)
     except (ConfigError, UserError) as exc:

@@ -18,7 +18,7 @@ from homegpu.remote.events import (
     JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, PreflightResult, Straggler, WorkerExited,
 )
 from homegpu.remote.job_config import JobSpec
-from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome
+from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome, launch_or_attach
 from homegpu.remote.logtail import LogLine
 from homegpu.trainer.metrics import parse_metric_line
 from homegpu.tui.text import table
@@ -112,14 +112,9 @@ async def run_headless(spec: ClusterSpec, job: JobSpec, experiments: Path, detac
 
 async def _drive(run: JobRun, detach: bool, out: TextIO) -> int:
     try:
-        await run.prepare()
-        active = await run.find_active()
-        if active:
-            print(f"{run.job.name} is already running (run {active[0]}): attaching, nothing new is started",
+        if await launch_or_attach(run):
+            print(f"{run.job.name} is already running (run {run.run_id}): attaching, nothing new is started",
                   file=out, flush=True)
-            run.adopt(*active)
-        else:
-            await run.launch()
     except LaunchError as exc:
         print(f"homegpu: {run.job.name} not started: {exc}", file=sys.stderr, flush=True)
         return EXIT_FAILED

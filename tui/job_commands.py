@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import signal
+import sys
 from pathlib import Path
 
 from homegpu.remote.cluster import Cluster
@@ -30,7 +31,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                     "every worker. Exit status 0 only when every worker succeeded.",
     )
     run.add_argument("job", nargs="?", metavar="JOB", help="job name (default: the only job)")
-    run.add_argument("--no-tui", action="store_true", help="plain output for scripts and cron")
+    run.add_argument("--no-tui", action="store_true",
+                     help="plain output for scripts and cron (the default when not on a terminal)")
     run.add_argument("--detach", action="store_true", help="start the job and return; it keeps running")
     run.add_argument("--experiments", type=Path, default=EXPERIMENTS, metavar="DIR",
                      help="where runs are recorded (default: ./experiments)")
@@ -66,7 +68,11 @@ def _job(spec: ClusterSpec, name: str | None):
 def run_job(args: argparse.Namespace) -> int:
     spec = load_spec(args)
     job = _job(spec, args.job)
-    return asyncio.run(run_headless(spec, job, args.experiments, args.detach))
+    if args.no_tui or args.detach or not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return asyncio.run(run_headless(spec, job, args.experiments, args.detach))
+    from homegpu.tui.app import run_app
+
+    return run_app(spec, args.experiments, launch=job.name)
 
 
 def print_tfconfig(args: argparse.Namespace) -> int:

@@ -1,0 +1,73 @@
+"""What many tests share: the installed `homegpu` command, waiting for a condition, a quick demo job."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from simcluster import SimCluster, free_job_port
+
+
+def homegpu_argv(*args: str) -> list[str]:
+    """argv for the `homegpu` console script installed next to this Python, as a user runs it."""
+    exe = shutil.which("homegpu", path=str(Path(sys.executable).parent))
+    assert exe, "the homegpu console script is not installed next to this Python"
+    return [exe, *args]
+
+
+def homegpu(*args: str, cwd: Path | None = None, timeout: float = 120,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(homegpu_argv(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          input=input)
+
+
+def wait_for(predicate, timeout: float, what: str, step: float = 0.2):
+    """Poll `predicate` until it returns something true (returned), or fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+async def wait_until(condition, timeout: float, step: float = 0.1) -> bool:
+    """Poll `condition` on the running loop; its last value after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        await asyncio.sleep(step)
+    return condition()
+
+
+def job_table(**overrides) -> dict:
+    """A quick demo job: the built-in trainer on the synthetic set, two nodes, this test's Python."""
+    table = {"python": sys.executable, "nodes": ["node1", "node2"], "epochs": 2, "steps_per_epoch": 20,
+             "batch_size": 32, "port": free_job_port(), "stall_timeout": 120.0, "max_restarts": 2}
+    table.update(overrides)
+    return table
+
+
+def write_config(sim: SimCluster, path: Path, **job) -> Path:
+    """path/cluster.toml for `sim` with one job, "demo" (job_table with `job` overrides)."""
+    return sim.write_cluster_toml(path / "cluster.toml", jobs={"demo": job_table(**job)})
+
+
+def worker_processes(sim: SimCluster) -> list[int]:
+    """Training processes running on the simulated nodes (not their supervisors, whose command
+    line carries the worker's argv after `python -c SCRIPT start ... --`)."""
+    found = []
+    for pid in sim.pids():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[1:3] == [b"-m", b"homegpu.trainer"] or (len(argv) > 1 and argv[1].endswith(b"train.py")):
+            found.append(pid)
+    return found

@@ -1,0 +1,113 @@
+"""The TUI driven with Textual's Pilot against the real sshd test cluster, real TensorFlow workers.
+
+Keys are pressed as a user would; assertions read the app's widgets and its view of the cluster.
+node3 answers `nvidia-smi` from recorded real H100 NVL output (tests/fixtures/gpu/), as this
+machine has no GPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable
+
+from gpu_replay import write_replay_nvidia_smi
+from helpers import wait_until, worker_processes, write_config
+from homegpu.remote.config import load_cluster
+from homegpu.remote.events import JobState, NodeState
+from homegpu.tui.app import HomegpuApp
+from homegpu.tui.controller import Controller
+from homegpu.tui.screens import ConfirmScreen, LaunchScreen
+from simcluster import SimCluster
+
+pytestmark = pytest.mark.cluster
+
+FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
+SIZE = (160, 48)
+
+
+@pytest.fixture(scope="module")
+def replaying_node3(sim_cluster: SimCluster) -> SimCluster:
+    write_replay_nvidia_smi(sim_cluster.node("node3").extra_path, FIXTURES / "gpus_2x_h100nvl_idle.csv",
+                            FIXTURES / "apps_none.csv")
+    return sim_cluster
+
+
+def make_app(config: Path, tmp_path: Path) -> HomegpuApp:
+    spec = load_cluster(config)
+    return HomegpuApp(spec, Controller(spec, tmp_path / "experiments"))
+
+
+def cell(app: HomegpuApp, node: str, column: str) -> str:
+    return app.query_one("#nodes", DataTable).get_cell(node, column).plain
+
+
+def all_have_stats(app: HomegpuApp) -> bool:
+    return all(node.online and node.stats for node in app.view.nodes.values())
+
+
+async def test_nodes_appear_online_with_cpu_stats_and_replayed_gpus(replaying_node3, cluster_toml, tmp_path):
+    app = make_app(cluster_toml, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(lambda: all_have_stats(app) and app.view.nodes["node3"].stats.gpus, 30)
+        await pilot.pause(0.5)  # one redraw
+        for name in ("node1", "node2"):
+            assert cell(app, name, "NODE") == f"● {name}"
+            assert cell(app, name, "CPU").endswith("%")
+            assert cell(app, name, "GPU") == "CPU only"
+        assert cell(app, "node3", "GPU").splitlines() == ["0 H100 NVL", "1 H100 NVL"]
+        assert cell(app, "node3", "POWER").splitlines() == [" 62/310W", " 62/310W"]
+        await pilot.press("down", "down")  # select node3: its detail names the stats source
+        await pilot.pause(0.3)
+        detail = str(app.query_one("#detail").render())
+        assert "GPUs via nvidia-smi" in detail and "[1] NVIDIA H100 NVL" in detail
+        await pilot.press("q")
+        await pilot.pause(0.5)
+    assert app.return_value == 0
+
+
+async def test_launch_shows_logs_and_metrics_then_stop_leaves_nothing_running(sim_cluster, tmp_path):
+    config = write_config(sim_cluster, tmp_path, epochs=50, steps_per_epoch=20)
+    app = make_app(config, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(lambda: all_have_stats(app), 30)
+        await pilot.press("l")
+        assert await wait_until(lambda: isinstance(app.screen, LaunchScreen), 5)
+        assert "TF_CONFIG=" in str(app.screen.query_one("#preview").render())
+        await pilot.press("enter")
+        assert await wait_until(lambda: app.view.job and app.view.job.state is JobState.RUNNING, 120)
+        assert await wait_until(lambda: app.view.job.loss and app.view.logs.version > 0, 180), \
+            "no metrics or log lines arrived"
+        assert worker_processes(sim_cluster)
+        await pilot.pause(0.5)
+        assert "examples/s:" in str(app.query_one("#job").render())
+        await pilot.press("s")
+        assert await wait_until(lambda: isinstance(app.screen, ConfirmScreen), 5)
+        await pilot.press("y")
+        assert await wait_until(lambda: app.view.job.state is JobState.STOPPED, 60)
+        assert not worker_processes(sim_cluster)
+        await pilot.press("q")
+        await pilot.pause(0.5)
+    assert not worker_processes(sim_cluster)
+
+
+async def test_a_killed_node_greys_out_while_the_others_keep_updating(sim_cluster, cluster_toml, tmp_path):
+    app = make_app(cluster_toml, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(lambda: all_have_stats(app), 30)
+        node2 = sim_cluster.node("node2")
+        try:
+            node2.kill()
+            assert await wait_until(lambda: app.view.nodes["node2"].state is NodeState.OFFLINE, 15)
+            seen = {name: app.view.nodes[name].stats.timestamp for name in ("node1", "node3")}
+            assert await wait_until(lambda: all(app.view.nodes[n].stats.timestamp > t for n, t in seen.items()), 10)
+            await pilot.pause(0.5)
+            table = app.query_one("#nodes", DataTable)
+            assert cell(app, "node2", "NODE") == "✗ node2"
+            assert str(table.get_cell("node2", "CPU").style) == "dim"
+            assert str(table.get_cell("node1", "CPU").style) != "dim"
+        finally:
+            node2.restart()
+        assert await wait_until(lambda: app.view.nodes["node2"].online, 30), "node2 did not come back"
+        await pilot.press("q")

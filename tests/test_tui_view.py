@@ -1,0 +1,260 @@
+"""The TUI's pure parts: the view model fed with events, the text charts, the panel renderings, log
+filtering and wrapping. Stats come from tests/fixtures/tui/, lines the real stats agent printed from
+recorded real-GPU nvidia-smi output (see record.py there)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from homegpu.remote.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
+from homegpu.remote.config import embedded_default, parse_cluster
+from homegpu.remote.events import (
+    JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler,
+)
+from homegpu.remote.logtail import LogLine
+from homegpu.remote.stats import parse_agent_line
+from homegpu.trainer.metrics import format_metric
+from homegpu.tui.logview import clean, format_entries, matching, wrap_rows
+from homegpu.tui.plot import BRAILLE_BASE, braille_plot, progress_bar, sparkline
+from homegpu.tui.render import (
+    age, bandwidth_summary, job_summary, level_style, node_cells, node_detail, short_gpu_name,
+)
+from homegpu.tui.state import HISTORY, JOB, LOGS, MAX_LINE, NODES, ClusterView, LogBuffers, LogEntry
+
+FIXTURES = Path(__file__).parent / "fixtures" / "tui"
+
+THREE_NODES = """
+[cluster]
+name = "lab"
+[[nodes]]
+name = "big"
+host = "10.0.0.1"
+[[nodes]]
+name = "small"
+host = "10.0.0.2"
+[[nodes]]
+name = "laptop"
+host = "10.0.0.3"
+"""
+
+
+def recorded(name: str):
+    return parse_agent_line((FIXTURES / f"{name}.json").read_text())
+
+
+@pytest.fixture
+def view() -> ClusterView:
+    return ClusterView(parse_cluster(THREE_NODES, "cluster.toml"))
+
+
+def run_event(state: JobState, run_id: str = "demo-1", **kw) -> JobStateChanged:
+    return JobStateChanged("demo", run_id, state, kw.get("generation", 1), kw.get("restarts", 0), kw.get("detail", ""))
+
+
+def metric(worker: str, index: int, **data) -> Metric:
+    return Metric("demo", "demo-1", worker, index, data)
+
+
+# -- view model ------------------------------------------------------------------------------------
+
+
+def test_stats_fill_the_node_and_its_gpu_history(view: ClusterView) -> None:
+    assert view.apply(NodeStateChanged("big", NodeState.ONLINE)) == {NODES}
+    stats = recorded("h100nvl_idle")
+    for _ in range(HISTORY + 5):
+        view.apply(NodeStatsUpdated("big", stats))
+    node = view.nodes["big"]
+    assert node.online and node.stats is stats
+    assert sorted(node.util_history) == [0, 1]
+    assert len(node.util_history[0]) == HISTORY  # bounded however long it runs
+    assert list(node.mem_history[1])[-1] == 0.0
+
+
+def test_events_for_unknown_nodes_or_jobs_change_nothing(view: ClusterView) -> None:
+    assert view.apply(NodeStateChanged("ghost", NodeState.ONLINE)) == set()
+    assert view.apply(metric("big", 0, event="epoch", epoch=1, loss=1.0)) == set()  # no run on screen yet
+    assert view.apply(object()) == set()
+
+
+def test_a_run_collects_progress_loss_and_speed_from_the_chief(view: ClusterView) -> None:
+    assert view.apply(run_event(JobState.RUNNING)) == {JOB}
+    view.apply(metric("big", 0, event="start", epochs=3, steps_per_epoch=10, params=1234, initial_epoch=0))
+    view.apply(metric("big", 0, event="step", epoch=1, step=5, loss=2.0, examples_per_sec=500.0))
+    view.apply(metric("small", 1, event="step", epoch=1, step=5, loss=2.0, examples_per_sec=200.0))
+    view.apply(metric("big", 0, event="epoch", epoch=1, epochs=3, loss=1.5, accuracy=0.5, examples_per_sec=510.0))
+    view.apply(Straggler("demo", "demo-1", "small", 200.0, 510.0))
+    job = view.job
+    assert (job.epochs, job.epoch, job.params, job.accuracy) == (3, 1, 1234, 0.5)
+    assert list(job.loss) == [(0.5, 2.0), (1.0, 1.5)]  # the step at half of epoch 1, then epoch 1's end
+    assert job.rates == {"big": 510.0, "small": 200.0}
+    assert job.stragglers == {"small"}
+
+
+def test_a_new_run_starts_afresh_and_clears_the_logs(view: ClusterView) -> None:
+    view.apply(run_event(JobState.RUNNING))
+    view.apply(metric("big", 0, event="epoch", epoch=1, epochs=2, loss=1.0))
+    view.apply(LogLine("big", "log", 1, "hello", worker="big"))
+    view.apply(run_event(JobState.PREFLIGHT, run_id="demo-2"))
+    assert view.job.run_id == "demo-2" and not view.job.loss
+    assert not view.logs.buffers[LogBuffers.MERGED]
+
+
+def test_restarts_keep_the_run_and_count(view: ClusterView) -> None:
+    view.apply(run_event(JobState.RUNNING))
+    view.apply(metric("big", 0, event="epoch", epoch=1, epochs=2, loss=1.0))
+    view.apply(run_event(JobState.RESTARTING, generation=1, restarts=1, detail="small: killed"))
+    view.apply(run_event(JobState.RUNNING, generation=2, restarts=1))
+    assert (view.job.generation, view.job.restarts, len(view.job.loss)) == (2, 1, 1)
+
+
+def test_metric_lines_are_not_log_lines(view: ClusterView) -> None:
+    assert view.apply(LogLine("big", "log", 1, format_metric(event="epoch", epoch=1), worker="big")) == set()
+    assert view.apply(LogLine("big", "log", 2, "plain", worker="big")) == {LOGS}
+    assert [e.text for e in view.logs.buffers["big"]] == ["plain"]
+
+
+def test_log_buffers_are_bounded_in_lines_and_line_length() -> None:
+    logs = LogBuffers(["a", "b"], max_lines=100)
+    for seq in range(1000):
+        logs.add(LogLine("a" if seq % 2 else "b", "log", seq, "x" * 10_000, worker="w"))
+    assert len(logs.buffers[LogBuffers.MERGED]) == 100
+    assert len(logs.buffers["a"]) == 100
+    assert {len(e.text) for e in logs.buffers["a"]} == {MAX_LINE}
+    assert logs.version == 1000
+
+
+def test_bandwidth_progress_and_result(view: ClusterView) -> None:
+    bw = view.bandwidth
+    bw.begin(2)
+    bw.link("big", "small", None)
+    assert bw.running and bw.current == "big → small"
+    result = LinkResult("big", "small", 9.4, "")
+    bw.link("big", "small", result)
+    matrix = BandwidthMatrix((result,))
+    assert view.apply(BandwidthMeasured(matrix, at=100.0)) == {"bandwidth"}
+    bw.finish(matrix)
+    assert (bw.running, bw.done, bw.matrix) == (False, 1, matrix)
+
+
+# -- charts ----------------------------------------------------------------------------------------
+
+
+def test_sparkline_scales_right_aligns_and_shows_gaps() -> None:
+    assert sparkline([0, 50, 100], 5) == "  ▁▅█"
+    assert sparkline([100] * 10, 3) == "███"
+    assert sparkline([float("nan"), "n/a", 0], 3) == "  ▁"
+
+
+def test_braille_plot_draws_a_falling_line_corner_to_corner() -> None:
+    rows = braille_plot([(0, 10.0), (1, 0.0)], width=4, height=2)
+    assert len(rows) == 2 and all(len(row) == 4 for row in rows)
+    assert ord(rows[0][0]) & 0x01  # top-left dot: the first (highest) point
+    assert ord(rows[1][3]) & 0x80  # bottom-right dot: the last (lowest) point
+    assert rows[0][3] == chr(BRAILLE_BASE)  # nothing in the top-right corner
+
+
+def test_braille_plot_of_nothing_or_one_point_keeps_its_size() -> None:
+    assert braille_plot([], 3, 2) == [chr(BRAILLE_BASE) * 3] * 2
+    assert sum(ch != chr(BRAILLE_BASE) for row in braille_plot([(1, 1)], 3, 2) for ch in row) == 1
+
+
+def test_progress_bar_halves_and_unknown_total() -> None:
+    assert progress_bar(1, 2, 4) == "━━  "
+    assert progress_bar(1, 6, 3) == "╸  "
+    assert progress_bar(5, 4, 2) == "━━"
+    assert progress_bar(1, 0, 3) == "   "
+
+
+# -- panels ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, style", [(10, "green"), (60, "yellow"), (95, "red"), ("n/a", "dim")])
+def test_level_style(value, style) -> None:
+    assert level_style(value, (50, 90)) == style
+
+
+def test_short_names_and_ages() -> None:
+    assert short_gpu_name("NVIDIA GeForce RTX 4090") == "RTX 4090"
+    assert [age(s) for s in (1, 42, 180, 7200)] == ["just now", "42 s ago", "3 min ago", "2 h ago"]
+
+
+def test_node_row_has_a_line_per_gpu_and_says_cpu_only(view: ClusterView) -> None:
+    view.apply(NodeStateChanged("big", NodeState.ONLINE))
+    view.apply(NodeStatsUpdated("big", recorded("h100nvl_idle")))
+    cells, height = node_cells(view.nodes["big"])
+    assert height == 2
+    assert cells[1].plain.splitlines() == ["0 H100 NVL", "1 H100 NVL"]
+    assert cells[5].plain.splitlines() == [" 62/310W", " 62/310W"]
+    view.apply(NodeStateChanged("laptop", NodeState.ONLINE))
+    view.apply(NodeStatsUpdated("laptop", recorded("cpu_only")))
+    cells, height = node_cells(view.nodes["laptop"])
+    assert (cells[1].plain, height) == ("CPU only", 1)
+
+
+def test_an_offline_node_keeps_its_figures_greyed(view: ClusterView) -> None:
+    view.apply(NodeStatsUpdated("big", recorded("h100_mig_load")))
+    view.apply(NodeStateChanged("big", NodeState.OFFLINE, reason="connection lost"))
+    cells, _ = node_cells(view.nodes["big"])
+    assert cells[0].plain == "✗ big"
+    assert all(str(cell.style) == "dim" for cell in cells[1:])
+    cells, _ = node_cells(view.nodes["small"])  # never connected: says why instead of blanks
+    assert cells[1].plain == "connecting"
+
+
+def test_node_detail_shows_versions_history_and_processes(view: ClusterView) -> None:
+    view.apply(NodeStateChanged("big", NodeState.ONLINE))
+    view.apply(NodeStatsUpdated("big", recorded("h100_mig_load")))
+    text = node_detail(view.nodes["big"], 40).plain
+    assert "GPUs via nvidia-smi · driver 590.48.01 · CUDA 13.1" in text
+    assert "pid 21198 ./gpu_burn (7.3 GiB)" in text
+    assert " util " in text and " n/a" in text  # MIG hides utilisation: said, not guessed
+
+
+def test_host_key_unknown_says_how_to_trust(view: ClusterView) -> None:
+    view.apply(NodeStateChanged("big", NodeState.HOST_KEY_UNKNOWN, reason="unknown key", fingerprint="SHA256:x"))
+    assert "press t" in node_detail(view.nodes["big"]).plain
+
+
+def test_job_summary_highlights_the_straggler_and_preflight_problems(view: ClusterView) -> None:
+    view.apply(run_event(JobState.PREFLIGHT))
+    view.apply(PreflightResult("demo", "small", ("small: port 23456 is in use",)))
+    assert "✗ small: port 23456 is in use" in job_summary(view.job).plain
+    view.apply(run_event(JobState.RUNNING))
+    view.apply(metric("big", 0, event="epoch", epoch=1, epochs=4, loss=0.5, examples_per_sec=900.0))
+    view.apply(metric("small", 1, event="epoch", epoch=1, epochs=4, loss=0.5, examples_per_sec=90.0))
+    view.apply(Straggler("demo", "demo-1", "small", 90.0, 900.0))
+    text = job_summary(view.job, 60)
+    assert "epoch 1/4" in text.plain and "loss 0.5000" in text.plain
+    assert "small 90 (straggler)" in text.plain
+    [span] = [s for s in text.spans if text.plain[s.start:s.end].startswith("  small")]
+    assert "red" in str(span.style)
+
+
+def test_bandwidth_summary_ages_and_advises(view: ClusterView) -> None:
+    names = list(view.nodes)
+    assert "press b" in bandwidth_summary(view.bandwidth, names, None, 0).plain
+    matrix = BandwidthMatrix((LinkResult("big", "small", 1.0, ""),))
+    view.bandwidth.matrix, view.bandwidth.measured_at = matrix, 1000.0
+    text = bandwidth_summary(view.bandwidth, names, 25_000_000, 1180.0).plain
+    assert "measured 3 min ago" in text
+    assert "25,000,000 parameters" in text
+
+
+# -- logs ------------------------------------------------------------------------------------------
+
+
+def test_log_lines_are_cleaned_prefixed_filtered_and_wrapped() -> None:
+    assert clean("\x1b[31mred\x1b[0m\ttab\x07") == "red    tab"
+    entries = [LogEntry("a", "a", "hello"), LogEntry("a", "a#1", "World")]
+    assert format_entries(entries) == ["a | hello", "a#1 | World"]
+    assert format_entries(entries, node_tab="a") == ["hello", "a#1 | World"]
+    assert matching(["Hello", "world"], "HEL") == ["Hello"]
+    assert wrap_rows(["abcdefg", "xy"], 3) == ["abc", "def", "g", "xy"]
+
+
+def test_the_embedded_default_renders_without_a_job() -> None:
+    view = ClusterView(embedded_default())
+    assert "press l" in job_summary(view.job).plain
+    assert "one node" in bandwidth_summary(view.bandwidth, list(view.nodes), None, 0).plain

@@ -1,0 +1,395 @@
+"""`homegpu` with no subcommand: the whole cluster live, and jobs launched and stopped from the keyboard.
+
+The app only draws and asks. Events from the cluster's hub go into a ClusterView (tui/state.py) in
+batches; a timer redraws the parts that changed, at most REFRESH_SECONDS apart, so a flood of log
+lines or a slow node never blocks a keypress. Every action calls the Controller (tui/controller.py),
+which calls remote/ — the same code the headless runner uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Callable
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent, TabPane
+
+from homegpu.remote.bandwidth import BandwidthError
+from homegpu.remote.config import ClusterSpec
+from homegpu.remote.events import NodeState
+from homegpu.remote.job_run import LaunchError
+from homegpu.remote.node import NODE_GONE
+from homegpu.tui.controller import Busy, Controller
+from homegpu.tui.doctor_commands import format_report
+from homegpu.tui.logview import LogView
+from homegpu.tui.render import NODE_COLUMNS, bandwidth_summary, job_summary, node_cells, node_detail
+from homegpu.tui.screens import ConfirmScreen, LaunchScreen, QuitScreen, TextScreen
+from homegpu.tui.state import BANDWIDTH, JOB, LOGS, NODES, ClusterView, LogBuffers
+
+REFRESH_SECONDS = 0.25
+EVENT_BATCH = 5_000
+
+
+class HomegpuApp(App[int]):
+    """The TUI. Give it a Controller to drive a cluster; without one it only shows what it is fed
+    through `view` (snapshot tests render recorded events that way)."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "homegpu"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
+    BINDINGS = [
+        Binding("l", "launch", "Launch"),
+        Binding("s", "stop", "Stop"),
+        Binding("b", "bandwidth", "Bandwidth"),
+        Binding("r", "reconnect", "Reconnect"),
+        Binding("d", "doctor", "Doctor"),
+        Binding("t", "trust", "Trust key"),
+        Binding("f", "follow", "Follow"),
+        Binding("slash", "filter", "Filter"),
+        Binding("w", "wrap", "Wrap"),
+        Binding("e", "save_log", "Save log"),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, spec: ClusterSpec, controller: Controller | None = None, *, launch: str | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        super().__init__()
+        self.spec, self.controller, self.launch_job, self.clock = spec, controller, launch, clock
+        self.view = ClusterView(spec)
+        self.sub_title = f"cluster {spec.name} · {len(spec.nodes)} node{'s' if len(spec.nodes) != 1 else ''}"
+        self._dirty = {NODES, JOB, LOGS, BANDWIDTH}
+        self._row_heights: dict[str, int] = {}
+        self._log_views: list[LogView] = []
+        self._quitting = False
+
+    # -- layout ------------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="top"):
+            yield DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
+            yield Static(id="detail", classes="panel")
+        with Horizontal(id="middle"):
+            yield Static(id="job", classes="panel")
+            yield Static(id="bandwidth", classes="panel")
+        with Vertical(id="logs"):
+            with TabbedContent(id="log-tabs"):
+                for index, name in enumerate([LogBuffers.MERGED, *self.view.nodes]):
+                    with TabPane(name or "all", id=f"log-tab-{index}"):
+                        view = LogView(self.view.logs.buffers[name], node_tab=name, id=f"log-{index}")
+                        self._log_views.append(view)
+                        yield view
+            yield Input(placeholder="filter the logs (Enter keeps it, Escape clears it)", id="filter")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        table = self.query_one("#nodes", DataTable)
+        for column in NODE_COLUMNS:
+            table.add_column(column, key=column)
+        for panel, title in (("#detail", "node"), ("#job", "job"), ("#bandwidth", "bandwidth"),
+                             ("#logs", "logs · follow on")):
+            self.query_one(panel).border_title = title
+        self.query_one("#filter", Input).display = False
+        self.redraw()
+        self.set_interval(REFRESH_SECONDS, self.redraw)
+        self.set_interval(1.0, lambda: self._dirty.add(BANDWIDTH))  # the matrix's age
+        if self.controller is not None:
+            self._pump_events()
+            await self.controller.__aenter__()
+            if self.launch_job:
+                self._launch(self.launch_job)
+            else:
+                self._attach_running()
+
+    # -- events → view → screen --------------------------------------------------------------------
+
+    @work(group="events")
+    async def _pump_events(self) -> None:
+        with self.controller.subscribe() as events:
+            while True:
+                batch = [await events.get(), *events.drain(EVENT_BATCH)]
+                for event in batch:
+                    self._dirty |= self.view.apply(event)
+                await asyncio.sleep(0)  # let keys and timers in between two batches
+
+    def redraw(self) -> None:
+        """Draw the parts that changed since the last call."""
+        dirty, self._dirty = self._dirty, set()
+        if NODES in dirty:
+            self._draw_nodes()
+            self._draw_detail()
+        if JOB in dirty:
+            job = self.query_one("#job", Static)
+            plot = 4 if self.screen.has_class("-tall") else 1
+            job.update(job_summary(self.view.job, job.content_size.width or 60, plot))
+        if BANDWIDTH in dirty or JOB in dirty:
+            params = self.view.job.params if self.view.job else None
+            self.query_one("#bandwidth", Static).update(
+                bandwidth_summary(self.view.bandwidth, list(self.view.nodes), params, self.clock()))
+        if LOGS in dirty:
+            self._active_log().sync(self.view.logs.version)
+
+    def _draw_nodes(self) -> None:
+        table = self.query_one("#nodes", DataTable)
+        rows = {name: node_cells(node) for name, node in self.view.nodes.items()}
+        if any(self._row_heights.get(name) != height for name, (_, height) in rows.items()):
+            cursor = table.cursor_row
+            table.clear()
+            for name, (cells, height) in rows.items():
+                table.add_row(*cells, height=height, key=name)
+            self._row_heights = {name: height for name, (_, height) in rows.items()}
+            table.move_cursor(row=min(cursor, len(rows) - 1))
+            return
+        for name, (cells, _) in rows.items():
+            for column, cell in zip(NODE_COLUMNS, cells):
+                table.update_cell(name, column, cell, update_width=True)
+
+    def _draw_detail(self) -> None:
+        detail = self.query_one("#detail", Static)
+        detail.update(node_detail(self.selected_node(), detail.content_size.width or 40))
+
+    def on_data_table_row_highlighted(self) -> None:
+        self._draw_detail()
+
+    def on_tabbed_content_tab_activated(self) -> None:
+        self._active_log().sync(self.view.logs.version)
+
+    def selected_node(self):
+        table = self.query_one("#nodes", DataTable)
+        if not table.row_count:
+            return None
+        key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        return self.view.nodes.get(key)
+
+    def _active_log(self) -> LogView:
+        tabs = self.query_one("#log-tabs", TabbedContent)
+        index = int((tabs.active or "log-tab-0").rsplit("-", 1)[1])
+        return self._log_views[index]
+
+    # -- jobs --------------------------------------------------------------------------------------
+
+    def action_launch(self) -> None:
+        if not self._has_controller():
+            return
+        if self.controller.job_running:
+            self.notify(f"{self.controller.run.job.name} is running: stop it (s) first", severity="warning")
+            return
+        if not self.spec.jobs:
+            self.notify(f"{self.spec.source} declares no [jobs.NAME]", severity="warning")
+            return
+        self.push_screen(LaunchScreen(list(self.spec.jobs.values()), self.controller.slots),
+                         lambda name: name and self._launch(name))
+
+    @work(group="job")
+    async def _launch(self, name: str) -> None:
+        job = self.spec.jobs.get(name)
+        if job is None:
+            self.notify(f"no job named {name!r} in {self.spec.source}", severity="error")
+            return
+        self.notify(f"launching {name}: preflight on every node …")
+        try:
+            attached = await self.controller.launch(job)
+        except (Busy, LaunchError) as exc:
+            self.notify(f"{name} not started: {exc}", severity="error", timeout=15)
+            return
+        self.notify(f"{name} was already running: attached" if attached else f"{name} started")
+
+    @work(group="job")
+    async def _attach_running(self) -> None:
+        run = await self.controller.attach_running()
+        if run is not None:
+            self.notify(f"{run.job.name} was already running (run {run.run_id}): attached")
+
+    def action_stop(self) -> None:
+        if not self._has_controller():
+            return
+        if not self.controller.job_running:
+            self.notify("no job is running", severity="warning")
+            return
+        run = self.controller.run
+        question = f"Stop {run.job.name} (run {run.run_id})? Every worker gets TERM, then KILL."
+        self.push_screen(ConfirmScreen(question, yes="Stop job", no="Keep running"), self._stop_confirmed)
+
+    def _stop_confirmed(self, yes: bool | None) -> None:
+        if yes:
+            self.controller.stop_job()
+            self.notify("stopping every worker …")
+
+    # -- nodes -------------------------------------------------------------------------------------
+
+    def action_reconnect(self) -> None:
+        node = self.selected_node()
+        if node is not None and self._has_controller():
+            self.controller.reconnect(node.name)
+            self.notify(f"reconnecting {node.name} …")
+
+    @work(group="bandwidth", exclusive=True)
+    async def action_bandwidth(self) -> None:
+        if not self._has_controller() or self.view.bandwidth.running:
+            return
+        if len(self.spec.nodes) < 2:
+            self.notify("one node: there is no link to measure", severity="warning")
+            return
+        self.view.bandwidth.begin(self.controller.link_count())
+        self._dirty.add(BANDWIDTH)
+
+        def progress(src: str, dst: str, result) -> None:
+            self.view.bandwidth.link(src, dst, result)
+            self._dirty.add(BANDWIDTH)
+
+        try:
+            self.view.bandwidth.finish(await self.controller.measure_bandwidth(progress))
+        except (BandwidthError, ValueError, *NODE_GONE) as exc:
+            self.view.bandwidth.finish(None, f"bandwidth test failed: {exc}")
+        self._dirty.add(BANDWIDTH)
+
+    @work(group="doctor", exclusive=True)
+    async def action_doctor(self) -> None:
+        if not self._has_controller():
+            return
+        self.notify("doctor: checking every node …")
+        checks = await self.controller.doctor()
+        await self.push_screen(TextScreen("doctor", format_report(self.spec, checks)))
+
+    @work(group="trust", exclusive=True)
+    async def action_trust(self) -> None:
+        node = self.selected_node()
+        if node is None or not self._has_controller():
+            return
+        if node.state is NodeState.HOST_KEY_CHANGED:
+            self.notify(f"{node.name}'s host key CHANGED: homegpu never replaces a key; check why, then edit "
+                        f"{self.spec.ssh.known_hosts} yourself", severity="error", timeout=15)
+            return
+        if node.state is not NodeState.HOST_KEY_UNKNOWN:
+            self.notify(f"{node.name}'s host key is not unknown ({node.state.value}): nothing to trust")
+            return
+        try:
+            offered = await self.controller.offered_key(node.name)
+        except NODE_GONE as exc:
+            self.notify(f"{node.name}: {exc}", severity="error")
+            return
+        question = Text.assemble(f"{node.name} offers a {offered.key.get_algorithm()} host key:\n\n",
+                                 (offered.fingerprint, "bold"),
+                                 f"\n\nTrust it and add it to {self.spec.ssh.known_hosts}?")
+        if await self.push_screen_wait(ConfirmScreen(question, yes="Trust", no="Cancel")):
+            self.controller.trust(node.name, offered)
+            self.notify(f"trusted {node.name}'s key; reconnecting …")
+
+    # -- logs --------------------------------------------------------------------------------------
+
+    def action_follow(self) -> None:
+        follow = not self._log_views[0].follow
+        for view in self._log_views:
+            view.follow = follow
+        self._log_title()
+
+    def action_wrap(self) -> None:
+        wrap = not self._log_views[0].wrap
+        for view in self._log_views:
+            view.wrap = wrap
+        self._log_title()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        for view in self._log_views:
+            view.pattern = event.value
+        self._log_title()
+
+    def on_input_submitted(self) -> None:
+        self._active_log().focus()
+
+    def on_key(self, event) -> None:
+        box = self.query_one("#filter", Input)
+        if event.key == "escape" and box.has_focus:
+            box.value = ""
+            box.display = False
+            self._active_log().focus()
+            event.stop()
+
+    def _log_title(self) -> None:
+        first = self._log_views[0]
+        parts = [f"follow {'on' if first.follow else 'off'}", f"wrap {'on' if first.wrap else 'off'}"]
+        if first.pattern:
+            parts.append(f"filter “{first.pattern}”")
+        self.query_one("#logs").border_title = "logs · " + " · ".join(parts)
+
+    def action_save_log(self) -> None:
+        view = self._active_log()
+        folder = self.controller.run.experiment.dir if self._has_run_dir() else Path.cwd()
+        tab = view.node_tab or "all"
+        path = Path(folder) / f"{tab}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(self.clock()))}.log"
+        try:
+            path.write_text("".join(line + "\n" for line in view.lines))
+        except OSError as exc:
+            self.notify(f"could not save the log: {exc}", severity="error")
+            return
+        self.notify(f"saved {len(view.lines)} lines to {path}")
+
+    def _has_run_dir(self) -> bool:
+        return bool(self.controller and self.controller.run and self.controller.run.experiment)
+
+    # -- help and quit -----------------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        self.push_screen(TextScreen("keys", HELP))
+
+    async def action_quit(self) -> None:
+        if self._quitting:
+            return
+        if self.controller is not None and self.controller.job_running:
+            self.push_screen(QuitScreen(self.controller.run.job.name),
+                             lambda choice: choice and self._quit(stop_job=choice == "stop"))
+            return
+        self._quit(stop_job=False)
+
+    @work(group="quit", exclusive=True)
+    async def _quit(self, stop_job: bool) -> None:
+        self._quitting = True
+        if self.controller is not None:
+            if stop_job:
+                self.notify("stopping every worker, then quitting …")
+            await self.controller.close(stop_job=stop_job)
+        self.exit(0)
+
+    def _has_controller(self) -> bool:
+        if self.controller is None:
+            self.notify("not connected to a cluster", severity="warning")
+        return self.controller is not None
+
+
+HELP = """\
+Nodes
+  ↑/↓      select a node (its GPUs' history and processes show on the right)
+  r        reconnect the selected node now
+  t        trust the selected node's unknown host key, after showing its fingerprint
+  d        run doctor on every node
+  b        measure the bandwidth between the nodes with iperf3
+
+Jobs
+  l        launch a job: choose it, see its workers and TF_CONFIG, confirm
+  s        stop the running job (after a confirmation)
+
+Logs
+  tab      move between the panels; ←/→ on the tabs picks a node's log or "all"
+  f        follow on/off       /  filter (Enter keeps it, Escape clears it)
+  w        wrap on/off         e  save the shown lines to a file
+
+  ?        this help           q  quit (asks whether to leave a running job running)"""
+
+
+def run_app(spec: ClusterSpec, experiments: Path, launch: str | None = None) -> int:
+    """Open the TUI on `spec` until the user quits; `launch` names a job to launch (or attach to) first."""
+    app = HomegpuApp(spec, Controller(spec, experiments), launch=launch)
+    return app.run() or 0

@@ -1,0 +1,139 @@
+"""The TUI's hands: the Cluster, the one job run on screen, bandwidth, doctor and trust.
+
+No Textual here: the app calls these coroutines from its workers and learns what happened from the
+cluster's event stream, exactly as the headless runner does. Every behaviour lives in remote/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+from homegpu.remote.bandwidth import LinkCallback, BandwidthMatrix, iperf3_seconds, measure, pairs
+from homegpu.remote.cluster import Cluster
+from homegpu.remote.config import ClusterSpec
+from homegpu.remote.connect import OfferedKey
+from homegpu.remote.doctor import Check, diagnose
+from homegpu.remote.events import Subscription
+from homegpu.remote.job_config import JobSpec
+from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome, launch_or_attach
+from homegpu.remote.tfconfig import WorkerSlot, worker_slots
+
+BANDWIDTH_SECONDS = 1.0
+LINK_TIMEOUT_MARGIN = 10.0
+
+
+class Busy(Exception):
+    """The action cannot start now (a job already runs, a test is under way); the message says why."""
+
+
+class Controller:
+    """Owns the open Cluster and at most one JobRun. Use as `async with Controller(...) as c:`."""
+
+    def __init__(self, spec: ClusterSpec, experiments: Path) -> None:
+        self.spec, self.experiments = spec, experiments
+        self.cluster = Cluster(spec)
+        self.run: JobRun | None = None
+        self.outcome: RunOutcome | None = None
+        self._watching: asyncio.Task | None = None
+        self._job_lock = asyncio.Lock()
+
+    async def __aenter__(self) -> "Controller":
+        await self.cluster.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close(stop_job=False)
+
+    def subscribe(self) -> Subscription:
+        return self.cluster.subscribe()
+
+    # -- jobs ------------------------------------------------------------------------------------
+
+    @property
+    def job_running(self) -> bool:
+        return self._watching is not None and not self._watching.done()
+
+    def slots(self, job: JobSpec) -> list[WorkerSlot]:
+        """The workers `job` would start, in TF_CONFIG order (for the launch dialog)."""
+        return worker_slots(self.spec, job)
+
+    async def launch(self, job: JobSpec) -> bool:
+        """Launch `job`, or attach if it already runs; then follow it in the background.
+
+        Returns True when it attached to a running job. Raises Busy or LaunchError.
+        """
+        async with self._job_lock:
+            if self.job_running:
+                raise Busy(f"{self.run.job.name} is running: stop it (s) before launching another job")
+            run = JobRun(self.cluster, job, self.experiments)
+            attached = await launch_or_attach(run)
+            self._follow(run)
+            return attached
+
+    async def attach_running(self) -> JobRun | None:
+        """Find a job of cluster.toml that already runs on its nodes (a restarted homegpu) and follow it."""
+        for job in self.spec.jobs.values():
+            async with self._job_lock:
+                if self.job_running:
+                    return self.run
+                run = JobRun(self.cluster, job, self.experiments)
+                with contextlib.suppress(LaunchError):
+                    await run.prepare()
+                    active = await run.find_active()
+                    if active:
+                        run.adopt(*active)
+                        self._follow(run)
+                        return run
+        return None
+
+    def _follow(self, run: JobRun) -> None:
+        self.run, self.outcome = run, None
+        self._watching = asyncio.create_task(self._watch(run), name=f"watch {run.run_id}")
+
+    async def _watch(self, run: JobRun) -> None:
+        self.outcome = await run.watch()
+
+    def stop_job(self) -> None:
+        """Ask the run to stop every worker; it ends (JobStateChanged STOPPED) when they have."""
+        if self.run is not None:
+            self.run.stop()
+
+    async def wait_job(self) -> None:
+        if self._watching is not None:
+            await asyncio.shield(self._watching)
+
+    async def close(self, stop_job: bool) -> None:
+        """Stop the job (or leave it running on its nodes), then close every session."""
+        if self.job_running:
+            if stop_job:
+                self.stop_job()
+                await self.wait_job()
+            else:
+                self._watching.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._watching
+                await self.run.detach()
+        await self.cluster.close()
+
+    # -- nodes -----------------------------------------------------------------------------------
+
+    def link_count(self) -> int:
+        return len(pairs(list(self.cluster.nodes)))
+
+    async def measure_bandwidth(self, on_link: LinkCallback) -> BandwidthMatrix:
+        return await measure(self.cluster, seconds=BANDWIDTH_SECONDS,
+                             timeout=iperf3_seconds(BANDWIDTH_SECONDS) + LINK_TIMEOUT_MARGIN, on_link=on_link)
+
+    async def doctor(self) -> list[Check]:
+        return await diagnose(self.cluster)
+
+    def reconnect(self, node: str) -> None:
+        self.cluster.reconnect(node)
+
+    async def offered_key(self, node: str) -> OfferedKey:
+        return await self.cluster.offered_key(node)
+
+    def trust(self, node: str, key: OfferedKey) -> None:
+        self.cluster.trust(node, key)

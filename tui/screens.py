@@ -1,0 +1,154 @@
+"""The TUI's dialogs: launch a job, confirm, quit with a job running, and read-only text (help, doctor).
+
+Each dismisses with its answer; the app decides what to do with it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable, Sequence
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Label, OptionList, Static
+
+from homegpu.remote.job_config import JobSpec
+from homegpu.remote.tfconfig import WorkerSlot, tf_config
+
+
+def launch_preview(job: JobSpec, slots: Sequence[WorkerSlot]) -> Text:
+    """What launching `job` starts: its settings, then each worker with the TF_CONFIG it will get."""
+    what = f"trainer: {job.model} on {job.data} data" if job.uses_trainer else f"script: {job.script}"
+    out = Text.assemble((job.name, "bold"), f"  {what}, {job.epochs} epochs, batch {job.batch_size}, "
+                        f"image {job.image}, restart {job.restart} (max {job.max_restarts})\n")
+    for slot in slots:
+        role = "chief" if slot.is_chief else "worker"
+        out.append(f"\n{slot.label}", style="bold")
+        out.append(f" ({role}, index {slot.index}) on {slot.node.name} [{slot.node.runtime}]\n")
+        out.append(f"  TF_CONFIG={json.dumps(tf_config(slots, slot.index))}\n", style="cyan")
+    return out
+
+
+class LaunchScreen(ModalScreen[str | None]):
+    """Choose a job, see the nodes and the TF_CONFIG it will generate, confirm."""
+
+    BINDINGS = [Binding("escape", "dismiss_none", "Cancel")]
+
+    def __init__(self, jobs: Sequence[JobSpec], slots: Callable[[JobSpec], Sequence[WorkerSlot]]) -> None:
+        super().__init__()
+        self.jobs, self.slots = list(jobs), slots
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="wide"):
+            yield Label("Launch a job", classes="title")
+            yield OptionList(*(job.name for job in self.jobs), id="jobs")
+            with VerticalScroll(id="preview-box"):
+                yield Static(id="preview")
+            with Horizontal(classes="buttons"):
+                yield Button("Launch", variant="primary", id="launch")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        jobs = self.query_one("#jobs", OptionList)
+        jobs.highlighted = 0
+        jobs.focus()
+        self._preview(0)
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        self._preview(event.option_index)
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(self.jobs[event.option_index].name)
+
+    def _preview(self, index: int) -> None:
+        job = self.jobs[index]
+        self.query_one("#preview", Static).update(launch_preview(job, self.slots(job)))
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "launch":
+            index = self.query_one("#jobs", OptionList).highlighted or 0
+            self.dismiss(self.jobs[index].name)
+        else:
+            self.dismiss(None)
+
+    def action_dismiss_none(self) -> None:
+        self.dismiss(None)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """A question with yes and no; Enter says yes, Escape says no."""
+
+    BINDINGS = [Binding("escape", "answer(False)", "No"), Binding("y", "answer(True)", "Yes"),
+                Binding("n", "answer(False)", "No")]
+
+    def __init__(self, question: str | Text, yes: str = "Yes", no: str = "No") -> None:
+        super().__init__()
+        self.question, self.yes, self.no = question, yes, no
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Static(self.question, id="question")
+            with Horizontal(classes="buttons"):
+                yield Button(self.yes, variant="error", id="yes")
+                yield Button(self.no, id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)
+
+
+class QuitScreen(ModalScreen[str | None]):
+    """Quitting with a job running: leave it running on its nodes, stop it, or stay."""
+
+    BINDINGS = [Binding("escape", "choose('')", "Stay"), Binding("l", "choose('leave')", "Leave running"),
+                Binding("s", "choose('stop')", "Stop job")]
+
+    def __init__(self, job: str) -> None:
+        super().__init__()
+        self.job = job
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Static(f"{self.job} is running. Leave it running on its nodes (a later `homegpu` "
+                         f"attaches to it), or stop every worker before quitting?", id="question")
+            with Horizontal(classes="buttons"):
+                yield Button("Leave running", variant="primary", id="leave")
+                yield Button("Stop job", variant="error", id="stop")
+                yield Button("Stay", id="stay")
+
+    def on_mount(self) -> None:
+        self.query_one("#leave", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.action_choose("" if event.button.id == "stay" else event.button.id)
+
+    def action_choose(self, choice: str) -> None:
+        self.dismiss(choice or None)
+
+
+class TextScreen(ModalScreen[None]):
+    """Read-only text (help, a doctor report); any of Escape, q or Enter closes it."""
+
+    BINDINGS = [Binding("escape,q,enter,question_mark", "close", "Close")]
+
+    def __init__(self, title: str, body: str | Text) -> None:
+        super().__init__()
+        self.heading, self.body = title, body
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="wide"):
+            yield Label(self.heading, classes="title")
+            with VerticalScroll(id="body"):
+                yield Static(self.body)
+            yield Label("Escape closes", classes="hint")
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,245 @@
+"""What the TUI shows, kept up to date from the cluster's events.
+
+Pure: no Textual, no I/O. The app feeds every event to :meth:`ClusterView.apply` and re-renders the
+parts it reports as changed; tests and snapshots feed recorded events the same way. Everything here
+is bounded (histories, loss curve, log buffers), however long the TUI runs or however much a
+container prints.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from homegpu.remote.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
+from homegpu.remote.config import ClusterSpec
+from homegpu.remote.events import (
+    JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
+    PreflightResult, Straggler, WorkerExited,
+)
+from homegpu.remote.logtail import LogLine
+from homegpu.remote.stats import NodeStats
+from homegpu.trainer.metrics import parse_metric_line
+
+HISTORY = 300  # samples per GPU series: five minutes at the default 1 s stats interval
+LOSS_POINTS = 2_000
+LOG_LINES = 5_000  # per buffer (each node, and the merged view)
+MAX_LINE = 2_000  # characters kept of one log line; a container printing megabyte lines stays bounded
+
+# The parts of the screen an event can change (ClusterView.apply returns a set of them).
+NODES, JOB, LOGS, BANDWIDTH = "nodes", "job", "logs", "bandwidth"
+
+
+@dataclass
+class NodeView:
+    """One node as the screen knows it: state, latest stats and the recent GPU history."""
+
+    name: str
+    host: str
+    state: NodeState = NodeState.CONNECTING
+    reason: str = ""
+    fingerprint: str = ""
+    stats: NodeStats | None = None
+    stats_problem: str = ""
+    util_history: dict[int, collections.deque] = field(default_factory=dict)
+    mem_history: dict[int, collections.deque] = field(default_factory=dict)
+
+    @property
+    def online(self) -> bool:
+        return self.state is NodeState.ONLINE
+
+    def take_stats(self, stats: NodeStats) -> None:
+        self.stats, self.stats_problem = stats, ""
+        for gpu in stats.gpus:
+            index = int(gpu.index) if isinstance(gpu.index, (int, float)) else 0
+            self.util_history.setdefault(index, collections.deque(maxlen=HISTORY)).append(gpu.util)
+            self.mem_history.setdefault(index, collections.deque(maxlen=HISTORY)).append(gpu.mem_percent)
+
+
+@dataclass
+class JobView:
+    """The job run on screen: its state, progress, loss curve and per-worker speed."""
+
+    job: str
+    run_id: str = ""
+    state: JobState = JobState.PREFLIGHT
+    generation: int = 1
+    restarts: int = 0
+    detail: str = ""
+    epochs: int | None = None
+    epoch: int = 0
+    steps_per_epoch: int | None = None
+    params: int | None = None
+    loss: collections.deque = field(default_factory=lambda: collections.deque(maxlen=LOSS_POINTS))
+    accuracy: float | None = None
+    rates: dict[str, float] = field(default_factory=dict)
+    stragglers: set[str] = field(default_factory=set)
+    preflight: dict[str, PreflightResult] = field(default_factory=dict)
+    exits: dict[str, WorkerExited] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return not self.state.finished
+
+    def take_metric(self, event: Metric) -> None:
+        data = event.data
+        kind = data.get("event")
+        rate = data.get("examples_per_sec")
+        if kind in ("step", "epoch") and isinstance(rate, (int, float)):
+            self.rates[event.worker] = float(rate)
+        if event.index != 0:
+            return  # loss and progress are global: every worker prints the same; read the chief's
+        if isinstance(data.get("epochs"), int):
+            self.epochs = data["epochs"]
+        if kind == "start":
+            self.steps_per_epoch = data.get("steps_per_epoch") or self.steps_per_epoch
+            self.params = data.get("params") or self.params
+            self.epoch = max(self.epoch, int(data.get("initial_epoch") or 0))
+        elif kind in ("step", "epoch", "end"):
+            if kind != "step" and isinstance(data.get("epoch"), int):
+                self.epoch = max(self.epoch, data["epoch"])
+            if isinstance(data.get("accuracy"), (int, float)):
+                self.accuracy = data["accuracy"]
+            self._add_loss(kind, data)
+
+    def _add_loss(self, kind: str, data: dict) -> None:
+        loss, epoch = data.get("loss"), data.get("epoch")
+        if kind == "end" or not isinstance(loss, (int, float)) or not isinstance(epoch, int):
+            return
+        x = float(epoch)
+        if kind == "step":
+            step, per_epoch = data.get("step"), self.steps_per_epoch
+            if not isinstance(step, int) or not per_epoch:
+                return
+            x = epoch - 1 + min(step, per_epoch) / per_epoch
+        self.loss.append((x, float(loss)))
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    node: str
+    worker: str
+    text: str
+
+
+class LogBuffers:
+    """The job's log lines: the merged view and one buffer per node, each bounded to `max_lines`.
+
+    `version` counts appended lines so a view knows when to redraw.
+    """
+
+    MERGED = ""
+
+    def __init__(self, nodes: Iterable[str], max_lines: int = LOG_LINES) -> None:
+        self.max_lines = max_lines
+        self.buffers: dict[str, collections.deque[LogEntry]] = {
+            name: collections.deque(maxlen=max_lines) for name in (self.MERGED, *nodes)}
+        self.version = 0
+
+    def add(self, line: LogLine) -> None:
+        entry = LogEntry(line.node, line.worker or line.node, line.text[:MAX_LINE])
+        self.buffers[self.MERGED].append(entry)
+        if line.node in self.buffers:
+            self.buffers[line.node].append(entry)
+        self.version += 1
+
+    def clear(self) -> None:
+        for buffer in self.buffers.values():
+            buffer.clear()
+        self.version += 1
+
+
+@dataclass
+class BandwidthView:
+    """The latest matrix, and the test in progress (if any)."""
+
+    matrix: BandwidthMatrix | None = None
+    measured_at: float | None = None
+    running: bool = False
+    done: int = 0
+    total: int = 0
+    current: str = ""
+    error: str = ""
+
+    def begin(self, total: int) -> None:
+        self.running, self.done, self.total, self.current, self.error = True, 0, total, "", ""
+
+    def link(self, src: str, dst: str, result: LinkResult | None) -> None:
+        if result is None:
+            self.current = f"{src} → {dst}"
+        else:
+            self.done += 1
+
+    def finish(self, matrix: BandwidthMatrix | None, error: str = "") -> None:
+        self.running, self.current, self.error = False, "", error
+        if matrix is not None:
+            self.matrix, self.measured_at = matrix, time.time()
+
+
+class ClusterView:
+    """Everything on screen, as plain data."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+        self.nodes = {node.name: NodeView(node.name, node.host) for node in spec.nodes}
+        self.job: JobView | None = None
+        self.logs = LogBuffers(self.nodes)
+        self.bandwidth = BandwidthView()
+
+    def apply(self, event: object) -> set[str]:
+        """Take one event; returns the parts of the screen it changed (NODES, JOB, LOGS, BANDWIDTH)."""
+        if isinstance(event, LogLine):
+            if parse_metric_line(event.text) is not None:
+                return set()  # shown in the job panel, from its Metric event
+            self.logs.add(event)
+            return {LOGS}
+        if isinstance(event, NodeStatsUpdated):
+            if event.node in self.nodes:
+                self.nodes[event.node].take_stats(event.stats)
+            return {NODES}
+        if isinstance(event, (NodeStateChanged, NodeStatsUnavailable)):
+            return self._node_event(event)
+        if isinstance(event, BandwidthMeasured):
+            self.bandwidth.matrix, self.bandwidth.measured_at = event.matrix, event.at
+            return {BANDWIDTH}
+        return self._job_event(event)
+
+    def _node_event(self, event: NodeStateChanged | NodeStatsUnavailable) -> set[str]:
+        node = self.nodes.get(event.node)
+        if node is None:
+            return set()
+        if isinstance(event, NodeStatsUnavailable):
+            node.stats_problem = event.reason
+        else:
+            node.state, node.reason, node.fingerprint = event.state, event.reason, event.fingerprint
+        return {NODES}
+
+    def _job_event(self, event: object) -> set[str]:
+        if isinstance(event, JobStateChanged):
+            if self.job is None or self.job.job != event.job or self.job.run_id != event.run_id:
+                self._new_job(event.job, event.run_id)
+            job = self.job
+            job.state, job.generation, job.restarts, job.detail = (
+                event.state, event.generation, event.restarts, event.detail)
+            return {JOB}
+        job = self.job
+        if job is None or getattr(event, "job", None) != job.job:
+            return set()
+        if isinstance(event, PreflightResult):
+            job.preflight[event.node] = event
+        elif isinstance(event, Metric):
+            job.take_metric(event)
+        elif isinstance(event, Straggler):
+            job.stragglers.add(event.worker)
+        elif isinstance(event, WorkerExited):
+            job.exits[event.worker] = event
+        else:
+            return set()
+        return {JOB}
+
+    def _new_job(self, name: str, run_id: str) -> None:
+        """Another run took the screen: its logs and figures start afresh."""
+        self.logs.clear()
+        self.job = JobView(name, run_id)
