@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from rich.text import Text
 from textual import work
@@ -33,6 +33,7 @@ from homegpu.tui.screens import ConfirmScreen, LaunchScreen, QuitScreen, TextScr
 from homegpu.tui.state import BANDWIDTH, JOB, LOGS, NODES, ClusterView, LogBuffers
 
 REFRESH_SECONDS = 0.25
+TALL = 36  # terminal rows from which the loss plot gets four rows instead of one
 EVENT_BATCH = 5_000
 
 
@@ -43,10 +44,13 @@ class HomegpuApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "homegpu"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
-    VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (TALL, "-tall")]
     BINDINGS = [
+        # In footer order: what an 80-column footer cuts off is still on the help screen.
         Binding("l", "launch", "Launch"),
         Binding("s", "stop", "Stop"),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit", "Quit"),
         Binding("b", "bandwidth", "Bandwidth"),
         Binding("r", "reconnect", "Reconnect"),
         Binding("d", "doctor", "Doctor"),
@@ -55,8 +59,6 @@ class HomegpuApp(App[int]):
         Binding("slash", "filter", "Filter"),
         Binding("w", "wrap", "Wrap"),
         Binding("e", "save_log", "Save log"),
-        Binding("question_mark", "help", "Help"),
-        Binding("q", "quit", "Quit"),
     ]
 
     def __init__(self, spec: ClusterSpec, controller: Controller | None = None, *, launch: str | None = None,
@@ -115,10 +117,13 @@ class HomegpuApp(App[int]):
     async def _pump_events(self) -> None:
         with self.controller.subscribe() as events:
             while True:
-                batch = [await events.get(), *events.drain(EVENT_BATCH)]
-                for event in batch:
-                    self._dirty |= self.view.apply(event)
+                self.take([await events.get(), *events.drain(EVENT_BATCH)])
                 await asyncio.sleep(0)  # let keys and timers in between two batches
+
+    def take(self, events: Iterable[object]) -> None:
+        """Apply events to the view; what they changed is redrawn at the next refresh."""
+        for event in events:
+            self._dirty |= self.view.apply(event)
 
     def redraw(self) -> None:
         """Draw the parts that changed since the last call."""
@@ -128,7 +133,7 @@ class HomegpuApp(App[int]):
             self._draw_detail()
         if JOB in dirty:
             job = self.query_one("#job", Static)
-            plot = 4 if self.screen.has_class("-tall") else 1
+            plot = 4 if self.size.height >= TALL else 1
             job.update(job_summary(self.view.job, job.content_size.width or 60, plot))
         if BANDWIDTH in dirty or JOB in dirty:
             params = self.view.job.params if self.view.job else None
@@ -136,6 +141,9 @@ class HomegpuApp(App[int]):
                 bandwidth_summary(self.view.bandwidth, list(self.view.nodes), params, self.clock()))
         if LOGS in dirty:
             self._active_log().sync(self.view.logs.version)
+
+    def on_resize(self) -> None:
+        self._dirty |= {NODES, JOB, BANDWIDTH}
 
     def _draw_nodes(self) -> None:
         table = self.query_one("#nodes", DataTable)

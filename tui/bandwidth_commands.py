@@ -95,7 +95,7 @@ def print_progress(src: str, dst: str, result: LinkResult | None) -> None:
         print(format_gbits(result.gbits) if result.ok else f"error: {result.error}", file=sys.stderr, flush=True)
 
 
-def format_matrix(matrix: BandwidthMatrix, names: Sequence[str]) -> str:
+def format_matrix(matrix: BandwidthMatrix, names: Sequence[str], not_measured: str = "not measured (--star)") -> str:
     """Rows are sources, columns destinations, in Gbit/s; errors as `err[N]` with footnotes below.
 
     Links that fail for the same reason (an offline node fails all of its links) share a footnote.
@@ -105,7 +105,7 @@ def format_matrix(matrix: BandwidthMatrix, names: Sequence[str]) -> str:
     lines = ["Gbit/s, rows: from, columns: to", table(["FROM \\ TO", *names], rows)]
     lines += [f"  [{number}] {error}" for error, number in footnotes.items()]
     if any(NOT_MEASURED in row for row in rows):
-        lines.append(f"  {NOT_MEASURED} not measured (--star)")
+        lines.append(f"  {NOT_MEASURED} {not_measured}")
     return "\n".join(lines)
 
 

@@ -53,6 +53,10 @@ class Controller:
 
     @property
     def job_running(self) -> bool:
+        """A run is followed and has not ended (its tails may still be closing after it ended)."""
+        return self._following() and not self.run.state.finished
+
+    def _following(self) -> bool:
         return self._watching is not None and not self._watching.done()
 
     def slots(self, job: JobSpec) -> list[WorkerSlot]:
@@ -106,15 +110,14 @@ class Controller:
 
     async def close(self, stop_job: bool) -> None:
         """Stop the job (or leave it running on its nodes), then close every session."""
-        if self.job_running:
-            if stop_job:
-                self.stop_job()
-                await self.wait_job()
-            else:
-                self._watching.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._watching
-                await self.run.detach()
+        if self.job_running and not stop_job:
+            self._watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watching
+            await self.run.detach()
+        elif self._following():
+            self.stop_job()  # a no-op for a run that already ended and only closes its tails
+            await self.wait_job()
         await self.cluster.close()
 
     # -- nodes -----------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ JOB_STYLES = {
     JobState.RUNNING: "green", JobState.SUCCEEDED: "bold green", JobState.FAILED: "bold red",
     JobState.RESTARTING: "yellow", JobState.STOPPED: "yellow",
 }
+REASON_WIDTH = 24
 NODE_COLUMNS = ("NODE", "GPU", "UTIL", "MEM", "TEMP", "POWER", "CPU", "RAM")
 
 
@@ -50,6 +51,11 @@ def short_gpu_name(name: object) -> str:
     for prefix in ("NVIDIA ", "GeForce "):
         text = text.removeprefix(prefix)
     return text
+
+
+def pct(value: object) -> str:
+    """"42%", or "n/a" where the node cannot measure it (MIG hides utilisation, for one)."""
+    return f"{value:3.0f}%" if isinstance(value, (int, float)) else f"{value:>4}"
 
 
 def gib(mib: object) -> str:
@@ -78,6 +84,7 @@ def node_cells(node: NodeView) -> tuple[list[Text], int]:
     stats = node.stats
     if stats is None:
         why = node.stats_problem or node.reason or ("waiting for stats" if node.online else node.state.value)
+        why = why if len(why) <= REASON_WIDTH else why[:REASON_WIDTH - 1] + "…"  # all of it: node detail
         return [name, Text(why, style="dim" if grey else "italic"), *_blank(4), *_host_cells(node)], 1
     if not stats.gpus:
         gpu_cells = [Text("CPU only", style="dim italic"), *_blank(4)]
@@ -97,7 +104,7 @@ def _host_cells(node: NodeView) -> list[Text]:
     stats = node.stats
     if stats is None:
         return _blank(2)
-    cpu = Text(f"{stats.cpu:3.0f}%", style=level_style(stats.cpu, UTIL_LEVELS))
+    cpu = Text(pct(stats.cpu), style=level_style(stats.cpu, UTIL_LEVELS))
     ram = Text(f"{gib(stats.mem_used)}/{gib(stats.mem_total)}G", style=level_style(stats.mem_percent, MEM_LEVELS))
     return [cpu, ram]
 
@@ -107,7 +114,7 @@ def _gpu_name(gpu: GpuStats) -> Text:
 
 
 def _gpu_util(gpu: GpuStats) -> Text:
-    return Text(f"{gpu.util:3.0f}%", style=level_style(gpu.util, UTIL_LEVELS))
+    return Text(pct(gpu.util), style=level_style(gpu.util, UTIL_LEVELS))
 
 
 def _gpu_mem(gpu: GpuStats) -> Text:
@@ -157,9 +164,9 @@ def node_detail(node: NodeView | None, width: int = 40) -> Text:
         index = int(gpu.index) if isinstance(gpu.index, (int, float)) else 0
         out.append(f"\n[{gpu.index}] {gpu.name}", style="bold")
         out.append(f"\n util {sparkline(node.util_history.get(index, ()), spark)} ")
-        out.append(f"{gpu.util:3.0f}%", style=level_style(gpu.util, UTIL_LEVELS))
+        out.append(pct(gpu.util), style=level_style(gpu.util, UTIL_LEVELS))
         out.append(f"\n mem  {sparkline(node.mem_history.get(index, ()), spark)} ")
-        out.append(f"{gpu.mem_percent:3.0f}%", style=level_style(gpu.mem_percent, MEM_LEVELS))
+        out.append(pct(gpu.mem_percent), style=level_style(gpu.mem_percent, MEM_LEVELS))
         for proc in gpu.processes:
             memory = f"{gib(proc.mem)} GiB" if proc.mem is not NA else "memory n/a"
             out.append(f"\n  pid {proc.pid} {proc.name} ({memory})", style="cyan")
@@ -238,7 +245,7 @@ def bandwidth_summary(view: BandwidthView, names: Sequence[str], params: int | N
         hint = "one node: no link to measure" if len(names) < 2 else "not measured yet: press b"
         return out + Text(hint, style="dim")
     out.append(f"measured {age(now - (view.measured_at or now))}\n", style="dim")
-    out.append(format_matrix(view.matrix, names) + "\n")
+    out.append(format_matrix(view.matrix, names, not_measured="not measured in this test") + "\n")
     if params:
         out.append(advice(params, view.matrix))
     else:

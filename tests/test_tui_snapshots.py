@@ -1,0 +1,118 @@
+"""Snapshots of the main screen, the launch dialog and the help screen (pytest-textual-snapshot).
+
+The screens are rendered from recordings, with no cluster: stats lines the real agent printed from
+recorded real-GPU nvidia-smi output, the metrics and logs of a real two-worker demo run, and a real
+iperf3 result (tests/fixtures/tui/, tests/fixtures/iperf3/). The clock and the theme are pinned, so
+the pictures change only when the code does. After a deliberate change of the screen, look at the
+new pictures and accept them with `pytest tests/test_tui_snapshots.py --snapshot-update`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from homegpu.remote.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult, parse_iperf3_json
+from homegpu.remote.config import parse_cluster
+from homegpu.remote.events import JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated
+from homegpu.remote.logtail import LogLine
+from homegpu.remote.stats import parse_agent_line
+from homegpu.remote.tfconfig import worker_slots
+from homegpu.tui.app import HomegpuApp
+from homegpu.tui.screens import LaunchScreen
+
+FIXTURES = Path(__file__).parent / "fixtures"
+NOW = 1795316700.0  # 2026-11-22, a little after the recorded run
+RUN_ID = "demo-20261122-030416-1749"
+# The recorded run's two workers, renamed to this cluster's nodes.
+WORKERS = {"local": "desktop", "local#1": "closet"}
+
+CLUSTER = """
+[cluster]
+name = "home"
+
+[[nodes]]
+name = "desktop"
+host = "192.168.1.20"
+
+[[nodes]]
+name = "closet"
+host = "closet"
+port = 2222
+
+[[nodes]]
+name = "laptop"
+host = "laptop.local"
+
+[[nodes]]
+name = "attic"
+host = "192.168.1.40"
+
+[jobs.demo]
+nodes = ["desktop", "closet"]
+epochs = 2
+
+[jobs.resnet]
+model = "resnet"
+epochs = 20
+"""
+
+
+def stats(name: str):
+    return parse_agent_line((FIXTURES / "tui" / f"{name}.json").read_text())
+
+
+def recorded_events() -> list[object]:
+    events: list[object] = []
+    for node, recording in (("desktop", "h100_mig_load"), ("closet", "h100nvl_idle"), ("laptop", "cpu_only")):
+        events.append(NodeStateChanged(node, NodeState.ONLINE))
+        events += [NodeStatsUpdated(node, stats(recording))] * 30
+    events.append(NodeStateChanged("attic", NodeState.HOST_KEY_UNKNOWN, reason="host key not in known_hosts",
+                                   fingerprint="SHA256:Jv3rk0Xc4ZT2yq4tU0k5i1T7pZ6Q6oAq9yJ1wz0Xb2c"))
+    events.append(JobStateChanged("demo", RUN_ID, JobState.RUNNING, 1, 0))
+    for line in (FIXTURES / "tui" / "demo_metrics.jsonl").read_text().splitlines():
+        data = json.loads(line)
+        events.append(Metric("demo", RUN_ID, WORKERS[data.pop("worker_label")], data["worker"], data))
+    for index, worker in enumerate(WORKERS.values()):
+        log = (FIXTURES / "tui" / f"demo_worker{index}.log").read_text().splitlines()
+        events += [LogLine(worker, "log", seq, text, worker=worker) for seq, text in enumerate(log, 1)]
+    gbits = parse_iperf3_json((FIXTURES / "iperf3" / "client_loopback_1s.json").read_text()) / 1e9
+    links = [LinkResult(src, dst, gbits, at=NOW - 180) for src in ("desktop", "closet")
+             for dst in ("desktop", "closet") if src != dst]
+    links.append(LinkResult("laptop", "desktop", None, "iperf3 is not installed on laptop", at=NOW - 180))
+    events.append(BandwidthMeasured(BandwidthMatrix(tuple(links)), at=NOW - 180))
+    return events
+
+
+def recorded_app() -> HomegpuApp:
+    app = HomegpuApp(parse_cluster(CLUSTER, "cluster.toml"), clock=lambda: NOW)
+    app.theme = "textual-dark"
+    return app
+
+
+async def show_recording(pilot) -> None:
+    pilot.app.take(recorded_events())
+    pilot.app.redraw()
+    await pilot.pause()
+
+
+def test_main_screen(snap_compare) -> None:
+    assert snap_compare(recorded_app(), terminal_size=(160, 48), run_before=show_recording)
+
+
+def test_main_screen_at_80_by_24(snap_compare) -> None:
+    assert snap_compare(recorded_app(), terminal_size=(80, 24), run_before=show_recording)
+
+
+def test_launch_dialog(snap_compare) -> None:
+    async def open_launch(pilot) -> None:
+        await show_recording(pilot)
+        spec = pilot.app.spec
+        pilot.app.push_screen(LaunchScreen(list(spec.jobs.values()), lambda job: worker_slots(spec, job)))
+        await pilot.pause()
+
+    assert snap_compare(recorded_app(), terminal_size=(160, 48), run_before=open_launch)
+
+
+def test_help_screen(snap_compare) -> None:
+    assert snap_compare(recorded_app(), terminal_size=(160, 48), press=["question_mark"], run_before=show_recording)

@@ -1,0 +1,93 @@
+"""The real `homegpu` program in a real terminal (tmux), driven by keys as a person would.
+
+It launches the two-node demo job on the sshd test cluster with `l`, stops it with `s`, and quits
+with `q`, reading the screen with `tmux capture-pane` after each step.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from helpers import homegpu_argv, wait_for, worker_processes, write_config
+
+pytestmark = pytest.mark.cluster
+
+SOCKET = "homegpu-test"  # a tmux server of our own: the user's sessions are never touched
+SESSION = "tui"
+
+
+class Terminal:
+    """A tmux window running one command; `screen()` is what a person would see in it."""
+
+    def __init__(self, command: str, cwd: Path, size: tuple[int, int] = (160, 48)) -> None:
+        self.tmux = shutil.which("tmux")
+        assert self.tmux, "tmux is not installed (tests/run.sh installs it)"
+        width, height = size
+        self._run("new-session", "-d", "-s", SESSION, "-x", str(width), "-y", str(height), "-c", str(cwd), command)
+        self._run("resize-window", "-t", SESSION, "-x", str(width), "-y", str(height))  # tmux 3.2+ may shrink it
+
+    def _run(self, *args: str) -> str:
+        return subprocess.run([self.tmux, "-L", SOCKET, *args], capture_output=True, text=True, check=True).stdout
+
+    def screen(self) -> str:
+        return self._run("capture-pane", "-p", "-t", SESSION)
+
+    def keys(self, *keys: str) -> None:
+        self._run("send-keys", "-t", SESSION, *keys)
+
+    def wait_for(self, text: str, timeout: float) -> str:
+        """Wait until `text` is on the screen; the screen then. Fails showing the last screen."""
+        try:
+            return wait_for(lambda: text in (screen := self.screen()) and screen, timeout, repr(text))
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the screen was:\n{self.screen()}") from None
+
+    def close(self) -> None:
+        subprocess.run([self.tmux, "-L", SOCKET, "kill-server"], capture_output=True)
+
+
+@pytest.fixture
+def terminal_factory() -> Iterator:
+    opened: list[Terminal] = []
+
+    def open_terminal(command: str, cwd: Path) -> Terminal:
+        opened.append(Terminal(command, cwd))
+        return opened[-1]
+
+    yield open_terminal
+    for terminal in opened:
+        terminal.close()
+
+
+def test_launch_and_stop_a_two_node_job_with_the_keys_then_quit(sim_cluster, tmp_path, terminal_factory):
+    config = write_config(sim_cluster, tmp_path, epochs=50, steps_per_epoch=20)
+    command = shlex.join(homegpu_argv("--config", str(config)))
+    term = terminal_factory(f"{command}; echo homegpu exited with status $?; sleep 600", tmp_path)
+
+    term.wait_for("● node2", 60)
+    screen = term.wait_for("no job yet: press l", 5)
+    assert "● node1" in screen and "● node3" in screen
+
+    term.keys("l")
+    screen = term.wait_for("Launch a job", 10)
+    assert "node1 (chief, index 0) on node1 [process]" in screen and "TF_CONFIG=" in screen
+    term.keys("Enter")
+    term.wait_for("running  generation 1", 120)
+    screen = term.wait_for("examples/s:", 180)
+    assert "epoch " in screen and "loss " in screen
+    assert worker_processes(sim_cluster)
+
+    term.keys("s")
+    term.wait_for("Every worker gets TERM", 10)
+    term.keys("y")
+    term.wait_for("stopped  generation 1", 60)
+    assert not worker_processes(sim_cluster)
+
+    term.keys("q")
+    term.wait_for("homegpu exited with status 0", 30)
