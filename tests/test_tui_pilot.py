@@ -1,6 +1,7 @@
 """The TUI driven with Textual's Pilot against the real sshd test cluster, real TensorFlow workers.
 
 Keys are pressed as a user would; assertions read the app's widgets and its view of the cluster.
+A run started elsewhere (`homegpu run --detach`) is found and followed by a TUI opened later.
 node3 answers `nvidia-smi` from recorded real H100 NVL output (tests/fixtures/gpu/), as this
 machine has no GPU.
 """
@@ -13,12 +14,12 @@ import pytest
 from textual.widgets import DataTable
 
 from gpu_replay import write_replay_nvidia_smi
-from helpers import wait_until, worker_processes, write_config
+from helpers import homegpu, wait_until, worker_processes, write_config
 from homegpu.remote.config import load_cluster
 from homegpu.remote.events import JobState, NodeState
 from homegpu.tui.app import HomegpuApp
 from homegpu.tui.controller import Controller
-from homegpu.tui.screens import ConfirmScreen, LaunchScreen
+from homegpu.tui.screens import ConfirmScreen, LaunchScreen, QuitScreen
 from simcluster import SimCluster
 
 pytestmark = pytest.mark.cluster
@@ -111,3 +112,25 @@ async def test_a_killed_node_greys_out_while_the_others_keep_updating(sim_cluste
             node2.restart()
         assert await wait_until(lambda: app.view.nodes["node2"].online, 30), "node2 did not come back"
         await pilot.press("q")
+
+
+async def test_a_restarted_tui_attaches_to_the_running_job_and_quitting_can_stop_it(sim_cluster, tmp_path):
+    config = write_config(sim_cluster, tmp_path, epochs=50, steps_per_epoch=20)
+    started = homegpu("--config", str(config), "run", "demo", "--detach", cwd=tmp_path, timeout=180)
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        app = make_app(config, tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            assert await wait_until(lambda: app.view.job and app.view.job.state is JobState.RUNNING, 60), \
+                "the running job was not found"
+            assert app.view.job.detail == "attached to a running job"
+            assert await wait_until(lambda: app.view.logs.version > 0 and app.view.job.loss, 120), \
+                "no logs or metrics from the attached job"
+            await pilot.press("q")
+            assert await wait_until(lambda: isinstance(app.screen, QuitScreen), 5)
+            await pilot.press("s")  # stop the job, then quit
+            assert await wait_until(lambda: app.return_value == 0, 60), "the app did not quit"
+        assert app.view.job.state is JobState.STOPPED
+    finally:
+        homegpu("--config", str(config), "stop", "demo", cwd=tmp_path)
+    assert not worker_processes(sim_cluster)

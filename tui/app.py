@@ -41,7 +41,7 @@ class HomegpuApp(App[int]):
     """The TUI. Give it a Controller to drive a cluster; without one it only shows what it is fed
     through `view` (snapshot tests render recorded events that way)."""
 
-    CSS_PATH = "app.tcss"
+    CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses elsewhere find it too
     TITLE = "homegpu"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (TALL, "-tall")]
@@ -69,6 +69,7 @@ class HomegpuApp(App[int]):
         self.sub_title = f"cluster {spec.name} · {len(spec.nodes)} node{'s' if len(spec.nodes) != 1 else ''}"
         self._dirty = {NODES, JOB, LOGS, BANDWIDTH}
         self._row_heights: dict[str, int] = {}
+        self._cells: dict[str, list[Text]] = {}
         self._log_views: list[LogView] = []
         self._quitting = False
 
@@ -101,7 +102,9 @@ class HomegpuApp(App[int]):
             self.query_one(panel).border_title = title
         self.query_one("#filter", Input).display = False
         self.redraw()
-        self.set_interval(REFRESH_SECONDS, self.redraw)
+        self.set_interval(REFRESH_SECONDS, self._redraw_panels)
+        # Stats arrive once per interval per node: redrawing the table more often would draw the same.
+        self.set_interval(max(REFRESH_SECONDS, self.spec.stats_interval), self._redraw_nodes)
         self.set_interval(1.0, lambda: self._dirty.add(BANDWIDTH))  # the matrix's age
         if self.controller is not None:
             self._pump_events()
@@ -126,11 +129,13 @@ class HomegpuApp(App[int]):
             self._dirty |= self.view.apply(event)
 
     def redraw(self) -> None:
-        """Draw the parts that changed since the last call."""
-        dirty, self._dirty = self._dirty, set()
-        if NODES in dirty:
-            self._draw_nodes()
-            self._draw_detail()
+        """Draw every part that changed since it was last drawn."""
+        self._redraw_nodes()
+        self._redraw_panels()
+
+    def _redraw_panels(self) -> None:
+        """The job, bandwidth and log panels (the nodes table has its own, slower beat)."""
+        dirty, self._dirty = self._dirty - {NODES}, self._dirty & {NODES}
         if JOB in dirty:
             job = self.query_one("#job", Static)
             plot = 4 if self.size.height >= TALL else 1
@@ -142,10 +147,17 @@ class HomegpuApp(App[int]):
         if LOGS in dirty:
             self._active_log().sync(self.view.logs.version)
 
+    def _redraw_nodes(self) -> None:
+        if NODES in self._dirty:
+            self._dirty.discard(NODES)
+            self._draw_nodes()
+            self._draw_detail()
+
     def on_resize(self) -> None:
         self._dirty |= {NODES, JOB, BANDWIDTH}
 
     def _draw_nodes(self) -> None:
+        """Update the cells that changed; rebuild the rows only when a node's GPU count did."""
         table = self.query_one("#nodes", DataTable)
         rows = {name: node_cells(node) for name, node in self.view.nodes.items()}
         if any(self._row_heights.get(name) != height for name, (_, height) in rows.items()):
@@ -154,11 +166,14 @@ class HomegpuApp(App[int]):
             for name, (cells, height) in rows.items():
                 table.add_row(*cells, height=height, key=name)
             self._row_heights = {name: height for name, (_, height) in rows.items()}
+            self._cells = {name: cells for name, (cells, _) in rows.items()}
             table.move_cursor(row=min(cursor, len(rows) - 1))
             return
         for name, (cells, _) in rows.items():
-            for column, cell in zip(NODE_COLUMNS, cells):
-                table.update_cell(name, column, cell, update_width=True)
+            for column, cell, shown in zip(NODE_COLUMNS, cells, self._cells[name]):
+                if cell != shown:
+                    table.update_cell(name, column, cell, update_width=True)
+            self._cells[name] = cells
 
     def _draw_detail(self) -> None:
         detail = self.query_one("#detail", Static)
