@@ -143,7 +143,11 @@ class JobRun:
         await self._preflight()
         await self._sync_code()
         self.experiment = ExperimentLog(self.experiments_root, self.run_id)
-        await self._start_generation()
+        try:
+            await self._start_generation()
+        except LaunchError:
+            self._publish(JobState.FAILED, "start failed")
+            raise
 
     async def _preflight(self) -> None:
         first = {slot.node.name: slot for slot in reversed(self.slots)}
@@ -184,7 +188,6 @@ class JobRun:
         failed = [(l, r) for l, r in zip(launches, results) if isinstance(r, BaseException)]
         if failed:
             await self._stop_workers()
-            self._publish(JobState.FAILED, "start failed")
             raise LaunchError("; ".join(_describe_failure(l, r) for l, r in failed))
         self._follow_logs()
         self._publish(JobState.RUNNING)
@@ -225,7 +228,7 @@ class JobRun:
                            for t in self.tracks.values()):
                         await self._fetch_model()
                         return self._finish(JobState.SUCCEEDED, "every worker succeeded")
-                elif not await self._restart(failure):
+                elif (failure := await self._restart(failure)) is not None:
                     return self._finish(JobState.FAILED, failure)
                 await self._sleep(POLL_SECONDS)
         finally:
@@ -284,21 +287,33 @@ class JobRun:
         return self.job.uses_trainer and any(
             t.status and t.status.exit_status in (2, 3) for t in self.tracks.values())
 
-    async def _restart(self, failure: str) -> bool:
-        if self.job.restart != "on-failure" or self.restarts >= self.job.max_restarts or self._retry_is_pointless():
+    async def _restart(self, failure: str) -> str | None:
+        """Restart every worker with the next generation, with backoff, while restarts are left.
+
+        A restart whose start fails (a node went away, say) uses up a restart too. Returns None
+        once the workers run again, else why the run failed for good.
+        """
+        while True:
+            if self.job.restart != "on-failure" or self.restarts >= self.job.max_restarts \
+                    or self._retry_is_pointless():
+                await self._stop_workers()
+                return failure
+            self.restarts += 1
+            self._publish(JobState.RESTARTING, failure)
             await self._stop_workers()
-            return False
-        self.restarts += 1
-        self._publish(JobState.RESTARTING, failure)
-        await self._stop_workers()
-        await self._stop_tails()  # before removing: a removed container's last lines are gone
-        await self._remove_workers()
-        await self._sleep(min(2.0 ** (self.restarts - 1), MAX_BACKOFF_SECONDS))
-        self.generation += 1
-        for track in self.tracks.values():
-            track.status, track.last_activity = None, time.monotonic()
-        await self._start_generation()
-        return True
+            await self._stop_tails()  # before removing: a removed container's last lines are gone
+            await self._remove_workers()
+            await self._sleep(min(2.0 ** (self.restarts - 1), MAX_BACKOFF_SECONDS))
+            if self._stop_requested.is_set():
+                return None  # watch() stops what is left
+            self.generation += 1
+            for track in self.tracks.values():
+                track.status, track.last_activity = None, time.monotonic()
+            try:
+                await self._start_generation()
+                return None
+            except LaunchError as exc:
+                failure = f"restart failed: {exc}"
 
     async def stop_now(self, run_id: str) -> list[WorkerStatus]:
         """Stop every worker of `run_id` (for `homegpu stop` from another terminal)."""

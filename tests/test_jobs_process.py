@@ -83,6 +83,20 @@ def test_killed_worker_restarts_everyone_and_resumes(sim_cluster, tmp_path):
     assert not worker_processes(sim_cluster)
 
 
+def test_a_node_that_dies_mid_job_fails_the_run_with_the_reason_after_its_restarts(sim_cluster, tmp_path):
+    """The machine itself goes away: each restart fails to start there and uses up a restart."""
+    config = write_config(sim_cluster, tmp_path, epochs=20, steps_per_epoch=20, max_restarts=2)
+    node2 = sim_cluster.node("node2")
+    try:
+        status, text = run_and_strike(config, tmp_path, "node2 * epoch 1/20", node2.kill)
+    finally:
+        node2.restart()
+    assert status == 1, text
+    assert "restarts 2" in text and "restart failed: node2" in text, text
+    assert not any(line.startswith("Traceback") for line in text.splitlines()), text  # the workers' own may show
+    assert not worker_processes(sim_cluster)
+
+
 def _index_of(pid: int) -> int | None:
     env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     for item in env:

@@ -239,7 +239,17 @@ def test_bandwidth_summary_ages_and_advises(view: ClusterView) -> None:
     view.bandwidth.matrix, view.bandwidth.measured_at = matrix, 1000.0
     text = bandwidth_summary(view.bandwidth, names, 25_000_000, 1180.0).plain
     assert "measured 3 min ago" in text
-    assert "25,000,000 parameters" in text
+    assert "25,000,000 parameters" in text and "across 2 workers" in text
+
+
+def test_bandwidth_advice_is_for_the_links_of_the_job_on_screen(view: ClusterView) -> None:
+    links = (LinkResult("big", "small", 10.0, ""), LinkResult("small", "big", 10.0, ""),
+             LinkResult("big", "laptop", 0.1, ""), LinkResult("laptop", "big", 0.1, ""))
+    view.bandwidth.matrix, view.bandwidth.measured_at = BandwidthMatrix(links), 0.0
+    everyone = bandwidth_summary(view.bandwidth, list(view.nodes), 1000, 0.0).plain
+    job = bandwidth_summary(view.bandwidth, list(view.nodes), 1000, 0.0, job_nodes=["big", "small"]).plain
+    assert "at 0.1 Gbit/s" in everyone and "across 3 workers" in everyone
+    assert "at 10 Gbit/s" in job and "across 2 workers" in job
 
 
 # -- logs ------------------------------------------------------------------------------------------

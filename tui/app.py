@@ -25,6 +25,7 @@ from homegpu.remote.config import ClusterSpec
 from homegpu.remote.events import NodeState
 from homegpu.remote.job_run import LaunchError
 from homegpu.remote.node import NODE_GONE
+from homegpu.remote.tfconfig import job_nodes
 from homegpu.tui.controller import Busy, Controller
 from homegpu.tui.doctor_commands import format_report
 from homegpu.tui.logview import LogView
@@ -141,11 +142,15 @@ class HomegpuApp(App[int]):
             plot = 4 if self.size.height >= TALL else 1
             job.update(job_summary(self.view.job, job.content_size.width or 60, plot))
         if BANDWIDTH in dirty or JOB in dirty:
-            params = self.view.job.params if self.view.job else None
-            self.query_one("#bandwidth", Static).update(
-                bandwidth_summary(self.view.bandwidth, list(self.view.nodes), params, self.clock()))
+            self.query_one("#bandwidth", Static).update(bandwidth_summary(
+                self.view.bandwidth, list(self.view.nodes), self.view.job and self.view.job.params, self.clock(),
+                self._job_nodes()))
         if LOGS in dirty:
             self._active_log().sync(self.view.logs.version)
+
+    def _job_nodes(self) -> list[str]:
+        job = self.view.job and self.spec.jobs.get(self.view.job.job)
+        return [node.name for node in job_nodes(self.spec, job)] if job else []
 
     def _redraw_nodes(self) -> None:
         if NODES in self._dirty:

@@ -10,7 +10,7 @@ from typing import Sequence
 
 from rich.text import Text
 
-from homegpu.remote.bandwidth import RESNET50_PARAMS, advice
+from homegpu.remote.bandwidth import RESNET50_PARAMS, BandwidthMatrix, advice
 from homegpu.remote.events import JobState, NodeState
 from homegpu.remote.stats import NA, GpuStats
 from homegpu.tui.bandwidth_commands import format_matrix
@@ -233,8 +233,10 @@ def _rates(job: JobView) -> Text:
 # -- bandwidth -----------------------------------------------------------------------------------
 
 
-def bandwidth_summary(view: BandwidthView, names: Sequence[str], params: int | None, now: float) -> Text:
-    """The latest matrix with its age and the advice; the test in progress, if one runs."""
+def bandwidth_summary(view: BandwidthView, names: Sequence[str], params: int | None, now: float,
+                      job_nodes: Sequence[str] = ()) -> Text:
+    """The latest matrix with its age and the test in progress, if one runs; the advice is for the
+    links between `job_nodes` (the job on screen), else between all nodes."""
     out = Text()
     if view.running:
         bar = progress_bar(view.done, view.total, 12)
@@ -246,9 +248,12 @@ def bandwidth_summary(view: BandwidthView, names: Sequence[str], params: int | N
         return out + Text(hint, style="dim")
     out.append(f"measured {age(now - (view.measured_at or now))}\n", style="dim")
     out.append(format_matrix(view.matrix, names, not_measured="not measured in this test") + "\n")
+    matrix = view.matrix
+    if job_nodes:
+        matrix = BandwidthMatrix(tuple(r for r in matrix.results if r.src in job_nodes and r.dst in job_nodes))
     if params:
-        out.append(advice(params, view.matrix))
+        out.append(advice(params, matrix))
     else:
-        out.append(advice(RESNET50_PARAMS, view.matrix) + " (ResNet-50's size; the job's own count shows "
+        out.append(advice(RESNET50_PARAMS, matrix) + " (ResNet-50's size; the job's own count shows "
                    "once it starts)", style="dim")
     return out
