@@ -134,3 +134,26 @@ async def test_a_restarted_tui_attaches_to_the_running_job_and_quitting_can_stop
     finally:
         homegpu("--config", str(config), "stop", "demo", cwd=tmp_path)
     assert not worker_processes(sim_cluster)
+
+
+async def test_b_measures_the_bandwidth_with_progress_and_keeps_the_matrix(sim_cluster, cluster_toml, tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    app = make_app(cluster_toml, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(lambda: all_have_stats(app), 30)
+        await pilot.press("b")
+        assert await wait_until(lambda: app.view.bandwidth.running and app.view.bandwidth.current, 10)
+        await pilot.pause(0.5)
+        assert "testing node1 → node" in str(app.query_one("#bandwidth").render())
+        assert await wait_until(lambda: not app.view.bandwidth.running, 120), "the test did not finish"
+        matrix = app.view.bandwidth.matrix
+        assert len(matrix.results) == 6 and all(link.ok and link.gbits > 0 for link in matrix.results)
+        await pilot.pause(1.2)
+        assert "measured just now" in str(app.query_one("#bandwidth").render())
+        await pilot.press("q")
+    reopened = make_app(cluster_toml, tmp_path)  # a later TUI opens with the saved matrix
+    async with reopened.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.5)
+        assert reopened.view.bandwidth.matrix.at == matrix.at
+        await pilot.press("q")

@@ -80,7 +80,7 @@ def recorded_events() -> list[object]:
     links = [LinkResult(src, dst, gbits, at=NOW - 180) for src in ("desktop", "closet")
              for dst in ("desktop", "closet") if src != dst]
     links.append(LinkResult("laptop", "desktop", None, "iperf3 is not installed on laptop", at=NOW - 180))
-    events.append(BandwidthMeasured(BandwidthMatrix(tuple(links)), at=NOW - 180))
+    events.append(BandwidthMeasured(BandwidthMatrix(tuple(links), at=NOW - 180)))
     return events
 
 

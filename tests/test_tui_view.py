@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from homegpu.remote import bandwidth_store
 from homegpu.remote.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
 from homegpu.remote.config import embedded_default, parse_cluster
 from homegpu.remote.events import (
@@ -133,7 +134,7 @@ def test_bandwidth_progress_and_result(view: ClusterView) -> None:
     result = LinkResult("big", "small", 9.4, "")
     bw.link("big", "small", result)
     matrix = BandwidthMatrix((result,))
-    assert view.apply(BandwidthMeasured(matrix, at=100.0)) == {"bandwidth"}
+    assert view.apply(BandwidthMeasured(matrix)) == {"bandwidth"}
     bw.finish(matrix)
     assert (bw.running, bw.done, bw.matrix) == (False, 1, matrix)
 
@@ -235,8 +236,7 @@ def test_job_summary_highlights_the_straggler_and_preflight_problems(view: Clust
 def test_bandwidth_summary_ages_and_advises(view: ClusterView) -> None:
     names = list(view.nodes)
     assert "press b" in bandwidth_summary(view.bandwidth, names, None, 0).plain
-    matrix = BandwidthMatrix((LinkResult("big", "small", 1.0, ""),))
-    view.bandwidth.matrix, view.bandwidth.measured_at = matrix, 1000.0
+    view.bandwidth.matrix = BandwidthMatrix((LinkResult("big", "small", 1.0, ""),), at=1000.0)
     text = bandwidth_summary(view.bandwidth, names, 25_000_000, 1180.0).plain
     assert "measured 3 min ago" in text
     assert "25,000,000 parameters" in text and "across 2 workers" in text
@@ -245,7 +245,7 @@ def test_bandwidth_summary_ages_and_advises(view: ClusterView) -> None:
 def test_bandwidth_advice_is_for_the_links_of_the_job_on_screen(view: ClusterView) -> None:
     links = (LinkResult("big", "small", 10.0, ""), LinkResult("small", "big", 10.0, ""),
              LinkResult("big", "laptop", 0.1, ""), LinkResult("laptop", "big", 0.1, ""))
-    view.bandwidth.matrix, view.bandwidth.measured_at = BandwidthMatrix(links), 0.0
+    view.bandwidth.matrix = BandwidthMatrix(links, at=0.0)
     everyone = bandwidth_summary(view.bandwidth, list(view.nodes), 1000, 0.0).plain
     job = bandwidth_summary(view.bandwidth, list(view.nodes), 1000, 0.0, job_nodes=["big", "small"]).plain
     assert "at 0.1 Gbit/s" in everyone and "across 3 workers" in everyone
@@ -268,3 +268,21 @@ def test_the_embedded_default_renders_without_a_job() -> None:
     view = ClusterView(embedded_default())
     assert "press l" in job_summary(view.job).plain
     assert "one node" in bandwidth_summary(view.bandwidth, list(view.nodes), None, 0).plain
+
+
+def test_the_latest_matrix_is_kept_per_cluster_file(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    spec = parse_cluster(THREE_NODES, str(tmp_path / "cluster.toml"))
+    assert bandwidth_store.load(spec) is None
+    matrix = BandwidthMatrix((LinkResult("big", "small", 9.4, ""), LinkResult("big", "gone", 1.0, ""),
+                              LinkResult("small", "big", None, "refused")), at=1234.5)
+    path = bandwidth_store.save(spec, matrix)
+    assert path.parent == tmp_path / "homegpu"
+    loaded = bandwidth_store.load(spec)
+    assert loaded.at == 1234.5
+    assert [(r.src, r.dst, r.gbits, r.error) for r in loaded.results] == [
+        ("big", "small", 9.4, ""), ("small", "big", None, "refused")]  # "gone" is no longer a node
+    other = parse_cluster(THREE_NODES, str(tmp_path / "elsewhere" / "cluster.toml"))
+    assert bandwidth_store.load(other) is None  # same name, another file
+    path.write_text("{not json")
+    assert bandwidth_store.load(spec) is None  # a cache: a broken file is no error

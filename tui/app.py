@@ -22,7 +22,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedCont
 
 from homegpu.remote.bandwidth import BandwidthError
 from homegpu.remote.config import ClusterSpec
-from homegpu.remote.events import NodeState
+from homegpu.remote.events import NodeState, Subscription
 from homegpu.remote.job_run import LaunchError
 from homegpu.remote.node import NODE_GONE
 from homegpu.remote.tfconfig import job_nodes
@@ -106,9 +106,10 @@ class HomegpuApp(App[int]):
         self.set_interval(REFRESH_SECONDS, self._redraw_panels)
         # Stats arrive once per interval per node: redrawing the table more often would draw the same.
         self.set_interval(max(REFRESH_SECONDS, self.spec.stats_interval), self._redraw_nodes)
-        self.set_interval(1.0, lambda: self._dirty.add(BANDWIDTH))  # the matrix's age
+        self.set_interval(1.0, self._age_matrix)
         if self.controller is not None:
-            self._pump_events()
+            self._pump_events(self.controller.subscribe())  # before connecting: no event is missed
+            self.view.bandwidth.matrix = self.controller.saved_bandwidth()
             await self.controller.__aenter__()
             if self.launch_job:
                 self._launch(self.launch_job)
@@ -118,8 +119,8 @@ class HomegpuApp(App[int]):
     # -- events → view → screen --------------------------------------------------------------------
 
     @work(group="events")
-    async def _pump_events(self) -> None:
-        with self.controller.subscribe() as events:
+    async def _pump_events(self, events: Subscription) -> None:
+        with events:
             while True:
                 self.take([await events.get(), *events.drain(EVENT_BATCH)])
                 await asyncio.sleep(0)  # let keys and timers in between two batches
@@ -147,6 +148,10 @@ class HomegpuApp(App[int]):
                 self._job_nodes()))
         if LOGS in dirty:
             self._active_log().sync(self.view.logs.version)
+
+    def _age_matrix(self) -> None:
+        if self.view.bandwidth.matrix is not None:  # its "measured N s ago" moves on
+            self._dirty.add(BANDWIDTH)
 
     def _job_nodes(self) -> list[str]:
         job = self.view.job and self.spec.jobs.get(self.view.job.job)

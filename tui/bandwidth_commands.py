@@ -11,6 +11,8 @@ from typing import Sequence
 from homegpu.remote.bandwidth import (
     RESNET50_PARAMS, BandwidthMatrix, LinkResult, advice, format_gbits, iperf3_seconds, measure,
 )
+from homegpu.remote import bandwidth_store
+from homegpu.remote.bandwidth_store import links_json
 from homegpu.remote.cluster import Cluster
 from homegpu.tui.cli import UserError, load_spec
 from homegpu.tui.text import table
@@ -83,8 +85,10 @@ async def _measure(spec, args: argparse.Namespace) -> BandwidthMatrix:
     progress = None if args.json else print_progress
     async with Cluster(spec, stream_stats=False) as cluster:
         await cluster.wait_settled(spec.ssh.connect_timeout + 2)
-        return await measure(cluster, star=args.star, seconds=args.seconds,
-                             timeout=iperf3_seconds(args.seconds) + LINK_TIMEOUT_MARGIN, on_link=progress)
+        matrix = await measure(cluster, star=args.star, seconds=args.seconds,
+                               timeout=iperf3_seconds(args.seconds) + LINK_TIMEOUT_MARGIN, on_link=progress)
+    bandwidth_store.save(spec, matrix)  # the TUI opens with it
+    return matrix
 
 
 def print_progress(src: str, dst: str, result: LinkResult | None) -> None:
@@ -123,8 +127,4 @@ def _cell(matrix: BandwidthMatrix, src: str, dst: str, footnotes: dict[str, int]
 
 def matrix_json(matrix: BandwidthMatrix, advice_text: str) -> dict:
     """What `--json` prints (see JSON_HELP)."""
-    return {
-        "at": matrix.at,
-        "links": [{"src": r.src, "dst": r.dst, "gbits": r.gbits, "error": r.error} for r in matrix.results],
-        "advice": advice_text,
-    }
+    return {"at": matrix.at, "links": links_json(matrix), "advice": advice_text}

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
+from homegpu.remote import bandwidth_store
 from homegpu.remote.bandwidth import LinkCallback, BandwidthMatrix, iperf3_seconds, measure, pairs
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import ClusterSpec
@@ -126,8 +127,14 @@ class Controller:
         return len(pairs(list(self.cluster.nodes)))
 
     async def measure_bandwidth(self, on_link: LinkCallback) -> BandwidthMatrix:
-        return await measure(self.cluster, seconds=BANDWIDTH_SECONDS,
-                             timeout=iperf3_seconds(BANDWIDTH_SECONDS) + LINK_TIMEOUT_MARGIN, on_link=on_link)
+        matrix = await measure(self.cluster, seconds=BANDWIDTH_SECONDS,
+                               timeout=iperf3_seconds(BANDWIDTH_SECONDS) + LINK_TIMEOUT_MARGIN, on_link=on_link)
+        bandwidth_store.save(self.spec, matrix)
+        return matrix
+
+    def saved_bandwidth(self) -> BandwidthMatrix | None:
+        """The matrix the last test on this cluster saved (here or by `homegpu bandwidth`), if any."""
+        return bandwidth_store.load(self.spec)
 
     async def doctor(self) -> list[Check]:
         return await diagnose(self.cluster)

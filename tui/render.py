@@ -246,7 +246,7 @@ def bandwidth_summary(view: BandwidthView, names: Sequence[str], params: int | N
     if view.matrix is None:
         hint = "one node: no link to measure" if len(names) < 2 else "not measured yet: press b"
         return out + Text(hint, style="dim")
-    out.append(f"measured {age(now - (view.measured_at or now))}\n", style="dim")
+    out.append(f"measured {age(now - view.matrix.at)}\n", style="dim")
     out.append(format_matrix(view.matrix, names, not_measured="not measured in this test") + "\n")
     matrix = view.matrix
     if job_nodes:

@@ -9,7 +9,6 @@ container prints.
 from __future__ import annotations
 
 import collections
-import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -156,7 +155,6 @@ class BandwidthView:
     """The latest matrix, and the test in progress (if any)."""
 
     matrix: BandwidthMatrix | None = None
-    measured_at: float | None = None
     running: bool = False
     done: int = 0
     total: int = 0
@@ -175,7 +173,7 @@ class BandwidthView:
     def finish(self, matrix: BandwidthMatrix | None, error: str = "") -> None:
         self.running, self.current, self.error = False, "", error
         if matrix is not None:
-            self.matrix, self.measured_at = matrix, time.time()
+            self.matrix = matrix
 
 
 class ClusterView:
@@ -202,7 +200,7 @@ class ClusterView:
         if isinstance(event, (NodeStateChanged, NodeStatsUnavailable)):
             return self._node_event(event)
         if isinstance(event, BandwidthMeasured):
-            self.bandwidth.matrix, self.bandwidth.measured_at = event.matrix, event.at
+            self.bandwidth.matrix = event.matrix
             return {BANDWIDTH}
         return self._job_event(event)
 
