@@ -88,7 +88,9 @@ class JobRun:
         return [self.cluster.node(node.name) for node in job_nodes(self.cluster.spec, self.job)]
 
     async def prepare(self, timeout: float | None = None) -> None:
-        """Wait for the job's nodes and make a runtime for each. Raises LaunchError."""
+        """Wait for the job's nodes and make a runtime for each (once). Raises LaunchError."""
+        if self.tracks:
+            return
         timeout = timeout or self.cluster.spec.ssh.connect_timeout + 5
         results = await asyncio.gather(*(self._prepare_node(node, timeout) for node in self._nodes()),
                                        return_exceptions=True)
@@ -392,15 +394,21 @@ class JobRun:
         self.hub.publish(JobStateChanged(self.job.name, self.run_id, state, self.generation, self.restarts, detail))
 
 
+async def attach_if_running(run: JobRun) -> bool:
+    """Attach `run` to its job if that already runs on its nodes; True when it did. Raises LaunchError."""
+    await run.prepare()
+    active = await run.find_active()
+    if active:
+        run.adopt(*active)
+    return bool(active)
+
+
 async def launch_or_attach(run: JobRun) -> bool:
     """Attach `run` to its job if that already runs on its nodes, else launch it.
 
     Returns True when it attached (nothing new was started). Raises LaunchError.
     """
-    await run.prepare()
-    active = await run.find_active()
-    if active:
-        run.adopt(*active)
+    if await attach_if_running(run):
         return True
     await run.launch()
     return False

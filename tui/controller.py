@@ -18,7 +18,7 @@ from homegpu.remote.connect import OfferedKey
 from homegpu.remote.doctor import Check, diagnose
 from homegpu.remote.events import Subscription
 from homegpu.remote.job_config import JobSpec
-from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome, launch_or_attach
+from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome, attach_if_running, launch_or_attach
 from homegpu.remote.tfconfig import WorkerSlot, worker_slots
 
 BANDWIDTH_SECONDS = 1.0
@@ -85,10 +85,7 @@ class Controller:
                     return self.run
                 run = JobRun(self.cluster, job, self.experiments)
                 with contextlib.suppress(LaunchError):
-                    await run.prepare()
-                    active = await run.find_active()
-                    if active:
-                        run.adopt(*active)
+                    if await attach_if_running(run):
                         self._follow(run)
                         return run
         return None
