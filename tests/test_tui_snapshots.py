@@ -116,3 +116,23 @@ def test_launch_dialog(snap_compare) -> None:
 
 def test_help_screen(snap_compare) -> None:
     assert snap_compare(recorded_app(), terminal_size=(160, 48), press=["question_mark"], run_before=show_recording)
+
+
+async def test_the_log_filter_and_wrap_apply_to_every_tab_of_the_recorded_run() -> None:
+    """Not a picture: the log keys on the same recording, asserting what each tab then holds."""
+    app = recorded_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await show_recording(pilot)
+        await pilot.press("slash", *"epoch 2/2", "enter")
+        await pilot.pause()
+        merged = app._active_log()
+        assert merged.lines == [line for line in merged.lines if "epoch 2/2" in line]
+        assert len(merged.lines) == 2  # one line per worker
+        app.query_one("#log-tabs").active = "log-tab-2"  # closet's own tab
+        await pilot.pause()
+        closet = app._active_log()
+        assert closet.node_tab == "closet" and len(closet.lines) == 1
+        await pilot.press("w")
+        await pilot.pause()
+        assert closet.wrap and merged.wrap
+        assert "wrap on" in app.query_one("#logs").border_title and "epoch 2/2" in app.query_one("#logs").border_title

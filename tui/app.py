@@ -71,7 +71,7 @@ class HomegpuApp(App[int]):
         self._dirty = {NODES, JOB, LOGS, BANDWIDTH}
         self._row_heights: dict[str, int] = {}
         self._cells: dict[str, list[Text]] = {}
-        self._log_views: list[LogView] = []
+        self._log_views: dict[str, LogView] = {}  # by the id of the tab that holds it
         self._quitting = False
 
     # -- layout ------------------------------------------------------------------------------------
@@ -87,9 +87,9 @@ class HomegpuApp(App[int]):
         with Vertical(id="logs"):
             with TabbedContent(id="log-tabs"):
                 for index, name in enumerate([LogBuffers.MERGED, *self.view.nodes]):
-                    with TabPane(name or "all", id=f"log-tab-{index}"):
+                    with TabPane(name or "all", id=f"log-tab-{index}") as tab:
                         view = LogView(self.view.logs.buffers[name], node_tab=name, id=f"log-{index}")
-                        self._log_views.append(view)
+                        self._log_views[tab.id] = view
                         yield view
             yield Input(placeholder="filter the logs (Enter keeps it, Escape clears it)", id="filter")
         yield Footer()
@@ -203,9 +203,8 @@ class HomegpuApp(App[int]):
         return self.view.nodes.get(key)
 
     def _active_log(self) -> LogView:
-        tabs = self.query_one("#log-tabs", TabbedContent)
-        index = int((tabs.active or "log-tab-0").rsplit("-", 1)[1])
-        return self._log_views[index]
+        active = self.query_one("#log-tabs", TabbedContent).active
+        return self._log_views.get(active) or next(iter(self._log_views.values()))
 
     # -- jobs --------------------------------------------------------------------------------------
 
@@ -319,15 +318,16 @@ class HomegpuApp(App[int]):
     # -- logs --------------------------------------------------------------------------------------
 
     def action_follow(self) -> None:
-        follow = not self._log_views[0].follow
-        for view in self._log_views:
-            view.follow = follow
-        self._log_title()
+        self._set_log_option("follow", not self._active_log().follow)
 
     def action_wrap(self) -> None:
-        wrap = not self._log_views[0].wrap
-        for view in self._log_views:
-            view.wrap = wrap
+        self._set_log_option("wrap", not self._active_log().wrap)
+
+    def _set_log_option(self, name: str, value: object) -> None:
+        """Set follow, wrap or pattern on every log tab; only the one on screen rebuilds now."""
+        for view in self._log_views.values():
+            setattr(view, name, value)
+        self._active_log().sync()
         self._log_title()
 
     def action_filter(self) -> None:
@@ -336,9 +336,7 @@ class HomegpuApp(App[int]):
         box.focus()
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        for view in self._log_views:
-            view.pattern = event.value
-        self._log_title()
+        self._set_log_option("pattern", event.value)
 
     def on_input_submitted(self) -> None:
         self._active_log().focus()
@@ -352,7 +350,7 @@ class HomegpuApp(App[int]):
             event.stop()
 
     def _log_title(self) -> None:
-        first = self._log_views[0]
+        first = self._active_log()
         parts = [f"follow {'on' if first.follow else 'off'}", f"wrap {'on' if first.wrap else 'off'}"]
         if first.pattern:
             parts.append(f"filter “{first.pattern}”")

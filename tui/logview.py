@@ -78,11 +78,15 @@ class LogView(ScrollView, can_focus=True):
         self.buffer, self.node_tab = buffer, node_tab
         self.lines: list[str] = []  # filtered, unwrapped: what "save" writes
         self._rows: list[str] = []
+        self._version = 0
         self._built_for: tuple | None = None
 
-    def sync(self, version: int = 0) -> None:
-        """Rebuild the rows if the buffer, filter, wrap or width changed since the last build."""
-        key = (version, len(self.buffer), self.pattern, self.wrap, self.size.width)
+    def sync(self, version: int | None = None) -> None:
+        """Rebuild the rows if the buffer (its `version`), filter, wrap or width changed since the
+        last build. The app calls it for the view on screen only: a hidden tab catches up when shown."""
+        if version is not None:
+            self._version = version
+        key = (self._version, len(self.buffer), self.pattern, self.wrap, self.size.width)
         if key == self._built_for:
             return
         self._built_for = key
@@ -98,14 +102,8 @@ class LogView(ScrollView, can_focus=True):
         if follow:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
 
-    def watch_wrap(self) -> None:
-        self.sync(-1)
-
-    def watch_pattern(self) -> None:
-        self.sync(-1)
-
     def on_resize(self) -> None:
-        self.sync(-1)
+        self.sync()
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
