@@ -15,7 +15,7 @@ from homegpu.remote.events import JobState, NodeState
 from homegpu.remote.stats import NA, GpuStats
 from homegpu.tui.bandwidth_commands import format_matrix
 from homegpu.tui.plot import braille_plot, progress_bar, sparkline
-from homegpu.tui.state import BandwidthView, JobView, NodeView
+from homegpu.tui.state import BandwidthView, JobView, NodeView, history_key
 from homegpu.tui.text import STATE_MARKS
 
 # (warn, bad) thresholds: at or above warn is yellow, at or above bad is red.
@@ -161,7 +161,7 @@ def node_detail(node: NodeView | None, width: int = 40) -> Text:
     out.append(f"\nGPUs via {stats.source} · driver {stats.driver} · CUDA {stats.cuda}")
     spark = max(8, width - 16)
     for gpu in stats.gpus:
-        index = int(gpu.index) if isinstance(gpu.index, (int, float)) else 0
+        index = history_key(gpu)
         out.append(f"\n[{gpu.index}] {gpu.name}", style="bold")
         out.append(f"\n util {sparkline(node.util_history.get(index, ()), spark)} ")
         out.append(pct(gpu.util), style=level_style(gpu.util, UTIL_LEVELS))

@@ -19,7 +19,7 @@ from homegpu.remote.events import (
     PreflightResult, Straggler, WorkerExited,
 )
 from homegpu.remote.logtail import LogLine
-from homegpu.remote.stats import NodeStats
+from homegpu.remote.stats import GpuStats, NodeStats
 from homegpu.trainer.metrics import parse_metric_line
 
 HISTORY = 300  # samples per GPU series: five minutes at the default 1 s stats interval
@@ -29,6 +29,11 @@ MAX_LINE = 2_000  # characters kept of one log line; a container printing megaby
 
 # The parts of the screen an event can change (ClusterView.apply returns a set of them).
 NODES, JOB, LOGS, BANDWIDTH = "nodes", "job", "logs", "bandwidth"
+
+
+def history_key(gpu: GpuStats) -> int:
+    """Which history series a GPU's samples go to: its index (0 when the node cannot say)."""
+    return int(gpu.index) if isinstance(gpu.index, (int, float)) else 0
 
 
 @dataclass
@@ -52,7 +57,7 @@ class NodeView:
     def take_stats(self, stats: NodeStats) -> None:
         self.stats, self.stats_problem = stats, ""
         for gpu in stats.gpus:
-            index = int(gpu.index) if isinstance(gpu.index, (int, float)) else 0
+            index = history_key(gpu)
             self.util_history.setdefault(index, collections.deque(maxlen=HISTORY)).append(gpu.util)
             self.mem_history.setdefault(index, collections.deque(maxlen=HISTORY)).append(gpu.mem_percent)
 
