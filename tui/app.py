@@ -29,6 +29,7 @@ from homegpu.remote.tfconfig import job_nodes
 from homegpu.tui.controller import Busy, Controller
 from homegpu.tui.doctor_commands import format_report
 from homegpu.tui.logview import LogView
+from homegpu.tui.panel import Panel
 from homegpu.tui.render import NODE_COLUMNS, bandwidth_summary, job_summary, node_cells, node_detail
 from homegpu.tui.screens import ConfirmScreen, LaunchScreen, QuitScreen, TextScreen
 from homegpu.tui.state import BANDWIDTH, JOB, LOGS, NODES, ClusterView, LogBuffers
@@ -80,9 +81,9 @@ class HomegpuApp(App[int]):
         yield Header()
         with Horizontal(id="top"):
             yield DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
-            yield Static(id="detail", classes="panel")
+            yield Panel(id="detail", classes="panel")
         with Horizontal(id="middle"):
-            yield Static(id="job", classes="panel")
+            yield Panel(id="job", classes="panel")
             yield Static(id="bandwidth", classes="panel")
         with Vertical(id="logs"):
             with TabbedContent(id="log-tabs"):
@@ -139,9 +140,8 @@ class HomegpuApp(App[int]):
         """The job, bandwidth and log panels (the nodes table has its own, slower beat)."""
         dirty, self._dirty = self._dirty - {NODES}, self._dirty & {NODES}
         if JOB in dirty:
-            job = self.query_one("#job", Static)
             plot = 4 if self.size.height >= TALL else 1
-            job.update(job_summary(self.view.job, job.content_size.width or 60, plot))
+            self.query_one("#job", Panel).show(lambda width: job_summary(self.view.job, width, plot))
         if BANDWIDTH in dirty or JOB in dirty:
             self.query_one("#bandwidth", Static).update(bandwidth_summary(
                 self.view.bandwidth, list(self.view.nodes), self.view.job and self.view.job.params, self.clock(),
@@ -186,8 +186,8 @@ class HomegpuApp(App[int]):
             self._cells[name] = cells
 
     def _draw_detail(self) -> None:
-        detail = self.query_one("#detail", Static)
-        detail.update(node_detail(self.selected_node(), detail.content_size.width or 40))
+        node = self.selected_node()
+        self.query_one("#detail", Panel).show(lambda width: node_detail(node, width))
 
     def on_data_table_row_highlighted(self) -> None:
         self._draw_detail()
