@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from textual.widgets import DataTable
+from textual.widgets.data_table import CellDoesNotExist
 
 from gpu_replay import write_replay_nvidia_smi
 from helpers import homegpu, wait_until, worker_processes, write_config
@@ -44,6 +45,14 @@ def cell(app: HomegpuApp, node: str, column: str) -> str:
     return app.query_one("#nodes", DataTable).get_cell(node, column).plain
 
 
+def shows(app: HomegpuApp, node: str, column: str, text: str) -> bool:
+    """The table's cell starts with `text` (the table redraws once per stats interval)."""
+    try:
+        return cell(app, node, column).startswith(text)
+    except CellDoesNotExist:  # no row yet
+        return False
+
+
 def all_have_stats(app: HomegpuApp) -> bool:
     return all(node.online and node.stats for node in app.view.nodes.values())
 
@@ -52,7 +61,7 @@ async def test_nodes_appear_online_with_cpu_stats_and_replayed_gpus(replaying_no
     app = make_app(cluster_toml, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         assert await wait_until(lambda: all_have_stats(app) and app.view.nodes["node3"].stats.gpus, 30)
-        await pilot.pause(0.5)  # one redraw
+        assert await wait_until(lambda: shows(app, "node3", "GPU", "0 H100") and shows(app, "node1", "GPU", "CPU"), 5)
         for name in ("node1", "node2"):
             assert cell(app, name, "NODE") == f"● {name}"
             assert cell(app, name, "CPU").endswith("%")
@@ -103,7 +112,7 @@ async def test_a_killed_node_greys_out_while_the_others_keep_updating(sim_cluste
             assert await wait_until(lambda: app.view.nodes["node2"].state is NodeState.OFFLINE, 15)
             seen = {name: app.view.nodes[name].stats.timestamp for name in ("node1", "node3")}
             assert await wait_until(lambda: all(app.view.nodes[n].stats.timestamp > t for n, t in seen.items()), 10)
-            await pilot.pause(0.5)
+            assert await wait_until(lambda: shows(app, "node2", "NODE", "✗"), 5)
             table = app.query_one("#nodes", DataTable)
             assert cell(app, "node2", "NODE") == "✗ node2"
             assert str(table.get_cell("node2", "CPU").style) == "dim"
