@@ -331,8 +331,8 @@ class NodeWithoutIperf3(SimNode):
 
     All simulated nodes share this machine's filesystem, where /usr/bin/iperf3 exists, so the
     only honest way to make a node lack it is the node's PATH, which sshd sets for the node's
-    sessions (SetEnv). Root's ~/.bashrc may put pyenv and cargo directories in front; neither has
-    iperf3 (the test checks that iperf3 is not found there either).
+    sessions (SetEnv; root's ~/.bashrc, which could put its own directories in front, is not
+    run in the simulated nodes' sessions). The test checks that iperf3 is not found there.
     """
 
     TOOLS = ("sh", "bash", "dash", "env", "timeout", "python3", "kill", "cat", "sleep", "uname", "id")
