@@ -30,9 +30,13 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 PROTOCOL_VERSION = 1
 SOURCES = ("auto", "nvml", "nvidia-smi", "none")
+# The controller's pynvml source, put in this module's globals by the bundle's bootstrap
+# (stats_agent_bundle.py); run as a script, the agent has none and uses the node's own pynvml.
+SHIPPED_PYNVML = globals().get("SHIPPED_PYNVML", b"")
 MIB = 1024 * 1024
 SMI_TIMEOUT_S = 10.0
 SMI_FORMAT = "--format=csv,noheader,nounits"
@@ -580,13 +584,53 @@ class NoGpuReader:
         return [], None, None
 
 
-def import_pynvml():
-    """Return the ``pynvml`` module, or None; the bundle may have put it in ``sys.modules``."""
+def load_pynvml(shipped=b""):
+    """Return the ``pynvml`` module, or why there is none (a string for the node's notes).
+
+    ``shipped`` is the controller's pynvml source, passed in by the bundle's bootstrap. It is
+    compiled only where the driver's NVML library loads: compiling it costs about 50 ms of CPU,
+    which a CPU-only node would spend on every connect for nothing. Without it (the agent run as
+    a script) the node's own pynvml is used, if it has one.
+    """
+    if shipped:
+        missing = nvml_library_error()
+        if missing:
+            return missing
+        module = compile_pynvml(shipped)
+        if module is not None:
+            return module
     try:
         import pynvml
     except Exception:  # noqa: BLE001 - a broken install is the same as a missing one here
-        return None
+        return "pynvml is not importable"
     return pynvml
+
+
+def nvml_library_error():
+    """Why the driver's NVML library does not load here, worded as pynvml would; None if it does.
+
+    Only Linux is checked (pynvml loads ``libnvidia-ml.so.1`` there); elsewhere nvmlInit() decides.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError as exc:
+        return f"NVMLError_LibraryNotFound: {exc}"
+    return None
+
+
+def compile_pynvml(source):
+    """Make a ``pynvml`` module from its source; None when this Python cannot run that source."""
+    module = sys.modules["pynvml"] = types.ModuleType("pynvml")  # its code looks itself up there
+    try:
+        exec(compile(source, "pynvml.py", "exec"), module.__dict__)
+    except Exception:  # noqa: BLE001 - too new for this Python, say: fall back as without it
+        del sys.modules["pynvml"]
+        return None
+    return module
 
 
 def open_reader(source, nvml, smi_path, interval=None, apps_every=1):
@@ -594,12 +638,13 @@ def open_reader(source, nvml, smi_path, interval=None, apps_every=1):
 
     ``auto`` tries NVML, then ``nvidia-smi``, then none; an explicit source that cannot work
     gives the "none" reader, so the node still streams its CPU and memory. ``interval`` (None for
-    an agent that samples once) and ``apps_every`` are passed on to ``SmiReader``.
+    an agent that samples once) and ``apps_every`` are passed on to ``SmiReader``. ``nvml`` is a
+    pynvml-like module or why there is none (see ``load_pynvml``).
     """
     notes = []
     if source in ("auto", "nvml"):
-        if nvml is None:
-            notes.append("nvml: pynvml is not importable")
+        if isinstance(nvml, str):
+            notes.append(f"nvml: {nvml}")
         else:
             try:
                 return NvmlReader(nvml), notes
@@ -786,7 +831,7 @@ def stream(args):
     # As ``python3 -`` the script itself was stdin, already at EOF: rely on SIGHUP/SIGPIPE there.
     if not args.once and sys.argv[0] != "-":
         watch_stdin()
-    nvml = import_pynvml() if args.source in ("auto", "nvml") else None
+    nvml = load_pynvml(SHIPPED_PYNVML) if args.source in ("auto", "nvml") else None
     smi = shutil.which("nvidia-smi") if args.source in ("auto", "nvidia-smi") else None
     apps_every = max(1, int(round(args.apps_interval / args.interval)))
     reader, notes = open_reader(args.source, nvml, smi, interval=None if args.once else args.interval,

@@ -3,7 +3,7 @@
 The node runs ``python3 -c BOOTSTRAP ...``; the controller writes :func:`agent_payload` to its stdin
 and then keeps stdin open. The payload is two length-prefixed parts (``b"<n>\\n"`` then n bytes):
 the controller's own ``pynvml`` source, so nodes need nothing installed to use NVML, and the agent
-source. The bootstrap loads pynvml as a module from the string, runs the agent, and the agent's
+source. The bootstrap runs the agent with the pynvml source in its globals, and the agent's
 stdin-EOF watch then covers the rest of stdin: closing the session stops the agent.
 """
 
@@ -17,20 +17,14 @@ from homegpu.remote.stats import SOURCES
 
 AGENT_SOURCES = ("auto", *SOURCES)
 
-# Python 3.8+ on the node. A pynvml the node's Python cannot run is dropped, and the agent then
-# falls back to nvidia-smi as it would without pynvml.
+# Python 3.8+ on the node. The agent compiles the shipped pynvml only where the NVML library
+# loads; one the node's Python cannot run is dropped, and the agent then falls back to nvidia-smi.
 BOOTSTRAP = """\
-import sys, types
+import sys
 def part():
     return sys.stdin.buffer.read(int(sys.stdin.buffer.readline()))
 nvml = part()
-if nvml:
-    sys.modules["pynvml"] = module = types.ModuleType("pynvml")
-    try:
-        exec(compile(nvml, "pynvml.py", "exec"), module.__dict__)
-    except Exception:
-        del sys.modules["pynvml"]
-exec(compile(part(), "stats_agent.py", "exec"), {"__name__": "__main__"})
+exec(compile(part(), "stats_agent.py", "exec"), {"__name__": "__main__", "SHIPPED_PYNVML": nvml})
 """
 
 

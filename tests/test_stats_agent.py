@@ -25,8 +25,11 @@ from homegpu.remote.stats_agent import (
     NoGpuReader,
     NvmlReader,
     SmiReader,
+    compile_pynvml,
     cpu_percent,
     disk_free_mib,
+    load_pynvml,
+    nvml_library_error,
     open_reader,
     parse_loadavg,
     parse_meminfo,
@@ -39,6 +42,7 @@ from homegpu.remote.stats_agent_bundle import (
     BOOTSTRAP,
     agent_command,
     agent_payload,
+    pynvml_source,
 )
 from gpu_replay import FIXTURES, FORMAT, GPU_QUERY, is_loop, replay_calls, write_replay_nvidia_smi
 
@@ -254,6 +258,31 @@ def test_explicit_sources_do_not_fall_back_to_each_other(tmp_path: Path) -> None
     assert isinstance(open_reader("nvml", failing, smi)[0], NoGpuReader)
     assert isinstance(open_reader("nvidia-smi", None, smi)[0], SmiReader)
     assert open_reader("none", FakeNvml([H200], "d", 1), smi)[0].source == "none"
+
+
+def test_an_unknown_nvml_reason_is_a_note_and_the_agent_goes_on(tmp_path: Path) -> None:
+    smi = str(write_replay_nvidia_smi(tmp_path, FIXTURES / "gpus_1x_h200_idle.csv", None) / "nvidia-smi")
+    reader, notes = open_reader("auto", "pynvml is not importable", smi)
+    assert isinstance(reader, SmiReader) and notes == ["nvml: pynvml is not importable"]
+
+
+def test_the_shipped_pynvml_compiles_into_a_module(monkeypatch) -> None:
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    module = compile_pynvml(pynvml_source())
+    assert callable(module.nvmlInit) and sys.modules["pynvml"] is module
+    assert compile_pynvml(b"def broken(:\n") is None
+
+
+def test_the_shipped_pynvml_is_compiled_only_where_the_nvml_library_loads(monkeypatch) -> None:
+    """No GPU driver here: the library check answers first, as on any CPU-only node."""
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    missing = nvml_library_error()
+    loaded = load_pynvml(pynvml_source())
+    if missing is None:  # a machine with the driver
+        assert callable(loaded.nvmlInit)
+    else:
+        assert missing.startswith("NVMLError_LibraryNotFound: libnvidia-ml.so.1")
+        assert loaded == missing and "pynvml" not in sys.modules
 
 
 # --- the real agent against a replaying nvidia-smi -----------------------------------------------
@@ -647,7 +676,8 @@ def test_bundle_streams_until_stdin_closes(tmp_path: Path) -> None:
 
 
 def test_bundle_brings_its_own_pynvml(tmp_path: Path) -> None:
-    """With ``-I -S`` the node has no pynvml of its own; NVML is then reached through the payload."""
+    """With ``-I -S`` the node has no pynvml of its own; NVML is then reached through the payload
+    (where the driver's library loads; here, with no GPU, the note says it does not)."""
     argv = agent_command(python=sys.executable, interval=0.1, work_dir=str(tmp_path), source="nvml")
     argv[1:1] = ["-I", "-S"]
     proc = start_bundle(argv)
