@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import os
 import posixpath
 import shlex
@@ -188,6 +189,27 @@ class SshProcess(RemoteProcess):
 class SshTransport(NodeTransport):
     def __init__(self, conn: asyncssh.SSHClientConnection) -> None:
         self.conn = conn
+        self._sftp_client: asyncssh.SFTPClient | None = None
+        self._sftp_lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def _sftp(self) -> AsyncIterator[asyncssh.SFTPClient]:
+        """The connection's one SFTP session, opened on first use and kept: a new one per call
+        costs a channel and a subsystem start on the node. One that fails is dropped, so the next
+        call opens a fresh one; asyncssh and OSError errors pass through to the caller."""
+        async with self._sftp_lock:
+            if self._sftp_client is None:
+                self._sftp_client = await self.conn.start_sftp_client()
+            sftp = self._sftp_client
+        try:
+            yield sftp
+        except asyncssh.SFTPError:
+            raise  # the node refused this one request (no such file, ...): the session is fine
+        except (asyncssh.Error, OSError):
+            if self._sftp_client is sftp:
+                self._sftp_client = None
+                sftp.exit()
+            raise
 
     async def run(self, argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None) -> CommandResult:
@@ -209,7 +231,7 @@ class SshTransport(NodeTransport):
 
     async def home_dir(self) -> str:
         try:  # the SFTP subsystem starts no login shell: much cheaper than `echo ~`
-            async with self.conn.start_sftp_client() as sftp:
+            async with self._sftp() as sftp:
                 return await sftp.realpath(".")
         except (asyncssh.Error, OSError) as exc:
             raise TransportError(f"cannot ask for the home directory: {exc}") from exc
@@ -228,7 +250,7 @@ class SshTransport(NodeTransport):
                     files[prefix + name] = (entry.attrs.size or 0, int(entry.attrs.mtime or 0))
 
         try:
-            async with self.conn.start_sftp_client() as sftp:
+            async with self._sftp() as sftp:
                 if await sftp.isdir(remote_dir):
                     await walk(sftp, remote_dir, "")
         except (asyncssh.Error, OSError) as exc:
@@ -237,7 +259,7 @@ class SshTransport(NodeTransport):
 
     async def remove_files(self, paths: Sequence[str]) -> None:
         try:
-            async with self.conn.start_sftp_client() as sftp:
+            async with self._sftp() as sftp:
                 for path in paths:
                     await sftp.remove(path)
         except (asyncssh.Error, OSError) as exc:
@@ -245,14 +267,14 @@ class SshTransport(NodeTransport):
 
     async def makedirs(self, path: str) -> None:
         try:
-            async with self.conn.start_sftp_client() as sftp:
+            async with self._sftp() as sftp:
                 await sftp.makedirs(path, exist_ok=True)
         except (asyncssh.Error, OSError) as exc:
             raise TransportError(f"cannot create {path}: {exc}") from exc
 
     async def put_files(self, pairs: Sequence[tuple[Path, str]]) -> None:
         try:
-            async with self.conn.start_sftp_client() as sftp:
+            async with self._sftp() as sftp:
                 for parent in sorted({posixpath.dirname(remote) for _, remote in pairs}):
                     await sftp.makedirs(parent, exist_ok=True)
                 for local, remote in pairs:
@@ -263,7 +285,7 @@ class SshTransport(NodeTransport):
     async def get_tree(self, remote_dir: str, local_dir: Path) -> None:
         local_dir.parent.mkdir(parents=True, exist_ok=True)
         try:
-            async with self.conn.start_sftp_client() as sftp:
+            async with self._sftp() as sftp:
                 await sftp.get(remote_dir, str(local_dir), recurse=True)
         except (asyncssh.Error, OSError) as exc:
             raise TransportError(f"file transfer failed: {exc}") from exc
@@ -272,6 +294,8 @@ class SshTransport(NodeTransport):
         await self.conn.wait_closed()
 
     def close(self) -> None:
+        if self._sftp_client is not None:
+            self._sftp_client.exit()
         self.conn.close()
 
 
