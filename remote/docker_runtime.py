@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import docker.errors
 from docker.types import DeviceRequest, Mount
@@ -41,8 +41,16 @@ SHM_SIZE = "1g"  # Docker's 64 MB /dev/shm is too small for NCCL and tf.data on 
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _RUNNING_STATES = {"running", "restarting", "paused"}
-_IDS_SCRIPT = "import os; print(os.getuid(), os.getgid())"
+# One round trip for two facts: the SSH user's uid and gid (containers run as that user, so what
+# a worker writes stays the user's) and the docker CLI on PATH (worker logs are followed with it).
+_NODE_SCRIPT = "import os, shutil; print(os.getuid(), os.getgid(), shutil.which('docker') or '-')"
 _NO_GPU_DRIVER = "could not select device driver"
+
+
+class _NodeFacts(NamedTuple):
+    user: str  # "uid:gid", or "" when the node did not say (containers then run as the image's user)
+    docker_cli: bool | None  # None: unknown, see error
+    error: str = ""
 
 
 def container_name(run_id: str, label: str, generation: int) -> str:
@@ -123,7 +131,7 @@ class DockerRuntime(Runtime):
         # paths() is told the node's code dir, which WorkerLaunch does not carry: start() needs it
         # for the mount. Keyed by (run id, label).
         self._code_dirs: dict[tuple[str, str], str] = {}
-        self._user: str | None = None
+        self._node: _NodeFacts | None = None
 
     def out_dir(self, run_id: str, label: str) -> str:
         """The worker's output dir on the node (mounted at /homegpu/out)."""
@@ -143,11 +151,11 @@ class DockerRuntime(Runtime):
         """Engine reachable, image present, docker CLI there (logs are followed with it)."""
         if not launch.image:
             return [f"{self.node.name}: the job names no image; set image in [jobs.{launch.job}]"]
-        engine, cli, _ = await asyncio.gather(self._engine_problems(launch.image),
-                                              self.node.run(["docker", "--version"], timeout=30),
-                                              self._node_user())  # asked now, needed by start()
+        engine, facts = await asyncio.gather(self._engine_problems(launch.image), self._node_facts())
         problems = list(engine)
-        if not cli.ok:
+        if facts.error:
+            problems.append(facts.error)
+        elif not facts.docker_cli:
             problems.append(f"{self.node.name}: the docker command is missing (homegpu follows worker logs "
                             "with `docker logs`); install the Docker CLI (docker-ce-cli or docker.io)")
         return problems
@@ -177,7 +185,7 @@ class DockerRuntime(Runtime):
         await self._mkdir(out_dir)
         data_dir = await expand_path(self.node, launch.data_dir) if launch.data_dir else ""
         args = container_args(launch, code_dir=code_dir, out_dir=out_dir, data_dir=data_dir, gpus=self.gpus,
-                              user=await self._node_user())
+                              user=(await self._node_facts()).user)
         async with docker_client(self.node) as link:
             await self._clear_name(link, args["name"])
             container = await self._create(link, args)
@@ -203,13 +211,18 @@ class DockerRuntime(Runtime):
         except TransportError as exc:
             raise RuntimeError_(f"{self.node.name}: {exc}; check work_dir in cluster.toml") from None
 
-    async def _node_user(self) -> str:
-        """`uid:gid` of the SSH user on the node, asked once."""
-        if self._user is None:
-            result = await self.node.run([self.node.spec.python, "-c", _IDS_SCRIPT], timeout=30)
-            uid, _, gid = result.stdout.strip().partition(" ")
-            self._user = f"{uid}:{gid}" if result.ok and uid.isdigit() and gid.isdigit() else ""
-        return self._user
+    async def _node_facts(self) -> _NodeFacts:
+        """The SSH user's `uid:gid` and whether the docker CLI is on PATH, asked once."""
+        if self._node is None:
+            python = self.node.spec.python
+            result = await self.node.run([python, "-c", _NODE_SCRIPT], timeout=30)
+            uid, gid, cli = (result.stdout.split() + ["", "", ""])[:3]
+            if not (result.ok and uid.isdigit() and gid.isdigit()):
+                said = (result.stderr.strip().splitlines() or [f"exit status {result.exit_status}"])[-1]
+                return _NodeFacts("", None, f"{self.node.name}: {python} does not run on the node ({said}); "
+                                  "install python3 there or set python for the node in cluster.toml")
+            self._node = _NodeFacts(f"{uid}:{gid}", cli.startswith("/"))
+        return self._node
 
     async def _clear_name(self, link: DockerLink, name: str) -> None:
         """Remove an ended container holding `name` (a start that failed half-way); refuse a live one."""
