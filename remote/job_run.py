@@ -256,9 +256,7 @@ class JobRun:
 
     async def _check_workers(self) -> str | None:
         """Poll every worker; a description of the first failure or stall, else None."""
-        tracks = list(self.tracks.values())
-        statuses = await asyncio.gather(*(t.runtime.status(self.run_id, t.label) for t in tracks),
-                                        return_exceptions=True)
+        tracks, statuses = await self._poll_workers()
         now = time.monotonic()
         for track, status in zip(tracks, statuses):
             if isinstance(status, BaseException):
@@ -273,6 +271,21 @@ class JobRun:
             if not finished and now - track.last_activity > self.job.stall_timeout:
                 return f"{track.label}: no progress for {self.job.stall_timeout:g}s (stalled)"
         return None
+
+    async def _poll_workers(self) -> tuple[list[WorkerTrack], list[WorkerStatus | BaseException]]:
+        """Every worker's status, one round trip per node; a node's failure stands for each of its
+        workers."""
+        by_runtime: dict[int, list[WorkerTrack]] = {}
+        for track in self.tracks.values():
+            by_runtime.setdefault(id(track.runtime), []).append(track)
+        groups = list(by_runtime.values())
+        replies = await asyncio.gather(*(group[0].runtime.statuses(self.run_id, [t.label for t in group])
+                                         for group in groups), return_exceptions=True)
+        tracks, statuses = [], []
+        for group, reply in zip(groups, replies):
+            tracks += group
+            statuses += [reply] * len(group) if isinstance(reply, BaseException) else reply
+        return tracks, statuses
 
     def _note_status(self, track: WorkerTrack, status: WorkerStatus) -> None:
         if status.generation not in (None, self.generation):

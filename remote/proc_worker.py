@@ -10,7 +10,7 @@ another terminal) finds running workers again:
 
 Commands (each prints one JSON object):
     start  --run-dir D --label L --log NAME --meta JSON [--cwd DIR] [--mkdir DIR] [--env K=V ...] -- ARGV...
-    status --run-dir D --label L
+    status --run-dir D --label L [--label L2 ...]   ({"workers": [one status per label]})
     stop   --run-dir D --label L [--grace SECONDS]
     list   --root DIR            (every worker under DIR/*/, for `homegpu jobs` and reattaching)
 """
@@ -141,8 +141,13 @@ def _exit_code(status):
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
-def status(args):
-    meta_path, exit_path = _paths(args.run_dir, args.label)
+def statuses(args):
+    """The status of each --label, in order: one process for all of a node's workers."""
+    return {"workers": [dict(worker_status(args.run_dir, label), label=label) for label in args.label]}
+
+
+def worker_status(run_dir, label):
+    meta_path, exit_path = _paths(run_dir, label)
     meta = _read_json(meta_path)
     if meta is None:
         return {"state": "missing"}
@@ -160,7 +165,7 @@ def stop(args):
     meta_path, exit_path = _paths(args.run_dir, args.label)
     meta = _read_json(meta_path)
     if meta is None or not _alive(meta):
-        return status(args)
+        return worker_status(args.run_dir, args.label)
     pid = meta["pid"]
     _signal_group(pid, signal.SIGCONT)  # a stopped process cannot act on TERM
     _signal_group(pid, signal.SIGTERM)
@@ -175,7 +180,7 @@ def stop(args):
         if os.path.exists(exit_path):
             break
         time.sleep(0.05)
-    return status(args)
+    return worker_status(args.run_dir, args.label)
 
 
 def _signal_group(pid, sig):
@@ -193,8 +198,7 @@ def list_workers(args):
         for name in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else []:
             if name.endswith(".json"):
                 label = name[:-5]
-                ns = argparse.Namespace(run_dir=run_dir, label=label)
-                workers.append(dict(status(ns), run_dir=run_dir))
+                workers.append(dict(worker_status(run_dir, label), run_dir=run_dir))
     return {"workers": workers}
 
 
@@ -204,7 +208,7 @@ def main(argv=None):
     for name in ("start", "status", "stop"):
         sub = commands.add_parser(name)
         sub.add_argument("--run-dir", required=True)
-        sub.add_argument("--label", required=True)
+        sub.add_argument("--label", required=True, action="append" if name == "status" else "store")
     commands.choices["start"].add_argument("--meta", default="{}")
     commands.choices["start"].add_argument("--log", required=True)
     commands.choices["start"].add_argument("--cwd", default="")
@@ -218,7 +222,7 @@ def main(argv=None):
         args.argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
         if not args.argv:
             parser.error("start needs a command after --")
-    handler = {"start": start, "status": status, "stop": stop, "list": list_workers}[args.command]
+    handler = {"start": start, "status": statuses, "stop": stop, "list": list_workers}[args.command]
     print(json.dumps(handler(args)))
     sys.stdout.flush()
 

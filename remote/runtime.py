@@ -8,11 +8,12 @@ homegpu process can find, follow and stop workers it did not start.
 from __future__ import annotations
 
 import abc
+import asyncio
 import json
 from dataclasses import dataclass, field
 from importlib import resources
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from homegpu.remote.logtail import LogTail
 from homegpu.remote.node import NodeSession
@@ -98,6 +99,11 @@ class Runtime(abc.ABC):
     @abc.abstractmethod
     async def status(self, run_id: str, label: str) -> WorkerStatus: ...
 
+    async def statuses(self, run_id: str, labels: Sequence[str]) -> list[WorkerStatus]:
+        """status() of several workers of the run, in order; a runtime that can ask for all of
+        them in one round trip does."""
+        return list(await asyncio.gather(*(self.status(run_id, label) for label in labels)))
+
     @abc.abstractmethod
     async def stop(self, run_id: str, label: str, grace: float = STOP_GRACE_SECONDS) -> WorkerStatus:
         """TERM, wait up to `grace` seconds, then KILL. Safe to call on a worker that ended."""
@@ -144,7 +150,10 @@ class ProcessRuntime(Runtime):
                          data_dir=data_dir)
 
     async def _worker(self, *args: str, timeout: float = 60.0) -> dict:
-        result = await self.node.run([self.node.spec.python, "-c", _WORKER_SCRIPT, *args], timeout=timeout)
+        # -I -S: the script needs only the standard library, and skipping site-packages halves the
+        # start-up of a call that the watch loop makes every second during a run.
+        result = await self.node.run([self.node.spec.python, "-I", "-S", "-c", _WORKER_SCRIPT, *args],
+                                     timeout=timeout)
         if not result.ok:
             detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
             raise RuntimeError_(f"{self.node.name}: worker control failed ({detail}); "
@@ -173,7 +182,12 @@ class ProcessRuntime(Runtime):
             raise RuntimeError_(f"{self.node.name}: {reply['error']}")
 
     async def status(self, run_id: str, label: str) -> WorkerStatus:
-        return _status(label, await self._worker("status", "--run-dir", self.run_dir(run_id), "--label", label))
+        return (await self.statuses(run_id, [label]))[0]
+
+    async def statuses(self, run_id: str, labels: Sequence[str]) -> list[WorkerStatus]:
+        reply = await self._worker("status", "--run-dir", self.run_dir(run_id),
+                                   *(arg for label in labels for arg in ("--label", label)))
+        return [_status(item["label"], item) for item in reply["workers"]]
 
     async def stop(self, run_id: str, label: str, grace: float = STOP_GRACE_SECONDS) -> WorkerStatus:
         reply = await self._worker("stop", "--run-dir", self.run_dir(run_id), "--label", label,
