@@ -4,7 +4,8 @@ Run as root:  .venv/bin/python tests/benchmarks/bench_jobs.py
 
 1. Launch: from the command to every worker running, for a 4-node and a 1-node Docker job
    (homegpu: preflight, code sync, parallel starts over each node's own forwarded Docker socket),
-   against a sequential `ssh node docker run -d ...` loop over the same 4 nodes.
+   against a sequential `ssh node docker run -d ...` loop over the same 4 nodes. For scale, the
+   same 4 and 1 containers started straight through the engine's API with nothing else around.
 2. Training throughput: the built-in trainer on two workers through homegpu (process runtime)
    against the same trainer started by hand with the same TF_CONFIG, examples/s from the metric
    lines, both measured over epochs 2..N (epoch 1 holds TensorFlow's warm-up).
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -38,7 +40,7 @@ from homegpu.remote.job_run import JobRun  # noqa: E402
 from homegpu.trainer.metrics import parse_metric_line  # noqa: E402
 
 SLEEPER = "import time\ntime.sleep(600)\n"
-EPOCHS, STEPS, BATCH = 4, 40, 64
+EPOCHS, STEPS, BATCH = 6, 100, 64
 
 
 def remove_job_containers(client: docker.DockerClient, job: str) -> None:
@@ -67,6 +69,21 @@ def ssh_loop_seconds(sim: SimCluster, image: str) -> float:
     return time.perf_counter() - start
 
 
+def engine_floor_seconds(client: docker.DockerClient, image: str, count: int) -> float:
+    """`count` containers created and started at once straight through the engine's API: what a
+    launch costs on this machine before any tool adds anything. Every simulated node shares this one
+    engine (and its 2 cores), so 4 starts here cost about 4 engines' CPU, which 4 real nodes
+    would each spend on their own."""
+    def one(_: int) -> None:
+        client.containers.run(image, ["python3", "-c", SLEEPER], detach=True, network_mode="host",
+                              labels={"homegpu.job": "bench-floor"})
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(count) as pool:
+        list(pool.map(one, range(count)))
+    return time.perf_counter() - start
+
+
 def launch_benchmark(sim: SimCluster, client: docker.DockerClient, image: str, root: Path) -> None:
     code = root / "sleeper"
     code.mkdir()
@@ -74,8 +91,11 @@ def launch_benchmark(sim: SimCluster, client: docker.DockerClient, image: str, r
     jobs = {name: {"image": image, "script": "sleeper/sleep.py", "nodes": nodes, "port": free_job_port()}
             for name, nodes in (("bench4", [n.name for n in sim.nodes]), ("bench1", [sim.nodes[0].name]))}
     config = sim.write_cluster_toml(root / "cluster.toml", runtime="docker", jobs=jobs)
-    four, one, loop = [], [], []
+    four, one, loop, floor4, floor1 = [], [], [], [], []
     for _ in range(3):
+        for count, floor in ((4, floor4), (1, floor1)):
+            floor.append(engine_floor_seconds(client, image, count))
+            remove_job_containers(client, "bench-floor")
         four.append(asyncio.run(homegpu_launch_seconds(config, "bench4")))
         remove_job_containers(client, "bench4")
         one.append(asyncio.run(homegpu_launch_seconds(config, "bench1")))
@@ -83,10 +103,13 @@ def launch_benchmark(sim: SimCluster, client: docker.DockerClient, image: str, r
         loop.append(ssh_loop_seconds(sim, image))
         remove_job_containers(client, "bench-loop")
     f, o, l = statistics.median(four), statistics.median(one), statistics.median(loop)
+    e4, e1 = statistics.median(floor4), statistics.median(floor1)
     print("launch: command → all workers running (median of 3, s)")
     print(f"  homegpu, 4 nodes:          {f:6.2f}")
     print(f"  homegpu, 1 node:           {o:6.2f}   4 nodes / 1 node = {f / o:.2f}x")
     print(f"  ssh + docker run loop, 4:  {l:6.2f}   loop / homegpu = {l / f:.2f}x")
+    print(f"  engine alone, 4 at once:   {e4:6.2f}")
+    print(f"  engine alone, 1:           {e1:6.2f}   4 / 1 = {e4 / e1:.2f}x (the shared engine's floor)")
 
 
 def epoch_rates(lines: list[str]) -> list[float]:
@@ -139,7 +162,7 @@ async def homegpu_rate(root: Path) -> float:
 
 def throughput_benchmark(root: Path) -> None:
     hand, ours = [], []
-    for _ in range(2):
+    for _ in range(3):
         hand.append(by_hand_rate(sys.executable, Path(tempfile.mkdtemp(dir=root))))
         ours.append(asyncio.run(homegpu_rate(Path(tempfile.mkdtemp(dir=root)))))
     h, o = statistics.median(hand), statistics.median(ours)
