@@ -24,6 +24,7 @@ import contextlib
 import csv
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -47,6 +48,7 @@ RESTART_MAX_S = 30.0
 STALE_GRACE_S = 1.0  # a loop iteration older than 2 intervals + this is not used
 SILENT_MIN_S = 30.0  # a loop child silent for max(this, 10 intervals) is killed and restarted
 MAX_PENDING_ERRORS = 20  # loop errors kept for the next line; older ones are dropped
+QUIET_MAX_S = 0.2  # silence that ends a loop child's first iteration (less for loops under 0.4 s)
 
 # nvidia-smi field -> our key, in query order.
 GPU_QUERY = (
@@ -174,7 +176,9 @@ class LoopIterations:
     starts the next one. The second rule copes with the GPU count changing: a GPU falling off the
     bus (fewer rows, the first GPU's row among them or not) or coming back (more rows) costs one
     iteration's delay, after which ``expected`` is the new count. Lines that are not GPU rows
-    (warnings, "No devices were found") are reported and do not count.
+    (warnings, "No devices were found") are reported and do not count. Before any count is known,
+    the output going quiet after some rows ends the first iteration (``close``): nvidia-smi prints
+    an iteration's rows together, iterations a loop period apart.
     """
 
     def __init__(self, expected=None):
@@ -188,6 +192,15 @@ class LoopIterations:
         for row in _rows(line, len(GPU_QUERY), errors):
             complete = self._add(row) or complete
         return [_typed(row, GPU_QUERY) for row in complete] if complete else None
+
+    def counting(self):
+        """Rows of the first iteration are in and how many make one is not known yet."""
+        return self.expected is None and bool(self.rows)
+
+    def close(self):
+        """The output went quiet after the pending rows: return them as a complete iteration."""
+        self.expected = self.published = len(self.rows)
+        return [_typed(row, GPU_QUERY) for row in self.rows]
 
     def _add(self, row):
         complete = None
@@ -245,6 +258,7 @@ class SmiLoop:
 
     def __init__(self, path, loop_ms, expected=None):
         self.argv = [path, _query_arg("--query-gpu=", GPU_QUERY), SMI_FORMAT, f"--loop-ms={loop_ms}"]
+        self.quiet = min(QUIET_MAX_S, loop_ms / 2000.0)
         self.iterations = LoopIterations(expected)
         self.latest = None  # (time.monotonic(), [gpu dicts]) of the newest complete iteration
         self.errors = collections.deque(maxlen=MAX_PENDING_ERRORS)
@@ -314,9 +328,12 @@ class SmiLoop:
             proc.kill()
         completed = 0
         try:
-            for raw in proc.stdout:
-                self.last_output = time.monotonic()
-                gpus = self.iterations.feed(raw.decode("utf-8", "replace"), self.errors)
+            for line in self._lines(proc.stdout.fileno()):
+                if line is None:
+                    gpus = self.iterations.close()
+                else:
+                    self.last_output = time.monotonic()
+                    gpus = self.iterations.feed(line, self.errors)
                 if gpus is not None:
                     self.latest = (time.monotonic(), gpus)
                     completed += 1
@@ -326,6 +343,24 @@ class SmiLoop:
             code = proc.wait()
             forget(proc)
         return code, completed
+
+
+    def _lines(self, fd):
+        """The child's output lines, read straight from its pipe so that silence can be seen:
+        None stands for ``quiet`` seconds without output while a first iteration is pending."""
+        pending = b""
+        while True:
+            if self.iterations.counting() and not select.select([fd], [], [], self.quiet)[0]:
+                yield None
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                if pending:
+                    yield pending.decode("utf-8", "replace")
+                return
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                yield line.decode("utf-8", "replace") + "\n"
 
 
 def spawn(argv, **popen_args):
@@ -408,6 +443,8 @@ class SmiReader:
         self._reads_since_apps = 0
         code, out, _ = self._run("--version")
         self.cuda = parse_nvidia_smi_version(out) if code == 0 else None
+        if self.loop_ms:  # started now, its first iteration is in by the first read: no one-shot then
+            self.loop = SmiLoop(path, self.loop_ms)
 
     def _run(self, *args):
         try:
@@ -434,13 +471,16 @@ class SmiReader:
 
     def _gpus(self, errors):
         """The loop's newest iteration when it is fresh; otherwise a one-shot query, now."""
-        if self.loop is not None:
-            self._tend_loop(errors)
         gpus = self.loop.fresh(self.max_age) if self.loop is not None else None
         if gpus is None:
             gpus = parse_nvidia_smi_gpus(self._query("--query-gpu=", GPU_QUERY, errors) or "", errors)
-            if gpus and self.loop_ms and self.loop is None and not self.loop_failed:
+            if not gpus and self.loop is not None and self.loop.latest is None:
+                self.loop.stop()  # nothing to loop over (no devices, no driver): the one-shot said why
+                self.loop = None
+            elif gpus and self.loop_ms and self.loop is None and not self.loop_failed:
                 self.loop = SmiLoop(self.path, self.loop_ms, expected=len(gpus))
+        if self.loop is not None:
+            self._tend_loop(errors)
         return gpus
 
     def _tend_loop(self, errors):

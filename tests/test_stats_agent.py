@@ -458,9 +458,27 @@ def test_streaming_lines_come_from_one_loop_child(tmp_path: Path, smi_agents) ->
     assert all(stats.errors == () for stats in lines), [s.errors for s in lines]
     [loop_pid] = agent.runs()
     assert alive(loop_pid)
-    # One query before the loop starts (it tells how many GPUs to expect); perhaps one more while
-    # the loop child starts up. Without loop mode this would be one per line.
-    assert 1 <= len(agent.runs(ONE_SHOT_GPUS)) <= 3
+    # The loop starts with the agent; a one-shot query stands in only for lines before its first
+    # iteration is in (here lines come every 0.1 s). Without loop mode this would be one per line.
+    assert len(agent.runs(ONE_SHOT_GPUS)) <= 2
+
+
+def test_the_first_line_comes_from_the_loop_started_with_the_agent(tmp_path: Path, smi_agents) -> None:
+    """At 1 s a line, the loop child's first iteration is in long before the first line is due, so
+    no one-shot nvidia-smi is started at all (each start loads NVML: the costly part)."""
+    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--interval", "1")
+    lines = agent.lines(2)
+    assert all(len(stats.gpus) == 2 and stats.errors == () for stats in lines), lines
+    assert len(agent.runs()) == 1 and agent.runs(ONE_SHOT_GPUS) == []
+
+
+def test_a_node_with_no_devices_gets_no_loop(tmp_path: Path, smi_agents) -> None:
+    """The loop started with the agent ends at once; the one-shot query says why, alone."""
+    agent = smi_agents(tmp_path, "garbage_no_devices.txt", None)
+    lines = agent.lines(5)
+    assert all(stats.gpus == () and stats.errors == ("nvidia-smi query-gpu: exit 6: No devices were found",)
+               for stats in lines), [stats.errors for stats in lines]
+    assert len(agent.runs()) == 1 and len(agent.runs(ONE_SHOT_GPUS)) >= 5
 
 
 def test_compute_processes_are_queried_every_nth_interval(tmp_path: Path, smi_agents) -> None:

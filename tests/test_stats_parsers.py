@@ -161,6 +161,16 @@ def test_unknown_count_is_learnt_when_the_first_gpu_repeats() -> None:
     assert feed(LoopIterations(), H100_NVL_ROWS * 3) == [None, None, [0, 1], [0, 1], None, [0, 1]]
 
 
+def test_quiet_after_the_first_rows_ends_the_first_iteration() -> None:
+    """The agent closes the iteration when the child's output goes quiet (stats_agent.SmiLoop);
+    the count is then known, so later iterations complete on their last row."""
+    iterations = LoopIterations()
+    assert not iterations.counting()
+    assert feed(iterations, H100_NVL_ROWS) == [None, None] and iterations.counting()
+    assert [gpu["index"] for gpu in iterations.close()] == [0, 1] and not iterations.counting()
+    assert feed(iterations, H100_NVL_ROWS * 2) == [None, [0, 1]] * 2
+
+
 def test_gpu_falling_off_the_bus_costs_one_iteration() -> None:
     """GPU 1 is gone: the lone GPU 0 row completes nothing until GPU 0 repeats, then every row."""
     assert feed(LoopIterations(expected=2), [GPU0, GPU1, GPU0, GPU0, GPU0]) == [
