@@ -420,13 +420,15 @@ def _query_arg(query, fields):
 class SmiReader:
     """GPU stats from the ``nvidia-smi`` CLI, for nodes where NVML cannot be loaded from Python.
 
-    With an ``interval`` (a streaming agent) GPU rows come from one ``SmiLoop`` child, started once
-    a one-shot query has shown that nvidia-smi works and how many GPUs there are. Whenever the loop
+    With an ``interval`` (a streaming agent) GPU rows come from one ``SmiLoop`` child, started with
+    the reader, so its first iteration is usually in before the first line is due. Whenever the loop
     has no iteration younger than two intervals (starting up, restarting, hung) a one-shot query
-    stands in, so a line never lacks GPUs that nvidia-smi can report. If the loop child keeps ending
-    without ever looping (an nvidia-smi without ``--loop-ms``) the reader stays with one-shot
-    queries. Without an ``interval`` (``--once``) every read is one-shot. Compute processes change
-    slowly and cost a fork each, so they are asked for on every ``apps_every``-th read only.
+    stands in, so a line never lacks GPUs that nvidia-smi can report; when that query finds no GPU
+    before the loop ever had an iteration, the loop is dropped until one shows GPUs again. If the
+    loop child keeps ending without ever looping (an nvidia-smi without ``--loop-ms``) the reader
+    stays with one-shot queries. Without an ``interval`` (``--once``) every read is one-shot.
+    Compute processes change slowly and cost a fork each, so they are asked for on every
+    ``apps_every``-th read only.
     """
 
     source = "nvidia-smi"
