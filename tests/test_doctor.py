@@ -31,7 +31,7 @@ from homegpu.remote.doctor import (
 )
 from homegpu.remote.stats import parse_agent_line
 from homegpu.remote.transport import CommandResult
-from homegpu.tui.doctor_commands import format_check, format_report
+from homegpu.tui.doctor_commands import format_check, format_report, job_port
 
 REPLAY_GPUS = FIXTURES / "gpus_2x_h100nvl_idle.csv"
 REPLAY_APPS = FIXTURES / "apps_none.csv"
@@ -328,3 +328,10 @@ def test_report_format():
     spec = parse_cluster('[[nodes]]\nname = "box"\nhost = "10.0.0.2"\nruntime = "process"\n')
     report = format_report(spec, rows).splitlines()
     assert report[0] == "box (10.0.0.2, runtime process)" and report[-1] == "1 problem on box"
+
+
+def test_doctor_checks_the_port_the_jobs_use_unless_told():
+    nodes = '[[nodes]]\nname = "box"\nhost = "10.0.0.2"\nruntime = "process"\n'
+    assert job_port(parse_cluster(nodes)) == 23456
+    jobs = '[jobs.zeta]\nport = 24000\n[jobs.alpha]\nport = 22888\n'
+    assert job_port(parse_cluster(nodes + jobs)) == 22888

@@ -34,16 +34,22 @@ def register(commands: argparse._SubParsersAction) -> None:
         epilog=JSON_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     doctor.add_argument("--json", action="store_true", help="print JSON for scripts (format below)")
-    doctor.add_argument("--port", type=int, default=DEFAULT_JOB_PORT, metavar="N",
-                        help=f"job port to test on each node's cluster address (default: {DEFAULT_JOB_PORT})")
+    doctor.add_argument("--port", type=int, metavar="N",
+                        help="job port to test on each node's cluster address (default: the first job's "
+                             f"port in cluster.toml, else {DEFAULT_JOB_PORT})")
     doctor.set_defaults(handler=run_doctor)
 
 
 def run_doctor(args: argparse.Namespace) -> int:
     spec = load_spec(args)
-    checks = asyncio.run(_doctor(spec, args.port))
+    checks = asyncio.run(_doctor(spec, args.port or job_port(spec)))
     print(json.dumps(doctor_json(spec.name, checks)) if args.json else format_report(spec, checks), flush=True)
     return 1 if any(check.ok is False for check in checks) else 0
+
+
+def job_port(spec: ClusterSpec) -> int:
+    """The port a job would use: the first job's (by name), else TensorFlow's usual default."""
+    return spec.jobs[min(spec.jobs)].port if spec.jobs else DEFAULT_JOB_PORT
 
 
 async def _doctor(spec: ClusterSpec, port: int) -> list[Check]:
