@@ -275,9 +275,9 @@ class JobRun:
     async def _poll_workers(self) -> tuple[list[WorkerTrack], list[WorkerStatus | BaseException]]:
         """Every worker's status, one round trip per node; a node's failure stands for each of its
         workers."""
-        by_runtime: dict[int, list[WorkerTrack]] = {}
+        by_runtime: dict[Runtime, list[WorkerTrack]] = {}
         for track in self.tracks.values():
-            by_runtime.setdefault(id(track.runtime), []).append(track)
+            by_runtime.setdefault(track.runtime, []).append(track)
         groups = list(by_runtime.values())
         replies = await asyncio.gather(*(group[0].runtime.statuses(self.run_id, [t.label for t in group])
                                          for group in groups), return_exceptions=True)

@@ -150,8 +150,8 @@ class ProcessRuntime(Runtime):
                          data_dir=data_dir)
 
     async def _worker(self, *args: str, timeout: float = 60.0) -> dict:
-        # -I -S: the script needs only the standard library, and skipping site-packages halves the
-        # start-up of a call that the watch loop makes every second during a run.
+        # -I -S: the script needs only the standard library; skipping site-packages makes a call
+        # that the watch loop makes every second during a run start faster.
         result = await self.node.run([self.node.spec.python, "-I", "-S", "-c", _WORKER_SCRIPT, *args],
                                      timeout=timeout)
         if not result.ok:

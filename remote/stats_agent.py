@@ -344,7 +344,6 @@ class SmiLoop:
             forget(proc)
         return code, completed
 
-
     def _lines(self, fd):
         """The child's output lines, read straight from its pipe so that silence can be seen:
         None stands for ``quiet`` seconds without output while a first iteration is pending."""
