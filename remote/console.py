@@ -36,12 +36,13 @@ _MAX_PENDING_ESCAPE = 256  # an escape still open after this many characters is 
 
 _TOKENS = re.compile(
     r"(?P<text>[^\x00-\x08\x0a-\x1f\x7f-\x9f]+)"
-    r"|(?P<newline>\n)|(?P<cr>\r)|(?P<bs>\x08)"
+    r"|(?P<newline>\n)|(?P<cr>\r)|(?P<bs>\x08+)"
     r"|\x1b\[(?P<csi_params>[0-?]*)[ -/]*(?P<csi_final>[@-~])"
-    r"|(?P<osc>\x1b\][^\x07\x1b]*(?:\x07|\x1b\\))"
-    r"|(?P<open_escape>\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*(?:\x1b)?)?\Z)"
-    r"|\x1b[^\[\]]"
-    r"|(?P<other>[\x00-\x1f\x7f-\x9f])"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC: a window title, a hyperlink
+    r"|\x1b[()*+][ -~]"  # a character set (tput sgr0 prints ESC ( B)
+    r"|(?P<open_escape>\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[()*+])?\Z)"
+    r"|\x1b[^\[\]()*+]"
+    r"|[\x00-\x1f\x7f-\x9f]"  # other control characters
 )
 
 
@@ -105,7 +106,7 @@ class ConsoleLines:
             elif kind == "cr":
                 self._cursor = 0
             elif kind == "bs":
-                self._cursor = max(0, self._cursor - 1)
+                self._cursor = max(0, self._cursor - len(token.group()))
             elif kind == "csi_final":
                 self._csi(token.group("csi_params"), token.group("csi_final"))
             elif kind == "open_escape" and len(token.group()) < _MAX_PENDING_ESCAPE:

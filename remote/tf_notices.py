@@ -25,8 +25,9 @@ _PREFIX = re.compile(r"^(?:(?P<glog>[IWEF])\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ "
                      r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: (?P<old>[IWEF]) )"
                      r"(?P<source>[\w./-]+):\d+\] (?P<message>.*)$")
 
-# Messages after the prefix: TensorFlow's notices on nodes without a GPU, about its build, and the
-# end of a finite dataset.
+# Messages after the prefix: TensorFlow's notices on nodes without a GPU, about its build, about
+# tf.data's internals (MultiWorkerMirroredStrategy's dataset distribution prints the
+# GeneratorDatasetOp one for any dataset), and the end of a finite dataset.
 _HARMLESS_MESSAGES = re.compile("|".join([
     r"failed call to cuInit",  # no GPU (UNKNOWN ERROR (303), CUDA_ERROR_NO_DEVICE ...)
     r"Could not find cuda drivers on your machine, GPU will not be used",
@@ -38,6 +39,8 @@ _HARMLESS_MESSAGES = re.compile("|".join([
     r"kernel driver does not appear to be running on this host",
     r"retrieving CUDA diagnostic information for host",
     r"Memory patch applied: M_TRIM_THRESHOLD",
+    r"Input of GeneratorDatasetOp::Dataset will not be optimized because the dataset does not "
+    r"implement the AsGraphDefInternal\(\) method",
     r"Local rendezvous is aborting with status: OUT_OF_RANGE: End of sequence",
 ]))
 _HARMLESS_SOURCES = ("cuda_diagnostics.cc",)  # the details after a failed cuInit

@@ -129,3 +129,14 @@ def test_recorded_epochs_give_the_last_printed_figures(recording: pathlib.Path) 
     assert {key: evaluate[key] for key in printed_evaluate} == printed_evaluate
     said = re.search(r"evaluate: loss ([0-9.]+) accuracy ([0-9.]+)", "\n".join(lines))  # the script's own print
     assert (evaluate["loss"], evaluate["accuracy"]) == (float(said.group(1)), float(said.group(2)))
+
+
+def test_two_recorded_workers_print_the_same_global_figures() -> None:
+    """Under MultiWorkerMirroredStrategy each worker prints the epoch's global loss and accuracy;
+    only the times are its own."""
+    chief, other = (events(recorded_lines(KERAS / f"tf_keras_mwms_two_workers_w{i}.txt")) for i in (0, 1))
+    figures = ("epoch", "epochs", "loss", "accuracy", "val_loss", "val_accuracy", "steps")
+    assert [e["event"] for e in chief] == [e["event"] for e in other]
+    for mine, theirs in zip(chief, other):
+        if mine["event"] == "epoch":
+            assert {k: mine[k] for k in figures} == {k: theirs[k] for k in figures}
