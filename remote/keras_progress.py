@@ -39,6 +39,7 @@ _METRIC = re.compile(r"^([A-Za-z_][\w./]*): ([-+]?(?:\d[\d.]*(?:e[-+]?\d+)?|nan|
 _PER = re.compile(r"(\d+(?:\.\d+)?)(s|ms|us)/(step|epoch)\b")
 _ELAPSED = re.compile(r"(?:^|\s)(\d+)s(?=\s|$)")
 _TO_MS = {"s": 1000.0, "ms": 1.0, "us": 0.001}
+_RATES = ("seconds", "ms_per_step", "steps_per_sec", "examples_per_sec", "steps")  # not in "end"
 
 
 class KerasProgress:
@@ -116,17 +117,14 @@ class KerasProgress:
         return rates
 
 
-_RATES = ("seconds", "ms_per_step", "steps_per_sec", "examples_per_sec", "steps")
-
-
 def _split(rest: str) -> tuple[dict, str]:
     """The `name: value` metrics of a bar's text, and its other parts (times) joined."""
     metrics, timing = {}, []
     for part in rest.split(" - "):
         part = part.strip()
-        found = _METRIC.match(part)
         if part.startswith("ETA:"):
             continue
+        found = _METRIC.match(part)
         if found:
             metrics[found.group(1)] = _number(found.group(2))
         else:

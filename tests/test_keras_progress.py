@@ -5,6 +5,7 @@ Recordings and how they were made: tests/fixtures/keras/README.md.
 
 from __future__ import annotations
 
+import json
 import pathlib
 import re
 
@@ -140,3 +141,22 @@ def test_two_recorded_workers_print_the_same_global_figures() -> None:
     for mine, theirs in zip(chief, other):
         if mine["event"] == "epoch":
             assert {k: mine[k] for k in figures} == {k: theirs[k] for k in figures}
+
+
+def test_live_steps_from_the_unfinished_line_of_a_recording() -> None:
+    """Fed in the pieces the recording arrived in, the console's unfinished line (`partial`) gives
+    step events while an epoch runs; the completed lines give the epochs."""
+    recording = KERAS / "tf_keras_mwms_default"
+    data = recording.with_suffix(".txt").read_bytes()
+    pieces = json.loads(recording.with_suffix(".chunks.json").read_text())
+    console, progress, got, offset = ConsoleLines(), KerasProgress(), [], 0
+    for _, length in pieces:
+        for line in console.feed(data[offset:offset + length]):
+            got.append(progress.feed(line))
+        offset += length
+        got.append(progress.feed(console.partial))
+    got = [event for event in got if event is not None]
+    steps = [(e["epoch"], e["step"]) for e in got if e["event"] == "step"]
+    assert {epoch for epoch, _ in steps} == {1, 2, 3}
+    assert steps == sorted(steps) and all(0 < step <= 40 for _, step in steps)
+    assert [e["epoch"] for e in got if e["event"] == "epoch"] == [1, 2, 3]
