@@ -18,12 +18,14 @@ line of kilobytes. `ConsoleLines` replays the bytes on a one-line terminal model
 - Trailing blanks are removed (the padding a shorter redraw writes over a longer one).
 
 `consumed` counts the input bytes up to and including the last newline, so a caller that
-follows a file by byte offset (logtail.FileResume) can resume at the start of the unfinished line.
+follows a file by byte offset (logtail.FileResume) can resume at the start of the unfinished line,
+after `rewind()`.
 
 Usage:
     console = ConsoleLines()
     for line in console.feed(chunk): ...      # each chunk as it arrives, split anywhere
     for line in console.flush(): ...          # at the end of the stream: the unfinished line
+    console.rewind()                          # after a reconnect: re-feed from console.consumed
 """
 
 from __future__ import annotations
@@ -88,6 +90,15 @@ class ConsoleLines:
         self._unfinished = False
         self.consumed = self._fed
         return lines
+
+    def rewind(self) -> None:
+        """Forget the unfinished line: the next `feed` starts again at byte `consumed` (a file tail
+        resumed at that offset after a reconnect re-reads the unfinished line from its start)."""
+        self._decoder.reset()
+        self._pending_escape = ""
+        self._line, self._cursor, self._width = "", 0, 0
+        self._unfinished = False
+        self._fed = self.consumed
 
     @property
     def partial(self) -> str:

@@ -89,6 +89,17 @@ def test_consumed_counts_complete_lines_only() -> None:
     assert console.flush() == []
 
 
+def test_rewind_re_reads_the_unfinished_line_from_consumed() -> None:
+    console = ConsoleLines()
+    data = b"done\n\x1b[1mhalf a li\xe2\x94"
+    assert console.feed(data) == ["done"]
+    console.rewind()  # the tail dropped; it resumes at byte `consumed`
+    assert console.partial == ""
+    assert console.feed(data[console.consumed:] + b"\x81ne\x1b[0m\n") == ["half a li━ne"]
+    assert console.consumed == len(data + b"\x81ne\x1b[0m\n")
+    assert console.flush() == []
+
+
 def test_partial_shows_the_current_redraw() -> None:
     console = ConsoleLines()
     assert console.feed(b"Epoch 1/3\n 1/40 [..]\b\b\b\b\b\b\b\b\b\b\r20/40 [=.]") == ["Epoch 1/3"]
