@@ -162,7 +162,8 @@ BAD_INPUTS = [
     (NODE + 'runtime = "podman"\n', 4, "[[nodes]] #1.runtime", "unknown runtime 'podman'", '"docker"'),
     ('[cluster]\nconnect_timeout = "5s"\n' + NODE, 2, "[cluster].connect_timeout", "expected a number",
      "connect_timeout = 1.5"),
-    ('[cluster]\nstats_interval = 0\n' + NODE, 2, "[cluster].stats_interval", "greater than 0", "positive"),
+    ('[cluster]\nstats_interval = 0\n' + NODE, 2, "[cluster].stats_interval", "must be from 0.1 to 3600 seconds",
+     "in that range"),
     ('[cluster]\nkeepalive_count_max = 1.5\n' + NODE, 2, "[cluster].keepalive_count_max",
      "expected an integer", "keepalive_count_max = 22"),
     ('cluster = 3\n' + NODE, 1, "[cluster]", "must be a table", "[cluster] table"),
@@ -173,7 +174,7 @@ BAD_INPUTS = [
     (NODE + 'jobs = 1\n', 4, "[[nodes]] #1.jobs", "unknown key 'jobs'", "[[nodes]] reference"),
     (NODE + '[jobs]\ntrain = 5\n', 5, "[jobs.train]", "must be a table", "[jobs.train] table"),
     (JOB + 'epoch = 3\n', 9, "[jobs.train].epoch", "unknown key 'epoch'", "did you mean 'epochs'?"),
-    (JOB + 'epochs = 0\n', 9, "[jobs.train].epochs", "greater than 0", "positive"),
+    (JOB + 'epochs = 0\n', 9, "[jobs.train].epochs", "must be from 1 to 1,000,000, got 0", "in that range"),
     (JOB + 'nodes = ["a", "c"]\n', 9, "[jobs.train].nodes", "unknown node 'c'", "a, b"),
     (JOB + 'nodes = ["a", "a"]\n', 9, "[jobs.train].nodes", "listed twice", "each node once"),
     (JOB + 'restart = "always"\n', 9, "[jobs.train].restart", "unknown value 'always'", '"on-failure"'),
@@ -184,7 +185,7 @@ BAD_INPUTS = [
     (JOB + 'env = { X = 1 }\n', 9, "[jobs.train].env.X", "not a string", 'X = "1"'),
     (JOB + 'script = "train.py; rm -rf /"\n', 9, "[jobs.train].script", "shell metacharacters", "without them"),
     (JOB + 'args = ["--lr", 0.1]\n', 9, "[jobs.train].args", "0.1 is not a string", "in quotes"),
-    (JOB + 'max_restarts = -1\n', 9, "[jobs.train].max_restarts", "0 or more", "0 or more"),
+    (JOB + 'max_restarts = -1\n', 9, "[jobs.train].max_restarts", "must be from 0 to 1,000, got -1", "in that range"),
     (JOB + 'model = "vit"\n', 9, "[jobs.train].model", "unknown value 'vit'", '"cnn"'),
 ]
 
