@@ -12,7 +12,7 @@ from homegpu.remote.config import (
     ClusterSpec, ConfigError, NodeSpec, SshDefaults, embedded_default, find_config, load_cluster,
     parse_cluster,
 )
-from homegpu.remote.config_writer import cluster_to_toml
+from homegpu.remote.config_writer import cluster_to_toml, starter_cluster
 from homegpu.remote.job_config import DEFAULT_IMAGE, JobSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,6 +122,35 @@ def test_writer_round_trip(spec):
     assert back == spec
 
 
+def test_starter_cluster_writes_a_demo_job_across_the_given_nodes(tmp_path):
+    nodes = (NodeSpec(name="desktop", host="192.168.1.20"), NodeSpec(name="laptop", host="laptop", port=2222,
+                                                                      runtime="process"))
+    path = tmp_path / "cluster.toml"
+    path.write_text(cluster_to_toml(starter_cluster(nodes, user="alice")), encoding="utf-8")
+    text = path.read_text(encoding="utf-8")
+    assert "[jobs.demo]" in text and 'data = "synthetic"' in text
+    spec = load_cluster(path)
+    assert spec.nodes == nodes and spec.ssh.user == "alice" and spec.name == "home"
+    (job,) = spec.jobs.values()
+    assert (job.name, job.uses_trainer, job.data, job.nodes, job.workers_per_node) == ("demo", True, "synthetic",
+                                                                                       (), 1)
+
+
+def test_starter_cluster_without_nodes_is_this_machine_with_two_workers():
+    spec = parse_cluster(cluster_to_toml(starter_cluster(name="lab")))
+    (node,) = spec.nodes
+    assert (node.name, node.is_local, node.runtime, node.python) == ("local", True, "process", "python3")
+    assert spec.name == "lab" and spec.jobs["demo"].workers_per_node == 2
+
+
+def test_one_default_cluster_name():
+    assert parse_cluster(NODE).name == embedded_default().name == starter_cluster().name == "home"
+
+
+def test_a_byte_order_mark_is_accepted():
+    assert parse_cluster("\ufeff" + GOOD) == parse_cluster(GOOD)
+
+
 def test_missing_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_cluster(tmp_path / "nope.toml")
@@ -187,6 +216,24 @@ BAD_INPUTS = [
     (JOB + 'args = ["--lr", 0.1]\n', 9, "[jobs.train].args", "0.1 is not a string", "in quotes"),
     (JOB + 'max_restarts = -1\n', 9, "[jobs.train].max_restarts", "must be from 0 to 1,000, got -1", "in that range"),
     (JOB + 'model = "vit"\n', 9, "[jobs.train].model", "unknown value 'vit'", '"cnn"'),
+    ('[cluster]\nkeepalive_interval = nan\n' + NODE, 2, "[cluster].keepalive_interval",
+     "must be from 0.1 to 3600 seconds, got nan", "in that range"),
+    ('[cluster]\nstats_interval = 5e-324\n' + NODE, 2, "[cluster].stats_interval", "got 5e-324", "in that range"),
+    ('[cluster]\nconnect_timeout = inf\n' + NODE, 2, "[cluster].connect_timeout", "got inf", "in that range"),
+    (JOB + 'stall_timeout = nan\n', 9, "[jobs.train].stall_timeout", "from 1 to 604800 seconds", "in that range"),
+    (JOB + 'workers_per_node = 100000\n', 9, "[jobs.train].workers_per_node", "from 1 to 64 workers, got 100000",
+     "in that range"),
+    (JOB + 'port = 65535\nworkers_per_node = 2\n', 9, "[jobs.train].port", "ports 65535 to 65536, past 65535",
+     "at most 65534"),
+    (JOB + 'epochs = 0x' + 'f' * 5000 + '\n', 9, "[jobs.train].epochs", "an integer of about 6021 digits",
+     "in that range"),
+    (NODE + 'port = ' + '9' * 5000 + '\n', 4, "[[nodes]] #1.port", "more than 4300 digits", "ordinary number"),
+    (NODE + 'tags = ' + '[' * 5000 + ']' * 5000 + '\n', 4, "[[nodes]] #1.tags", "nested too deeply",
+     "at most 8 levels"),
+    (NODE + 'tags = [[[[[[[["a"]]]]]]]]\n', 4, "[[nodes]] #1.tags.0.0.0.0.0.…", "more than 8 levels", "brackets"),
+    ('[jobs.' + '.'.join('j' * 9) + ']\n' + NODE, 1, "[jobs.j].j.j.j.j.j.j.…", "key of 10 dotted parts", "at most 8"),
+    ('[cluster]\nname = "home\\n"\n' + NODE, 2, "[cluster].name", "invalid name 'home\\n'", "up to 64"),
+    (NODE + '"a\\nb" = 1\n', 1, "[[nodes]] #1.'a\\nb'", "unknown key 'a\\nb'", "[[nodes]] reference"),
 ]
 
 
