@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-from homegpu.remote.config_check import TOP_KEYS, ConfigError, Validator, display, show
+from homegpu.remote.config_check import TOP_KEYS, ConfigError, Limits, Validator, display, show
 from homegpu.remote.job_config import JobSpec, parse_jobs
 from homegpu.remote.node_config import LOCAL_HOST, RUNTIMES, NodeSpec, parse_nodes
 from homegpu.remote.toml_lines import LineIndex
@@ -34,7 +34,7 @@ MAX_DEPTH = 8  # [jobs.NAME].env.KEY is the deepest a value sits (4); arrays and
 _BIG_INT_DIGITS = sys.get_int_max_str_digits() or 4300  # tomllib cannot read a longer decimal integer
 
 # (lowest, highest, unit) of each [cluster] number: far beyond what a real cluster needs.
-LIMITS: dict[str, tuple[float, float, str]] = {
+LIMITS: Limits = {
     "connect_timeout": (0.1, 3600.0, " seconds"),
     "keepalive_interval": (0.1, 3600.0, " seconds"),
     "keepalive_count_max": (1, 1000, ""),
@@ -211,26 +211,21 @@ def _cluster(v: Validator, data: dict) -> ClusterSpec:
     """The whole file: [cluster], then [[nodes]], then [jobs.NAME]. Raises ConfigError."""
     table = v.table(data, ("cluster",))
     v.unknown_keys(table, ("cluster",), _CLUSTER_KEYS, "see the cluster.toml reference in README.md")
-    get = v.getter(table, ("cluster",))
-
-    def number(key: str, kind: type, default: float) -> float:
-        lowest, highest, unit = LIMITS[key]
-        return get(key, kind, default, v.in_range(lowest, highest, unit))
-
+    get = v.getter(table, ("cluster",), LIMITS)
     ssh = SshDefaults(
         user=get("user", str, None, v.check_name_like),
         identity_file=get("identity_file", str, None, v.check_path),
         known_hosts=get("known_hosts", str, SshDefaults.known_hosts, v.check_path),
-        connect_timeout=number("connect_timeout", float, SshDefaults.connect_timeout),
-        keepalive_interval=number("keepalive_interval", float, SshDefaults.keepalive_interval),
-        keepalive_count_max=number("keepalive_count_max", int, SshDefaults.keepalive_count_max),
+        connect_timeout=get("connect_timeout", float, SshDefaults.connect_timeout),
+        keepalive_interval=get("keepalive_interval", float, SshDefaults.keepalive_interval),
+        keepalive_count_max=get("keepalive_count_max", int, SshDefaults.keepalive_count_max),
     )
     nodes = parse_nodes(v, data)
     return ClusterSpec(
         name=get("name", str, DEFAULT_CLUSTER_NAME, v.check_name),
         nodes=nodes,
         ssh=ssh,
-        stats_interval=number("stats_interval", float, ClusterSpec.stats_interval),
+        stats_interval=get("stats_interval", float, ClusterSpec.stats_interval),
         work_dir=get("work_dir", str, ClusterSpec.work_dir, v.check_path),
         jobs=parse_jobs(v, data, tuple(node.name for node in nodes)),
         source=v.file,

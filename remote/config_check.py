@@ -23,9 +23,11 @@ PATH_RE = re.compile(r"[A-Za-z0-9_./~+@=,:-]+")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # names, tags, users: up to 64 characters
 SHELL_META = frozenset(";&|`$<>()\\\"' \t\n*?!{}#")
 TOP_KEYS = ("cluster", "nodes", "jobs")
+MAX_PORT = 65535
 _MAX_SHOWN_PARTS = 6  # of a key path in a message
 
 Check = Callable[[tuple, Any], None]
+Limits = dict[str, tuple[float, float, str]]  # key: (lowest, highest, unit), as in_range takes them
 
 
 class ConfigError(Exception):
@@ -65,13 +67,17 @@ class Validator:
                 suggestion = f"did you mean {close[0]!r}? " if close else ""
                 raise self.fail(path + (key,), f"unknown key {show(key)}", f"{suggestion}{hint}")
 
-    def getter(self, table: dict, path: tuple) -> Callable[..., Any]:
-        """`get(key, kind, default, check)`: the key's value, type-checked and checked, else `default`."""
-        def get(key: str, kind: type, default: Any, check: Check) -> Any:
+    def getter(self, table: dict, path: tuple, limits: Limits | None = None) -> Callable[..., Any]:
+        """`get(key, kind, default, check=None)`: the key's value, type-checked, within its `limits`
+        (lowest, highest, unit) if it has any, and checked; else `default`."""
+        def get(key: str, kind: type, default: Any, check: Check | None = None) -> Any:
             if key not in table:
                 return default
             value = self.check_type(path + (key,), table[key], kind)
-            check(path + (key,), value)
+            if limits and key in limits:
+                self.in_range(*limits[key])(path + (key,), value)
+            if check:
+                check(path + (key,), value)
             return value
 
         return get
@@ -97,8 +103,8 @@ class Validator:
         return check
 
     def check_port(self, path: tuple, value: int) -> None:
-        if not 1 <= value <= 65535:
-            raise self.fail(path, f"port {show(value)} is out of range", "use a port between 1 and 65535")
+        if not 1 <= value <= MAX_PORT:
+            raise self.fail(path, f"port {show(value)} is out of range", f"use a port between 1 and {MAX_PORT}")
 
     def choice(self, choices: tuple[str, ...], hint: str = "", what: str = "value") -> Check:
         """A check that a string is one of `choices`."""

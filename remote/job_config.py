@@ -9,20 +9,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Mapping
 
-from homegpu.remote.config_check import NAME_RE, Check, Validator, show
+from homegpu.remote.config_check import MAX_PORT, NAME_RE, Check, Limits, Validator, show
 from homegpu.remote.node_config import NodeSpec
 
 DEFAULT_IMAGE = "homegpu/tensorflow:2.21"
 DEFAULT_JOB_PORT = 23456
-MAX_PORT = 65535
 RESTART_POLICIES = ("never", "on-failure")
 MODELS = ("cnn", "resnet")
 
 # (lowest, highest) of each number: far beyond what a real job needs, so that only a typo (or a
 # fuzzer) meets them, and nothing downstream sees NaN, infinity or a thousand-digit integer.
-LIMITS: dict[str, tuple[float, float, str]] = {
+LIMITS: Limits = {
     "workers_per_node": (1, 64, " workers"),
     "epochs": (1, 1_000_000, ""),
     "batch_size": (1, 1_048_576, ""),
@@ -91,11 +90,7 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...])
     """Validate one [jobs.NAME] table. Raises ConfigError."""
     path = ("jobs", name)
     v.unknown_keys(table, path, _JOB_KEYS, "see the [jobs.NAME] reference in README.md")
-    get = v.getter(table, path)
-
-    def number(key: str, kind: type, default: float) -> Any:
-        lowest, highest, unit = LIMITS[key]
-        return get(key, kind, default, v.in_range(lowest, highest, unit))
+    get = v.getter(table, path, LIMITS)
 
     def check_nodes(key_path: tuple, value: list) -> None:
         for item in value:
@@ -119,14 +114,14 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...])
         data_dir=get("data_dir", str, "", v.check_path),
         env=MappingProxyType(get("env", dict, {}, _check_env(v))),
         nodes=tuple(get("nodes", list, [], check_nodes)),
-        workers_per_node=number("workers_per_node", int, 1),
+        workers_per_node=get("workers_per_node", int, 1),
         port=get("port", int, DEFAULT_JOB_PORT, v.check_port),
-        epochs=number("epochs", int, 2),
-        batch_size=number("batch_size", int, 64),
-        steps_per_epoch=number("steps_per_epoch", int, 0),
+        epochs=get("epochs", int, 2),
+        batch_size=get("batch_size", int, 64),
+        steps_per_epoch=get("steps_per_epoch", int, 0),
         restart=get("restart", str, "on-failure", v.choice(RESTART_POLICIES)),
-        max_restarts=number("max_restarts", int, 3),
-        stall_timeout=number("stall_timeout", float, 300.0),
+        max_restarts=get("max_restarts", int, 3),
+        stall_timeout=get("stall_timeout", float, 300.0),
     )
     _check_worker_ports(v, job)
     return job
