@@ -19,7 +19,7 @@ DEFAULT_JOB_PORT = 23456
 RESTART_POLICIES = ("never", "on-failure")
 MODELS = ("cnn", "resnet")
 
-# (lowest, highest) of each number: far beyond what a real job needs, so that only a typo (or a
+# (lowest, highest, unit) of each number: far beyond what a real job needs, so that only a typo (or a
 # fuzzer) meets them, and nothing downstream sees NaN, infinity or a thousand-digit integer.
 LIMITS: Limits = {
     "workers_per_node": (1, 64, " workers"),
