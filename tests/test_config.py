@@ -143,6 +143,18 @@ def test_starter_cluster_without_nodes_is_this_machine_with_two_workers():
     assert spec.name == "lab" and spec.jobs["demo"].workers_per_node == 2
 
 
+def test_init_then_check_and_tfconfig_need_no_edit(tmp_path, capsys):
+    from homegpu.tui.cli import main
+
+    config = str(tmp_path / "cluster.toml")
+    assert main(["--config", config, "init", "--node", "a=10.0.0.1", "--node", "b=10.0.0.2:2222"]) == 0
+    assert "run demo" in capsys.readouterr().out
+    assert main(["--config", config, "check"]) == 0
+    assert "jobs: demo" in capsys.readouterr().out
+    assert main(["--config", config, "tfconfig"]) == 0
+    assert capsys.readouterr().out.count('"worker": ["10.0.0.1:23456", "10.0.0.2:23456"]') == 2
+
+
 def test_one_default_cluster_name():
     assert parse_cluster(NODE).name == embedded_default().name == starter_cluster().name == "home"
 
