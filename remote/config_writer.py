@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import fields
+from types import MappingProxyType
 from typing import Any
 
 import tomli_w
 
-from homegpu.remote.config import ClusterSpec, NodeSpec, SshDefaults
+from homegpu.remote.config import DEFAULT_CLUSTER_NAME, DEMO_JOB, LOCAL_HOST, ClusterSpec, NodeSpec, SshDefaults
 from homegpu.remote.job_config import JobSpec
 
 STARTER_HEADER = """\
@@ -15,9 +16,23 @@ STARTER_HEADER = """\
 # Each [[nodes]] table is one machine. host is an address, an ~/.ssh/config alias, or "local".
 # address is where TensorFlow and iperf3 traffic goes (defaults to host).
 # runtime is "docker" (containers, GPUs passed through) or "process" (plain python on the node).
-# Check it with `homegpu check`; the full reference is in README.md.
+# [jobs.demo] trains the built-in model on synthetic data across every node: `homegpu run demo`.
+# Check it with `homegpu check`, then `homegpu doctor`; the full reference is in README.md.
 
 """
+
+
+def starter_cluster(nodes: tuple[NodeSpec, ...] = (), user: str | None = None,
+                    name: str = DEFAULT_CLUSTER_NAME) -> ClusterSpec:
+    """What `homegpu init` writes: `nodes` (else this machine) and a `demo` job ready to run.
+
+    The demo job is the built-in trainer on synthetic data across every node, so init → check →
+    doctor → tfconfig → run needs no edit. Nodes keep the runtime they were given. This machine
+    alone gets two workers, so that MultiWorkerMirroredStrategy really synchronises.
+    """
+    nodes = nodes or (NodeSpec(name="local", host=LOCAL_HOST, runtime="process"),)
+    demo = JobSpec(name=DEMO_JOB, workers_per_node=2 if len(nodes) == 1 else 1)
+    return ClusterSpec(name=name, nodes=nodes, ssh=SshDefaults(user=user), jobs=MappingProxyType({DEMO_JOB: demo}))
 
 
 def cluster_to_dict(spec: ClusterSpec) -> dict[str, Any]:
@@ -52,8 +67,13 @@ def _node_dict(node: NodeSpec) -> dict[str, Any]:
     return table
 
 
+# written even at their defaults, so a job's table says what it trains
+_TRAINER_KEYS = ("data", "model", "epochs")
+
+
 def _job_dict(job: JobSpec) -> dict[str, Any]:
-    table = _non_default(job, JobSpec(name=job.name))
+    table = {key: getattr(job, key) for key in _TRAINER_KEYS} if job.uses_trainer else {}
+    table.update(_non_default(job, JobSpec(name=job.name)))
     table.pop("name", None)
     return table
 

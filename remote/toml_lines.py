@@ -23,26 +23,31 @@ class LineIndex:
 
     def __init__(self, text: str) -> None:
         self._lines: dict[tuple, int] = {}
+        self._paths: dict[int, tuple] = {}
+        self.longest_key: tuple[int, int | None] = (0, None)  # (dotted parts, line) of the longest key
         self._scan(text)
 
     def _scan(self, text: str) -> None:
         table: tuple = ()
         array_counts: dict[tuple, int] = {}
-        for number, line in enumerate(text.splitlines(), start=1):
+        for number, line in enumerate(text.split("\n"), start=1):  # as tomllib counts lines
             if match := _ARRAY_HEADER.match(line):
-                name = _split_key(match.group(1))
-                index = array_counts.get(name, 0)
-                array_counts[name] = index + 1
-                table = name + (index,)
-                self._lines.setdefault(name, number)
+                key = _split_key(match.group(1))
+                index = array_counts.get(key, 0)
+                array_counts[key] = index + 1
+                self._lines.setdefault(key, number)
+                table = path = key + (index,)
             elif match := _TABLE_HEADER.match(line):
-                table = _split_key(match.group(1))
+                key = table = path = _split_key(match.group(1))
             elif match := _ASSIGNMENT.match(line):
-                self._lines.setdefault(table + _split_key(match.group(1)), number)
-                continue
+                key = _split_key(match.group(1))
+                path = table + key
             else:
                 continue
-            self._lines.setdefault(table, number)
+            self._lines.setdefault(path, number)
+            self._paths.setdefault(number, path)
+            if len(key) > self.longest_key[0]:
+                self.longest_key = (len(key), number)
 
     def find(self, path: tuple) -> int | None:
         """The line of `path`, else of its nearest enclosing table, else None."""
@@ -51,3 +56,7 @@ class LineIndex:
                 return self._lines[path]
             path = path[:-1]
         return None
+
+    def path_at(self, line: int | None) -> tuple:
+        """The key written on `line` (an assignment or a table header), else ()."""
+        return self._paths.get(line, ()) if line else ()

@@ -12,7 +12,7 @@ from homegpu.remote.config import (
     ClusterSpec, ConfigError, NodeSpec, SshDefaults, embedded_default, find_config, load_cluster,
     parse_cluster,
 )
-from homegpu.remote.config_writer import cluster_to_toml
+from homegpu.remote.config_writer import cluster_to_toml, starter_cluster
 from homegpu.remote.job_config import DEFAULT_IMAGE, JobSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,6 +122,47 @@ def test_writer_round_trip(spec):
     assert back == spec
 
 
+def test_starter_cluster_writes_a_demo_job_across_the_given_nodes(tmp_path):
+    nodes = (NodeSpec(name="desktop", host="192.168.1.20"), NodeSpec(name="laptop", host="laptop", port=2222,
+                                                                      runtime="process"))
+    path = tmp_path / "cluster.toml"
+    path.write_text(cluster_to_toml(starter_cluster(nodes, user="alice")), encoding="utf-8")
+    text = path.read_text(encoding="utf-8")
+    assert "[jobs.demo]" in text and 'data = "synthetic"' in text
+    spec = load_cluster(path)
+    assert spec.nodes == nodes and spec.ssh.user == "alice" and spec.name == "home"
+    (job,) = spec.jobs.values()
+    assert (job.name, job.uses_trainer, job.data, job.nodes, job.workers_per_node) == ("demo", True, "synthetic",
+                                                                                       (), 1)
+
+
+def test_starter_cluster_without_nodes_is_this_machine_with_two_workers():
+    spec = parse_cluster(cluster_to_toml(starter_cluster(name="lab")))
+    (node,) = spec.nodes
+    assert (node.name, node.is_local, node.runtime, node.python) == ("local", True, "process", "python3")
+    assert spec.name == "lab" and spec.jobs["demo"].workers_per_node == 2
+
+
+def test_init_then_check_and_tfconfig_need_no_edit(tmp_path, capsys):
+    from homegpu.tui.cli import main
+
+    config = str(tmp_path / "cluster.toml")
+    assert main(["--config", config, "init", "--node", "a=10.0.0.1", "--node", "b=10.0.0.2:2222"]) == 0
+    assert "run demo" in capsys.readouterr().out
+    assert main(["--config", config, "check"]) == 0
+    assert "jobs: demo" in capsys.readouterr().out
+    assert main(["--config", config, "tfconfig"]) == 0
+    assert capsys.readouterr().out.count('"worker": ["10.0.0.1:23456", "10.0.0.2:23456"]') == 2
+
+
+def test_one_default_cluster_name():
+    assert parse_cluster(NODE).name == embedded_default().name == starter_cluster().name == "home"
+
+
+def test_a_byte_order_mark_is_accepted():
+    assert parse_cluster("\ufeff" + GOOD) == parse_cluster(GOOD)
+
+
 def test_missing_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_cluster(tmp_path / "nope.toml")
@@ -162,7 +203,8 @@ BAD_INPUTS = [
     (NODE + 'runtime = "podman"\n', 4, "[[nodes]] #1.runtime", "unknown runtime 'podman'", '"docker"'),
     ('[cluster]\nconnect_timeout = "5s"\n' + NODE, 2, "[cluster].connect_timeout", "expected a number",
      "connect_timeout = 1.5"),
-    ('[cluster]\nstats_interval = 0\n' + NODE, 2, "[cluster].stats_interval", "greater than 0", "positive"),
+    ('[cluster]\nstats_interval = 0\n' + NODE, 2, "[cluster].stats_interval", "must be from 0.1 to 3600 seconds",
+     "in that range"),
     ('[cluster]\nkeepalive_count_max = 1.5\n' + NODE, 2, "[cluster].keepalive_count_max",
      "expected an integer", "keepalive_count_max = 22"),
     ('cluster = 3\n' + NODE, 1, "[cluster]", "must be a table", "[cluster] table"),
@@ -173,7 +215,7 @@ BAD_INPUTS = [
     (NODE + 'jobs = 1\n', 4, "[[nodes]] #1.jobs", "unknown key 'jobs'", "[[nodes]] reference"),
     (NODE + '[jobs]\ntrain = 5\n', 5, "[jobs.train]", "must be a table", "[jobs.train] table"),
     (JOB + 'epoch = 3\n', 9, "[jobs.train].epoch", "unknown key 'epoch'", "did you mean 'epochs'?"),
-    (JOB + 'epochs = 0\n', 9, "[jobs.train].epochs", "greater than 0", "positive"),
+    (JOB + 'epochs = 0\n', 9, "[jobs.train].epochs", "must be from 1 to 1,000,000, got 0", "in that range"),
     (JOB + 'nodes = ["a", "c"]\n', 9, "[jobs.train].nodes", "unknown node 'c'", "a, b"),
     (JOB + 'nodes = ["a", "a"]\n', 9, "[jobs.train].nodes", "listed twice", "each node once"),
     (JOB + 'restart = "always"\n', 9, "[jobs.train].restart", "unknown value 'always'", '"on-failure"'),
@@ -184,8 +226,26 @@ BAD_INPUTS = [
     (JOB + 'env = { X = 1 }\n', 9, "[jobs.train].env.X", "not a string", 'X = "1"'),
     (JOB + 'script = "train.py; rm -rf /"\n', 9, "[jobs.train].script", "shell metacharacters", "without them"),
     (JOB + 'args = ["--lr", 0.1]\n', 9, "[jobs.train].args", "0.1 is not a string", "in quotes"),
-    (JOB + 'max_restarts = -1\n', 9, "[jobs.train].max_restarts", "0 or more", "0 or more"),
+    (JOB + 'max_restarts = -1\n', 9, "[jobs.train].max_restarts", "must be from 0 to 1,000, got -1", "in that range"),
     (JOB + 'model = "vit"\n', 9, "[jobs.train].model", "unknown value 'vit'", '"cnn"'),
+    ('[cluster]\nkeepalive_interval = nan\n' + NODE, 2, "[cluster].keepalive_interval",
+     "must be from 0.1 to 3600 seconds, got nan", "in that range"),
+    ('[cluster]\nstats_interval = 5e-324\n' + NODE, 2, "[cluster].stats_interval", "got 5e-324", "in that range"),
+    ('[cluster]\nconnect_timeout = inf\n' + NODE, 2, "[cluster].connect_timeout", "got inf", "in that range"),
+    (JOB + 'stall_timeout = nan\n', 9, "[jobs.train].stall_timeout", "from 1 to 604800 seconds", "in that range"),
+    (JOB + 'workers_per_node = 100000\n', 9, "[jobs.train].workers_per_node", "from 1 to 64 workers, got 100000",
+     "in that range"),
+    (JOB + 'port = 65535\nworkers_per_node = 2\n', 9, "[jobs.train].port", "ports 65535 to 65536, past 65535",
+     "at most 65534"),
+    (JOB + 'epochs = 0x' + 'f' * 5000 + '\n', 9, "[jobs.train].epochs", "an integer of about 6021 digits",
+     "in that range"),
+    (NODE + 'port = ' + '9' * 5000 + '\n', 4, "[[nodes]] #1.port", "more than 4300 digits", "ordinary number"),
+    (NODE + 'tags = ' + '[' * 5000 + ']' * 5000 + '\n', 4, "[[nodes]] #1.tags", "nested too deeply",
+     "at most 8 levels"),
+    (NODE + 'tags = [[[[[[[["a"]]]]]]]]\n', 4, "[[nodes]] #1.tags.0.0.0.0.0.…", "more than 8 levels", "brackets"),
+    ('[jobs.' + '.'.join('j' * 9) + ']\n' + NODE, 1, "[jobs.j].j.j.j.j.j.j.…", "key of 10 dotted parts", "at most 8"),
+    ('[cluster]\nname = "home\\n"\n' + NODE, 2, "[cluster].name", "invalid name 'home\\n'", "up to 64"),
+    (NODE + '"a\\nb" = 1\n', 1, "[[nodes]] #1.'a\\nb'", "unknown key 'a\\nb'", "[[nodes]] reference"),
 ]
 
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from homegpu.remote.config import (
-    DEFAULT_CONFIG_NAME, LOCAL_HOST, ClusterSpec, ConfigError, NodeSpec, SshDefaults, parse_cluster,
-)
-from homegpu.remote.config_writer import cluster_to_toml
+from homegpu.remote.config import DEFAULT_CONFIG_NAME, DEMO_JOB, LOCAL_HOST, ConfigError, NodeSpec, parse_cluster
+from homegpu.remote.config_writer import cluster_to_toml, starter_cluster
 from homegpu.tui.cli import UserError, load_spec
 from homegpu.tui.text import format_cluster
 
@@ -44,18 +42,16 @@ def run_init(args: argparse.Namespace) -> int:
     target = Path(args.config) if args.config else Path(DEFAULT_CONFIG_NAME)
     if target.exists() and not args.force:
         raise UserError(f"{target} already exists; pass --force to overwrite it, or --config FILE to write elsewhere")
-    nodes = tuple(parse_node_option(value) for value in args.node) or (
-        NodeSpec(name="local", host=LOCAL_HOST, runtime="process"),
-    )
-    spec = ClusterSpec(name=args.name, nodes=nodes, ssh=SshDefaults(user=args.user))
+    spec = starter_cluster(tuple(parse_node_option(value) for value in args.node), args.user, args.name)
     text = cluster_to_toml(spec)
     try:  # the options get the same validation as a hand-written file
         parse_cluster(text, "homegpu init")
     except ConfigError as exc:
         raise UserError(f"homegpu init: {exc.key}: {exc.problem}; {exc.hint}") from None
     target.write_text(text, encoding="utf-8")
-    print(f"wrote {target} with {len(nodes)} node{'s' if len(nodes) != 1 else ''}; "
-          f"edit it, then run `homegpu{' --config ' + str(target) if args.config else ''} check`")
+    command = f"homegpu{' --config ' + str(target) if args.config else ''}"
+    print(f"wrote {target} with {len(spec.nodes)} node{'s' if len(spec.nodes) != 1 else ''} and the job "
+          f"{DEMO_JOB!r}; next: `{command} check`, `{command} doctor`, `{command} run {DEMO_JOB}`")
     return 0
 
 
