@@ -7,7 +7,10 @@ tests never ran.
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -35,6 +38,27 @@ def _or_fail(step: Callable[[], T]) -> T:
         problem = str(exc)
     # Failing outside the except block keeps the report to one line, with no chained traceback.
     pytest.fail(f"test environment not ready: {problem}", pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache_and_config() -> Iterator[None]:
+    """The tests (and every homegpu they start) keep their cache and config in a temp dir: never in
+    the user's real ~/.cache/homegpu. Fails at the end if something wrote there anyway."""
+    real = Path.home() / ".cache" / "homegpu"
+    started = time.time()
+    private = Path(tempfile.mkdtemp(prefix="homegpu-test-home-"))
+    saved = {name: os.environ.get(name) for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME")}
+    os.environ["XDG_CACHE_HOME"], os.environ["XDG_CONFIG_HOME"] = str(private / "cache"), str(private / "config")
+    yield
+    for name, value in saved.items():
+        if value is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = value
+    shutil.rmtree(private, ignore_errors=True)
+    written = [p.name for p in real.glob("*") if p.stat().st_mtime >= started] if real.is_dir() else []
+    if written:
+        pytest.fail(f"tests wrote the user's real cache: {', '.join(written)} in {real}", pytrace=False)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import homegpu_argv, wait_for, worker_processes, write_config
+from helpers import homegpu, homegpu_argv, wait_for, worker_processes, write_config
 
 pytestmark = pytest.mark.cluster
 
@@ -56,8 +56,8 @@ class Terminal:
 def terminal_factory() -> Iterator:
     opened: list[Terminal] = []
 
-    def open_terminal(command: str, cwd: Path) -> Terminal:
-        opened.append(Terminal(command, cwd))
+    def open_terminal(command: str, cwd: Path, size: tuple[int, int] = (160, 48)) -> Terminal:
+        opened.append(Terminal(command, cwd, size))
         return opened[-1]
 
     yield open_terminal
@@ -91,3 +91,35 @@ def test_launch_and_stop_a_two_node_job_with_the_keys_then_quit(sim_cluster, tmp
 
     term.keys("q")
     term.wait_for("homegpu exited with status 0", 30)
+
+
+def test_at_80_by_24_dialogs_fit_and_leaving_a_job_running_says_how_to_come_back(
+        sim_cluster, tmp_path, terminal_factory):
+    config = write_config(sim_cluster, tmp_path, epochs=50, steps_per_epoch=20)
+    command = shlex.join(homegpu_argv("--config", str(config)))
+    term = terminal_factory(f"{command}; echo homegpu exited with status $?; sleep 600", tmp_path, (80, 24))
+
+    screen = term.wait_for("● node2", 60)
+    keys = screen.splitlines()[-1]
+    assert keys.rstrip().endswith("?  more") and "Launch" in keys, keys  # no key cut mid-word
+
+    term.keys("?")
+    screen = term.wait_for("Escape closes", 10)  # the hint below the text: the text scrolls instead
+    assert "Nodes" in screen
+    term.keys("Escape")
+
+    term.keys("l")
+    screen = term.wait_for("Launch a job", 10)
+    assert "Launch " in screen.split("Launch a job", 1)[1] and "Cancel" in screen  # the buttons fit
+    term.keys("Enter")
+    term.wait_for("running", 120)
+
+    term.keys("q")
+    term.wait_for("Leave running", 10)
+    term.keys("l")
+    screen = term.wait_for("homegpu exited with status 0", 60)
+    assert "demo is still running on its nodes" in screen and "homegpu stop demo" in screen
+    assert worker_processes(sim_cluster)
+    stop = homegpu("--config", str(config), "stop", "demo")
+    assert stop.returncode == 0, stop.stderr
+    assert not worker_processes(sim_cluster)

@@ -20,8 +20,10 @@ from homegpu.trainer.metrics import format_metric
 from homegpu.tui.logview import clean, format_entries, matching, wrap_rows
 from homegpu.tui.plot import BRAILLE_BASE, braille_plot, progress_bar, sparkline
 from homegpu.tui.render import (
+    key_bar,
     age, bandwidth_summary, job_summary, level_style, node_cells, node_detail, short_gpu_name,
 )
+from homegpu.tui.app import left_running_note
 from homegpu.tui.state import HISTORY, JOB, LOGS, MAX_LINE, NODES, ClusterView, LogBuffers, LogEntry
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tui"
@@ -286,3 +288,27 @@ def test_the_latest_matrix_is_kept_per_cluster_file(tmp_path, monkeypatch) -> No
     assert bandwidth_store.load(other) is None  # same name, another file
     path.write_text("{not json")
     assert bandwidth_store.load(spec) is None  # a cache: a broken file is no error
+
+
+KEYS = [("l", "Launch"), ("s", "Stop"), ("?", "Help"), ("q", "Quit"), ("b", "Bandwidth"), ("r", "Reconnect")]
+
+
+def test_key_bar_shows_every_key_when_they_fit() -> None:
+    line = key_bar(KEYS, 200).plain
+    assert [word for word in line.split() if len(word) > 1] == [action for _, action in KEYS]
+    assert "more" not in line
+
+
+@pytest.mark.parametrize("width", [20, 40, 55, 63])
+def test_key_bar_ends_with_more_and_never_cuts_a_key(width: int) -> None:
+    line = key_bar(KEYS, width).plain
+    assert len(line) <= width and line.rstrip().endswith("?  more")
+    shown = line.split()
+    assert "Help" not in shown  # `? more` stands for it
+    for key, action in KEYS:
+        assert (action in shown) == (f" {key}  {action} " in line)  # an action is shown whole or not at all
+
+
+def test_leaving_a_job_running_names_the_commands_that_come_back_to_it() -> None:
+    note = left_running_note("demo", "demo-20261122-1")
+    assert "demo-20261122-1" in note and "homegpu run demo" in note and "homegpu stop demo" in note

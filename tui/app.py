@@ -18,7 +18,7 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Header, Input, Static, TabbedContent, TabPane
 
 from homegpu.remote.bandwidth import BandwidthError
 from homegpu.remote.config import ClusterSpec
@@ -30,7 +30,7 @@ from homegpu.tui.controller import Busy, Controller
 from homegpu.tui.doctor_commands import format_report
 from homegpu.tui.logview import LogView
 from homegpu.tui.panel import Panel
-from homegpu.tui.render import NODE_COLUMNS, bandwidth_summary, job_summary, node_cells, node_detail
+from homegpu.tui.render import NODE_COLUMNS, bandwidth_summary, job_summary, key_bar, node_cells, node_detail
 from homegpu.tui.screens import ConfirmScreen, LaunchScreen, QuitScreen, TextScreen
 from homegpu.tui.state import BANDWIDTH, JOB, LOGS, NODES, ClusterView, LogBuffers
 
@@ -51,14 +51,14 @@ class HomegpuApp(App[int]):
         # In footer order: what an 80-column footer cuts off is still on the help screen.
         Binding("l", "launch", "Launch"),
         Binding("s", "stop", "Stop"),
-        Binding("question_mark", "help", "Help"),
+        Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
         Binding("b", "bandwidth", "Bandwidth"),
         Binding("r", "reconnect", "Reconnect"),
         Binding("d", "doctor", "Doctor"),
         Binding("t", "trust", "Trust key"),
         Binding("f", "follow", "Follow"),
-        Binding("slash", "filter", "Filter"),
+        Binding("slash", "filter", "Filter", key_display="/"),
         Binding("w", "wrap", "Wrap"),
         Binding("e", "save_log", "Save log"),
     ]
@@ -74,6 +74,7 @@ class HomegpuApp(App[int]):
         self._cells: dict[str, list[Text]] = {}
         self._log_views: dict[str, LogView] = {}  # by the id of the tab that holds it
         self._quitting = False
+        self.farewell = ""  # printed after the app closes: how to come back to a job left running
 
     # -- layout ------------------------------------------------------------------------------------
 
@@ -93,7 +94,7 @@ class HomegpuApp(App[int]):
                         self._log_views[tab.id] = view
                         yield view
             yield Input(placeholder="filter the logs (Enter keeps it, Escape clears it)", id="filter")
-        yield Footer()
+        yield Panel(id="keys")
 
     async def on_mount(self) -> None:
         table = self.query_one("#nodes", DataTable)
@@ -103,6 +104,8 @@ class HomegpuApp(App[int]):
                              ("#logs", "logs · follow on")):
             self.query_one(panel).border_title = title
         self.query_one("#filter", Input).display = False
+        keys = [(binding.key_display or binding.key, binding.description) for binding in self.BINDINGS]
+        self.query_one("#keys", Panel).show(lambda width: key_bar(keys, width))
         self.redraw()
         self.set_interval(REFRESH_SECONDS, self._redraw_panels)
         # Stats arrive once per interval per node: redrawing the table more often would draw the same.
@@ -391,6 +394,8 @@ class HomegpuApp(App[int]):
         if self.controller is not None:
             if stop_job:
                 self.notify("stopping every worker, then quitting …")
+            elif self.controller.job_running:
+                self.farewell = left_running_note(self.controller.run.job.name, self.controller.run.run_id)
             await self.controller.close(stop_job=stop_job)
         self.exit(0)
 
@@ -423,4 +428,15 @@ Logs
 def run_app(spec: ClusterSpec, experiments: Path, launch: str | None = None) -> int:
     """Open the TUI on `spec` until the user quits; `launch` names a job to launch (or attach to) first."""
     app = HomegpuApp(spec, Controller(spec, experiments), launch=launch)
-    return app.run() or 0
+    status = app.run() or 0
+    if app.farewell:
+        print(app.farewell)
+    return status
+
+
+def left_running_note(job: str, run_id: str) -> str:
+    """What to type to come back to a job left running, or to stop it."""
+    return (f"{job} is still running on its nodes (run {run_id}).\n"
+            f"  follow it again:  homegpu run {job}   (or just: homegpu)\n"
+            f"  its logs:         homegpu logs {job} -f\n"
+            f"  stop it:          homegpu stop {job}")

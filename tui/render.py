@@ -257,3 +257,28 @@ def bandwidth_summary(view: BandwidthView, names: Sequence[str], params: int | N
         out.append(advice(RESNET50_PARAMS, matrix) + " (ResNet-50's size; the job's own count shows "
                    "once it starts)", style="dim")
     return out
+
+
+def key_bar(keys: Sequence[tuple[str, str]], width: int) -> Text:
+    """The bottom line of keys: as many `key action` pairs as fit in `width`, in order.
+
+    When some do not fit, the line ends with `? more` (the help screen lists every key), so a
+    narrow terminal never shows a key cut mid-word.
+    """
+    def entry(key: str, action: str) -> Text:
+        return Text.assemble((f" {key} ", "bold reverse"), f" {action} ")
+
+    entries = [entry(key, action) for key, action in keys]
+    if sum(e.cell_len for e in entries) <= width:
+        return Text.assemble(*entries)
+    more = entry("?", "more")
+    out, used = Text(), more.cell_len
+    for (key, _), item in zip(keys, entries):
+        if key == "?":
+            continue  # `? more` stands for it
+        if used + item.cell_len > width:
+            break
+        out.append_text(item)
+        used += item.cell_len
+    out.append_text(more)
+    return out

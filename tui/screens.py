@@ -148,7 +148,10 @@ class TextScreen(ModalScreen[None]):
             yield Label(self.heading, classes="title")
             with VerticalScroll(id="body"):
                 yield Static(self.body)
-            yield Label("Escape closes", classes="hint")
+            yield Label("↑/↓ PgUp/PgDn scroll · Escape closes", classes="hint")
+
+    def on_mount(self) -> None:
+        self.query_one("#body", VerticalScroll).focus()  # so the arrow keys scroll a long text
 
     def action_close(self) -> None:
         self.dismiss(None)
