@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from homegpu.remote.console import ConsoleLines
 from homegpu.remote.events import EventHub
 from homegpu.remote.node import NODE_GONE, NodeSession
 from homegpu.remote.transport import tied_to_session
@@ -41,13 +42,17 @@ class _Resume:
     """How to (re)start following: the argv for the current position and how to count progress."""
 
     label: str
+    follow: bool
 
     def argv(self) -> list[str]:
         raise NotImplementedError
 
-    def accept(self, raw: bytes) -> bool:
-        """Record that `raw` arrived; False means it was seen before and must be dropped."""
-        raise NotImplementedError
+    def advance(self, consumed: int) -> None:
+        """Record that `consumed` more bytes of complete lines arrived."""
+
+    def accept(self) -> bool:
+        """Record that a line arrived; False means it was seen before and must be dropped."""
+        return True
 
 
 class FileResume(_Resume):
@@ -57,9 +62,8 @@ class FileResume(_Resume):
     def argv(self) -> list[str]:
         return ["tail", "-c", f"+{self.offset + 1}", *(["-F"] if self.follow else []), self.path]
 
-    def accept(self, raw: bytes) -> bool:
-        self.offset += len(raw)
-        return True
+    def advance(self, consumed: int) -> None:
+        self.offset += consumed
 
 
 class CommandResume(_Resume):
@@ -74,7 +78,7 @@ class CommandResume(_Resume):
         self._position = 0
         return list(self._argv)
 
-    def accept(self, raw: bytes) -> bool:
+    def accept(self) -> bool:
         self._position += 1
         if self._position <= self.seen:
             return False
@@ -127,28 +131,51 @@ class LogTail:
             await asyncio.sleep(RETRY_SECONDS)
 
     async def _stream_once(self) -> int | None:
-        """Stream until the follower ends; its exit status, or None when the link dropped."""
+        """Stream until the follower ends; its exit status, or None when the link dropped.
+
+        The bytes go through a console model (remote/console.py): what a terminal would finally
+        show, so a progress bar's redraws collapse into one line and no line grows unbounded.
+        """
         process = await self.node.spawn(tied_to_session(self.resume.argv()))
-        partial = b""
+        console = ConsoleLines()  # a fresh one: an unfinished line is re-read from its start
         try:
-            async for raw in process.raw_lines():
-                if raw.endswith(b"\n"):
-                    self._take(raw)
-                else:
-                    partial = raw  # unfinished: re-read from its start after a reconnect
+            while chunk := await process.read_chunk():
+                before = console.consumed
+                lines = console.feed(chunk)
+                self.resume.advance(console.consumed - before)
+                for text in lines:
+                    self._take(text)
             status = await process.wait()
         finally:
             await process.close()
-        if status is not None and partial:
-            self._take(partial)  # the command ended: its last line will never get a newline
+        if status is not None:
+            for text in console.flush():  # the command ended: its last line will never get a newline
+                self._take(text)
         return status
 
-    def _take(self, raw: bytes) -> None:
-        if not self.resume.accept(raw):
+    async def finish(self, timeout: float) -> bool:
+        """Stop following and read a file's log to its end, the unfinished last line included.
+
+        For a worker that has exited: its log will not grow, so this takes every byte there is.
+        Returns False when the end could not be read (the node is gone, or `timeout` passed).
+        """
+        await self.stop()
+        if not isinstance(self.resume, FileResume):
+            return True
+        self.resume.follow = False
+        try:
+            status = await asyncio.wait_for(self._stream_once(), timeout)
+        except (asyncio.TimeoutError, *NODE_GONE):
+            return False
+        if status == 0:
+            self.finished.set()
+        return status == 0
+
+    def _take(self, text: str) -> None:
+        if not self.resume.accept():
             return
         self.count += 1
-        line = LogLine(self.node.name, self.resume.label, self.count,
-                       raw.decode("utf-8", "replace").rstrip("\r\n"), self.worker)
+        line = LogLine(self.node.name, self.resume.label, self.count, text, self.worker)
         self.lines.append(line)
         if self.hub:
             self.hub.publish(line)
