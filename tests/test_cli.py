@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 from helpers import homegpu
 
 from homegpu.remote.config import load_cluster
+from homegpu.tui.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -110,3 +112,39 @@ def test_local_uses_the_embedded_default_even_beside_a_cluster_toml(tmp_path):
 def test_local_and_config_exclude_each_other(tmp_path):
     result = homegpu("--local", "--config", "x.toml", "check", cwd=tmp_path)
     assert result.returncode == 2 and "not allowed with" in result.stderr
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_config_and_local_work_before_or_after_the_command(tmp_path, where):
+    example = Path(__file__).parents[1] / "cluster.toml"
+    (tmp_path / "cluster.toml").write_text(example.read_text())
+    config = ["--config", str(example)]
+    given = homegpu(*config, "check", cwd=tmp_path / "..") if where == "before" else \
+        homegpu("check", *config, cwd=tmp_path / "..")
+    assert given.returncode == 0, given.stderr
+    assert "3 nodes" in given.stdout
+    local = homegpu("--local", "check", cwd=tmp_path) if where == "before" else homegpu("check", "--local", cwd=tmp_path)
+    assert local.returncode == 0 and "<embedded default>" in local.stdout and "1 node" in local.stdout
+
+
+def _parsers(parser):
+    """(command path, parser) for the main parser and every command under it, however deep."""
+    yield "homegpu", parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                for path, found in _parsers(sub):
+                    yield f"{name} {path}".replace(" homegpu", ""), found
+
+
+def test_every_command_and_argument_has_help_text():
+    missing = []
+    for path, parser in _parsers(build_parser()):
+        if not parser.description:
+            missing.append(f"{path} (its description)")
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                missing += [f"{path} {choice.dest}" for choice in action._choices_actions if not choice.help]
+            elif not action.help:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+    assert not missing, f"no help text: {missing}"

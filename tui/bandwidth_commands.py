@@ -36,7 +36,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                     "and estimate how long a ring all-reduce of the model's gradients takes per step, "
                     "to tell whether the network or the GPUs will set the pace. Needs iperf3 on "
                     "every node (sudo apt install iperf3).",
-        epilog=JSON_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=JSON_HELP,
     )
     bandwidth.add_argument("--json", action="store_true", help="print JSON for scripts (format below)")
     bandwidth.add_argument("--star", metavar="NODE",

@@ -52,17 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     parser = argparse.ArgumentParser(
-        prog="homegpu", description=DESCRIPTION, epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="homegpu", description=DESCRIPTION, epilog=EPILOG, formatter_class=ParagraphFormatter,
     )
     parser.add_argument("--version", action="version", version=f"homegpu {package_version()}")
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--config", metavar="FILE",
-                       help="cluster file to use (default: ./cluster.toml, else the embedded default)")
-    where.add_argument("--local", action="store_true",
-                       help="use the embedded default (this machine as the only node, a two-worker demo "
-                            "job) even where a cluster.toml exists")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_cluster_options(parser, default=None)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     config_commands.register(commands)
     status_commands.register(commands)
     trust_commands.register(commands)
@@ -72,6 +66,38 @@ def build_parser() -> argparse.ArgumentParser:
     image_commands.register(commands)
     return parser
 
+
+def add_cluster_options(parser: argparse.ArgumentParser, default: object) -> None:
+    """--config and --local. Every command takes them too (`homegpu check --config FILE`), with
+    SUPPRESS as the default there, so a value given before the command is not reset after it."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--config", metavar="FILE", default=default,
+                       help="cluster file to use (default: ./cluster.toml, else the embedded default)")
+    where.add_argument("--local", action="store_true", default=False if default is None else default,
+                       help="use the embedded default (this machine as the only node, a two-worker demo "
+                            "job) even where a cluster.toml exists")
+
+
+class ParagraphFormatter(argparse.HelpFormatter):
+    """Wraps descriptions to the terminal paragraph by paragraph; indented lines (examples) stay as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out = []
+        for paragraph in text.split("\n\n"):
+            lines = paragraph.splitlines()
+            if any(line.startswith(" ") for line in lines[1:]) or paragraph.startswith(" "):
+                out.append("\n".join(indent + line for line in lines))
+            else:
+                out.append(super()._fill_text(paragraph, width, indent))
+        return "\n\n".join(out)
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser: wraps its help like the main one and takes --config and --local too."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **{**kwargs, "formatter_class": ParagraphFormatter})
+        add_cluster_options(self, default=argparse.SUPPRESS)
 
 def load_spec(args: argparse.Namespace) -> ClusterSpec:
     """The cluster for this invocation: --local, --config, ./cluster.toml, or the embedded default."""

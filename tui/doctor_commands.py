@@ -31,7 +31,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                     "NVIDIA container runtime, GPUs (NVML against nvidia-smi), iperf3, free disk, clock "
                     "skew, the job port and whether the node's address is public. Each problem comes with "
                     "one sentence saying how to fix it. Exit status 1 when any check fails.",
-        epilog=JSON_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=JSON_HELP,
     )
     doctor.add_argument("--json", action="store_true", help="print JSON for scripts (format below)")
     doctor.add_argument("--port", type=int, metavar="N",

@@ -43,18 +43,28 @@ def register(commands: argparse._SubParsersAction) -> None:
                                            "state kept on the nodes themselves.")
     jobs.set_defaults(handler=list_jobs)
 
-    logs = commands.add_parser("logs", help="print (or follow) a job's logs from its nodes")
-    logs.add_argument("job", metavar="JOB")
+    logs = commands.add_parser(
+        "logs", help="print (or follow) a job's logs from its nodes",
+        description="Print the latest run's log of every worker of JOB, read from the nodes over SSH, each "
+                    "line prefixed with its worker; -f keeps following them. The full logs of runs started "
+                    "from this machine are also in experiments/RUN-ID/logs/.")
+    logs.add_argument("job", metavar="JOB", help="job name from cluster.toml")
     logs.add_argument("--node", help="only this node's worker")
     logs.add_argument("-f", "--follow", action="store_true", help="keep following until Ctrl-C")
     logs.set_defaults(handler=show_logs)
 
-    stop = commands.add_parser("stop", help="stop a running job on every node (TERM, then KILL)")
-    stop.add_argument("job", metavar="JOB")
+    stop = commands.add_parser(
+        "stop", help="stop a running job on every node (TERM, then KILL)",
+        description="Stop every worker of JOB's running run on every node, whichever homegpu started it: "
+                    "TERM, a grace period, then KILL. Exit status 0 once none runs.")
+    stop.add_argument("job", metavar="JOB", help="job name from cluster.toml")
     stop.set_defaults(handler=stop_job)
 
-    tfconfig = commands.add_parser("tfconfig", help="print the TF_CONFIG each worker of a job gets")
-    tfconfig.add_argument("job", nargs="?", metavar="JOB")
+    tfconfig = commands.add_parser(
+        "tfconfig", help="print the TF_CONFIG each worker of a job gets",
+        description="Print each worker of JOB (its node, index and role) and the TF_CONFIG environment "
+                    "variable it gets, as `homegpu run` would set it. Nothing is started.")
+    tfconfig.add_argument("job", nargs="?", metavar="JOB", help="job name (default: the only job)")
     tfconfig.set_defaults(handler=print_tfconfig)
 
 

@@ -37,7 +37,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         description="Connect to every node in parallel and show its state, each GPU's utilisation, "
                     "memory, temperature and power, and CPU and memory. Exit status 1 when a node is "
                     "not online.",
-        epilog=JSON_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=JSON_HELP,
     )
     status.add_argument("--json", action="store_true", help="print JSON for scripts (format below)")
     status.add_argument("--watch", action="store_true", help="keep updating until Ctrl-C")
