@@ -148,3 +148,12 @@ def test_every_command_and_argument_has_help_text():
             elif not action.help:
                 missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
     assert not missing, f"no help text: {missing}"
+
+
+def test_check_lists_the_jobs_or_says_how_to_add_one(tmp_path):
+    example = homegpu("--config", str(Path(__file__).parents[1] / "cluster.toml"), "check")
+    assert example.returncode == 0
+    assert "JOB" in example.stdout and "cifar  built-in trainer" in example.stdout
+    (tmp_path / "cluster.toml").write_text('[[nodes]]\nname = "box"\nhost = "10.1.2.3"\n')
+    bare = homegpu("check", cwd=tmp_path)
+    assert bare.returncode == 0 and 'No job yet: add one, e.g. a [jobs.demo] table with nodes = ["box"]' in bare.stdout

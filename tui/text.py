@@ -38,7 +38,21 @@ def format_cluster(spec: ClusterSpec) -> str:
         for node in spec.nodes
     ]
     lines.append(table(("NODE", "HOST", "PORT", "USER", "ADDRESS", "RUNTIME", "WORK DIR", "TAGS"), rows))
+    lines += ["", *_format_jobs(spec)]
     return "\n".join(lines)
+
+
+def _format_jobs(spec: ClusterSpec) -> list[str]:
+    """A row per job, or what to do when there is none."""
+    if not spec.jobs:
+        first = spec.nodes[0].name if spec.nodes else "NODE"
+        return [f"No job yet: add one, e.g. a [jobs.demo] table with nodes = [\"{first}\"] trains the built-in "
+                "demo there (README.md, \"cluster.toml reference\")."]
+    rows = [(job.name, "built-in trainer" if job.uses_trainer else job.script,
+             ", ".join(job.nodes) if job.nodes else "every node", job.workers_per_node, job.port)
+            for job in spec.jobs.values()]
+    return [table(("JOB", "RUNS", "NODES", "WORKERS/NODE", "PORT"), rows),
+            "", "Next: homegpu doctor, then homegpu run JOB (homegpu tfconfig JOB shows each worker's TF_CONFIG)."]
 
 
 def _plural(count: int, word: str) -> str:
