@@ -6,7 +6,8 @@ facts (:class:`NodeFacts`), and pure functions turn the facts into :class:`Check
 That split keeps every judgement (versions, GPU agreement, disk, skew, exposure) testable without a node.
 
 GPUs are read twice with the stats agent, once through NVML and once through `nvidia-smi`, and the two
-must agree. When `nvidia-smi` lists GPUs but NVML does not load in the node's Python, that is a ✗,
+must agree on the GPUs and their memory sizes; memory used may differ only by what a moment apart
+explains (a steady gap is the driver's reservation, which NVML without version-2 memory info counts). When `nvidia-smi` lists GPUs but NVML does not load in the node's Python, that is a ✗,
 not a footnote: `nvidia-smi` is itself an NVML client, so the node has a driver whose library its
 Python cannot load (a half-finished install or upgrade, a library outside the loader path, or tools
 from another driver on PATH). Stats then come from the slower `nvidia-smi` fallback, and the NVIDIA
@@ -39,6 +40,7 @@ MIN_PYTHON = (3, 8)
 MIN_FREE_DISK_MIB = 5 * 1024
 MAX_CLOCK_SKEW_S = 2.0
 COMMAND_TIMEOUT_S = 15.0
+MEMORY_SLACK_MIB = 64  # NVML and nvidia-smi memory used may differ this much (read a moment apart)
 AGENT_TIMEOUT_S = 45.0  # nvidia-smi may take up to 10 s per call on a busy or wedged driver
 NOT_FOUND = 127
 NO_ANSWER = -2  # pseudo exit statuses for a command that timed out / could not be sent
@@ -151,7 +153,7 @@ async def _diagnose_node(session: NodeSession, job_port: int) -> list[Check]:
         rest = [Check(session.name, name, None, NOT_REACHABLE) for name in CHECK_NAMES[2:]]
         return head + rest
     facts = await gather_facts(session, job_port)
-    return head + node_checks(facts)
+    return head + node_checks(facts, alone=len(session.cluster.nodes) == 1)
 
 
 async def _run(session: NodeSession, argv: Sequence[str], *, input: bytes | None = None,
@@ -268,8 +270,8 @@ def connection_checks(node: str, spec: NodeSpec, known_hosts: str, state: NodeSt
 # -- the checks of an online node -------------------------------------------------------------------
 
 
-def node_checks(facts: NodeFacts) -> list[Check]:
-    """All rows after ssh and host key, in CHECK_NAMES order."""
+def node_checks(facts: NodeFacts, alone: bool = False) -> list[Check]:
+    """All rows after ssh and host key, in CHECK_NAMES order; `alone`: the cluster has this node only."""
     python = python_check(facts)
     python_ok = python.ok is True
     gpus = gpu_check(facts.name, _agent_stats(facts.nvml), _agent_stats(facts.smi), python_ok,
@@ -279,7 +281,7 @@ def node_checks(facts: NodeFacts) -> list[Check]:
         docker_check(facts),
         container_runtime_check(facts, _gpu_count(facts)),
         gpus,
-        iperf3_check(facts),
+        iperf3_check(facts, alone),
         disk_check(facts, python_ok),
         clock_check(facts, python_ok),
         port_check(facts, python_ok),
@@ -450,19 +452,48 @@ def gpu_check(node: str, nvml: NodeStats | str, smi: NodeStats | str, python_ok:
 
 
 def _compare_gpu_lists(node: str, nvml: NodeStats, smi: NodeStats) -> Check:
+    """The same GPUs (by UUID), the same memory sizes, and memory used within MEMORY_SLACK_MIB:
+    the two readings are taken a moment apart, so a working GPU's usage may move in between."""
     nvml_ids, smi_ids = sorted(map(str, (g.uuid for g in nvml.gpus))), sorted(map(str, (g.uuid for g in smi.gpus)))
-    if nvml_ids == smi_ids:
-        if not nvml.gpus:
-            return Check(node, "gpus", True, "no GPU (CPU-only node: trains on CPU)")
-        return Check(node, "gpus", True, f"{describe_gpus(nvml)} (NVML and nvidia-smi agree)")
-    return Check(node, "gpus", False, f"NVML sees {len(nvml_ids)} GPUs {nvml_ids}, "
-                 f"nvidia-smi sees {len(smi_ids)} {smi_ids}", _MISMATCH_FIX)
+    if nvml_ids != smi_ids:
+        return Check(node, "gpus", False, f"NVML sees {len(nvml_ids)} GPUs {nvml_ids}, "
+                     f"nvidia-smi sees {len(smi_ids)} {smi_ids}", _MISMATCH_FIX)
+    if not nvml.gpus:
+        return Check(node, "gpus", True, "no GPU (CPU-only node: trains on CPU)")
+    totals, used = _memory_differences(nvml, smi)
+    if totals:
+        return Check(node, "gpus", False, f"NVML and nvidia-smi disagree on memory size: {'; '.join(totals)}",
+                     _MISMATCH_FIX)
+    if used:
+        return Check(node, "gpus", True, f"{describe_gpus(nvml)}; memory used differs: {'; '.join(used)} "
+                     "(a steady gap is the driver's reservation, which NVML without version-2 memory info "
+                     "counts as used: a newer NVIDIA driver shows nvidia-smi's figure)")
+    return Check(node, "gpus", True, f"{describe_gpus(nvml)} (NVML and nvidia-smi agree)")
+
+
+def _memory_differences(nvml: NodeStats, smi: NodeStats) -> tuple[list[str], list[str]]:
+    """Per GPU, where the two disagree on total memory, and where on memory used beyond the slack."""
+    theirs = {str(gpu.uuid): gpu for gpu in smi.gpus}
+    totals, used = [], []
+    for gpu in nvml.gpus:
+        other = theirs[str(gpu.uuid)]
+        if _numbers(gpu.mem_total, other.mem_total) and gpu.mem_total != other.mem_total:
+            totals.append(f"GPU {gpu.index} {gpu.mem_total} MiB (NVML), {other.mem_total} MiB (nvidia-smi)")
+        if _numbers(gpu.mem_used, other.mem_used) and abs(gpu.mem_used - other.mem_used) > MEMORY_SLACK_MIB:
+            used.append(f"GPU {gpu.index} {gpu.mem_used} MiB (NVML), {other.mem_used} MiB (nvidia-smi)")
+    return totals, used
+
+
+def _numbers(*values: object) -> bool:
+    return all(isinstance(v, (int, float)) for v in values)
 
 
 # -- tools, disk, clock, port, address ------------------------------------------------------------------
 
 
-def iperf3_check(facts: NodeFacts) -> Check:
+def iperf3_check(facts: NodeFacts, alone: bool = False) -> Check:
+    """iperf3 measures the links between nodes; on a one-node cluster (`alone`) there is no link,
+    so its absence is a note, not a problem."""
     result, name = facts.iperf3, "iperf3"
     first = (result.stdout.strip().splitlines() or [""])[0]
     if first.startswith("iperf 3"):  # some builds exit 1 after printing the version
@@ -470,6 +501,9 @@ def iperf3_check(facts: NodeFacts) -> Check:
     if result.exit_status == NO_ANSWER:
         return Check(facts.name, name, False, _failure(result), _timeout_fix("iperf3 --version"))
     detail = "iperf3 not found on the node" if result.exit_status == NOT_FOUND else f"iperf3: {_failure(result)}"
+    if alone:
+        return Check(facts.name, name, None, f"{detail}; not needed on a one-node cluster (no link to measure): "
+                     "install it (sudo apt install iperf3) before adding nodes")
     return Check(facts.name, name, False, detail,
                  "Install iperf3 on the node (sudo apt install iperf3); homegpu measures bandwidth with it.")
 

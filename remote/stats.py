@@ -99,7 +99,11 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class GpuStats:
-    """One GPU at one moment: util %, memory MiB, temperature C, power W, SM clock MHz."""
+    """One GPU at one moment: util %, memory MiB, temperature C, power W, SM clock MHz.
+
+    ``mem_used`` is what nvidia-smi shows, without the memory the driver reserves for itself;
+    ``mem_reserved`` is that reservation where the node's NVML reports it (NA otherwise).
+    """
 
     index: Number
     name: Text
@@ -112,6 +116,7 @@ class GpuStats:
     power_limit: Number
     sm_clock: Number
     processes: tuple[GpuProcess, ...] = ()
+    mem_reserved: Number = NA
 
     @property
     def mem_percent(self) -> float | NotAvailable:
@@ -200,7 +205,8 @@ def _gpu(value: Any, where: str) -> GpuStats:
     dot = where + "."
     numbers = {
         key: _number(obj, key, dot)
-        for key in ("index", "util", "mem_used", "mem_total", "temp", "power", "power_limit", "sm_clock")
+        for key in ("index", "util", "mem_used", "mem_total", "mem_reserved", "temp", "power", "power_limit",
+                    "sm_clock")
     }
     processes = tuple(
         _process(p, f"{dot}processes[{i}]") for i, p in enumerate(_list(obj, "processes", dot))

@@ -8,8 +8,9 @@ nothing from homegpu: the controller ships its source over the SSH session (see
     {"v":1,"t":...,"source":"nvml"|"nvidia-smi"|"none","gpus":[...],"driver":..,"cuda":..,
      "cpu":..,"load":[1,5,15],"mem_used":..,"mem_total":..,"disk_free":..,"errors":[...]}
 
-with memory in MiB, power in W, clocks in MHz, temperatures in C. A value the node cannot measure
-is ``null``; nothing that goes wrong while measuring stops the stream, it lands in ``errors``.
+with memory in MiB (``mem_used`` as nvidia-smi shows it: without the driver's reservation, which
+the NVML source reports as ``mem_reserved``), power in W, clocks in MHz, temperatures in C. A value
+the node cannot measure is ``null``; nothing that goes wrong while measuring stops the stream, it lands in ``errors``.
 
 The agent exits when its stdin reaches EOF (the SSH session closed), on SIGTERM/SIGHUP/SIGINT and
 when stdout is gone (SIGPIPE), and kills its ``nvidia-smi`` children first; on Linux the kernel
@@ -49,6 +50,7 @@ STALE_GRACE_S = 1.0  # a loop iteration older than 2 intervals + this is not use
 SILENT_MIN_S = 30.0  # a loop child silent for max(this, 10 intervals) is killed and restarted
 MAX_PENDING_ERRORS = 20  # loop errors kept for the next line; older ones are dropped
 QUIET_MAX_S = 0.2  # silence that ends a loop child's first iteration (less for loops under 0.4 s)
+STATIC_REFRESH_S = 60.0  # how long NVML names, UUIDs and power limits are kept before asking again
 
 # nvidia-smi field -> our key, in query order.
 GPU_QUERY = (
@@ -551,26 +553,62 @@ def _nvml_processes(nvml, handle, call):
     return result
 
 
-def _nvml_gpu(nvml, index, handle, errors):
+def _once(device, key, thunk):
+    """``device[key]``, asking ``thunk`` only until it has given a value (see ``NvmlReader``)."""
+    if device.get(key) is None:
+        device[key] = thunk()
+    return device[key]
+
+
+def _nvml_memory(nvml, handle, call, device):
+    """(used, total, reserved) MiB as nvidia-smi shows them; reserved is None where unknown.
+
+    Version 1 of nvmlDeviceGetMemoryInfo counts the driver's reservation as used (480 MiB more
+    than nvidia-smi and nvitop on an H100 80GB HBM3: tests/fixtures/gpu/h100-80gb-hbm3/README.md);
+    version 2 reports it apart. Version 1 stands in where pynvml or the driver lacks version 2,
+    which is remembered in ``device`` once version 1 has worked where version 2 did not.
+    """
+    version = getattr(nvml, "nvmlMemory_v2", None)
+    if version is not None and device.get("memory_v2") is not False:
+        try:
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle, version=version)
+        except Exception:  # noqa: BLE001 - NVMLError_FunctionNotFound, a TypeError from an old pynvml
+            memory = None
+        if memory is not None:
+            device["memory_v2"] = True
+            return tuple(_scaled(getattr(memory, key, None), MIB, floor=True)
+                         for key in ("used", "total", "reserved"))
+    memory = call("memory", lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
+    if memory is not None and version is not None and device.get("memory_v2") is None:
+        device["memory_v2"] = False
+    return (_scaled(getattr(memory, "used", None), MIB, floor=True),
+            _scaled(getattr(memory, "total", None), MIB, floor=True), None)
+
+
+def _nvml_gpu(nvml, index, handle, errors, device=None):
+    """One GPU's reading. ``device`` holds what does not change between samples (name, UUID, power
+    limit, which memory call works) once it is known; a fresh dict asks for everything."""
+    device = {} if device is None else device
+
     def call(label, thunk):
         return _nvml_call(nvml, errors, f"gpu{index}.{label}", thunk)
 
     util = call("util", lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
-    memory = call("memory", lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
+    used, total, reserved = _nvml_memory(nvml, handle, call, device)
     return {
         "index": index,
-        "name": _text(call("name", lambda: nvml.nvmlDeviceGetName(handle))),
-        "uuid": _text(call("uuid", lambda: nvml.nvmlDeviceGetUUID(handle))),
+        "name": _once(device, "name", lambda: _text(call("name", lambda: nvml.nvmlDeviceGetName(handle)))),
+        "uuid": _once(device, "uuid", lambda: _text(call("uuid", lambda: nvml.nvmlDeviceGetUUID(handle)))),
         "util": getattr(util, "gpu", None),
-        "mem_used": _scaled(getattr(memory, "used", None), MIB, floor=True),
-        "mem_total": _scaled(getattr(memory, "total", None), MIB, floor=True),
+        "mem_used": used,
+        "mem_total": total,
+        "mem_reserved": reserved,
         "temp": call(
             "temp", lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)
         ),
         "power": _scaled(call("power", lambda: nvml.nvmlDeviceGetPowerUsage(handle)), 1000.0),
-        "power_limit": _scaled(
-            call("power_limit", lambda: nvml.nvmlDeviceGetPowerManagementLimit(handle)), 1000.0
-        ),
+        "power_limit": _once(device, "power_limit", lambda: _scaled(
+            call("power_limit", lambda: nvml.nvmlDeviceGetPowerManagementLimit(handle)), 1000.0)),
         "sm_clock": call(
             "sm_clock", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)
         ),
@@ -578,17 +616,26 @@ def _nvml_gpu(nvml, index, handle, errors):
     }
 
 
-def read_nvml(nvml, errors=None):
-    """Read every GPU through an initialised ``pynvml``-like module ``nvml`` (injectable in tests)."""
+def read_nvml(nvml, errors=None, cache=None):
+    """Read every GPU through an initialised ``pynvml``-like module ``nvml`` (injectable in tests).
+
+    ``cache`` (a dict the caller keeps between samples, see ``NvmlReader``) holds each GPU's
+    handle and unchanging readings; it is emptied when the GPU count changes. Without it every
+    reading is asked for.
+    """
     errors = [] if errors is None else errors
+    cache = {} if cache is None else cache
     count = _nvml_call(nvml, errors, "device_count", nvml.nvmlDeviceGetCount) or 0
+    if cache.get("count") != count:
+        cache.clear()
+        cache["count"] = count
     gpus = []
     for index in range(count):
-        handle = _nvml_call(
-            nvml, errors, f"gpu{index}.handle", lambda: nvml.nvmlDeviceGetHandleByIndex(index)
-        )
+        device = cache.setdefault(index, {})
+        handle = _once(device, "handle", lambda: _nvml_call(
+            nvml, errors, f"gpu{index}.handle", lambda: nvml.nvmlDeviceGetHandleByIndex(index)))
         if handle is not None:
-            gpus.append(_nvml_gpu(nvml, index, handle, errors))
+            gpus.append(_nvml_gpu(nvml, index, handle, errors, device))
     return gpus
 
 
@@ -603,17 +650,28 @@ def read_nvml_versions(nvml, errors=None):
 
 
 class NvmlReader:
-    """GPU stats straight from the driver's NVML library through ``pynvml``."""
+    """GPU stats straight from the driver's NVML library through ``pynvml``.
+
+    Names, UUIDs, handles and power limits are asked for once and kept (a power limit read costs
+    179 µs on an H100, more than all the changing readings together), then asked for again every
+    ``STATIC_REFRESH_S`` so a limit changed with ``nvidia-smi -pl`` shows within a minute.
+    """
 
     source = "nvml"
 
-    def __init__(self, nvml):
+    def __init__(self, nvml, clock=time.monotonic):
         nvml.nvmlInit()  # raises when there is no driver: the caller falls back
         self.nvml = nvml
         self.driver, self.cuda = read_nvml_versions(nvml)
+        self.clock = clock
+        self.cache = {}
+        self.cached_at = clock()
 
     def read(self, errors):
-        return read_nvml(self.nvml, errors), self.driver, self.cuda
+        if self.clock() - self.cached_at > STATIC_REFRESH_S:
+            self.cache.clear()
+            self.cached_at = self.clock()
+        return read_nvml(self.nvml, errors, self.cache), self.driver, self.cuda
 
 
 class NoGpuReader:

@@ -27,9 +27,10 @@ from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import load_cluster, parse_cluster
 from homegpu.remote.doctor import (
     CHECK_NAMES, NOT_REACHABLE, Check, NodeFacts, address_check, address_kind, clock_check, clock_skew,
-    diagnose, disk_check, gpu_check, is_public_address, python_check, split_reason,
+    diagnose, disk_check, gpu_check, is_public_address, node_checks, python_check, split_reason,
 )
 from homegpu.remote.stats import parse_agent_line
+from homegpu.remote.stats_agent import parse_nvidia_smi_gpus
 from homegpu.remote.transport import CommandResult
 from homegpu.tui.doctor_commands import format_check, format_report, job_port
 
@@ -290,6 +291,55 @@ def test_gpu_check_agreement_mismatch_and_cpu_only():
     none = gpu_check("box", stats("none", errors=["nvml: NVMLError_LibraryNotFound: x"]),
                      stats("none", errors=["nvidia-smi: not found on PATH"]))
     assert none.ok is True and none.detail == "no GPU (CPU-only node: trains on CPU)"
+
+
+H100 = FIXTURES / "h100-80gb-hbm3"
+
+
+def h100_agent_line(source: str, **gpu_changes) -> object:
+    """The H100's idle reading as recorded there: NVML's from `status --json`, nvidia-smi's CSV."""
+    if source == "nvml":
+        [node] = json.loads((H100 / "status_idle.json").read_text())["nodes"]
+        [gpu] = node["stats"]["gpus"]
+    else:
+        [gpu] = parse_nvidia_smi_gpus((H100 / "gpus_idle.csv").read_text())
+        gpu.pop("driver")
+    gpu.update(gpu_changes)
+    return parse_agent_line(json.dumps({"v": 1, "t": 1.0, "source": source, "gpus": [gpu]}))
+
+
+def test_gpu_check_compares_memory_on_the_recorded_h100():
+    """Recorded with NVML's version-1 memory info: 480 MiB used at idle where nvidia-smi says 0."""
+    smi = h100_agent_line("nvidia-smi")
+    v1 = gpu_check("h100", h100_agent_line("nvml"), smi)
+    assert v1.ok is True and v1.detail.startswith("1 GPU: 1× NVIDIA H100 80GB HBM3; memory used differs: "
+                                                   "GPU 0 480 MiB (NVML), 0 MiB (nvidia-smi)")
+    assert "driver's reservation" in v1.detail
+    # Version 2 (what the agent reads now) gave used 0, reserved 480 on that machine: they agree.
+    v2 = gpu_check("h100", h100_agent_line("nvml", mem_used=0, mem_reserved=480), smi)
+    assert (v2.ok, v2.detail) == (True, "1 GPU: 1× NVIDIA H100 80GB HBM3 (NVML and nvidia-smi agree)")
+    # A moment apart under load: a few MiB is no disagreement.
+    assert "differs" not in gpu_check("h100", h100_agent_line("nvml", mem_used=40), smi).detail
+
+
+def test_gpu_check_fails_when_memory_sizes_differ():
+    row = gpu_check("h100", h100_agent_line("nvml", mem_total=40960), h100_agent_line("nvidia-smi"))
+    assert row.ok is False and row.fix.startswith("Driver/library mismatch")
+    assert row.detail == ("NVML and nvidia-smi disagree on memory size: "
+                          "GPU 0 40960 MiB (NVML), 81559 MiB (nvidia-smi)")
+
+
+@pytest.mark.parametrize("alone, ok", [(True, None), (False, False)])
+def test_missing_iperf3_is_a_note_on_a_one_node_cluster(alone, ok):
+    missing = facts(iperf3=CommandResult(127, "", "sh: 1: iperf3: not found"))
+    rows = {row.name: row for row in node_checks(missing, alone=alone)}
+    assert rows["iperf3"].ok is ok and rows["iperf3"].detail.startswith("iperf3 not found on the node")
+    if alone:
+        assert "one-node cluster" in rows["iperf3"].detail and "before adding nodes" in rows["iperf3"].detail
+    else:
+        assert "sudo apt install iperf3" in rows["iperf3"].fix
+    present = {row.name: row for row in node_checks(facts(), alone=alone)}
+    assert present["iperf3"].ok is True  # found is found, alone or not
 
 
 def test_gpu_check_without_pynvml_tells_to_install_it_here():

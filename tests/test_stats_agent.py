@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import ast
 import glob
+import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,6 +24,7 @@ import pytest
 from homegpu.remote import stats_agent
 from homegpu.remote.stats import NA, PROTOCOL_VERSION, GpuProcess, NodeStats, parse_agent_line
 from homegpu.remote.stats_agent import (
+    LoopIterations,
     NoGpuReader,
     NvmlReader,
     SmiReader,
@@ -33,6 +36,7 @@ from homegpu.remote.stats_agent import (
     open_reader,
     parse_loadavg,
     parse_meminfo,
+    parse_nvidia_smi_gpus,
     parse_proc_stat,
     read_nvml,
     read_nvml_versions,
@@ -92,7 +96,11 @@ DEVICE_GETTERS = {
 
 
 class FakeNvml:
-    """Just the part of pynvml the agent calls; a value that is an exception is raised instead."""
+    """Just the part of pynvml the agent calls; a value that is an exception is raised instead.
+
+    It has no ``nvmlMemory_v2``, like a pynvml too old for version 2 of the memory info; every
+    device call is counted in ``calls`` by function name.
+    """
 
     NVMLError = FakeNVMLError
     NVML_TEMPERATURE_GPU = 0
@@ -102,6 +110,7 @@ class FakeNvml:
         self.devices, self.driver, self.cuda = devices, driver, cuda
         self.names = names or {}
         self.init_error = init_error
+        self.calls = Counter()
 
     def nvmlInit(self):
         _value(self.init_error)
@@ -119,6 +128,7 @@ class FakeNvml:
         return len(self.devices)
 
     def nvmlDeviceGetHandleByIndex(self, index):
+        self.calls["nvmlDeviceGetHandleByIndex"] += 1
         return self.devices[index]
 
     def __getattr__(self, name):
@@ -128,6 +138,7 @@ class FakeNvml:
 
         def getter(handle, *args):
             assert args == expected, (name, args)
+            self.calls[name] += 1
             return _value(handle[key])
 
         return getter
@@ -153,11 +164,11 @@ def h100_mig():
 MIG_NAMES = {21180: "/root/tools/memhog", 21181: "/root/tools/memhog", 21198: "./gpu_burn"}
 
 
-def gpu_json(index, name, uuid, util, used, total, temp, power, limit, sm, processes=()):
+def gpu_json(index, name, uuid, util, used, total, temp, power, limit, sm, processes=(), reserved=None):
     return {
         "index": index, "name": name, "uuid": uuid, "util": util, "mem_used": used,
-        "mem_total": total, "temp": temp, "power": power, "power_limit": limit, "sm_clock": sm,
-        "processes": list(processes),
+        "mem_total": total, "mem_reserved": reserved, "temp": temp, "power": power,
+        "power_limit": limit, "sm_clock": sm, "processes": list(processes),
     }
 
 
@@ -196,13 +207,162 @@ def test_nvml_mig_gpu_has_null_util_and_its_processes() -> None:
     assert errors == []  # NVMLError means "no such reading", not a fault
 
 
+# --- the H100 80GB HBM3 recordings: NVML memory as nvidia-smi shows it ----------------------------
+
+H100_DIR = FIXTURES / "h100-80gb-hbm3"
+NVML_MEMORY_V2 = 0x02000028  # pynvml.nvmlMemory_v2
+
+
+def recorded_gpu(name: str) -> dict:
+    """The one GPU of a `homegpu --local status --json` recorded on the H100 (NVML source)."""
+    [node] = json.loads((H100_DIR / name).read_text())["nodes"]
+    [gpu] = node["stats"]["gpus"]
+    return gpu
+
+
+class FakeNvmlV2(FakeNvml):
+    """A pynvml and driver that have version 2 of the memory info (``version=nvmlMemory_v2``)."""
+
+    nvmlMemory_v2 = NVML_MEMORY_V2
+
+    def nvmlDeviceGetMemoryInfo(self, handle, version=None):
+        self.calls["nvmlDeviceGetMemoryInfo" + ("_v2" if version else "")] += 1
+        if version is None:
+            return _value(handle["memory"])
+        assert version == NVML_MEMORY_V2
+        return _value(handle["memory_v2"])
+
+
+def h100_idle(memory_v2=None):
+    """The idle H100 as NVML reported it there, fed from the recorded status line.
+
+    Version 1 memory (used 480 = the driver's reservation) is what the agent's NVML source
+    recorded in status_idle.json; version 2 (used 0, reserved 480, total 81559) is what that
+    machine's NVML returned for ``version=nvmlMemory_v2`` (the recordings' README), and
+    nvidia-smi's ``memory.used,memory.total,memory.reserved`` printed the same.
+    """
+    gpu = recorded_gpu("status_idle.json")
+    handle = device(gpu["name"], gpu["uuid"], gpu["util"], gpu["mem_used"], gpu["mem_total"], gpu["temp"],
+                    round(gpu["power"] * 1000), round(gpu["power_limit"] * 1000), gpu["sm_clock"])
+    handle["memory_v2"] = memory_v2 if memory_v2 is not None else SimpleNamespace(
+        used=0, reserved=480 * MIB, total=81559 * MIB, free=(81559 - 480) * MIB)
+    return handle
+
+
+def test_recorded_h100_nvml_v1_memory_counts_the_reservation() -> None:
+    """What the recordings show, before the fix: NVML v1 480 MiB above nvidia-smi, idle and loaded."""
+    smi_idle = parse_nvidia_smi_gpus((H100_DIR / "gpus_idle.csv").read_text())[0]
+    smi_load = parse_nvidia_smi_gpus((H100_DIR / "gpus_load.csv").read_text())[0]
+    assert recorded_gpu("status_idle.json")["mem_used"] - smi_idle["mem_used"] == 480
+    nvml_lines = [parse_agent_line(line) for line in (H100_DIR / "agent_nvml.jsonl").read_text().splitlines()]
+    smi_lines = [parse_agent_line(line) for line in (H100_DIR / "agent_smi.jsonl").read_text().splitlines()]
+    assert {s.gpus[0].mem_used for s in nvml_lines} == {20564}
+    assert {s.gpus[0].mem_used for s in smi_lines} == {smi_load["mem_used"]} == {20085}
+    assert all(s.gpus[0].mem_reserved is NA for s in nvml_lines + smi_lines)  # recorded before the field
+
+
+def test_nvml_v2_memory_matches_nvidia_smi_on_the_h100() -> None:
+    nvml = FakeNvmlV2([h100_idle()], "580.159.04", 13000)
+    errors: list[str] = []
+    [gpu] = read_nvml(nvml, errors)
+    smi = parse_nvidia_smi_gpus((H100_DIR / "gpus_idle.csv").read_text())[0]
+    for key in ("name", "uuid", "util", "mem_used", "mem_total", "power_limit", "sm_clock"):
+        assert gpu[key] == smi[key], key
+    assert (gpu["mem_used"], gpu["mem_reserved"], gpu["mem_total"]) == (0, 480, 81559)
+    assert nvml.calls["nvmlDeviceGetMemoryInfo_v2"] == 1 and nvml.calls["nvmlDeviceGetMemoryInfo"] == 0
+    assert errors == []
+
+
+@pytest.mark.parametrize("why", [FakeNVMLError("Function Not Found"), TypeError("unexpected keyword 'version'")])
+def test_nvml_without_v2_falls_back_to_v1_and_remembers(why: Exception) -> None:
+    """A driver without nvmlDeviceGetMemoryInfo_v2, or a pynvml whose call takes no version."""
+    nvml = FakeNvmlV2([h100_idle(memory_v2=why)], "580.159.04", 13000)
+    reader = NvmlReader(nvml)
+    for _ in range(3):
+        [gpu], _, _ = reader.read([])
+        assert (gpu["mem_used"], gpu["mem_reserved"], gpu["mem_total"]) == (480, None, 81559)
+    assert nvml.calls["nvmlDeviceGetMemoryInfo_v2"] == 1  # tried once, then v1 only
+    assert nvml.calls["nvmlDeviceGetMemoryInfo"] == 3
+
+
+def test_a_pynvml_without_v2_uses_v1() -> None:
+    [gpu] = read_nvml(FakeNvml([h100_idle()], "580.159.04", 13000))
+    assert (gpu["mem_used"], gpu["mem_reserved"]) == (480, None)
+
+
+def test_nvml_reader_asks_for_what_does_not_change_once() -> None:
+    """Name, UUID, handle and power limit (179 µs a call on the H100) once, not every sample;
+    again after STATIC_REFRESH_S, so a changed power limit shows."""
+    now = [1000.0]
+    nvml = FakeNvmlV2([h100_idle(), h100_idle()], "580.159.04", 13000)
+    reader = NvmlReader(nvml, clock=lambda: now[0])
+    lines = [reader.read([])[0] for _ in range(5)]
+    assert all(line == lines[0] for line in lines) and lines[0][0]["power_limit"] == 700.0
+    for static in ("nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetPowerManagementLimit",
+                   "nvmlDeviceGetHandleByIndex"):
+        assert nvml.calls[static] == 2, static  # two GPUs, once each
+    for changing in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetTemperature",
+                     "nvmlDeviceGetPowerUsage", "nvmlDeviceGetClockInfo"):
+        assert nvml.calls[changing] == 10, changing
+    nvml.devices[0]["limit"] = 450000  # nvidia-smi -pl 450
+    now[0] += stats_agent.STATIC_REFRESH_S + 1
+    [first, _], _, _ = reader.read([])
+    assert first["power_limit"] == 450.0 and nvml.calls["nvmlDeviceGetPowerManagementLimit"] == 4
+
+
+def test_nvml_cache_starts_over_when_the_gpu_count_changes() -> None:
+    nvml = FakeNvmlV2([h100_idle(), dict(H100_NVL[0], memory_v2=FakeNVMLError("v2"))], "550.54.14", 12040)
+    reader = NvmlReader(nvml)
+    assert [g["name"] for g in reader.read([])[0]] == ["NVIDIA H100 80GB HBM3", "NVIDIA H100 NVL"]
+    nvml.devices.pop(0)  # a GPU fell off the bus: index 0 is another card now
+    [gpu], _, _ = reader.read([])
+    assert (gpu["name"], gpu["uuid"]) == ("NVIDIA H100 NVL", H100_NVL[0]["uuid"])
+
+
+def test_a_failed_static_reading_is_asked_again() -> None:
+    flaky = h100_idle()
+    flaky["name"] = RuntimeError("driver busy")
+    nvml = FakeNvmlV2([flaky], "580.159.04", 13000)
+    reader = NvmlReader(nvml)
+    errors: list[str] = []
+    assert reader.read(errors)[0][0]["name"] is None and errors == ["nvml gpu0.name: RuntimeError: driver busy"]
+    flaky["name"] = "NVIDIA H100 80GB HBM3"
+    assert reader.read([])[0][0]["name"] == "NVIDIA H100 80GB HBM3"
+
+
+def test_recorded_loop_output_gives_one_iteration_per_row_with_changing_values() -> None:
+    """nvidia-smi --loop-ms=1000 on the H100 under load: 8 iterations, values moving."""
+    first, *rest = (H100_DIR / "gpus_loop_load.csv").read_text().splitlines()
+    iterations = LoopIterations()
+    assert iterations.feed(first + "\n", []) is None  # how many rows make one is not known yet...
+    done = [iterations.close()]  # ...until the output goes quiet, a second before the next row
+    done += [iterations.feed(line + "\n", []) for line in rest]
+    assert len(done) == 8 and all(len(gpus) == 1 for gpus in done)
+    assert [gpus[0]["temp"] for gpus in done] == [54, 54, 56, 57, 57, 58, 59, 59]
+    assert [gpus[0]["sm_clock"] for gpus in done] == [1395, 1380, 1335, 1335, 1350, 1335, 1380, 1365]
+
+
+def test_the_agent_on_the_recorded_h100_nvidia_smi(tmp_path: Path) -> None:
+    """The agent's nvidia-smi source on the H100's recorded output gives the line it gave there."""
+    path = replay_path(tmp_path, "h100-80gb-hbm3/gpus_load.csv", "h100-80gb-hbm3/apps_load.csv",
+                       "h100-80gb-hbm3/smi_version.txt")
+    stats = run_agent(tmp_path, "--source", "nvidia-smi", path=path)
+    recorded = parse_agent_line((H100_DIR / "agent_smi.jsonl").read_text().splitlines()[0])
+    assert (stats.source, stats.driver, stats.cuda, stats.errors) == ("nvidia-smi", "580.159.04", "13.0", ())
+    [gpu], [then] = stats.gpus, recorded.gpus
+    for key in ("index", "name", "uuid", "util", "mem_used", "mem_total", "power_limit", "processes"):
+        assert getattr(gpu, key) == getattr(then, key), key
+    assert (gpu.temp, gpu.power, gpu.sm_clock) == (52, 702.84, 1410)  # gpus_load.csv's moment
+    assert gpu.processes == (GpuProcess(468, "python3", 20076),)
+
+
 @pytest.mark.parametrize("field", ["name", "uuid", "util", "memory", "temp", "power", "limit", "sm"])
 def test_nvml_error_on_one_field_nulls_only_that_field(field: str) -> None:
     broken = dict(H100_NVL[1], **{field: FakeNVMLError(field)})
     errors: list[str] = []
     good, bad = read_nvml(FakeNvml([H100_NVL[0], broken], "550.54.14", 12040), errors)
     assert good == read_nvml(FakeNvml(H100_NVL[:1], "550.54.14", 12040))[0]
-    nulled = {k for k, v in bad.items() if v is None}
+    nulled = {k for k, v in bad.items() if v is None} - {"mem_reserved"}  # v1 memory only: never known
     expected = {"name": {"name"}, "uuid": {"uuid"}, "util": {"util"},
                 "memory": {"mem_used", "mem_total"}, "temp": {"temp"}, "power": {"power"},
                 "limit": {"power_limit"}, "sm": {"sm_clock"}}[field]

@@ -310,6 +310,18 @@ def test_agent_line_becomes_frozen_snapshots_with_na_for_null() -> None:
         gpu0.util = 5  # type: ignore[misc]
 
 
+def test_recorded_h100_lines_parse_and_reserved_memory_is_read_where_given() -> None:
+    """The agent's lines recorded on a real H100 (no mem_reserved yet: NA), then one with it."""
+    for name in ("agent_nvml.jsonl", "agent_smi.jsonl"):
+        for line in fixture(f"h100-80gb-hbm3/{name}").splitlines():
+            [gpu] = parse_agent_line(line).gpus
+            assert gpu.name == "NVIDIA H100 80GB HBM3" and gpu.mem_total == 81559 and gpu.mem_reserved is NA
+    [row] = parse_nvidia_smi_gpus(fixture("h100-80gb-hbm3/gpus_idle.csv"))
+    row.pop("driver")
+    [gpu] = parse_agent_line(agent_line(gpus=[dict(row, mem_reserved=480)])).gpus
+    assert (gpu.mem_used, gpu.mem_reserved, gpu.mem_total) == (0, 480, 81559)
+
+
 def test_cpu_only_line_has_no_gpus_and_na_versions() -> None:
     stats = parse_agent_line(agent_line(source="none", gpus=[], driver=None, cuda=None, cpu=None))
     assert not stats.has_gpus
@@ -340,6 +352,7 @@ MALFORMED = [
     (agent_line(gpus={"0": {}}), "gpus: expected a list"),
     (agent_line(gpus=[7]), "gpus[0]: expected an object"),
     (agent_line(gpus=[{"index": 0, "mem_used": "lots"}]), "gpus[0].mem_used: expected a number"),
+    (agent_line(gpus=[{"index": 0, "mem_reserved": "480 MiB"}]), "gpus[0].mem_reserved: expected a number"),
     (agent_line(gpus=[{"name": 5}]), "gpus[0].name: expected a string"),
     (agent_line(gpus=[{"processes": [{"pid": "x"}]}]), "gpus[0].processes[0].pid: expected"),
     (agent_line(errors="boom"), "errors: expected a list"),

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from homegpu.trainer.cli import DataSpec, build_parser, parse_data_spec
+from homegpu.trainer.cli import DataSpec, build_parser, parse_collective, parse_data_spec
 from homegpu.trainer.cluster import SINGLE, ClusterConfigError, WorkerRole, worker_role
 from homegpu.trainer.metrics import PREFIX, format_metric, parse_metric_line
 
@@ -167,13 +167,37 @@ def test_bad_options_exit_2_without_loading_tensorflow(argv):
     assert "tensorflow" not in result.stderr.lower()
 
 
+@pytest.mark.parametrize("text, collective", [("NCCL", "NCCL"), ("ring", "RING"), (" Auto ", "AUTO")])
+def test_parse_collective(text, collective):
+    assert parse_collective(text) == collective
+
+
+@pytest.mark.parametrize("argv, env, fragment", [
+    (["--collective", "mpi"], {}, "'mpi': use AUTO, RING, NCCL"),
+    ([], {"HOMEGPU_COLLECTIVE": "gloo"}, "'gloo': use AUTO, RING, NCCL (--collective or $HOMEGPU_COLLECTIVE)"),
+])
+def test_bad_collective_exits_2_without_loading_tensorflow(argv, env, fragment):
+    result = subprocess.run([sys.executable, "-m", "homegpu.trainer", *argv], capture_output=True,
+                            text=True, timeout=60, env=_env(**env))
+    assert result.returncode == 2 and fragment in result.stderr, result.stderr
+    assert "tensorflow" not in result.stderr.lower()
+
+
+def test_collective_option_defaults_to_the_environment(monkeypatch):
+    monkeypatch.setenv("HOMEGPU_COLLECTIVE", "ring")
+    assert build_parser().parse_args([]).collective == "RING"
+    assert build_parser().parse_args(["--collective", "NCCL"]).collective == "NCCL"
+    monkeypatch.delenv("HOMEGPU_COLLECTIVE")
+    assert build_parser().parse_args([]).collective == "AUTO"
+
+
 def test_defaults_and_help():
     args = build_parser().parse_args([])
     assert (args.data, args.model, args.epochs, args.batch_size, args.steps_per_epoch) == \
         (DataSpec("synthetic"), "cnn", 2, 64, 0)
     text = build_parser().format_help()
     for option in ("--data", "--model", "--epochs", "--batch-size", "--steps-per-epoch", "--output",
-                   "--log-every", "--seed", "--learning-rate", "--image-size"):
+                   "--log-every", "--seed", "--learning-rate", "--image-size", "--collective"):
         assert option in text
 
 
@@ -259,7 +283,7 @@ def test_synthetic_rejects_bad_sizes(tensorflow_installed, kwargs):
 # -- running workers ---------------------------------------------------------------------------
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "HOMEGPU_OUTPUT_DIR")}
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "HOMEGPU_OUTPUT_DIR", "HOMEGPU_COLLECTIVE")}
     env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", **extra)
     return env
 
@@ -277,9 +301,9 @@ def _free_ports(count: int) -> list[int]:
             s.close()
 
 
-def _cluster_env(ports: list[int], index: int) -> dict[str, str]:
+def _cluster_env(ports: list[int], index: int, **extra: str) -> dict[str, str]:
     config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]}, "task": {"type": "worker", "index": index}}
-    return _env(TF_CONFIG=json.dumps(config))
+    return _env(TF_CONFIG=json.dumps(config), **extra)
 
 
 class Worker:
@@ -353,9 +377,10 @@ class Workers:
         self.started.append(worker)
         return worker
 
-    def trainer(self, ports: list[int], index: int, output: Path, *args: str, name: str = "") -> Worker:
+    def trainer(self, ports: list[int], index: int, output: Path, *args: str, name: str = "",
+                env: dict[str, str] | None = None) -> Worker:
         argv = [sys.executable, "-m", "homegpu.trainer", "--output", str(output), *args]
-        return self.start(argv, _cluster_env(ports, index), name or f"worker{index}")
+        return self.start(argv, _cluster_env(ports, index, **(env or {})), name or f"worker{index}")
 
     def finish_all(self, workers: list[Worker], timeout: float = RUN_TIMEOUT) -> list[int]:
         codes = [w.wait(timeout) for w in workers]
@@ -381,11 +406,12 @@ def _files(root: Path) -> set[str]:
 
 
 def test_two_workers_train_the_synthetic_set(tensorflow_installed, tmp_path):
+    """Under the RING collective, as homegpu's device plan gives a job with a CPU worker."""
     ports = _free_ports(2)
     out = [tmp_path / "out0", tmp_path / "out1"]
     args = ("--epochs", "2", "--log-every", "8", "--seed", "1")
     with Workers(tmp_path) as workers:
-        team = [workers.trainer(ports, i, out[i], *args) for i in range(2)]
+        team = [workers.trainer(ports, i, out[i], *args, env={"HOMEGPU_COLLECTIVE": "RING"}) for i in range(2)]
         workers.finish_all(team)
 
     for index, worker in enumerate(team):
@@ -393,6 +419,8 @@ def test_two_workers_train_the_synthetic_set(tensorflow_installed, tmp_path):
         start, = worker.events("start")
         assert (start["initial_epoch"], start["resumed"], start["epochs"]) == (0, False, 2)
         assert (start["batch_size"], start["global_batch_size"], start["data"]) == (64, 128, "synthetic")
+        # What the strategy was built with, read back from it: the collective the worker was given.
+        assert (start["collective"], start["replicas"]) == ("RING", 2)
         assert start["params"] == team[0].events("start")[0]["params"] > 1000  # the same model everywhere
         epochs = worker.events("epoch")
         assert [m["epoch"] for m in epochs] == [1, 2]
@@ -453,6 +481,7 @@ def test_killed_worker_resumes_from_its_backup(tensorflow_installed, tmp_path):
     for worker in second:
         start, = worker.events("start")
         assert start["initial_epoch"] >= 1 and start["resumed"] is True
+        assert start["collective"] == "AUTO"  # nothing given: TensorFlow picks
         epochs = [m["epoch"] for m in worker.events("epoch")]
         assert epochs == list(range(start["initial_epoch"] + 1, 4))
         end, = worker.events("end")

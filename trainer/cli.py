@@ -20,6 +20,8 @@ from homegpu.trainer.cluster import ClusterConfigError, WorkerRole, worker_role
 from homegpu.trainer.metrics import format_metric
 
 MODELS = ("cnn", "resnet")
+COLLECTIVES = ("AUTO", "RING", "NCCL")
+COLLECTIVE_ENV = "HOMEGPU_COLLECTIVE"  # homegpu sets it from the job's device plan
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,14 @@ def parse_data_spec(text: str) -> DataSpec:
     if sep and kind in ("npz", "dir") and path:
         return DataSpec(kind, os.path.expanduser(path))
     raise argparse.ArgumentTypeError(f"{text!r}: use synthetic, npz:PATH or dir:PATH")
+
+
+def parse_collective(text: str) -> str:
+    """NCCL, RING or AUTO, in any case. Raises argparse.ArgumentTypeError otherwise."""
+    value = text.strip().upper()
+    if value in COLLECTIVES:
+        return value
+    raise argparse.ArgumentTypeError(f"{text!r}: use {', '.join(COLLECTIVES)} (--collective or ${COLLECTIVE_ENV})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="synthetic and dir: images are PX×PX (npz keeps its own size)")
     parser.add_argument("--samples", type=int, default=6144, metavar="N",
                         help="synthetic: training images (plus an eighth as many for validation)")
+    parser.add_argument("--collective", type=parse_collective,
+                        default=os.environ.get(COLLECTIVE_ENV, "").strip() or "AUTO",
+                        metavar="|".join(COLLECTIVES),
+                        help="how workers all-reduce gradients: NCCL between GPUs only, RING also on "
+                             f"CPUs, AUTO lets TensorFlow pick; ${COLLECTIVE_ENV} when set (homegpu "
+                             "sets it: NCCL when every worker has a GPU, else RING)")
     parser.add_argument("--no-tensorboard", action="store_true",
                         help="skip TensorBoard logs (they are skipped anyway when the tensorboard "
                              "package is not installed: TensorFlow 2.21 no longer depends on it)")

@@ -33,7 +33,8 @@ from homegpu.trainer.progress import MetricLines
 def run(args: argparse.Namespace, role: WorkerRole) -> None:
     """Train, back up every epoch, save the model. Raises on any failure (cli.py turns it into
     an error line and exit status)."""
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()  # before any other TF op, as MWMS needs
+    # Before any other TF op, as MWMS needs.
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication_options(args.collective))
     _exit_on_sigterm()
     keras.utils.set_random_seed(args.seed)
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "").strip() in ("2", "3"):
@@ -64,7 +65,8 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
         role, epochs=args.epochs, local_batch=args.batch_size, log_every=args.log_every,
         resume_epoch=lambda: backup.resume_epoch,
         start_fields=dict(data=str(args.data), model=args.model, params=model.count_params(),
-                          steps_per_epoch=steps,
+                          steps_per_epoch=steps, collective=strategy_collective(strategy, args.collective),
+                          replicas=strategy.num_replicas_in_sync,
                           batch_size=args.batch_size, global_batch_size=global_batch,
                           train_examples=sets.train_examples, validation_steps=validation_steps,
                           tensorboard=tensorboard))
@@ -88,6 +90,27 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
     _remove_if_empty(os.path.join(output, "backup"))
+
+
+def communication_options(collective: str) -> tf.distribute.experimental.CommunicationOptions:
+    """The strategy's options for ``collective`` (AUTO, RING or NCCL; see cli.parse_collective).
+
+    NCCL moves tensors between GPUs only; RING (gRPC) works on CPU workers too, so a job with any
+    CPU worker needs it, and homegpu's device plan says which through $HOMEGPU_COLLECTIVE.
+    """
+    implementation = getattr(tf.distribute.experimental.CommunicationImplementation, collective)
+    return tf.distribute.experimental.CommunicationOptions(implementation=implementation)
+
+
+def strategy_collective(strategy: tf.distribute.Strategy, requested: str) -> str:
+    """The collective the strategy was built with, read back from it for the start line.
+
+    ``_communication_options`` is private to TensorFlow (2.21 has it); where it is gone, the
+    requested value is what we know.
+    """
+    options = getattr(strategy.extended, "_communication_options", None)
+    implementation = getattr(options, "implementation", None)
+    return getattr(implementation, "name", requested)
 
 
 def _exit_on_sigterm() -> None:

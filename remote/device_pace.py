@@ -1,0 +1,124 @@
+"""Who sets the pace of a synchronous job, and whether its slow workers are worth having.
+
+MultiWorkerMirroredStrategy takes a step only when every worker has finished its part, so a job
+moves at its slowest worker's pace times the number of workers. A CPU worker beside GPU workers
+therefore makes the job faster only when it runs at more than (GPU workers)/(all workers) of the
+GPU workers' pace; usually it runs at a few percent of it and slows the whole job down.
+
+Each worker's speed comes from its last run (examples/s per worker, where the caller has a timeline)
+or else from its devices (``gpu_speed``: the GPU model's relative speed times its GPUs, or a CPU).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from homegpu.remote.gpu_speed import CPU_SPEED, gpu_speed
+
+if TYPE_CHECKING:
+    from homegpu.remote.device_plan import WorkerDevices
+
+HOLD_BACK = 0.8  # a kept worker under this fraction of the fastest's pace is pointed out
+
+
+@dataclass(frozen=True)
+class PaceAdvice:
+    """Each worker's estimated speed and what follows from it.
+
+    Attributes:
+        speeds: per worker, in plan order: examples/s when ``measured``, else relative (RTX 3090 = 1).
+        measured: the speeds come from the last run, not from the GPU table.
+        leave_out: nodes the job is faster without (empty when every node helps).
+        gain: the job's pace without ``leave_out`` divided by its pace with every node (1.0 when
+            ``leave_out`` is empty).
+        sentences: plain advice for the user, empty when the workers are evenly matched.
+    """
+
+    speeds: tuple[float, ...]
+    measured: bool
+    leave_out: tuple[str, ...]
+    gain: float
+    sentences: tuple[str, ...]
+
+
+def worker_speed(worker: WorkerDevices) -> float:
+    """A worker's relative speed from its devices: the sum of its GPUs' speeds, or a CPU's."""
+    if worker.on_cpu:
+        return CPU_SPEED
+    return sum(gpu_speed(name) for name in worker.gpu_names)
+
+
+def job_pace(speeds: Sequence[float]) -> float:
+    """Synchronous data parallel: every step waits for the slowest, so pace = min × workers."""
+    return min(speeds) * len(speeds) if speeds else 0.0
+
+
+def advise_pace(workers: Sequence[WorkerDevices], measured: Mapping[str, float] | None = None) -> PaceAdvice:
+    """Estimate every worker's speed, find the nodes the job is faster without, and say so.
+
+    Args:
+        workers: the plan's workers, in order.
+        measured: examples/s per worker label from the job's last run; used only when it covers
+            every worker (a partial timeline would compare unlike units).
+    """
+    use_measured = bool(measured) and all(measured.get(w.label, 0) > 0 for w in workers)
+    speeds = tuple(measured[w.label] if use_measured else worker_speed(w) for w in workers)
+    pairs = list(zip(workers, speeds))
+    keep = _best_nodes(pairs)
+    kept = [(w, s) for w, s in pairs if w.node in keep]
+    leave_out = tuple(dict.fromkeys(w.node for w, _ in pairs if w.node not in keep))
+    gain = job_pace([s for _, s in kept]) / job_pace(speeds)
+    sentences = []
+    if leave_out:
+        held = "; ".join(_share(node, pairs, kept) for node in leave_out)
+        sentences.append(f"{held}: leave {'it' if len(leave_out) == 1 else 'them'} out with "
+                         f"nodes = {json.dumps(list(keep))} (the job would train {gain:.1f}× as fast "
+                         f"on {_workers(len(kept))})")
+    fastest = max(s for _, s in kept)
+    slow = list(dict.fromkeys(w.node for w, s in kept if s < HOLD_BACK * fastest))
+    others = [(w, s) for w, s in kept if w.node not in slow]
+    if slow and not others:  # one node, unlike GPUs: nothing to leave out, but say who is slow
+        worker, pace = min(kept, key=lambda pair: pair[1])
+        sentences.append(f"{worker.label} ({worker.device_text}) sets the pace, at about "
+                         f"{100 * pace / fastest:.0f}% of the fastest worker's")
+    elif slow:
+        with_them = job_pace([s for _, s in kept]) / job_pace([s for _, s in others])
+        held = "; ".join(_share(node, pairs, others) for node in slow)
+        sentences.append(f"{held}, but with {'it' if len(slow) == 1 else 'them'} the job still trains "
+                         f"{with_them:.2f}× as fast as the other {_workers(len(others))} alone")
+    return PaceAdvice(speeds, use_measured, leave_out, gain, tuple(sentences))
+
+
+def _best_nodes(pairs: Sequence[tuple[WorkerDevices, float]]) -> list[str]:
+    """The nodes whose workers together train fastest: drop the slowest nodes while that helps.
+
+    A node's pace is its slowest worker's; keeping the nodes at or above some pace is the only
+    kind of subset worth trying, since adding a faster node never lowers the minimum.
+    """
+    nodes = list(dict.fromkeys(w.node for w, _ in pairs))
+    node_pace = {n: min(s for w, s in pairs if w.node == n) for n in nodes}
+    best, best_pace = nodes, job_pace([s for _, s in pairs])
+    for floor in sorted(set(node_pace.values())):
+        chosen = [n for n in nodes if node_pace[n] >= floor]
+        pace = job_pace([s for w, s in pairs if w.node in chosen])
+        if pace > best_pace * 1.0001:  # a strict gain: on a tie, keep more nodes
+            best, best_pace = chosen, pace
+    return best
+
+
+def _share(node: str, pairs: Sequence[tuple[WorkerDevices, float]],
+           others: Sequence[tuple[WorkerDevices, float]]) -> str:
+    """"laptop (CPU) would run at about 5% of the GPU workers' pace"."""
+    mine = [(w, s) for w, s in pairs if w.node == node]
+    worker, pace = min(mine, key=lambda pair: pair[1])
+    gpus_only = all(not w.on_cpu for w, _ in others) and worker.on_cpu
+    share = 100 * pace / min(s for _, s in others)
+    figure = f"{share:.0f}%" if share >= 1 else "under 1%"
+    return (f"{node} ({worker.device_text}) would run at about {figure} of "
+            f"{'the GPU workers' if gpus_only else 'the other workers'}' pace")
+
+
+def _workers(count: int) -> str:
+    return f"{count} worker{'s' if count != 1 else ''}"

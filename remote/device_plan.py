@@ -1,0 +1,247 @@
+"""Which devices every worker of a job gets: a pure function of the nodes' GPUs and the job's layout.
+
+MultiWorkerMirroredStrategy puts one replica on each GPU a worker sees (one on the CPU when it sees
+none) and needs the same number of replicas on every worker; NCCL moves tensors between GPUs only,
+so one CPU worker makes RING the only collective that works. This module decides all of that before
+anything starts, and refuses a layout TensorFlow would fail on with one line saying what to set.
+
+Layouts (``workers_per_node``):
+- ``"per-gpu"``: one worker per GPU, each seeing exactly its GPU; one CPU worker on a node without
+  GPUs.
+- an integer N: N workers per node. On a GPU node its GPUs are split evenly between them; they never
+  share a GPU unless ``share_gpus`` is set (then worker i gets GPU i mod the GPU count).
+
+Workers are numbered in node order, then slot order within a node, as TF_CONFIG lists them
+(``tfconfig.py``). The pace advice is in ``device_pace.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from homegpu.remote.device_pace import PaceAdvice, advise_pace
+from homegpu.remote.gpu_speed import short_gpu_name
+
+PER_GPU = "per-gpu"
+NCCL, RING = "NCCL", "RING"
+COLLECTIVE_ENV = "HOMEGPU_COLLECTIVE"
+HIDE_ALL_GPUS = "-1"  # CUDA_VISIBLE_DEVICES value that leaves a process no GPU at all
+
+
+class DevicePlanError(ValueError):
+    """The job's layout cannot run on these nodes; the message is one line naming node and fix."""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU of a node as the stats agent reports it: its index on the node and its name."""
+
+    index: int
+    name: str
+
+
+@dataclass(frozen=True)
+class WorkerDevices:
+    """One worker's place and devices.
+
+    Attributes:
+        node: the node's name.
+        index: the TF_CONFIG task index (0 is the chief).
+        slot: the worker's number on its node, 0..workers_on_node-1 (the port offset on that node).
+        gpus: the node's GPU indices this worker sees; empty for a CPU worker.
+        gpu_names: their names, in the same order.
+        replicas: MirroredStrategy replicas on this worker (its GPU count, 1 on CPU).
+    """
+
+    node: str
+    index: int
+    slot: int
+    gpus: tuple[int, ...]
+    gpu_names: tuple[str, ...]
+    replicas: int
+
+    @property
+    def on_cpu(self) -> bool:
+        return not self.gpus
+
+    @property
+    def label(self) -> str:
+        """The name logs use: the node, with the slot when it is not the node's first worker."""
+        return self.node if self.slot == 0 else f"{self.node}#{self.slot}"
+
+    @property
+    def device_text(self) -> str:
+        """"GPU 0 RTX 3090", "GPUs 0,1 H100 NVL" or "CPU"."""
+        if self.on_cpu:
+            return "CPU"
+        names = [short_gpu_name(n) for n in self.gpu_names]
+        indices = ",".join(map(str, self.gpus))
+        if len(set(names)) == 1:
+            return f"GPU{'s' if len(self.gpus) > 1 else ''} {indices} {names[0]}"
+        return "GPUs " + ", ".join(f"{i} {n}" for i, n in zip(self.gpus, names))
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """The global batch: ``per_worker`` (the job's batch_size) × workers, split over the replicas."""
+
+    per_worker: int
+    workers: int
+    replicas_per_worker: int
+
+    @property
+    def global_batch(self) -> int:
+        return self.per_worker * self.workers
+
+    @property
+    def replicas(self) -> int:
+        return self.replicas_per_worker * self.workers
+
+    @property
+    def per_replica(self) -> int:
+        return self.global_batch // self.replicas
+
+    @property
+    def text(self) -> str:
+        """"batch 64 per worker × 3 workers = 192 global, 64 per replica on 3 replicas"."""
+        return (f"batch {self.per_worker} per worker × {self.workers} worker"
+                f"{'s' if self.workers != 1 else ''} = {self.global_batch} global, "
+                f"{self.per_replica} per replica on {self.replicas} replica{'s' if self.replicas != 1 else ''}")
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """Every worker's devices, the collective they all use, the batch arithmetic and who sets the pace."""
+
+    workers: tuple[WorkerDevices, ...]
+    collective: str
+    batch: BatchPlan
+    pace: PaceAdvice
+
+    def workers_on(self, node: str) -> tuple[WorkerDevices, ...]:
+        return tuple(w for w in self.workers if w.node == node)
+
+    def lines(self) -> list[str]:
+        """The plan as `homegpu tfconfig` and the launch dialog show it (addresses come from TF_CONFIG)."""
+        width = max(len(w.label) for w in self.workers)
+        rows = [f"worker {w.index}  {w.label:<{width}}  {w.device_text}" for w in self.workers]
+        why = "every worker has a GPU" if self.collective == NCCL else "a worker runs on CPU"
+        return rows + [f"collective {self.collective} ({why})", self.batch.text, *self.pace.sentences]
+
+
+def gpu_inventory(source: Any) -> tuple[Gpu, ...]:
+    """A node's GPUs from NodeStats (its ``gpus``), GpuStats-like objects or (index, name) pairs.
+
+    A GPU the agent could not name or number (NA) keeps its position: its index is its place in the
+    list and its name is "GPU".
+    """
+    items = getattr(source, "gpus", source) or ()
+    gpus = []
+    for position, item in enumerate(items):
+        index, name = item if isinstance(item, tuple) else (getattr(item, "index"), getattr(item, "name"))
+        index = index if isinstance(index, int) and not isinstance(index, bool) else position
+        gpus.append(Gpu(index, str(name) if name else "GPU"))
+    return tuple(gpus)
+
+
+def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_size: int,
+                 share_gpus: bool = False, measured: Mapping[str, float] | None = None) -> DevicePlan:
+    """Lay the job's workers out on its nodes.
+
+    Args:
+        nodes: the job's nodes in TF_CONFIG order, each mapped to its GPUs (see :func:`gpu_inventory`;
+            an empty list for a CPU-only node, None while its GPUs are not known).
+        workers_per_node: ``"per-gpu"`` or a positive integer (the job's ``workers_per_node``).
+        batch_size: the job's per-worker batch size.
+        share_gpus: let several workers of a node use one GPU when it has fewer GPUs than workers.
+        measured: examples/s per worker label from the job's last run, for the pace advice
+            (see ``device_pace.advise_pace``); without it the GPU models decide.
+
+    Raises:
+        DevicePlanError: a node's GPUs are unknown, its GPUs do not split between its workers, the
+            workers would have different replica counts, or the batch does not split over replicas.
+    """
+    if not nodes:
+        raise DevicePlanError("the job has no nodes to run on")
+    workers: list[WorkerDevices] = []
+    for node, source in nodes.items():
+        if source is None:
+            raise DevicePlanError(f"node {node}: its GPUs are not known (is it online?); "
+                                  "wait for its stats or leave it out with nodes = [...]")
+        for slot, gpus in enumerate(_split(node, gpu_inventory(source), workers_per_node, share_gpus)):
+            workers.append(WorkerDevices(node, len(workers), slot, tuple(g.index for g in gpus),
+                                         tuple(g.name for g in gpus), max(1, len(gpus))))
+    replicas = _equal_replicas(workers)
+    collective = NCCL if all(not w.on_cpu for w in workers) else RING
+    return DevicePlan(tuple(workers), collective, _batch(batch_size, len(workers), replicas),
+                      advise_pace(workers, measured))
+
+
+def _split(node: str, gpus: tuple[Gpu, ...], layout: int | str, share: bool) -> list[tuple[Gpu, ...]]:
+    """Each of the node's workers' GPUs (an empty tuple: a CPU worker)."""
+    if layout == PER_GPU:
+        return [(gpu,) for gpu in gpus] or [()]
+    if isinstance(layout, bool) or not isinstance(layout, int) or layout < 1:
+        raise DevicePlanError(f'workers_per_node = {layout!r}: use "per-gpu" or a positive integer')
+    if not gpus:
+        return [()] * layout
+    count = len(gpus)
+    if layout > count:
+        if share:
+            return [(gpus[slot % count],) for slot in range(layout)]
+        raise DevicePlanError(
+            f"node {node}: {layout} workers for {count} GPU{'s' if count != 1 else ''} would share a GPU: "
+            f'set workers_per_node = "per-gpu" (or {count}), or share_gpus = true')
+    if count % layout:
+        raise DevicePlanError(
+            f"node {node}: {count} GPUs do not split evenly between {layout} workers: "
+            f'set workers_per_node = "per-gpu" (or a divisor of {count})')
+    each = count // layout
+    return [gpus[slot * each:(slot + 1) * each] for slot in range(layout)]
+
+
+def _equal_replicas(workers: Sequence[WorkerDevices]) -> int:
+    """The replica count every worker has; refuses, naming the odd node, when they differ."""
+    counts = [w.replicas for w in workers]
+    common = max(set(counts), key=lambda c: (counts.count(c), -c))  # most workers; fewer replicas on a tie
+    odd = next((w for w in workers if w.replicas != common), None)
+    if odd is None:
+        return common
+    raise DevicePlanError(
+        f"node {odd.node}: its workers would have {odd.replicas} replica{'s' if odd.replicas != 1 else ''} "
+        f"({odd.device_text}) and the others {common}; MultiWorkerMirroredStrategy needs the same "
+        f'number on every worker: set workers_per_node = "per-gpu" (one GPU per worker)')
+
+
+def _batch(batch_size: int, workers: int, replicas: int) -> BatchPlan:
+    if batch_size < 1:
+        raise DevicePlanError(f"batch_size = {batch_size}: use a positive integer")
+    if batch_size % replicas:
+        suggestion = (batch_size // replicas + 1) * replicas
+        raise DevicePlanError(
+            f"batch_size = {batch_size} per worker does not split over its {replicas} replicas: "
+            f"set batch_size to a multiple of {replicas} (e.g. {suggestion})")
+    return BatchPlan(batch_size, workers, replicas)
+
+
+def process_env(plan: DevicePlan, worker: WorkerDevices) -> dict[str, str]:
+    """The environment a process worker needs: exactly its GPUs visible, and the collective."""
+    visible = ",".join(map(str, worker.gpus)) if worker.gpus else HIDE_ALL_GPUS
+    return {"CUDA_VISIBLE_DEVICES": visible, COLLECTIVE_ENV: plan.collective}
+
+
+def container_env(plan: DevicePlan, worker: WorkerDevices) -> dict[str, str]:
+    """The environment of a container worker. Its device request already limits it to its GPUs,
+    renumbered from 0 inside, so CUDA_VISIBLE_DEVICES is set only to hide GPUs from a CPU worker."""
+    env = {COLLECTIVE_ENV: plan.collective}
+    if worker.on_cpu:
+        env["CUDA_VISIBLE_DEVICES"] = HIDE_ALL_GPUS
+    return env
+
+
+def docker_device_ids(worker: WorkerDevices) -> list[str]:
+    """``device_ids`` for a ``DeviceRequest(device_ids=..., capabilities=[["gpu"]])``; empty for a
+    CPU worker, which gets no device request at all."""
+    return [str(index) for index in worker.gpus]
+
