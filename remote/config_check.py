@@ -90,7 +90,7 @@ class Validator:
                 raise self.fail(path, f"{show(value)} is far too large", "use an ordinary number") from None
         if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
             return value
-        example = {str: '"text"', int: "22", float: "1.5", list: '["a", "b"]', dict: '{ KEY = "value" }'}[kind]
+        example = {str: '"text"', int: "22", float: "1.5", bool: "true", list: '["a", "b"]', dict: '{ KEY = "value" }'}[kind]
         raise self.fail(path, f"expected {_KIND_NAMES[kind]}, got {type_name(value)} {show(value)}",
                         f"write it like {key_text(path[-1])} = {example}")
 
@@ -149,7 +149,7 @@ def _limit(number: float) -> str:
     return f"{number:,}" if isinstance(number, int) else f"{number:g}"
 
 
-_KIND_NAMES = {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "a table"}
+_KIND_NAMES = {bool: "true or false", str: "a string", int: "an integer", float: "a number", list: "a list", dict: "a table"}
 
 
 def type_name(value: Any) -> str:

@@ -36,9 +36,11 @@ _DATA_RE = re.compile(r"synthetic|(npz|dir):.+")
 
 _JOB_KEYS = {
     "image", "python", "script", "code_dir", "args", "data", "model", "data_dir", "env", "nodes",
-    "workers_per_node", "port", "epochs", "batch_size", "steps_per_epoch", "restart", "max_restarts",
-    "stall_timeout",
+    "workers_per_node", "share_gpus", "port", "epochs", "batch_size", "steps_per_epoch", "restart",
+    "max_restarts", "stall_timeout",
 }
+PER_GPU = "per-gpu"  # workers_per_node: one worker per GPU of each node (one on a node without GPUs)
+MAX_GPUS_PER_NODE = 16  # the ports a "per-gpu" job may need on one node
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,8 @@ class JobSpec:
     data_dir: str = ""
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     nodes: tuple[str, ...] = ()
-    workers_per_node: int = 1
+    workers_per_node: int | str = 1  # or PER_GPU
+    share_gpus: bool = False  # let two workers of a node use the same GPU
     port: int = DEFAULT_JOB_PORT
     epochs: int = 2
     batch_size: int = 64
@@ -68,6 +71,11 @@ class JobSpec:
     @property
     def uses_trainer(self) -> bool:
         return not self.script
+
+    @property
+    def most_workers_per_node(self) -> int:
+        """The most workers one node may run (the ports it needs from `port` on)."""
+        return MAX_GPUS_PER_NODE if self.workers_per_node == PER_GPU else int(self.workers_per_node)
 
     def python_for(self, node: NodeSpec) -> str:
         return self.python or node.python
@@ -114,7 +122,8 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...])
         data_dir=get("data_dir", str, "", v.check_path),
         env=MappingProxyType(get("env", dict, {}, _check_env(v))),
         nodes=tuple(get("nodes", list, [], check_nodes)),
-        workers_per_node=get("workers_per_node", int, 1),
+        workers_per_node=_workers_per_node(v, table, path),
+        share_gpus=get("share_gpus", bool, False),
         port=get("port", int, DEFAULT_JOB_PORT, v.check_port),
         epochs=get("epochs", int, 2),
         batch_size=get("batch_size", int, 64),
@@ -129,11 +138,26 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...])
 
 def _check_worker_ports(v: Validator, job: JobSpec) -> None:
     """Workers on one node take consecutive ports from `port`: the last must still be a port."""
-    last = job.port + job.workers_per_node - 1
+    count = job.most_workers_per_node
+    last = job.port + count - 1
     if last > MAX_PORT:
         raise v.fail(("jobs", job.name, "port"),
-                     f"its {job.workers_per_node} workers per node would use ports {job.port} to {last}, "
-                     f"past {MAX_PORT}", f"use a port of at most {MAX_PORT + 1 - job.workers_per_node}")
+                     f"its {count} workers per node would use ports {job.port} to {last}, "
+                     f"past {MAX_PORT}", f"use a port of at most {MAX_PORT + 1 - count}")
+
+
+def _workers_per_node(v: Validator, table: dict, path: tuple) -> int | str:
+    """A number of workers per node, or "per-gpu"."""
+    value = table.get("workers_per_node", 1)
+    key_path = path + ("workers_per_node",)
+    if isinstance(value, str):
+        if value != PER_GPU:
+            raise v.fail(key_path, f"unknown layout {show(value)}",
+                         f'use "{PER_GPU}" (one worker per GPU) or a number of workers')
+        return value
+    v.check_type(key_path, value, int)
+    v.in_range(*LIMITS["workers_per_node"])(key_path, value)
+    return value
 
 
 def _check_image(v: Validator) -> Check:

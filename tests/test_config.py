@@ -266,3 +266,22 @@ def test_bad_input_gives_one_located_line(text, line, key, problem, hint):
 
 def test_there_are_at_least_twenty_distinct_bad_inputs():
     assert len({case[0] for case in BAD_INPUTS}) >= 20
+
+
+def test_workers_per_node_takes_per_gpu_and_share_gpus_a_boolean(tmp_path):
+    base = '[[nodes]]\nname = "a"\nhost = "10.0.0.1"\n[jobs.t]\n'
+    path = tmp_path / "cluster.toml"
+    path.write_text(base + 'workers_per_node = "per-gpu"\nshare_gpus = true\n')
+    job = load_cluster(path).jobs["t"]
+    assert job.workers_per_node == "per-gpu" and job.share_gpus and job.most_workers_per_node == 16
+    for wrong, said in (('"per-node"', "unknown layout 'per-node'"), ("0", "must be from 1 to 64"),
+                        ("1.5", "expected an integer")):
+        path.write_text(base + f"workers_per_node = {wrong}\n")
+        with pytest.raises(ConfigError, match=said):
+            load_cluster(path)
+    path.write_text(base + 'share_gpus = "yes"\n')
+    with pytest.raises(ConfigError, match="expected true or false"):
+        load_cluster(path)
+    path.write_text(base + 'workers_per_node = "per-gpu"\nport = 65530\n')
+    with pytest.raises(ConfigError, match="use a port of at most 65520"):
+        load_cluster(path)

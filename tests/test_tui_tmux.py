@@ -107,6 +107,7 @@ def test_at_80_by_24_dialogs_fit_and_leaving_a_job_running_says_how_to_come_back
     screen = term.wait_for("Escape closes", 10)  # the hint below the text: the text scrolls instead
     assert "Nodes" in screen
     term.keys("Escape")
+    wait_for(lambda: "Escape closes" not in term.screen(), 10, "the help to close")  # else ESC+l reads as Alt-l
 
     term.keys("l")
     screen = term.wait_for("Launch a job", 10)
