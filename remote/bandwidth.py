@@ -272,7 +272,7 @@ async def measure_link(src: NodeSession, dst: NodeSession, seconds: float, timeo
         _require_online(dst)
         async with asyncio.timeout(timeout):
             port = await _start_server(dst, timeout, started)
-            bits = await _run_client(src, dst.spec.cluster_address, port, seconds, timeout, started)
+            bits = await _run_client(src, dst.address, port, seconds, timeout, started)
             gbits = bits / 1e9
         return LinkResult(src.name, dst.name, gbits)
     except TimeoutError:
@@ -295,7 +295,7 @@ def _require_online(session: NodeSession) -> None:
 
 async def _start_server(dst: NodeSession, lifetime: float, started: list[_Iperf3]) -> int:
     """Start a one-shot server on a free port of `dst` and return the port once it listens."""
-    address = dst.spec.cluster_address
+    address = dst.address
     for _ in range(_PORT_ATTEMPTS):
         port = await _free_port(dst, address)
         server = _Iperf3(dst)
@@ -328,7 +328,7 @@ async def _run_client(src: NodeSession, server_address: str, port: int, seconds:
                       started: list[_Iperf3]) -> float:
     client = _Iperf3(src)
     started.append(client)
-    await client.start(["-c", server_address, "-p", str(port), "-B", src.spec.cluster_address,
+    await client.start(["-c", server_address, "-p", str(port), "-B", src.address,
                         "-J", "-t", str(iperf3_seconds(seconds))], lifetime)
     text = "\n".join([line async for line in client.lines()])
     if not text.strip():

@@ -49,6 +49,10 @@ class Cluster:
             raise KeyError(f"no node named {name!r} in {self.spec.source} "
                            f"(nodes: {', '.join(self.nodes)})") from None
 
+    def addresses(self) -> dict[str, str]:
+        """Every node's resolved cluster address (NodeSession.address), by node name."""
+        return {name: node.address for name, node in self.nodes.items()}
+
     def reconnect(self, name: str) -> None:
         self.node(name).reconnect()
 
@@ -72,6 +76,13 @@ class Cluster:
     async def offered_key(self, name: str) -> OfferedKey:
         """The host key a node offers that known_hosts does not have yet (for `trust`)."""
         return await fetch_offered_key(self.spec, self.node(name).spec)
+
+    async def resolve_addresses(self, names: Iterable[str] | None = None) -> dict[str, tuple[str, str]]:
+        """name -> (cluster address, where it comes from), once the nodes are connected or have
+        failed to connect; an offline node keeps its configured address or host (and says so)."""
+        names = list(names or self.nodes)
+        await self.wait_settled(self.spec.ssh.connect_timeout + 2, names)
+        return {name: (self.node(name).address, self.node(name).address_source) for name in names}
 
     def trust(self, name: str, offered: OfferedKey) -> None:
         """Append the offered key to known_hosts and reconnect the node with it."""

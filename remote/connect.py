@@ -4,11 +4,16 @@ asyncssh already honours ~/.ssh/config (Host aliases, HostName, User, Port, Iden
 ProxyJump, ServerAlive*) when a value is not given explicitly, so only what cluster.toml sets is
 passed. What it lacks is a way to tell an unknown host key from a changed one and to show the
 fingerprint: a client object records the key it was asked to accept, and known_hosts decides which.
+
+HOMEGPU_SSH_CONFIG names other ssh config files to read instead of ~/.ssh/config (os.pathsep
+between several; the first value found for an option wins, as in OpenSSH): for a cluster whose
+aliases live elsewhere, and for the tests' simulated LAN.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +23,9 @@ import asyncssh
 from homegpu.remote import hostkeys
 from homegpu.remote.config import ClusterSpec, NodeSpec, DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT
 from homegpu.remote.transport import LocalTransport, NodeTransport, SshTransport
+
+
+SSH_CONFIG_VAR = "HOMEGPU_SSH_CONFIG"
 
 
 class NodeError(Exception):
@@ -91,6 +99,9 @@ def connect_options(cluster: ClusterSpec, node: NodeSpec) -> dict[str, Any]:
         "keepalive_interval": ssh.keepalive_interval,
         "keepalive_count_max": ssh.keepalive_count_max,
     }
+    configs = [path for path in os.environ.get(SSH_CONFIG_VAR, "").split(os.pathsep) if path]
+    if configs:
+        options["config"] = [os.path.expanduser(path) for path in configs]
     if node.port:
         options["port"] = node.port
     user = node.user or ssh.user
@@ -121,7 +132,7 @@ async def open_transport(cluster: ClusterSpec, node: NodeSpec) -> NodeTransport:
     except asyncssh.HostKeyNotVerifiable as exc:
         raise _host_key_error(cluster, node, recorder.offered, exc) from None
     except asyncssh.PermissionDenied:
-        user = node.user or cluster.ssh.user or "your login name"
+        user = login_name(cluster, node)
         raise AuthFailed(node.name, f"authentication failed as {user}: the node refused our SSH key; "
                                     "check identity_file and the node's ~/.ssh/authorized_keys") from None
     except (asyncio.TimeoutError, TimeoutError):
@@ -129,7 +140,32 @@ async def open_transport(cluster: ClusterSpec, node: NodeSpec) -> NodeTransport:
                                      "is the machine on and sshd running?") from None
     except (OSError, asyncssh.Error) as exc:
         raise Unreachable(node.name, f"cannot connect to {node.host}: {_describe(exc)}") from None
-    return SshTransport(conn)
+    transport = SshTransport(conn)
+    transport.peer_address = peer_address(conn.get_extra_info("peername"))
+    return transport
+
+
+def peer_address(peername: object) -> str | None:
+    """The IP address an SSH connection reached (HostName resolved as ssh resolves it), or None
+    when there is none to tell (a connection tunnelled through ProxyJump has no socket peer)."""
+    if not isinstance(peername, tuple) or not peername:
+        return None
+    try:
+        return str(ipaddress.ip_address(str(peername[0]).split("%", 1)[0]))
+    except ValueError:
+        return None
+
+
+def login_name(cluster: ClusterSpec, node: NodeSpec) -> str:
+    """The user SSH logs in as: cluster.toml's, else the ssh config's `User`, else the local login."""
+    user = node.user or cluster.ssh.user
+    if user:
+        return user
+    options = {key: value for key, value in connect_options(cluster, node).items() if key in ("config", "port")}
+    try:
+        return asyncssh.SSHClientConnectionOptions(host=node.host, known_hosts=None, **options).username
+    except (OSError, ValueError, asyncssh.Error):
+        return "your login name"
 
 
 def _host_key_error(cluster: ClusterSpec, node: NodeSpec, offered: OfferedKey | None,

@@ -219,10 +219,10 @@ async def gather_facts(session: NodeSession, job_port: int) -> NodeFacts:
         agent("nvml"),
         agent("nvidia-smi"),
         _run(session, ["iperf3", "--version"]),
-        _run(session, [python, "-c", PORT_SCRIPT, spec.cluster_address, str(job_port)]),
+        _run(session, [python, "-c", PORT_SCRIPT, session.address, str(job_port)]),
         docker,
     )
-    return NodeFacts(spec.name, spec.runtime, python, work_dir, spec.cluster_address, job_port,
+    return NodeFacts(spec.name, spec.runtime, python, work_dir, session.address, job_port,
                      version, docker_info, nvml, smi, iperf3, clock, port)
 
 

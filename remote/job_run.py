@@ -97,6 +97,7 @@ class JobRun:
         problems = [str(r) for r in results if isinstance(r, BaseException)]
         if problems:
             raise LaunchError("; ".join(problems))
+        self.slots = worker_slots(self.cluster.spec, self.job, self.cluster.addresses())  # now connected
         for slot in self.slots:
             self.tracks[slot.label] = WorkerTrack(slot, self._runtimes[slot.node.name])
 

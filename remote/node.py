@@ -49,6 +49,7 @@ class NodeSession:
         self.state = NodeState.CONNECTING
         self.reason = ""
         self.fingerprint = ""
+        self.reached: str | None = None  # the address the last SSH connection reached
         self.latest: NodeStats | None = None
         self.transport: NodeTransport | None = None
         self._backoff = backoff or Backoff()
@@ -60,6 +61,23 @@ class NodeSession:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def address(self) -> str:
+        """The node's cluster address (TF_CONFIG, iperf3): `address` from cluster.toml, else the
+        address its SSH connection reached, else (never connected) the configured host."""
+        return self.spec.address or self.reached or self.spec.cluster_address
+
+    @property
+    def address_source(self) -> str:
+        """Where `address` comes from, for status and check."""
+        if self.spec.address:
+            return "address in cluster.toml"
+        if self.spec.is_local:
+            return "this machine"
+        if self.reached:
+            return f"reached by ssh {self.spec.host}"
+        return f"host {self.spec.host}, not resolved: no SSH connection yet"
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._supervise(), name=f"node {self.name}")
@@ -130,6 +148,7 @@ class NodeSession:
                 await self._pause(None if state.needs_user else self._backoff.next_delay())
                 continue
             self.transport = transport
+            self.reached = transport.peer_address or self.reached
             self._backoff.reset()
             await self._set_state(NodeState.ONLINE)
             reason = await self._serve(transport)

@@ -36,7 +36,7 @@ async def node_preflight(runtime: Runtime, launch: WorkerLaunch, job: JobSpec, l
                          ports: list[int]) -> list[str]:
     """Everything wrong with starting `launch` (and the node's other workers on `ports`)."""
     node = runtime.node
-    checks = [runtime.preflight(launch), _ports(runtime, launch.slot.node.cluster_address, ports)]
+    checks = [runtime.preflight(launch), _ports(runtime, launch.slot.address, ports)]
     if job.data_dir:
         checks.append(_exists(runtime, job.data_dir, "data_dir", "create it or fix data_dir in the job"))
     if job.uses_trainer and isinstance(runtime, ProcessRuntime):

@@ -1,7 +1,8 @@
-"""TF_CONFIG for every worker of a job: a pure function of the cluster and job specs.
+"""TF_CONFIG for every worker of a job: a pure function of the cluster, the job and the addresses.
 
 Workers follow node order (then slot order within a node when a node runs several workers); index 0
-is the chief. Each address is the node's cluster `address` and the job port (+ slot).
+is the chief. Each address is the node's resolved cluster address (NodeSession.address: `address`
+from cluster.toml, else where its SSH connection reached) and the job port (+ slot).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import json
 from dataclasses import dataclass
+from typing import Mapping
 
 from homegpu.remote.config import ClusterSpec, NodeSpec
 from homegpu.remote.job_config import JobSpec
@@ -26,10 +28,11 @@ class WorkerSlot:
     node: NodeSpec
     slot: int
     port: int
+    address: str
 
     @property
     def endpoint(self) -> str:
-        address = self.node.cluster_address
+        address = self.address
         host = f"[{address}]" if ":" in address else address
         return f"{host}:{self.port}"
 
@@ -74,17 +77,24 @@ def machine_key(address: str) -> str:
     return address
 
 
-def worker_slots(cluster: ClusterSpec, job: JobSpec) -> tuple[WorkerSlot, ...]:
+def worker_slots(cluster: ClusterSpec, job: JobSpec,
+                 addresses: Mapping[str, str] | None = None) -> tuple[WorkerSlot, ...]:
     """Workers in node order. TensorFlow's server binds every interface of its machine, so workers
-    on one machine (several per node, or nodes on loopback addresses) get consecutive ports."""
+    on one machine (several per node, or nodes on loopback addresses) get consecutive ports.
+
+    Args:
+        addresses: node name -> resolved cluster address (Cluster.addresses()); a node missing from
+            it (or no mapping at all) falls back to its configured `address` or host.
+    """
     slots = []
     taken: dict[str, int] = {}
     for node in job_nodes(cluster, job):
-        key = machine_key(node.cluster_address)
+        address = (addresses or {}).get(node.name) or node.cluster_address
+        key = machine_key(address)
         for slot in range(job.workers_per_node):
             port = job.port + taken.get(key, 0)
             taken[key] = taken.get(key, 0) + 1
-            slots.append(WorkerSlot(index=len(slots), node=node, slot=slot, port=port))
+            slots.append(WorkerSlot(index=len(slots), node=node, slot=slot, port=port, address=address))
     if not slots:
         raise JobConfigError(f"job {job.name!r} has no nodes to run on")
     return tuple(slots)

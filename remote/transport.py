@@ -95,6 +95,8 @@ class RemoteProcess(abc.ABC):
 class NodeTransport(abc.ABC):
     """An open connection to one node."""
 
+    peer_address: str | None = None  # the IP address an SSH connection reached (set by connect.py)
+
     @abc.abstractmethod
     async def run(self, argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None) -> CommandResult:

@@ -1,4 +1,4 @@
-"""Session fixtures: the simulated SSH cluster, its cluster.toml, a Docker engine and iperf3.
+"""Session fixtures: the simulated LAN cluster, its cluster.toml, a Docker engine and iperf3.
 
 All of them need root and real system tools. A machine without them fails the tests with a message
 naming what to install (`bash tests/run.sh` installs it all): skipping would hide that the cluster
@@ -17,6 +17,7 @@ from typing import Callable, TypeVar
 
 import pytest
 
+import simnet
 from simcluster import (
     DockerEngine, SimCluster, SimClusterError, alive, ensure_docker, require_root_tools, stop_all,
 )
@@ -66,15 +67,18 @@ def _no_sim_node_outlives_the_session() -> Iterator[None]:
     """Set up first, torn down last: stops any node a test started and never stopped, and says so."""
     yield
     leaked = stop_all()
+    simnet.teardown()  # the namespaces of clusters a test never closed, then the bridge and rule
     if leaked:
         pytest.fail(f"tests left simulated nodes running (now stopped): {', '.join(leaked)}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
 def sim_cluster() -> Iterator[SimCluster]:
-    """Three running sshd nodes, node1..node3 on 127.0.0.2..4; node3 has an extra_path dir.
+    """Three machines on the LAN, node1..node3 at 10.213.0.2..4 (ssh aliases node1..node3, links
+    at 1 Gbit/s); node3 has an extra_path dir.
 
-    Teardown stops every process of the nodes and checks by pid that none survived.
+    Teardown stops every process of the nodes, deletes their namespaces and checks by pid that no
+    process survived.
     """
     _or_fail(require_root_tools)
     cluster = _or_fail(lambda: SimCluster(3, first_host=2, extra_path_nodes=[EXTRA_PATH_NODE]).start())

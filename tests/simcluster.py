@@ -1,13 +1,16 @@
-"""A simulated homegpu cluster made of real OpenSSH servers on loopback addresses.
+"""A simulated homegpu cluster: real OpenSSH servers on machines of a LAN in a box.
 
-Every 127.0.0.0/8 address is on the loopback interface, so each simulated node is one real
-`/usr/sbin/sshd` listening on its own 127.0.0.N with its own host key. homegpu then talks to the
-nodes exactly as it would to machines on a LAN: real SSH handshakes, strict host key checking,
-real remote processes. Nothing here is mocked.
+Every simulated node is a network namespace of its own on a bridge (tests/simnet.py): its own
+address 10.213.0.N, sshd on port 22 of it, a link shaped to 1 Gbit/s that a test can slow down or
+cut, and a private `~/.homegpu` (the node's work dir on this machine, bind-mounted in the node's own
+mount namespace, so neither the controller nor another node sees it at that path). An ssh config
+gives every node an alias (`Host node1` / `HostName 10.213.0.2` / key / known_hosts) and homegpu reads
+it as it reads a user's ~/.ssh/config (HOMEGPU_SSH_CONFIG); cluster.toml names the nodes by alias,
+with no `address`, as users write it. Real SSH handshakes, strict host key checking, real remote
+processes: nothing here is mocked.
 
-All nodes share this machine's filesystem and root account; what makes them distinct is the
-address, the host key, the work directory and (optionally) an extra directory on PATH, which is
-how tests give one node a fake `nvidia-smi`.
+The rest of the filesystem is this machine's, shared: an extra directory on a node's PATH is how
+tests give one node a fake `nvidia-smi`.
 
 Used by tests/conftest.py; importable on its own (no pytest needed).
 """
@@ -15,21 +18,27 @@ Used by tests/conftest.py; importable on its own (no pytest needed).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
+import pwd
 import random
 import select
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 import tomli_w
+
+import simnet
 
 SSHD = "/usr/sbin/sshd"
 DOCKER_SOCKET = "/var/run/docker.sock"
@@ -39,18 +48,27 @@ BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Set in every SSH session of a node (and inherited by whatever it starts, detached or not),
 # so stop() can find processes that left the sshd process tree with setsid/nohup.
 MARKER_VAR = "HOMEGPU_SIMNODE"
+# homegpu reads the ssh config named here instead of ~/.ssh/config (remote/connect.py).
+SSH_CONFIG_VAR = "HOMEGPU_SSH_CONFIG"
+NODE_HOME = pwd.getpwnam("root").pw_dir
 
 _REQUIRED_TOOLS = (
     (SSHD, "openssh-server"),
     ("ssh-keygen", "openssh-client"),
     ("ssh", "openssh-client"),
     ("iperf3", "iperf3"),
+    ("ip", "iproute2"),
+    ("tc", "iproute2"),
+    ("unshare", "util-linux"),
+    ("iptables", "iptables"),
 )
 
 
 # Nodes started by this process and not stopped yet: stop_all() ends them at exit, so a test that
 # fails between start() and close() cannot leave sshd servers behind.
 _RUNNING: dict[int, SimNode] = {}
+# ssh configs of the clusters this process runs, in the order homegpu should read them.
+_SSH_CONFIGS: list[str] = []
 
 
 class SimClusterError(RuntimeError):
@@ -68,7 +86,7 @@ def require_root_tools() -> None:
     """
     if os.geteuid() != 0:
         raise SimClusterError(
-            "the simulated cluster needs root (sshd binds port 22 and logs in as root); "
+            "the simulated cluster needs root (network namespaces, sshd logging in as root); "
             "run the tests as root: bash tests/run.sh")
     missing = [(tool, pkg) for tool, pkg in _REQUIRED_TOOLS if not _tool_exists(tool)]
     if missing:
@@ -155,17 +173,6 @@ def _wait_gone(pids: set[int], timeout: float) -> None:
         time.sleep(0.01)
 
 
-def _port_is_free(address: str, port: int) -> bool:
-    """True if sshd could bind address:port (probed with SO_REUSEADDR, as sshd binds)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((address, port))
-        except OSError:
-            return False
-    return True
-
-
 def free_port(address: str) -> int:
     """A TCP port nobody listens on at `address` right now (the kernel picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -208,20 +215,25 @@ def ssh_banner(address: str, port: int, timeout: float = 1.0) -> bytes:
 
 
 class SimNode:
-    """One simulated machine: a real sshd on its own loopback address, owned by this process.
+    """One simulated machine: a network namespace with a real sshd on port 22 of its address.
 
     sshd runs in the foreground (-D) under Popen so its pid is ours. Each accepted connection is
     a forked sshd that calls setsid(), so the listener's process group does NOT cover sessions;
     stop()/kill() therefore walk the /proc process tree below the listener and also pick up
-    anything carrying this node's marker variable (processes that double-forked away).
+    anything carrying this node's marker variable or running in its namespace.
     """
 
-    def __init__(self, name: str, address: str, root: Path, authorized_keys: Path,
-                 *, extra_path: bool = False, port: int | None = None) -> None:
+    def __init__(self, name: str, host: int, root: Path, authorized_keys: Path, *,
+                 extra_path: bool = False, port: int | None = None, alias: str | None = None,
+                 mbit: int | None = simnet.DEFAULT_MBIT) -> None:
         self.name = name
-        self._address = address
-        self._port = port
-        self._port_fixed = port is not None
+        self.alias = alias or name
+        self._host = host
+        self._address = simnet.address_of(host)
+        self._port = port or 22
+        self._mbit = mbit
+        self._namespace: str | None = None
+        self._veth = ""
         self._dir = root / name
         self._sshd_dir = self._dir / "sshd"
         self._work_dir = self._dir / "work"
@@ -238,12 +250,18 @@ class SimNode:
 
     @property
     def address(self) -> str:
+        """The node's LAN address (its namespace's eth0), where the controller reaches it."""
         return self._address
 
     @property
     def port(self) -> int:
-        """The SSH port; 22 unless 22 was taken on this address when the node first started."""
-        return self._port if self._port is not None else 22
+        """The SSH port: 22, as on a real machine, unless the node was made with another."""
+        return self._port
+
+    @property
+    def namespace(self) -> str | None:
+        """The network namespace's name while the node exists (between start() and close())."""
+        return self._namespace
 
     @property
     def host_key_path(self) -> Path:
@@ -257,11 +275,17 @@ class SimNode:
 
     @property
     def known_hosts_line(self) -> str:
-        host = self.address if self.port == 22 else f"[{self.address}]:{self.port}"
-        return f"{host} {self.host_public_key}"
+        hosts = [self.alias, self.address] if self.port == 22 else [
+            f"[{self.alias}]:{self.port}", f"[{self.address}]:{self.port}"]
+        return f"{','.join(hosts)} {self.host_public_key}"
 
     @property
     def work_dir(self) -> Path:
+        """The node's `~/.homegpu` as seen from this machine (the test's view of the node's disk).
+
+        On the node this directory is mounted at ~/.homegpu and that is where homegpu finds it; it is
+        also reachable there under this path, which Docker nodes use (see SimCluster.cluster_dict).
+        """
         return self._work_dir
 
     @property
@@ -299,36 +323,36 @@ class SimNode:
     # -- lifecycle --
 
     def start(self, timeout: float = 10.0) -> None:
-        """Start sshd and return once it accepts connections and sends its SSH banner."""
+        """Start sshd in the node's namespace; return once it sends its SSH banner."""
         if self.is_running:
             return
         os.makedirs(PRIVSEP_DIR, mode=0o755, exist_ok=True)  # sshd refuses to run without it
-        if self._port is None:
-            self._port = 22 if _port_is_free(self.address, 22) else free_port(self.address)
-        for attempt in range(3):
-            if self._launch(timeout):
-                _RUNNING[id(self)] = self
-                return
-            if self._port_fixed or attempt == 2:
-                break
-            self._port = free_port(self.address)  # lost a race for the port: try another
-        raise SimClusterError(f"{self.name}: sshd on {self.address}:{self.port} did not start:\n"
-                              f"{self._log_tail()}")
+        os.makedirs(os.path.join(NODE_HOME, ".homegpu"), exist_ok=True)  # the mount point
+        if self._namespace is None:
+            self._namespace, self._veth = simnet.add_node(self._host, self._mbit)
+        if not self._launch(timeout):
+            raise SimClusterError(f"{self.name}: sshd on {self.address}:{self.port} did not start:\n"
+                                  f"{self._log_tail()}")
+        _RUNNING[id(self)] = self
 
     def _launch(self, timeout: float) -> bool:
-        """One attempt: True when listening, False when sshd exited (bind failure, bad config)."""
+        """True when listening, False when sshd exited (bad config)."""
         self._write_config()
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        # A mount namespace of its own, where the node's work dir is ~/.homegpu. `ip netns exec`,
+        # unshare and sh all exec, so the pid is sshd's.
+        home = shlex.join(["mount", "--bind", str(self._work_dir), os.path.join(NODE_HOME, ".homegpu")])
+        sshd = shlex.join([SSHD, "-D", "-f", str(self.config_path), "-E", str(self.log_path)])
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                [SSHD, "-D", "-f", str(self.config_path), "-E", str(self.log_path)],
+                ["ip", "netns", "exec", self._namespace, "unshare", "-m", "--propagation", "private",
+                 "sh", "-c", f"{home} && exec {sshd}"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         deadline = time.monotonic() + timeout
         listening = f"Server listening on {self.address} port {self.port}."
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 return False
-            # Wait for OUR sshd's log line first: a banner alone could come from someone else's.
             if listening in self._log_text(offset) and self._answers():
                 return True
             time.sleep(0.02)
@@ -392,7 +416,8 @@ class SimNode:
         roots = [self._proc.pid] if self._proc is not None and self._proc.returncode is None else []
         entry = f"{MARKER_VAR}={self._marker}".encode()
         marked = {pid for pid in table if _has_env(pid, entry)}
-        found = _descendants(roots, table) | _descendants(marked, table)
+        inside = simnet.namespace_pids(self._namespace) if self._namespace else set()
+        found = _descendants(roots, table) | _descendants(marked | inside, table)
         return {pid for pid in found if table[pid][1] != "Z"}
 
     def freeze(self) -> set[int]:
@@ -442,8 +467,48 @@ class SimNode:
     def restart(self) -> None:
         """Stop and start again on the same address and port (e.g. after regenerate_host_key)."""
         self.stop()
-        self._port_fixed = True  # known_hosts and cluster.toml already name this port
         self.start()
+
+    def close(self) -> None:
+        """Stop the node and delete its namespace and link: the machine is gone."""
+        self.stop()
+        if self._namespace is not None:
+            simnet.remove_node(self._namespace)
+            self._namespace = None
+
+    # -- the node's network link --
+
+    def set_link_speed(self, mbit: int | None) -> None:
+        """Shape the node's link (both directions) to `mbit` Mbit/s; None: unshaped (~10 Gbit/s)."""
+        self._mbit = mbit
+        if self._namespace is not None:
+            simnet.set_speed(self._namespace, self._veth, mbit)
+
+    def cut_link(self) -> None:
+        """Unplug the node (a Wi-Fi drop): nothing gets in or out, open connections stay open."""
+        simnet.set_link(self._veth, up=False)
+
+    def restore_link(self) -> None:
+        """Plug the node back in after cut_link()."""
+        simnet.set_link(self._veth, up=True)
+
+    def in_namespace(self, argv: list[str]) -> list[str]:
+        """argv that runs `argv` in the node's network namespace (e.g. its own iptables)."""
+        return ["ip", "netns", "exec", self._namespace, *argv]
+
+    @contextlib.contextmanager
+    def listening(self) -> Iterator[int]:
+        """Hold a TCP port open at the node's address for the block; yields the port."""
+        script = ("import socket, sys; s = socket.create_server((sys.argv[1], 0)); "
+                  "print(s.getsockname()[1], flush=True); sys.stdin.read()")
+        proc = subprocess.Popen(self.in_namespace([sys.executable, "-c", script, self.address]),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            yield int(proc.stdout.readline())
+        finally:
+            proc.stdin.close()
+            proc.wait(timeout=10)
+            proc.stdout.close()
 
     def regenerate_host_key(self) -> str:
         """Replace the host key on disk; takes effect at the next restart(). Returns the new key."""
@@ -467,6 +532,14 @@ def stop_all() -> list[str]:
     return [f"{node.name}@{node.address}:{node.port}" for node in leaked]
 
 
+def _publish_ssh_configs() -> None:
+    """Point homegpu (this process and what it starts) at the running clusters' ssh configs."""
+    if _SSH_CONFIGS:
+        os.environ[SSH_CONFIG_VAR] = os.pathsep.join(_SSH_CONFIGS)
+    else:
+        os.environ.pop(SSH_CONFIG_VAR, None)
+
+
 atexit.register(stop_all)
 
 
@@ -474,16 +547,20 @@ atexit.register(stop_all)
 
 
 class SimCluster:
-    """`count` SimNodes on 127.0.0.<first_host>... plus a client key pair and a known_hosts file.
+    """`count` SimNodes at 10.213.0.<first_host>..., a client key pair, known_hosts and ssh config.
 
-    Use as a context manager or call start()/close(). close() stops only the sshds it started and
-    removes only its own temp directory.
+    Use as a context manager or call start()/close(). close() stops only the nodes it started,
+    deletes their namespaces and removes only its own temp directory. `mbit` shapes every link
+    (None: unshaped). Node aliases are the node names in the cluster named "testcluster" and
+    "<cluster name>-<node name>" in the others, so that several clusters can share one process.
     """
 
     def __init__(self, count: int = 3, *, first_host: int = 2, name: str = "testcluster",
-                 extra_path_nodes: Iterable[str] = (), root: Path | None = None) -> None:
+                 extra_path_nodes: Iterable[str] = (), root: Path | None = None,
+                 mbit: int | None = simnet.DEFAULT_MBIT) -> None:
         require_root_tools()
         self.name = name
+        self.mbit = mbit
         self._own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="homegpu-sim-")) if root is None else Path(root)
         self.nodes: list[SimNode] = []
@@ -494,7 +571,7 @@ class SimCluster:
             raise
 
     def _prepare(self, count: int, first_host: int, wanted_extra: set[str]) -> None:
-        """Keys, known_hosts location and the (not yet started) nodes."""
+        """Keys, known_hosts and ssh config locations and the (not yet started) nodes."""
         self.work_dir = self.root / "work"
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.client_key_path = self.root / "client_key"
@@ -502,14 +579,20 @@ class SimCluster:
         self.authorized_keys_path = self.root / "authorized_keys"
         self.authorized_keys_path.write_text(self.client_public_key + "\n")
         self.known_hosts_path = self.root / "known_hosts"
-        self.nodes = [
-            SimNode(f"node{i + 1}", f"127.0.0.{first_host + i}", self.root, self.authorized_keys_path,
-                    extra_path=f"node{i + 1}" in wanted_extra)
-            for i in range(count)
-        ]
+        self.ssh_config_path = self.root / "ssh_config"
+        for i in range(count):
+            self.add_node(f"node{i + 1}", first_host + i, extra_path=f"node{i + 1}" in wanted_extra)
+
+    def add_node(self, name: str, host: int, node_class: type[SimNode] = SimNode, **options: Any) -> SimNode:
+        """Add a (not yet started) node at 10.213.0.`host`; start() starts it with the others."""
+        alias = name if self.name == "testcluster" else f"{self.name}-{name}"
+        node = node_class(name, host, self.root, self.authorized_keys_path, alias=alias, mbit=self.mbit,
+                          **options)
+        self.nodes.append(node)
+        return node
 
     def start(self) -> SimCluster:
-        """Start every node and write known_hosts for them; on failure stop what did start."""
+        """Start every node, write known_hosts and the ssh config; on failure close what did start."""
         try:
             for node in self.nodes:
                 node.start()
@@ -517,12 +600,19 @@ class SimCluster:
             self.close()
             raise
         self.write_known_hosts()
+        self.write_ssh_config()
+        if str(self.ssh_config_path) not in _SSH_CONFIGS:
+            _SSH_CONFIGS.append(str(self.ssh_config_path))
+            _publish_ssh_configs()
         return self
 
     def close(self) -> None:
-        """Stop every node (and all its processes) and remove the temp directory if we made it."""
+        """Stop every node (and all its processes), delete their namespaces, remove the temp dir."""
+        if str(getattr(self, "ssh_config_path", "")) in _SSH_CONFIGS:
+            _SSH_CONFIGS.remove(str(self.ssh_config_path))
+            _publish_ssh_configs()
         for node in self.nodes:
-            node.stop()
+            node.close()
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -550,6 +640,17 @@ class SimCluster:
         self.known_hosts_path.write_text("".join(node.known_hosts_line + "\n" for node in self.nodes))
         return self.known_hosts_path
 
+    def write_ssh_config(self) -> Path:
+        """One `Host` alias per node, as a user's ~/.ssh/config names their machines."""
+        blocks = []
+        for node in self.nodes:
+            lines = [f"Host {node.alias}", f"HostName {node.address}", f"Port {node.port}", "User root",
+                     f"IdentityFile {self.client_key_path}", "IdentitiesOnly yes",
+                     f"UserKnownHostsFile {self.known_hosts_path}"]
+            blocks.append("\n    ".join(lines) + "\n")
+        self.ssh_config_path.write_text("\n".join(blocks))
+        return self.ssh_config_path
+
     def ssh_argv(self, node: SimNode, *command: str) -> list[str]:
         """argv for the system ssh client to run `command` on `node`, strictly checking its key."""
         return [
@@ -562,24 +663,30 @@ class SimCluster:
     def cluster_dict(self, runtime: str = "process", *, node_overrides: Mapping[str, Mapping] | None = None,
                      jobs: Mapping[str, Mapping] | None = None, **overrides: Any) -> dict:
         """The cluster.toml content as a dict. `overrides` replace [cluster] keys (None deletes
-        one), `node_overrides` maps a node name to keys to replace in its [[nodes]] table."""
+        one), `node_overrides` maps a node name to keys to replace in its [[nodes]] table.
+
+        Nodes are named by their ssh alias, with no `address` and the default work dir: user, key
+        and address come from the ssh config, as for a user. Docker nodes are the exception: this
+        machine's one engine runs their containers (the note on Docker below says why), so they
+        take DOCKER_NODE_ADDRESS and name their work dir by its path on this machine.
+        """
         cluster = {
             "name": self.name,
-            "user": "root",
-            "identity_file": str(self.client_key_path),
             "known_hosts": str(self.known_hosts_path),
             "connect_timeout": 5.0,
             "keepalive_interval": 1.0,
             "keepalive_count_max": 3,
             "stats_interval": 1.0,
-            "work_dir": str(self.work_dir),
         }
         _apply(cluster, overrides)
         nodes = []
         for node in self.nodes:
-            table = {"name": node.name, "host": node.address, "port": node.port,
-                     "address": node.address, "runtime": runtime, "work_dir": str(node.work_dir)}
-            _apply(table, (node_overrides or {}).get(node.name, {}))
+            table = {"name": node.name, "host": node.alias, "runtime": runtime}
+            changes = (node_overrides or {}).get(node.name, {})
+            _apply(table, changes)
+            if table["runtime"] == "docker":
+                docker_keys = {"address": DOCKER_NODE_ADDRESS, "work_dir": str(node.work_dir)}
+                table.update({key: value for key, value in docker_keys.items() if key not in changes})
             nodes.append(table)
         data: dict[str, Any] = {"cluster": cluster, "nodes": nodes}
         if jobs:
@@ -603,6 +710,20 @@ def _apply(table: dict, overrides: Mapping[str, Any]) -> None:
 
 
 # -- Docker ----------------------------------------------------------------------------------------
+#
+# The nodes share this machine's one Docker engine. An engine of a node's own does run here: dockerd
+# started in the node's namespace with `nsenter --net=/var/run/netns/N unshare -m` (not `ip netns exec`,
+# which mounts a fresh /sys without the cgroup v1 hierarchies, so dockerd stops with "Devices cgroup
+# isn't mounted"), its own --data-root, --exec-root, --pidfile and -H unix socket, --iptables=false
+# --bridge=none, answers in a few seconds, and its --network host containers see the node's network
+# (tried 2026-11-22). What makes it costly is the images: every engine needs its own copy of the
+# 2.4 GB TensorFlow test image (docker save | load per engine and per run, or data roots kept between
+# runs), where the shared engine builds it once. So Docker nodes keep the shared engine, and with it
+# this machine's network and paths: their containers (--network host) share this machine's network
+# stack, where workers of several nodes reach each other on loopback with consecutive ports (as
+# homegpu plans for workers sharing a machine); each node's own loopback is free for preflight's
+# port check. cluster_dict gives Docker nodes that address and their work dir by its path here.
+DOCKER_NODE_ADDRESS = "127.0.0.1"
 
 
 class DockerEngine(NamedTuple):
@@ -690,17 +811,19 @@ def _stop_process(proc: subprocess.Popen, grace: float) -> None:
 # -- iperf3 ----------------------------------------------------------------------------------------
 
 
-def iperf3_between(server: str, client: str, seconds: int = 1, iperf3: str = "iperf3") -> dict:
-    """Run one iperf3 test from address `client` to address `server`; return iperf3's JSON."""
-    port = free_port(server)
+def iperf3_between(server: SimNode, client: SimNode, seconds: int = 1, iperf3: str = "iperf3") -> dict:
+    """Run one iperf3 test from node `client` to node `server`, each in its namespace; return the JSON."""
+    port = 5201
     # --forceflush: into a pipe iperf3 would block-buffer its "Server listening" line forever.
     # bufsize=0: select() must see every unread byte, none may hide in a Python buffer.
-    srv = subprocess.Popen([iperf3, "-s", "-1", "--forceflush", "-B", server, "-p", str(port)],
+    srv = subprocess.Popen(server.in_namespace([iperf3, "-s", "-1", "--forceflush", "-B", server.address,
+                                                "-p", str(port)]),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0)
     try:
         _wait_for_line(srv, "Server listening", 10.0)
         result = subprocess.run(
-            [iperf3, "-c", server, "-p", str(port), "-B", client, "-J", "-t", str(seconds)],
+            client.in_namespace([iperf3, "-c", server.address, "-p", str(port), "-B", client.address,
+                                 "-J", "-t", str(seconds)]),
             capture_output=True, text=True, timeout=seconds + 30)
         report = json.loads(result.stdout or "{}")
         if result.returncode != 0 or "error" in report or "end" not in report:

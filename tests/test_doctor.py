@@ -12,7 +12,6 @@ still works (stats from nvidia-smi) and one sentence on making libnvidia-ml load
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
@@ -108,8 +107,9 @@ async def test_healthy_process_cluster_passes_every_check(cpu_only_node3, cluste
         assert rows["docker"].ok is None and "not needed" in rows["docker"].detail
         assert rows["gpus"].detail == "no GPU (CPU-only node: trains on CPU)"
         assert rows["iperf3"].detail.startswith("iperf 3.")
-        assert str(cpu_only_node3.node(node).work_dir) in rows["disk"].detail
-        assert "loopback" in rows["address"].detail
+        assert rows["disk"].detail.endswith(" GiB free in ~/.homegpu")
+        # The address its SSH connection reached: the node's own on the LAN.
+        assert rows["address"].detail == f"{cpu_only_node3.node(node).address} is private"
 
 
 @pytest.mark.cluster
@@ -179,16 +179,14 @@ async def test_docker_runtime_reports_the_engine_version(docker_engine, cpu_only
 
 @pytest.mark.cluster
 async def test_port_held_open_fails_the_job_port_check(cpu_only_node3, cluster_toml):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
-        held.bind(("127.0.0.2", 0))
-        held.listen()
-        port = held.getsockname()[1]
+    node1 = cpu_only_node3.node("node1")
+    with node1.listening() as port:
         report = await doctor(cluster_toml, port)
     row = report["node1"]["job port"]
     assert row.ok is False
-    assert row.detail == f"something listens on 127.0.0.2:{port}"
+    assert row.detail == f"something listens on {node1.address}:{port}"
     assert "Stop what listens on" in row.fix and "set port in the job" in row.fix
-    assert report["node2"]["job port"].ok is True  # the same port on another address is free
+    assert report["node2"]["job port"].ok is True  # the same port on another machine is free
 
 
 # -- pure judgements ---------------------------------------------------------------------------------

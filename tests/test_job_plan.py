@@ -7,6 +7,7 @@ import json
 import pytest
 
 from homegpu.remote.config import parse_cluster
+from homegpu.remote.connect import peer_address
 from homegpu.remote.experiment import find_stragglers
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.job_plan import classify_exit, new_run_id, worker_argv, worker_cwd, worker_env
@@ -52,6 +53,25 @@ def test_workers_on_one_machine_get_consecutive_ports():
     assert [(s.label, s.endpoint) for s in slots] == [("desktop", "10.0.0.20:23456"), ("desktop#1", "10.0.0.20:23457")]
     loopback = parse_cluster('[[nodes]]\nname="a"\nhost="127.0.0.2"\n[[nodes]]\nname="b"\nhost="127.0.0.3"\n[jobs.j]\n')
     assert [s.port for s in worker_slots(loopback, loopback.jobs["j"])] == [23456, 23457]
+
+
+def test_resolved_addresses_name_the_workers_and_an_unresolved_node_keeps_its_host():
+    spec = parse_cluster(CLUSTER)
+    resolved = {"desktop": "10.0.0.20", "laptop": "192.168.1.31"}  # laptop: where ssh reached the alias
+    assert [s.endpoint for s in worker_slots(spec, spec.jobs["two"], resolved)] == [
+        "10.0.0.20:30000", "192.168.1.31:30000"]
+    assert [s.endpoint for s in worker_slots(spec, spec.jobs["two"], {"desktop": "10.0.0.20"})] == [
+        "10.0.0.20:30000", "laptop:30000"]
+    # Two aliases that reached this machine's loopback are one machine: consecutive ports.
+    both_here = {"desktop": "127.0.0.1", "laptop": "127.0.0.1"}
+    assert [s.port for s in worker_slots(spec, spec.jobs["two"], both_here)] == [30000, 30001]
+
+
+@pytest.mark.parametrize("peername, address", [
+    (("192.168.1.20", 22), "192.168.1.20"), (("fe80::1%eth0", 22, 0, 2), "fe80::1"),
+    (None, None), (("", 0), None), ("not a tuple", None)])
+def test_peer_address_is_the_ip_the_ssh_connection_reached(peername, address):
+    assert peer_address(peername) == address
 
 
 @pytest.mark.parametrize("address, key", [("127.0.0.5", "loopback"), ("::1", "loopback"),

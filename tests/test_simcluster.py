@@ -1,5 +1,6 @@
-"""The simulated cluster itself: real sshd nodes reachable with strict host key checking, node
-lifecycle (stop, restart, crash, freeze, new host key), Docker and iperf3 as later tests use them.
+"""The simulated cluster itself: real sshd nodes, each a machine of its own on a shaped LAN, reachable
+by ssh alias with strict host key checking; node lifecycle (stop, restart, crash, freeze, new host
+key), the link (speed, cut, restore), Docker and iperf3 as later tests use them.
 
 If these fail, every cluster test after them is meaningless, so they check the harness hard.
 """
@@ -7,7 +8,8 @@ If these fail, every cluster test after them is meaningless, so they check the h
 from __future__ import annotations
 
 import asyncio
-import socket
+import json
+import os
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -16,9 +18,12 @@ from pathlib import Path
 import asyncssh
 import docker
 import pytest
+from helpers import homegpu
 
+import simnet
+from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import load_cluster
-from simcluster import DockerEngine, SimCluster, SimNode, alive, iperf3_between, ssh_banner
+from simcluster import NODE_HOME, DockerEngine, SimCluster, SimNode, alive, iperf3_between, ssh_banner
 
 pytestmark = pytest.mark.cluster
 
@@ -41,9 +46,20 @@ def ssh(cluster: SimCluster, node: SimNode, command: str) -> subprocess.Complete
 
 @pytest.fixture
 def spare() -> Iterator[SimCluster]:
-    """A one-node cluster of its own (127.0.0.20) for tests that stop, crash or re-key it."""
+    """A one-node cluster of its own (10.213.0.20) for tests that stop, crash or re-key it."""
     with SimCluster(1, first_host=20, name="spare") as cluster:
         yield cluster
+
+
+@pytest.fixture
+def pair() -> Iterator[SimCluster]:
+    """Two nodes of their own (10.213.0.21-22) for tests that reshape or cut links."""
+    with SimCluster(2, first_host=21, name="pair") as cluster:
+        yield cluster
+
+
+def gbits(report: dict) -> float:
+    return report["end"]["sum_received"]["bits_per_second"] / 1e9
 
 
 # -- reaching the nodes ----------------------------------------------------------------------------
@@ -101,17 +117,41 @@ async def test_extra_path_is_on_path_of_exec_commands_on_that_node_only(sim_clus
 # -- cluster.toml ----------------------------------------------------------------------------------
 
 
-def test_cluster_toml_describes_the_nodes(sim_cluster: SimCluster, cluster_toml: Path) -> None:
+def test_cluster_toml_names_nodes_by_ssh_alias_as_users_write_it(sim_cluster: SimCluster,
+                                                                   cluster_toml: Path) -> None:
     spec = load_cluster(cluster_toml)
     assert spec.name == "testcluster"
-    assert spec.ssh.user == "root"
-    assert spec.ssh.identity_file == str(sim_cluster.client_key_path)
+    assert (spec.ssh.user, spec.ssh.identity_file) == (None, None)  # from the ssh config
     assert spec.ssh.known_hosts == str(sim_cluster.known_hosts_path)
     ssh_settings = spec.ssh.connect_timeout, spec.ssh.keepalive_interval, spec.ssh.keepalive_count_max
     assert ssh_settings == (5.0, 1.0, 3)
-    assert spec.work_dir == str(sim_cluster.work_dir)
-    assert [(n.name, n.host, n.port, n.cluster_address, n.runtime, n.work_dir) for n in spec.nodes] == [
-        (n.name, n.address, n.port, n.address, "process", str(n.work_dir)) for n in sim_cluster.nodes]
+    assert spec.work_dir == "~/.homegpu"
+    assert [(n.name, n.host, n.port, n.address, n.runtime, n.work_dir) for n in spec.nodes] == [
+        (n.name, n.name, None, "", "process", "") for n in sim_cluster.nodes]
+    config = sim_cluster.ssh_config_path.read_text()
+    for node in sim_cluster.nodes:
+        assert f"Host {node.name}\n    HostName {node.address}\n" in config
+    assert str(sim_cluster.ssh_config_path) in os.environ["HOMEGPU_SSH_CONFIG"].split(os.pathsep)
+
+
+async def test_homegpu_reaches_nodes_by_alias_and_takes_the_address_ssh_reached(
+        sim_cluster: SimCluster, cluster_toml: Path) -> None:
+    spec = load_cluster(cluster_toml)
+    async with Cluster(spec, stream_stats=False) as cluster:
+        resolved = await cluster.resolve_addresses()
+        for node in sim_cluster.nodes:
+            assert resolved[node.name] == (node.address, f"reached by ssh {node.name}")
+            result = await cluster.node(node.name).run(["sh", "-c", "echo $HOMEGPU_SIMNODE"])
+            assert result.stdout.strip() == node.marker
+
+
+async def test_an_unreachable_node_keeps_its_configured_host_and_says_so(sim_cluster: SimCluster,
+                                                                         tmp_path: Path) -> None:
+    path = sim_cluster.write_cluster_toml(tmp_path / "c.toml", node_overrides={"node2": {"host": "127.0.0.99"}})
+    async with Cluster(load_cluster(path), stream_stats=False) as cluster:
+        resolved = await cluster.resolve_addresses(["node1", "node2"])
+    assert resolved == {"node1": (sim_cluster.node("node1").address, "reached by ssh node1"),
+                        "node2": ("127.0.0.99", "host 127.0.0.99, not resolved: no SSH connection yet")}
 
 
 def test_cluster_toml_overrides(sim_cluster: SimCluster, tmp_path: Path) -> None:
@@ -184,35 +224,59 @@ async def test_new_host_key_is_rejected_until_known_hosts_is_rewritten(spare: Si
         assert (await conn.run("echo ok", check=True)).stdout == "ok\n"
 
 
-async def test_node_moves_off_port_22_when_it_is_taken() -> None:
-    squatter = socket.socket()
+def test_every_node_is_its_own_machine_with_a_private_work_dir(sim_cluster: SimCluster) -> None:
+    name = f"mine-{uuid.uuid4().hex[:8]}"
+    node1, node2 = sim_cluster.nodes[:2]
+    made = ssh(sim_cluster, node1, f"hostname -I && echo hello > ~/.homegpu/{name}")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.split() == [node1.address]  # one interface besides lo: its own address
     try:
-        squatter.bind(("127.0.0.21", 22))
-        squatter.listen()
-    except OSError:
-        pass  # another test run's sshd holds it already: just as good
-    try:
-        with SimCluster(1, first_host=21, name="moved") as cluster:
-            node = cluster.nodes[0]
-            assert node.port != 22
-            assert cluster.known_hosts_path.read_text().startswith(f"[127.0.0.21]:{node.port} ssh-ed25519 ")
-            assert ssh(cluster, node, "true").returncode == 0
-            async with await connect(cluster, node) as conn:
-                assert (await conn.run("echo ok", check=True)).stdout == "ok\n"
+        assert (node1.work_dir / name).read_text() == "hello\n"  # the test's view of node1's disk
+        assert not (Path(NODE_HOME) / ".homegpu" / name).exists()  # the controller's
+        assert ssh(sim_cluster, node2, f"test -e ~/.homegpu/{name}").returncode == 1  # another node's
     finally:
-        squatter.close()
+        (node1.work_dir / name).unlink()
+
+
+def test_links_are_shaped_and_a_test_picks_another_speed(pair: SimCluster, iperf3_path: str) -> None:
+    first, second = pair.nodes
+    assert 0 < gbits(iperf3_between(first, second, iperf3=iperf3_path)) < 1.1  # unshaped: ~10
+    first.set_link_speed(100)
+    assert 0 < gbits(iperf3_between(first, second, iperf3=iperf3_path)) < 0.11
+
+
+async def test_a_cut_link_drops_everything_and_restored_open_connections_go_on(pair: SimCluster) -> None:
+    node = pair.nodes[0]
+    conn = await connect(pair, node)
+    try:
+        node.cut_link()
+        try:
+            with pytest.raises(OSError):
+                ssh_banner(node.address, node.port, timeout=1.0)
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(conn.run("echo during"), 2)
+        finally:
+            node.restore_link()
+        result = await asyncio.wait_for(conn.run("echo after", check=True), 20)
+        assert result.stdout == "after\n"  # the same TCP connection survived the cut
+    finally:
+        conn.close()
 
 
 def test_close_stops_everything_it_started_and_removes_its_files() -> None:
-    cluster = SimCluster(2, first_host=22, name="closing").start()
+    cluster = SimCluster(2, first_host=23, name="closing").start()
     try:
         listeners = {node.pid for node in cluster.nodes}
         detached = {int(ssh(cluster, node, DETACHED_SLEEP).stdout) for node in cluster.nodes}
         assert alive(listeners | detached) == listeners | detached
+        namespaces = {node.namespace for node in cluster.nodes}
+        assert namespaces <= set(simnet._all_namespaces())
     finally:
         cluster.close()
     assert not alive(listeners | detached) and not cluster.pids()
     assert not cluster.root.exists()
+    assert not namespaces & set(simnet._all_namespaces())
+    assert str(cluster.ssh_config_path) not in os.environ.get("HOMEGPU_SSH_CONFIG", "")
 
 
 # -- Docker and iperf3 -----------------------------------------------------------------------------
@@ -226,9 +290,21 @@ def test_docker_engine_answers_ping(docker_engine: DockerEngine) -> None:
         client.close()
 
 
-def test_iperf3_measures_between_two_node_addresses(sim_cluster: SimCluster, iperf3_path: str) -> None:
-    server, client = sim_cluster.nodes[0].address, sim_cluster.nodes[1].address
+def test_iperf3_measures_between_two_nodes(sim_cluster: SimCluster, iperf3_path: str) -> None:
+    server, client = sim_cluster.nodes[0], sim_cluster.nodes[1]
     report = iperf3_between(server, client, seconds=1, iperf3=iperf3_path)
     connected = report["start"]["connected"][0]
-    assert (connected["local_host"], connected["remote_host"]) == (client, server)
-    assert report["end"]["sum_received"]["bits_per_second"] > 0
+    assert (connected["local_host"], connected["remote_host"]) == (client.address, server.address)
+    assert 0 < gbits(report) < 1.1
+
+
+def test_tfconfig_names_each_node_by_the_address_ssh_reached_and_one_port(sim_cluster: SimCluster,
+                                                                           tmp_path: Path) -> None:
+    config = sim_cluster.write_cluster_toml(tmp_path / "cluster.toml",
+                                            jobs={"demo": {"nodes": ["node1", "node2"], "port": 23456}})
+    result = homegpu("--config", str(config), "tfconfig", "demo")
+    assert result.returncode == 0, result.stderr
+    node1, node2 = sim_cluster.nodes[:2]
+    assert f"node1: {node1.address} (reached by ssh node1)" in result.stdout.splitlines()
+    endpoints = [f"{node1.address}:23456", f"{node2.address}:23456"]  # the same port on every machine
+    assert f'"worker": {json.dumps(endpoints)}' in result.stdout

@@ -14,13 +14,16 @@ from simcluster import SimCluster
 pytestmark = pytest.mark.cluster
 
 
-def test_status_json_shows_every_node_online_with_stats(cluster_toml):
+def test_status_json_shows_every_node_online_with_stats(sim_cluster, cluster_toml):
     result = homegpu("--config", str(cluster_toml), "status", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert [node["name"] for node in report["nodes"]] == ["node1", "node2", "node3"]
     for node in report["nodes"]:
         assert node["state"] == "online"
+        # named by ssh alias: the address is where the connection went
+        assert node["host"] == node["name"] and node["address"] == sim_cluster.node(node["name"]).address
+        assert node["address_source"] == f"reached by ssh {node['name']}"
         assert node["stats"]["mem_total"] > 0 and node["stats"]["cpu"] is not None
 
 

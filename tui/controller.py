@@ -62,7 +62,7 @@ class Controller:
 
     def slots(self, job: JobSpec) -> list[WorkerSlot]:
         """The workers `job` would start, in TF_CONFIG order (for the launch dialog)."""
-        return worker_slots(self.spec, job)
+        return worker_slots(self.spec, job, self.cluster.addresses())
 
     async def launch(self, job: JobSpec) -> bool:
         """Launch `job`, or attach if it already runs; then follow it in the background.

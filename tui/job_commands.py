@@ -12,7 +12,7 @@ from pathlib import Path
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.job_run import JobRun, LaunchError, open_runtime
-from homegpu.remote.tfconfig import JobConfigError, find_job, tf_config, worker_slots
+from homegpu.remote.tfconfig import JobConfigError, find_job, job_nodes, tf_config, worker_slots
 from homegpu.tui.cli import UserError, load_spec
 from homegpu.tui.headless import run_headless
 from homegpu.tui.text import table
@@ -88,11 +88,19 @@ def run_job(args: argparse.Namespace) -> int:
 def print_tfconfig(args: argparse.Namespace) -> int:
     spec = load_spec(args)
     job = _job(spec, args.job)
-    slots = worker_slots(spec, job)
+    resolved = asyncio.run(_resolve_addresses(spec, [node.name for node in job_nodes(spec, job)]))
+    for name, (address, source) in resolved.items():
+        print(f"{name}: {address} ({source})")
+    slots = worker_slots(spec, job, {name: address for name, (address, _) in resolved.items()})
     for slot in slots:
         role = "chief" if slot.is_chief else "worker"
         print(f"{slot.label} ({role}, index {slot.index}):\n  TF_CONFIG='{json.dumps(tf_config(slots, slot.index))}'")
     return 0
+
+
+async def _resolve_addresses(spec: ClusterSpec, names: list[str]) -> dict[str, tuple[str, str]]:
+    async with Cluster(spec, stream_stats=False) as cluster:
+        return await cluster.resolve_addresses(names)
 
 
 def list_jobs(args: argparse.Namespace) -> int:

@@ -33,7 +33,7 @@ def format_cluster(spec: ClusterSpec) -> str:
     ]
     rows = [
         (node.name, node.host, node.port or ("-" if node.is_local else 22), node.user or ssh.user or "-",
-         node.cluster_address, node.runtime if node.runtime == "docker" else f"process ({node.python})",
+         _configured_address(node), node.runtime if node.runtime == "docker" else f"process ({node.python})",
          spec.work_dir_of(node), ",".join(node.tags) or "-")
         for node in spec.nodes
     ]
@@ -55,6 +55,13 @@ def _format_jobs(spec: ClusterSpec) -> list[str]:
             "", "Next: homegpu doctor, then homegpu run JOB (homegpu tfconfig JOB shows each worker's TF_CONFIG)."]
 
 
+def _configured_address(node) -> str:
+    """What `check` can say about a node's cluster address without connecting: where it comes from."""
+    if node.address:
+        return f"{node.address} (address)"
+    return node.cluster_address if node.is_local else f"where ssh reaches {node.host}"
+
+
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
@@ -69,7 +76,7 @@ def format_status(nodes: Sequence) -> str:
 
 def _node_block(node) -> str:
     mark = STATE_MARKS.get(node.state.value, "?")
-    head = f"{mark} {node.name:<12} {node.spec.host:<16} {node.state.value}"
+    head = f"{mark} {node.name:<12} {node.spec.host:<16} {node.address:<15} {node.state.value}"
     stats = node.latest
     if stats is None:
         detail = f"    {node.reason}" if node.reason else "    (waiting for stats)"
@@ -105,7 +112,8 @@ def status_json(cluster_name: str, nodes: Sequence, at: float) -> dict:
         "cluster": cluster_name,
         "at": at,
         "nodes": [
-            {"name": node.name, "host": node.spec.host, "state": node.state.value, "reason": node.reason,
+            {"name": node.name, "host": node.spec.host, "address": node.address,
+             "address_source": node.address_source, "state": node.state.value, "reason": node.reason,
              "fingerprint": node.fingerprint,
              "stats": _jsonable(dataclasses.asdict(node.latest)) if node.latest else None}
             for node in nodes
