@@ -492,6 +492,7 @@ def test_chief_killed_while_saving_resumes_at_the_last_epoch(tensorflow_installe
         saving, = worker.events("saving")
         end, = worker.events("end")
         assert (end["epoch"], end["initial_epoch"]) == (2, 2)
+        assert end["loss"] == first[0].events("epoch")[-1]["loss"]  # the last epoch's, from before the crash
         assert "resumed at epoch 2 from the backup" in worker.log.read_text()
     assert second[0].events("end")[0]["model_dir"] == str(out[0] / "model")
     assert "model/saved_model.pb" in _files(out[0]) and (out[1] / "DONE").exists()

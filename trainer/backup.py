@@ -98,11 +98,8 @@ def all_agree(strategy: tf.distribute.Strategy, epoch: int) -> bool:
 
 def done_epochs(output_dir: str) -> int:
     """The epochs the `DONE` marker in `output_dir` records (0: no marker, or one unreadable)."""
-    try:
-        with open(os.path.join(output_dir, DONE_MARKER), encoding="utf-8") as marker:
-            return int(json.load(marker)["epochs"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0
+    epochs = read_json(os.path.join(output_dir, DONE_MARKER)).get("epochs")
+    return epochs if isinstance(epochs, int) else 0
 
 
 def all_done(strategy: tf.distribute.Strategy, output_dir: str, epochs: int) -> bool:
@@ -116,14 +113,29 @@ def all_done(strategy: tf.distribute.Strategy, output_dir: str, epochs: int) -> 
 
 
 def mark_done(output_dir: str, epochs: int, **fields) -> None:
-    """Write the `DONE` marker atomically (a complete file or none), after the final save."""
-    path = os.path.join(output_dir, DONE_MARKER)
+    """Write the `DONE` marker, after the final save."""
+    write_json(os.path.join(output_dir, DONE_MARKER), {"epochs": epochs, "time": round(time.time(), 3), **fields})
+
+
+def write_json(path: str, data: dict) -> None:
+    """Write `data` to `path` atomically: a reader (or a restart after a crash) finds the complete
+    file or the previous one, never half of it."""
     partial = path + ".partial"
-    with open(partial, "w", encoding="utf-8") as marker:
-        json.dump({"epochs": epochs, "time": round(time.time(), 3), **fields}, marker)
-        marker.flush()
-        os.fsync(marker.fileno())
+    with open(partial, "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
     os.replace(partial, path)
+
+
+def read_json(path: str) -> dict:
+    """What write_json wrote ({} when there is no such file or it is not a JSON object)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def clear_done(output_dir: str) -> None:

@@ -29,9 +29,11 @@ import tensorflow as tf
 import tf_keras as keras
 
 from homegpu.trainer import data, models
-from homegpu.trainer.backup import NodeLocalBackup, all_done, clear_done, mark_done
+from homegpu.trainer.backup import NodeLocalBackup, all_done, clear_done, mark_done, read_json, write_json
 from homegpu.trainer.cluster import WorkerRole
 from homegpu.trainer.progress import MetricLines, emit
+
+LAST_EPOCH_FILE = "last_epoch.json"  # in backup/
 
 
 def run(args: argparse.Namespace, role: WorkerRole) -> None:
@@ -83,7 +85,7 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
     ]
     if tensorboard:
         callbacks.append(keras.callbacks.TensorBoard(os.path.join(chief_dir, "tensorboard"), profile_batch=0))
-    callbacks.append(progress)
+    callbacks += [progress, _KeepLastEpoch(progress, os.path.join(backup.backup_dir, LAST_EPOCH_FILE))]
 
     try:
         model.fit(sets.train, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0,
@@ -92,12 +94,26 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
         model_dir = os.path.join(chief_dir, "model")
         _save(model, model_dir, role, args.epochs)
         mark_done(output, args.epochs, **({"model_dir": model_dir} if role.is_chief else {}))
-        # Nothing left to train after a resume at the last epoch: no epoch line to repeat.
-        resumed_done = {} if progress.last else {"epoch": backup.resume_epoch, "epochs": args.epochs}
-        progress.finish(**resumed_done, **({"model_dir": model_dir} if role.is_chief else {}))
+        if not progress.last:  # resumed at the last epoch: its figures come from before the crash
+            kept = read_json(os.path.join(backup.backup_dir, LAST_EPOCH_FILE))
+            progress.last = kept if kept.get("epoch") == backup.resume_epoch else \
+                {"epoch": backup.resume_epoch, "epochs": args.epochs}
+        progress.finish(**({"model_dir": model_dir} if role.is_chief else {}))
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+class _KeepLastEpoch(keras.callbacks.Callback):
+    """Keeps the last epoch line's figures next to the backup, so that a run resumed at its last
+    epoch (nothing left to train, only the save) still ends with its loss and accuracy."""
+
+    def __init__(self, progress: MetricLines, path: str) -> None:
+        super().__init__()
+        self.progress, self.path = progress, path
+
+    def on_epoch_end(self, epoch, logs=None):
+        write_json(self.path, self.progress.last)
 
 
 def _save(model: keras.Model, model_dir: str, role: WorkerRole, epochs: int) -> None:
