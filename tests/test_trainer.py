@@ -405,6 +405,10 @@ def _files(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")} if root.exists() else set()
 
 
+def _top_level(root: Path) -> set[str]:
+    return {p.name for p in root.iterdir()} if root.exists() else set()
+
+
 def test_two_workers_train_the_synthetic_set(tensorflow_installed, tmp_path):
     """Under the RING collective, as homegpu's device plan gives a job with a CPU worker."""
     ports = _free_ports(2)
@@ -439,8 +443,8 @@ def test_two_workers_train_the_synthetic_set(tensorflow_installed, tmp_path):
     assert "model/saved_model.pb" in chief_files and "checkpoints/last.weights.h5" in chief_files
     assert team[0].events("end")[0]["model_dir"] == str(out[0] / "model")
     assert ("tensorboard" in chief_files) == (importlib.util.find_spec("tensorboard") is not None)
-    assert not any(f.startswith("backup") for f in chief_files), "the backup outlived a finished run"
-    assert _files(out[1]) == set(), f"worker 1 left files behind: {_files(out[1])}"
+    assert "DONE" in chief_files and "backup/chief/checkpoint" in chief_files  # kept for the controller
+    assert _top_level(out[1]) == {"DONE", "backup"}, f"worker 1 left other files: {_files(out[1])}"
 
     _assert_saved_model_classifies(out[0] / "model")
 
@@ -488,7 +492,45 @@ def test_killed_worker_resumes_from_its_backup(tensorflow_installed, tmp_path):
         assert end["epoch"] == 3 and end["initial_epoch"] == start["initial_epoch"]
         assert end["accuracy"] >= 0.6
     assert "model/saved_model.pb" in _files(out[0])
-    assert _files(out[1]) == set()
+    assert _top_level(out[1]) == {"DONE", "backup"}
+
+
+def test_chief_killed_while_saving_resumes_at_the_last_epoch(tensorflow_installed, tmp_path):
+    """The chief dies while saving the final model: the restart resumes at the last epoch and only
+    saves; one more restart after that finds every DONE marker and trains nothing."""
+    ports = _free_ports(2)
+    out = [tmp_path / "out0", tmp_path / "out1"]
+    args = ("--epochs", "2", "--log-every", "0", "--samples", "1024")
+    with Workers(tmp_path) as workers:
+        first = [workers.trainer(ports, i, out[i], *args, name=f"first{i}") for i in range(2)]
+        first[0].wait_for_metric(lambda m: m["event"] == "saving")
+        first[0].kill()  # the chief, mid-save; then the orchestrator stops the other worker
+        first[1].kill()
+        assert [m["epoch"] for m in first[0].events("epoch")] == [1, 2] and not first[0].events("end")
+        assert not (out[0] / "DONE").exists()
+
+        second = [workers.trainer(ports, i, out[i], *args, name=f"second{i}") for i in range(2)]
+        workers.finish_all(second)
+        third = [workers.trainer(ports, i, out[i], *args, name=f"third{i}") for i in range(2)]
+        workers.finish_all(third)
+
+    for worker in second:
+        start, = worker.events("start")
+        assert (start["initial_epoch"], start["resumed"]) == (2, True), worker.output()
+        assert worker.events("epoch") == [] and worker.events("step") == [], "epochs were trained again"
+        saving, = worker.events("saving")
+        end, = worker.events("end")
+        assert (end["epoch"], end["initial_epoch"]) == (2, 2)
+        assert end["loss"] == first[0].events("epoch")[-1]["loss"]  # the last epoch's, from before the crash
+        assert "resumed at epoch 2 from the backup" in worker.log.read_text()
+    assert second[0].events("end")[0]["model_dir"] == str(out[0] / "model")
+    assert "model/saved_model.pb" in _files(out[0]) and (out[1] / "DONE").exists()
+    for worker in third:
+        assert worker.events("start") == [] and worker.events("saving") == []
+        end, = worker.events("end")
+        assert end["already_done"] is True and end["epoch"] == 2
+        assert "already done" in worker.log.read_text()
+    _assert_saved_model_classifies(out[0] / "model")
 
 
 def test_workers_with_different_backups_refuse_to_resume(tensorflow_installed, tmp_path):

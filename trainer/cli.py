@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "The cluster comes from TF_CONFIG (unset: one worker using all of this machine's "
                     "GPUs). Progress goes to stdout as HOMEGPU_METRIC lines (trainer/PROTOCOL.md).",
         epilog="Restart every worker with the same TF_CONFIG and --output after a failure: training "
-               "resumes at the last completed epoch. Exit status: 0 done, 1 training failed, "
+               "resumes at the last completed epoch, even after a crash while saving the model; once "
+               "OUTPUT/DONE is on every worker, a restart trains nothing. Exit status: 0 done, 1 training failed, "
                "2 bad options, TF_CONFIG or data, 3 the workers' backups disagree (delete them).")
     parser.add_argument("--data", type=parse_data_spec, default=DataSpec("synthetic"), metavar="SOURCE",
                         help="synthetic (generated, no download), npz:PATH (keras.datasets.mnist "
@@ -76,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="0: one pass over the training set per epoch")
     parser.add_argument("--output", default=os.environ.get("HOMEGPU_OUTPUT_DIR") or "homegpu-output",
                         metavar="DIR",
-                        help="this worker's directory: its backup for resuming, and on the chief "
+                        help="this worker's directory: its backup for resuming (kept after the run: "
+                             "delete it once the model is safe), DONE when finished, and on the chief "
                              "checkpoints/, tensorboard/ and the final model/; $HOMEGPU_OUTPUT_DIR "
                              "when set. Workers sharing a disk need different directories")
     parser.add_argument("--log-every", type=int, default=20, metavar="N",

@@ -5,7 +5,10 @@ machine's GPUs (the default strategy would use only the first), and one worker r
 code path that several do.
 
 Outputs, each under this worker's --output (nodes have their own disks):
-- backup/: this worker's BackupAndRestore state (backup.py), removed when fit() completes;
+- backup/: this worker's BackupAndRestore state (backup.py), kept after the run: a crash while
+  the model is saved resumes at the last epoch instead of epoch 0; the controller removes it;
+- DONE: written once the final save succeeded (backup.py); a restart that finds it on every
+  worker trains nothing;
 - chief only: checkpoints/last.weights.h5 after every epoch, tensorboard/, and the final model/
   (a SavedModel). The other workers must take part in writing these (saving is collective), so
   they write into a scratch directory that is deleted at the end, the pattern TF's multi-worker
@@ -18,16 +21,19 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import signal
 import shutil
+import signal
+import sys
 
 import tensorflow as tf
 import tf_keras as keras
 
 from homegpu.trainer import data, models
-from homegpu.trainer.backup import NodeLocalBackup
+from homegpu.trainer.backup import NodeLocalBackup, all_done, clear_done, mark_done, read_json, write_json
 from homegpu.trainer.cluster import WorkerRole
-from homegpu.trainer.progress import MetricLines
+from homegpu.trainer.progress import MetricLines, emit
+
+LAST_EPOCH_FILE = "last_epoch.json"  # in backup/
 
 
 def run(args: argparse.Namespace, role: WorkerRole) -> None:
@@ -39,6 +45,12 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
     keras.utils.set_random_seed(args.seed)
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "").strip() in ("2", "3"):
         tf.get_logger().setLevel("ERROR")  # the Python side, to match the C++ log level
+    output = os.path.abspath(args.output)
+    os.makedirs(output, exist_ok=True)
+    if all_done(strategy, output, args.epochs):
+        _report_already_done(role, output, args.epochs)
+        return
+    clear_done(output)
 
     global_batch = args.batch_size * role.workers
     sets = data.load(args.data.kind, args.data.path, global_batch=global_batch, seed=args.seed,
@@ -52,8 +64,6 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
 
-    output = os.path.abspath(args.output)
-    os.makedirs(output, exist_ok=True)
     scratch = None if role.is_chief else os.path.join(output, f".scratch-worker{role.rank}")
     if scratch:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -77,19 +87,53 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
     ]
     if tensorboard:
         callbacks.append(keras.callbacks.TensorBoard(os.path.join(chief_dir, "tensorboard"), profile_batch=0))
-    callbacks.append(progress)
+    callbacks += [progress, _KeepLastEpoch(progress, os.path.join(backup.backup_dir, LAST_EPOCH_FILE))]
 
     try:
         model.fit(sets.train, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0,
                   validation_data=sets.validation if validation_steps else None,
                   validation_steps=validation_steps or None)
         model_dir = os.path.join(chief_dir, "model")
-        model.save(model_dir)
+        _save(model, model_dir, role, args.epochs)
+        mark_done(output, args.epochs, **({"model_dir": model_dir} if role.is_chief else {}))
+        if not progress.last:  # resumed at the last epoch: its figures come from before the crash
+            kept = read_json(os.path.join(backup.backup_dir, LAST_EPOCH_FILE))
+            progress.last = kept if kept.get("epoch") == backup.resume_epoch else \
+                {"epoch": backup.resume_epoch, "epochs": args.epochs}
         progress.finish(**({"model_dir": model_dir} if role.is_chief else {}))
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
-    _remove_if_empty(os.path.join(output, "backup"))
+
+
+class _KeepLastEpoch(keras.callbacks.Callback):
+    """Keeps the last epoch line's figures next to the backup, so that a run resumed at its last
+    epoch (nothing left to train, only the save) still ends with its loss and accuracy."""
+
+    def __init__(self, progress: MetricLines, path: str) -> None:
+        super().__init__()
+        self.progress, self.path = progress, path
+
+    def on_epoch_end(self, epoch, logs=None):
+        write_json(self.path, self.progress.last)
+
+
+def _save(model: keras.Model, model_dir: str, role: WorkerRole, epochs: int) -> None:
+    """Save the final model (collective: every worker writes, the chief into `model_dir`), saying so
+    first: it can take longer than an epoch, and a crash meanwhile resumes from the backup."""
+    emit(role, event="saving", epochs=epochs, **({"model_dir": model_dir} if role.is_chief else {}))
+    print(f"homegpu.trainer: saving the model to {model_dir}", file=sys.stderr, flush=True)
+    shutil.rmtree(model_dir, ignore_errors=True)  # what a crashed save left
+    model.save(model_dir)
+
+
+def _report_already_done(role: WorkerRole, output: str, epochs: int) -> None:
+    """Every worker's DONE marker is there: the run finished before; say so and train nothing."""
+    print(f"homegpu.trainer: already done: all {epochs} epochs were trained and the model saved "
+          f"(found {os.path.join(output, 'DONE')}); nothing to train", file=sys.stderr, flush=True)
+    model_dir = os.path.join(output, "model")
+    emit(role, event="end", epoch=epochs, epochs=epochs, initial_epoch=epochs, already_done=True,
+         **({"model_dir": model_dir} if role.is_chief else {}))
 
 
 def communication_options(collective: str) -> tf.distribute.experimental.CommunicationOptions:
@@ -125,10 +169,3 @@ def _exit_on_sigterm() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
-
-
-def _remove_if_empty(path: str) -> None:
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass
