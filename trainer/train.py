@@ -31,6 +31,7 @@ import tf_keras as keras
 from homegpu.trainer import data, models
 from homegpu.trainer.backup import NodeLocalBackup, all_done, clear_done, mark_done, read_json, write_json
 from homegpu.trainer.cluster import WorkerRole
+from homegpu.trainer.coordination import peer_timeout, tolerate_quiet_peers
 from homegpu.trainer.progress import MetricLines, emit
 
 LAST_EPOCH_FILE = "last_epoch.json"  # in backup/
@@ -40,6 +41,8 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
     """Train, back up every epoch, save the model. Raises on any failure (cli.py turns it into
     an error line and exit status)."""
     # Before any other TF op, as MWMS needs.
+    if role.multi_worker:
+        tolerate_quiet_peers(peer_timeout())
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication_options(args.collective))
     _exit_on_sigterm()
     keras.utils.set_random_seed(args.seed)
