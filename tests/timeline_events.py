@@ -2,7 +2,8 @@
 
 Node stats are the stats agent's real lines recorded in tests/fixtures/tui/ (an H100 under load, two
 H100 NVL idle, a CPU-only node), parsed by the controller's own parser; only their time changes.
-Worker metrics replay a real two-worker run's metrics.jsonl (tests/fixtures/tui/demo_metrics.jsonl).
+Worker metrics replay a real two-worker run's metrics.jsonl (tests/fixtures/tui/demo_metrics.jsonl),
+moved in time.
 `synthetic_hour` is the benchmark's made-up one-hour run: the recorded lines with GPU util and power
 scaled by a load curve, and loss falling, so the report has something to draw over a long run.
 """
@@ -47,7 +48,8 @@ def _metrics(at: float, generation_start: float, resumed: bool = False) -> list[
         if resumed and data["event"] == "start":
             data.update(initial_epoch=1, resumed=True)
         worker = "gpu1" if data["worker"] == 0 else "gpu2"
-        events.append(Metric(JOB, RUN_ID, worker, data["worker"], data, at=generation_start + row["time"] - first))
+        data["time"] = generation_start + row["time"] - first
+        events.append(Metric(JOB, RUN_ID, worker, data["worker"], data, at=data["time"]))
     return events
 
 
@@ -111,12 +113,13 @@ def synthetic_hour(nodes: int = 4, seconds: int = 3600, t0: float = 1_795_316_00
     events.append(Straggler(JOB, RUN_ID, workers[-1], 900.0, 1500.0, at=t0 + 300))
     for generation_start in (t0 + 3, t0 + restart + 21):
         events += [Metric(JOB, RUN_ID, w, n, {"event": "start", "worker": n, "workers": nodes, "batch_size": 64,
-                                               "resumed": generation_start > t0 + 3, "initial_epoch": 0},
+                                               "resumed": generation_start > t0 + 3,
+                                               "initial_epoch": 2 if generation_start > t0 + 3 else 0},
                           at=generation_start) for n, w in enumerate(workers)]
     for s in range(seconds):
         down = restart <= s < restart + 25
         for n, worker in enumerate(workers):
-            slow = 0.6 if n == nodes - 1 else 1.0
+            slow = 0.6 if n == nodes - 1 else 1.0 - 0.04 * n
             load = 0.0 if down or s < 10 else slow * (0.82 + 0.12 * math.sin(s / 97 + n))
             events.append(NodeStatsUpdated(worker, _scaled(base[n % 2], load), at=t0 + s + n / 100))
             if not down and s >= 10 and s % 5 == 0:
