@@ -63,7 +63,8 @@ def workers_from_metrics(path: Path) -> tuple[WorkerTimeline, ...]:
             by_worker.setdefault(row["worker_label"], []).append(row)
     workers = []
     for name, rows in sorted(by_worker.items()):
-        batch = next((r["batch_size"] for r in rows if r.get("event") == "start" and _number(r.get("batch_size"))), None)
+        batch = next((r["batch_size"] for r in rows
+                      if r.get("event") == "start" and _number(r.get("batch_size"))), None)
         steps = [r for r in rows if r.get("event") == "step"]
         epochs = [r for r in rows if r.get("event") in ("epoch", "end")]
         rates = _series(steps, "examples_per_sec")
@@ -108,7 +109,8 @@ def _cards(figures: RunFigures, workers: int, nodes: int) -> str:
     util = "–" if figures.gpu_util is None else f"{figures.gpu_util:.0f} %"
     return '<div class="cards">' + "".join([
         card(human_duration(figures.duration), "duration"), card(str(figures.restarts), "restarts"),
-        card(f"{workers} on {nodes}", "workers on nodes"), card(f"{total:,.0f}" if total else "–", "examples/s, all workers"),
+        card(f"{workers} on {nodes}", "workers on nodes"),
+        card(f"{total:,.0f}" if total else "–", "examples/s, all workers"),
         card(f"{fmt('loss')} / {fmt('val_loss')}", "final loss / val_loss"), card(util, "mean GPU util while running"),
     ]) + "</div>"
 
@@ -143,7 +145,8 @@ def _training(workers: tuple[WorkerTimeline, ...], start: float, end: float, mar
     loss, accuracy = curve("loss"), curve("accuracy")
     rates = [Line(w.name, SERIES_COLOURS[i % len(SERIES_COLOURS)], w.examples_per_sec) for i, w in enumerate(workers)]
     return ("<h2>Training</h2>" + _event_legend(markers) + '<div class="grid2">'
-            + figure("Loss", f"({chief.name}; val_ per epoch)", legend(loss), line_chart(loss, start, end, markers, _HALF))
+            + figure("Loss", f"({chief.name}; val_ per epoch)", legend(loss),
+                     line_chart(loss, start, end, markers, _HALF))
             + figure("Accuracy", "", legend(accuracy), line_chart(accuracy, start, end, markers, _HALF))
             + "</div>" + figure("Throughput per worker", "examples/s", legend(rates),
                                 line_chart(rates, start, end, markers, _WIDE, 220, y_min=0)))
@@ -165,7 +168,8 @@ def _nodes(timeline: Timeline, start: float, end: float, markers: list[Marker]) 
         charts = []
         if gpus:
             for caption, unit, field, factor, bounds in (
-                    ("GPU util", "%", "util", 1, (0, 100)), ("GPU memory", "GiB", "mem_used", 1 / 1024, (0, total or None)),
+                    ("GPU util", "%", "util", 1, (0, 100)),
+                    ("GPU memory", "GiB", "mem_used", 1 / 1024, (0, total or None)),
                     ("GPU power", "W", "power", 1, (0, None))):
                 lines = [Line(n, c, _scaled(getattr(g, field), factor)) for n, c, g in zip(names, colour, gpus)]
                 charts.append(figure(caption, unit, legend(lines),
@@ -178,8 +182,8 @@ def _nodes(timeline: Timeline, start: float, end: float, markers: list[Marker]) 
 
 
 def _events(timeline: Timeline, start: float) -> str:
-    rows = [[format_clock(e.at - start), escape(e.kind.replace("_", " ")), escape(e.node or e.worker), escape(e.summary)]
-            for e in timeline.events[:MAX_EVENT_ROWS]]
+    rows = [[format_clock(e.at - start), escape(e.kind.replace("_", " ")), escape(e.node or e.worker),
+             escape(e.summary)] for e in timeline.events[:MAX_EVENT_ROWS]]
     body = table(["time", "event", "node / worker", "details"], rows, ["t", "kind", "", ""]) if rows else \
         '<p class="empty">No events recorded.</p>'
     return "<h2>Events</h2>" + body
@@ -193,7 +197,8 @@ def _settings(manifest: dict) -> str:
     configs = manifest.get("tf_configs") if isinstance(manifest.get("tf_configs"), dict) else {}
     if configs:
         html += '<h3>TF_CONFIG per worker</h3><div class="grid2">' + "".join(
-            f"<div><b>{escape(worker)}</b><pre>{escape(_pretty(config))}</pre></div>" for worker, config in configs.items()
+            f"<div><b>{escape(worker)}</b><pre>{escape(_pretty(config))}</pre></div>"
+            for worker, config in configs.items()
         ) + "</div>"
     return html
 
@@ -214,8 +219,11 @@ def _bandwidth(matrix: BandwidthMatrix | None, figures: RunFigures) -> str:
         cells = [f"<b>{escape(src)}</b>"]
         for dst in nodes:
             link = matrix.get(src, dst)
-            cells.append("·" if src == dst or link is None else
-                         escape(format_gbits(link.gbits)) if link.ok else f'<span class="muted">{escape(link.error)}</span>')
+            if src == dst or link is None:
+                cells.append("·")
+            else:
+                cells.append(escape(format_gbits(link.gbits)) if link.ok else
+                             f'<span class="muted">{escape(link.error)}</span>')
         rows.append(cells)
     words = advice(figures.params, matrix, figures.step_seconds) if figures.params else \
         "No parameter count in the metric lines, so no estimate of the all-reduce time."
@@ -229,8 +237,8 @@ def _logs(tails: dict[str, list[str]]) -> str:
     if not tails:
         return ""
     return "<h2>Logs</h2>" + "".join(
-        f"<details><summary>{escape(worker)} (last {len(lines)} lines)</summary><pre>{escape(chr(10).join(lines))}</pre>"
-        "</details>" for worker, lines in tails.items())
+        f"<details><summary>{escape(worker)} (last {len(lines)} lines)</summary>"
+        f"<pre>{escape(chr(10).join(lines))}</pre></details>" for worker, lines in tails.items())
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -252,7 +260,8 @@ def write_report(run_dir: Path, bandwidth: BandwidthMatrix | None = None) -> tup
     run_dir = Path(run_dir)
     timeline_path, metrics_path = run_dir / "timeline.sqlite", run_dir / "metrics.jsonl"
     if not timeline_path.is_file() and not metrics_path.is_file():
-        raise ReportError(f"{run_dir}: no timeline.sqlite or metrics.jsonl; is this a run's folder (experiments/RUN-ID)?")
+        raise ReportError(
+            f"{run_dir}: no timeline.sqlite or metrics.jsonl; is this a run's folder (experiments/RUN-ID)?")
     manifest = _read_manifest(run_dir)
     timeline = read_timeline(timeline_path) if timeline_path.is_file() else _empty_timeline()
     workers = workers_from_metrics(metrics_path) if metrics_path.is_file() else ()

@@ -80,11 +80,13 @@ def run_figures(timeline: Timeline, workers: tuple[WorkerTimeline, ...]) -> RunF
     windows = running_windows(timeline)
     rates = {w.name: rate for w in workers if (rate := _steady_rate(w)) is not None}
     final = {}
-    for worker in workers[:1]:
-        for name in ("loss", "accuracy", "val_loss", "val_accuracy"):
-            value = _last(getattr(worker, "epoch_" + name if name in ("loss", "accuracy") else name))
-            if value is None and name in ("loss", "accuracy"):
-                value = _last(getattr(worker, name))
+    if workers:  # every worker prints the same (global) loss and accuracy: the chief's will do
+        chief = workers[0]
+        for name, epochs, steps in (("loss", chief.epoch_loss, chief.loss),
+                                    ("accuracy", chief.epoch_accuracy, chief.accuracy),
+                                    ("val_loss", chief.val_loss, Series()),
+                                    ("val_accuracy", chief.val_accuracy, Series())):
+            value = _last(epochs) if epochs.measured else _last(steps)
             if value is not None:
                 final[name] = value
     starts = [e.details for e in timeline.events_of("worker_start")]
@@ -103,7 +105,7 @@ def _straggler_sentences(timeline: Timeline, rates: dict[str, float]) -> list[st
     """Workers the run flagged as stragglers, and any whose steady rate shows it without a flag."""
     found = {e.worker: (e.details.get("examples_per_sec"), e.details.get("others_median"))
              for e in timeline.events_of("straggler")}
-    for worker, median in find_stragglers(rates, threshold=0.75):
+    for worker, median in find_stragglers(rates):
         found.setdefault(worker, (rates[worker], median))
     return [f"{worker} was a straggler: {rate:,.0f} examples/s against {others:,.0f} for the others, and "
             "synchronous training waits for the slowest worker at every step."

@@ -27,7 +27,8 @@ header .when { margin-left: auto; color: var(--muted); font-size: 13px; }
 .limits { border-left: 4px solid var(--warn); background: #fff8ec; padding: 10px 16px; border-radius: 0 8px 8px 0; }
 .limits h2 { margin: 0 0 4px; font-size: 15px; border: 0; padding: 0; }
 .limits ul { margin: 0; padding-left: 18px; }
-h2 { font-size: 18px; font-weight: 650; margin: 30px 0 10px; padding-bottom: 6px; border-bottom: 1px solid var(--line); }
+h2 { font-size: 18px; font-weight: 650; margin: 30px 0 10px; padding-bottom: 6px;
+     border-bottom: 1px solid var(--line); }
 h3 { font-size: 15px; margin: 18px 0 6px; } h3 small { color: var(--muted); font-weight: 400; margin-left: 8px; }
 .grid2 { display: grid; grid-template-columns: 1fr 1fr; gap: 8px 24px; }
 .grid4 { display: grid; grid-template-columns: repeat(4, 1fr); gap: 8px 14px; }
@@ -36,7 +37,8 @@ figcaption .unit { color: var(--muted); font-weight: 400; }
 .chart { display: block; width: 100%; height: auto; }
 .chart text { font-size: 10.5px; fill: #5f6673; font-variant-numeric: tabular-nums; }
 .legend { display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 12px; color: var(--muted); min-height: 18px; }
-.legend i { display: inline-block; width: 14px; height: 3px; border-radius: 2px; margin-right: 5px; vertical-align: middle; }
+.legend i { display: inline-block; width: 14px; height: 3px; border-radius: 2px; margin-right: 5px;
+            vertical-align: middle; }
 .legend i.dash { height: 0; border-top: 2px dashed; background: none !important; }
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { text-align: left; padding: 5px 10px 5px 0; border-bottom: 1px solid var(--line); vertical-align: top; }

@@ -19,6 +19,7 @@ from homegpu.remote.events import (
     JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
     PreflightResult, Straggler, WorkerExited,
 )
+from homegpu.remote.stats import NA
 from homegpu.remote.timeline_schema import SCHEMA, Timeline, read_timeline
 
 FLUSH_SECONDS = 1.0
@@ -44,8 +45,13 @@ _COMPACT = {
 }
 
 
+def _stat(value: object) -> object:
+    """A parsed stats value for SQLite: the parser gives only numbers and NA, and NA becomes NULL."""
+    return None if value is NA else value
+
+
 def _num(value: object) -> float | None:
-    """A number for SQLite; NA, None and anything else become NULL."""
+    """A number from a metric line for SQLite; NA, None and anything else become NULL."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
@@ -66,7 +72,7 @@ class TimelineRecorder:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.full_rate_seconds, self.bucket_seconds = full_rate_seconds, bucket_seconds
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._db = sqlite3.connect(self.path, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
@@ -148,10 +154,10 @@ class TimelineRecorder:
     def _stats(self, event: NodeStatsUpdated) -> None:
         stats, at, node = event.stats, event.at, event.node
         self._pending["node_samples"].append(
-            (at, node, _num(stats.cpu), _num(stats.mem_used), _num(stats.mem_total), _num(stats.load[0])))
+            (at, node, _stat(stats.cpu), _stat(stats.mem_used), _stat(stats.mem_total), _stat(stats.load[0])))
         self._pending["gpu_samples"].extend(
-            (at, node, int(_num(gpu.index) or 0), _num(gpu.util), _num(gpu.mem_used), _num(gpu.mem_total),
-             _num(gpu.temp), _num(gpu.power), _num(gpu.sm_clock))
+            (at, node, _stat(gpu.index) or 0, _stat(gpu.util), _stat(gpu.mem_used), _stat(gpu.mem_total),
+             _stat(gpu.temp), _stat(gpu.power), _stat(gpu.sm_clock))
             for gpu in stats.gpus)
 
     def _metric(self, event: Metric) -> None:
