@@ -214,6 +214,7 @@ def _bandwidth(matrix: BandwidthMatrix | None, figures: RunFigures) -> str:
     if matrix is None:
         return '<h2>Network</h2><p class="empty">No bandwidth matrix was measured for this run.</p>'
     nodes = list(matrix.nodes)
+    slowest = matrix.slowest()
     rows = []
     for src in nodes:
         cells = [f"<b>{escape(src)}</b>"]
@@ -222,15 +223,22 @@ def _bandwidth(matrix: BandwidthMatrix | None, figures: RunFigures) -> str:
             if src == dst or link is None:
                 cells.append("·")
             else:
-                cells.append(escape(format_gbits(link.gbits)) if link.ok else
-                             f'<span class="muted">{escape(link.error)}</span>')
+                cells.append(_link_cell(link, slowest))
         rows.append(cells)
     words = advice(figures.params, matrix, figures.step_seconds) if figures.params else \
         "No parameter count in the metric lines, so no estimate of the all-reduce time."
     when = datetime.fromtimestamp(matrix.at).strftime("%Y-%m-%d %H:%M") if matrix.at else "unknown"
-    return (f'<h2>Network <small class="muted">measured {escape(when)}, Gbit/s from row to column</small></h2>'
+    return (f'<h2>Network<small class="muted">measured {escape(when)}, Gbit/s from row to column</small></h2>'
             + table(["from \\ to", *nodes], rows, ["", *["num"] * len(nodes)])
             + "".join(f"<p>{escape(line)}</p>" for line in words.splitlines()))
+
+
+def _link_cell(link: LinkResult, slowest: LinkResult | None) -> str:
+    """A link's Gbit/s, marked when it is as slow as the slowest (within 25 %), or its error."""
+    if not link.ok:
+        return f'<span class="muted">{escape(link.error)}</span>'
+    slow = slowest is not None and link.gbits <= 1.25 * slowest.gbits
+    return f'<span class="slow">{escape(format_gbits(link.gbits))}</span>' if slow else escape(format_gbits(link.gbits))
 
 
 def _logs(tails: dict[str, list[str]]) -> str:

@@ -29,6 +29,7 @@ header .when { margin-left: auto; color: var(--muted); font-size: 13px; }
 .limits ul { margin: 0; padding-left: 18px; }
 h2 { font-size: 18px; font-weight: 650; margin: 30px 0 10px; padding-bottom: 6px;
      border-bottom: 1px solid var(--line); }
+h2 small { font-size: 13px; font-weight: 400; margin-left: 8px; }
 h3 { font-size: 15px; margin: 18px 0 6px; } h3 small { color: var(--muted); font-weight: 400; margin-left: 8px; }
 .grid2 { display: grid; grid-template-columns: 1fr 1fr; gap: 8px 24px; }
 .grid4 { display: grid; grid-template-columns: repeat(4, 1fr); gap: 8px 14px; }
@@ -47,7 +48,7 @@ td.kind { white-space: nowrap; font-weight: 600; } td.t { white-space: nowrap; c
           font-variant-numeric: tabular-nums; }
 pre { background: var(--soft); border-radius: 6px; padding: 8px 10px; font-size: 12px; overflow-x: auto;
       white-space: pre-wrap; word-break: break-all; margin: 4px 0 10px; }
-.muted { color: var(--muted); } .empty { color: var(--muted); font-style: italic; }
+.muted { color: var(--muted); } .slow { color: var(--warn); font-weight: 600; } .empty { color: var(--muted); font-style: italic; }
 details summary { cursor: pointer; font-weight: 600; margin: 6px 0; }
 footer { margin-top: 36px; color: var(--muted); font-size: 12px; }
 """

@@ -113,6 +113,7 @@ def synthetic_hour(nodes: int = 4, seconds: int = 3600, t0: float = 1_795_316_00
     events.append(Straggler(JOB, RUN_ID, workers[-1], 900.0, 1500.0, at=t0 + 300))
     for generation_start in (t0 + 3, t0 + restart + 21):
         events += [Metric(JOB, RUN_ID, w, n, {"event": "start", "worker": n, "workers": nodes, "batch_size": 64,
+                                               "params": 545_098,
                                                "resumed": generation_start > t0 + 3,
                                                "initial_epoch": 2 if generation_start > t0 + 3 else 0},
                           at=generation_start) for n, w in enumerate(workers)]
