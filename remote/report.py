@@ -149,7 +149,18 @@ def _training(workers: tuple[WorkerTimeline, ...], start: float, end: float, mar
                      line_chart(loss, start, end, markers, _HALF))
             + figure("Accuracy", "", legend(accuracy), line_chart(accuracy, start, end, markers, _HALF))
             + "</div>" + figure("Throughput per worker", "examples/s", legend(rates),
-                                line_chart(rates, start, end, markers, _WIDE, 220, y_min=0)))
+                                line_chart(rates, start, end, markers, _WIDE, 220, y_min=0))
+            + _worker_table(workers))
+
+
+def _median(series: Series) -> str:
+    values = sorted(series.measured)
+    return f"{values[len(values) // 2]:,.1f}" if values else "–"
+
+
+def _worker_table(workers: tuple[WorkerTimeline, ...]) -> str:
+    rows = [[escape(w.name), _median(w.examples_per_sec), _median(w.steps_per_sec)] for w in workers]
+    return table(["worker", "median examples/s", "median steps/s"], rows, ["", "num", "num"])
 
 
 def _scaled(series: Series, factor: float) -> Series:

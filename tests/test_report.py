@@ -128,3 +128,15 @@ def test_a_broken_run_json_names_the_file(tmp_path):
     (run_dir / "run.json").write_text("{not json")
     with pytest.raises(ReportError, match=r"run.json: not valid JSON .*delete it"):
         write_report(run_dir)
+
+
+def test_a_run_with_only_metrics_still_gets_a_report(tmp_path):
+    """A run from before the timeline existed: metrics.jsonl alone (a real run's, unchanged)."""
+    run_dir = tmp_path / "experiments" / "demo-old"
+    run_dir.mkdir(parents=True)
+    shutil.copy(FIXTURES / "demo_metrics.jsonl", run_dir / "metrics.jsonl")
+    path, summary = write_report(run_dir)
+    html = path.read_text()
+    assert html.count("<svg") == 3 and "No bandwidth matrix" in html and "No events recorded" in html
+    assert "final loss 0.09595, accuracy 0.9775, val_loss 0.03739, val_accuracy 0.9922" in summary.splitlines()
+    assert "unfinished" in summary.splitlines()[0]

@@ -119,3 +119,32 @@ async def test_run_reads_a_hub_subscription_and_writes_on_close(tmp_path):
 def test_loading_a_missing_timeline_names_the_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="no timeline at .*nothing.sqlite"):
         load_timeline(tmp_path / "nothing.sqlite")
+
+
+def test_a_stopped_run_alerts_and_meta_are_recorded(tmp_path):
+    from homegpu.remote.events import JobState, JobStateChanged, NodeStatsUnavailable
+
+    path = tmp_path / "timeline.sqlite"
+    recorder = TimelineRecorder(path)
+    recorder.set_meta(run_id="demo-1", job="demo")
+    recorder.handle(NodeStatsUnavailable("gpu3", "python3 not found", at=100.0))
+    recorder.record_event("alert", 101.0, "GPU 0 at 91 °C", node="gpu1", details={"temp": 91})
+    recorder.handle(JobStateChanged("demo", "demo-1", JobState.STOPPING, 1, 0, "Ctrl-C", at=102.0))
+    recorder.handle(JobStateChanged("demo", "demo-1", JobState.STOPPED, 1, 0, at=103.0))
+    recorder.close()
+    timeline = load_timeline(path)
+    assert timeline.meta == {"run_id": "demo-1", "job": "demo"}
+    assert [e.kind for e in timeline.events] == ["stats_unavailable", "alert", "stop", "end"]
+    assert timeline.events[1].details == {"temp": 91} and timeline.events[1].node == "gpu1"
+    assert timeline.events[-1].details["state"] == "stopped"
+
+
+def test_the_timeline_can_be_read_while_the_recorder_writes(tmp_path):
+    path = tmp_path / "timeline.sqlite"
+    recorder = TimelineRecorder(path)
+    for event in scripted_run()[:60]:
+        recorder.handle(event)
+    recorder.flush()
+    written = count(path, "node_samples")
+    assert written > 0 and sum(len(n.cpu.times) for n in load_timeline(path).nodes) == written
+    recorder.close()
