@@ -13,83 +13,17 @@ from html import escape
 from pathlib import Path
 
 from homegpu.remote.bandwidth import BandwidthMatrix, LinkResult, advice, format_gbits
-from homegpu.remote.experiment import RUN_MANIFEST
 from homegpu.remote.report_analysis import RunFigures, human_duration, run_figures, summary_text, what_limited
+from homegpu.remote.report_inputs import (
+    ReportError, log_tails, matrix_from_json, read_manifest, workers_from_metrics,
+)
 from homegpu.remote.report_page import card, figure, page, table
 from homegpu.remote.report_svg import EVENT_COLOURS, SERIES_COLOURS, Line, Marker, format_clock, legend, line_chart
 from homegpu.remote.timeline_schema import Series, Timeline, WorkerTimeline, read_timeline
 
 REPORT_FILE = "report.html"
-LOG_TAIL_LINES = 15
 MAX_EVENT_ROWS = 300
 _WIDE, _HALF, _QUARTER = 1120, 548, 268
-
-
-class ReportError(Exception):
-    """The folder cannot make a report; the message names the file and what to do."""
-
-
-# -- inputs ---------------------------------------------------------------------------------------
-
-def _read_manifest(run_dir: Path) -> dict:
-    path = run_dir / RUN_MANIFEST
-    if not path.is_file():
-        return {}
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ReportError(f"{path}: not valid JSON ({exc}); delete it to make the report without it") from None
-    return manifest if isinstance(manifest, dict) else {}
-
-
-def _series(rows: list[dict], key: str) -> Series:
-    rows = [row for row in rows if isinstance(row.get("time"), (int, float))]
-    return Series(tuple(row["time"] for row in rows), tuple(_number(row.get(key)) for row in rows))
-
-
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def workers_from_metrics(path: Path) -> tuple[WorkerTimeline, ...]:
-    """Each worker's series from metrics.jsonl (every line, never downsampled); lines that do not parse are skipped."""
-    by_worker: dict[str, list[dict]] = {}
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("worker_label"), str):
-            by_worker.setdefault(row["worker_label"], []).append(row)
-    workers = []
-    for name, rows in sorted(by_worker.items()):
-        batch = next((r["batch_size"] for r in rows
-                      if r.get("event") == "start" and _number(r.get("batch_size"))), None)
-        steps = [r for r in rows if r.get("event") == "step"]
-        epochs = [r for r in rows if r.get("event") in ("epoch", "end")]
-        rates = _series(steps, "examples_per_sec")
-        workers.append(WorkerTimeline(
-            name, _series(steps, "loss"), _series(steps, "accuracy"), rates,
-            Series(rates.times, tuple(v / batch if v is not None and batch else None for v in rates.values)),
-            _series(epochs, "loss"), _series(epochs, "accuracy"), _series(epochs, "val_loss"),
-            _series(epochs, "val_accuracy")))
-    return tuple(workers)
-
-
-def _matrix(bandwidth: dict | None) -> BandwidthMatrix | None:
-    """The stored matrix format ({"at", "links": [{src, dst, gbits, error}]}) back into a BandwidthMatrix."""
-    if not isinstance(bandwidth, dict) or not isinstance(bandwidth.get("links"), list):
-        return None
-    at = float(bandwidth.get("at") or 0)
-    links = tuple(LinkResult(link["src"], link["dst"], link.get("gbits"), link.get("error") or "", at)
-                  for link in bandwidth["links"] if isinstance(link, dict) and "src" in link and "dst" in link)
-    return BandwidthMatrix(links, at) if links else None
-
-
-def _log_tails(run_dir: Path) -> dict[str, list[str]]:
-    logs = sorted((run_dir / "logs").glob("*.log")) if (run_dir / "logs").is_dir() else []
-    return {path.stem: path.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:]
-            for path in logs}
 
 
 # -- sections -------------------------------------------------------------------------------------
@@ -281,7 +215,7 @@ def write_report(run_dir: Path, bandwidth: BandwidthMatrix | None = None) -> tup
     if not timeline_path.is_file() and not metrics_path.is_file():
         raise ReportError(
             f"{run_dir}: no timeline.sqlite or metrics.jsonl; is this a run's folder (experiments/RUN-ID)?")
-    manifest = _read_manifest(run_dir)
+    manifest = read_manifest(run_dir)
     timeline = read_timeline(timeline_path) if timeline_path.is_file() else _empty_timeline()
     workers = workers_from_metrics(metrics_path) if metrics_path.is_file() else ()
     workers = workers or timeline.workers
@@ -289,7 +223,7 @@ def write_report(run_dir: Path, bandwidth: BandwidthMatrix | None = None) -> tup
     times += [t for t in (timeline.start, timeline.end) if t is not None]
     start, end = (min(times), max(times)) if times else (0.0, 1.0)
     timeline = Timeline(timeline.meta, start, end, timeline.nodes, timeline.workers, timeline.events)
-    matrix = bandwidth or _matrix(manifest.get("bandwidth"))
+    matrix = bandwidth or matrix_from_json(manifest.get("bandwidth"))
     figures = run_figures(timeline, workers)
     limits = what_limited(timeline, figures, matrix)
     job = (manifest.get("job") or {}).get("name") or timeline.meta.get("job") or "run"
@@ -300,7 +234,7 @@ def write_report(run_dir: Path, bandwidth: BandwidthMatrix | None = None) -> tup
     body = "".join([
         _header(job, run_id, figures, start if times else None), _cards(figures, len(workers), nodes), _limits(limits),
         _training(workers, start, end, markers), _nodes(timeline, start, end, markers), _events(timeline, start),
-        _settings(manifest), _bandwidth(matrix, figures), _logs(_log_tails(run_dir)),
+        _settings(manifest), _bandwidth(matrix, figures), _logs(log_tails(run_dir)),
         f"<footer>Written by homegpu from {escape(run_dir.name)}/timeline.sqlite, metrics.jsonl, run.json and logs/. "
         "Times on the axes are since the run's start.</footer>",
     ])
