@@ -132,8 +132,9 @@ def _network_sentence(figures: RunFigures, matrix: BandwidthMatrix | None) -> st
     if allreduce < NETWORK_SHARE * figures.step_seconds:
         return None
     return (f"The network: an all-reduce of {figures.params:,} parameters over the slowest link ({slow.src} → "
-            f"{slow.dst}, {format_gbits(slow.gbits)}) takes about {format_duration(allreduce)}, against "
-            f"{format_duration(figures.step_seconds)} per step.")
+            f"{slow.dst}, {format_gbits(slow.gbits)}) takes about {format_duration(allreduce)}, "
+            f"{allreduce / figures.step_seconds:.0%} of a {format_duration(figures.step_seconds)} step, "
+            "wherever it cannot overlap the compute.")
 
 
 def _waiting_sentence(figures: RunFigures) -> str | None:

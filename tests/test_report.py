@@ -140,3 +140,16 @@ def test_a_run_with_only_metrics_still_gets_a_report(tmp_path):
     assert html.count("<svg") == 3 and "No bandwidth matrix" in html and "No events recorded" in html
     assert "final loss 0.09595, accuracy 0.9775, val_loss 0.03739, val_accuracy 0.9922" in summary.splitlines()
     assert "unfinished" in summary.splitlines()[0]
+
+
+def test_a_slow_link_is_named_when_the_all_reduce_takes_most_of_a_step(tmp_path):
+    from homegpu.remote.bandwidth import BandwidthMatrix, LinkResult
+
+    run_dir = make_run_dir(tmp_path / "experiments", scripted_run())
+    slow = BandwidthMatrix((LinkResult("gpu1", "gpu2", 0.1), LinkResult("gpu2", "gpu1", 0.1)))
+    _, summary = write_report(run_dir, bandwidth=slow)
+    # 545,098 float32 parameters, 2 workers: 2.18 MB at 0.1 Gbit/s is 174 ms, against 52 ms steps.
+    assert ("limited by: The network: an all-reduce of 545,098 parameters over the slowest link (gpu1 → gpu2, "
+            "0.1 Gbit/s) takes about 174 ms, 333% of a 52 ms step") in summary
+    _, summary = write_report(run_dir)  # run.json's 0.94 Gbit/s: 19 ms, under half a step
+    assert "The network" not in summary
