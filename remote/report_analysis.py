@@ -92,7 +92,8 @@ def run_figures(timeline: Timeline, workers: tuple[WorkerTimeline, ...]) -> RunF
     starts = [e.details for e in timeline.events_of("worker_start")]
     params = next((d["params"] for d in starts if isinstance(d.get("params"), int)), None)
     batch = next((d["batch_size"] for d in starts if isinstance(d.get("batch_size"), int)), None)
-    step = batch / statistics.median(rates.values()) if batch and rates and statistics.median(rates.values()) else None
+    median_rate = statistics.median(rates.values()) if rates else 0
+    step = batch / median_rate if batch and median_rate else None
     return RunFigures(
         outcome=state, outcome_detail=detail, duration=timeline.duration, restarts=len(timeline.events_of("restart")),
         final=final, rates=rates,

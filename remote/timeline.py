@@ -14,6 +14,7 @@ import asyncio
 import json
 import sqlite3
 from pathlib import Path
+from typing import Iterable
 
 from homegpu.remote.events import (
     JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
@@ -65,11 +66,14 @@ class TimelineRecorder:
             controller attaches to a run again).
         full_rate_seconds: samples newer than this (against the latest event time) keep every row.
         bucket_seconds: older samples are averaged into buckets of this many seconds.
+        nodes: record node stats and node states of these nodes only (the job's; the hub carries the
+            whole cluster's); None records every node.
     """
 
     def __init__(self, path: Path, full_rate_seconds: float = FULL_RATE_SECONDS,
-                 bucket_seconds: float = BUCKET_SECONDS) -> None:
+                 bucket_seconds: float = BUCKET_SECONDS, nodes: Iterable[str] | None = None) -> None:
         self.path = Path(path)
+        self.nodes = frozenset(nodes) if nodes is not None else None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.full_rate_seconds, self.bucket_seconds = full_rate_seconds, bucket_seconds
         self._db = sqlite3.connect(self.path, isolation_level=None)
@@ -90,6 +94,8 @@ class TimelineRecorder:
         if at is None:
             return
         handler = _HANDLERS.get(type(event))
+        if self.nodes is not None and type(event) in _NODE_EVENTS and event.node not in self.nodes:
+            handler = None
         if handler is not None:
             handler(self, event)
         self._latest = max(self._latest, at)
@@ -243,6 +249,8 @@ _STATE_KINDS = {
     JobState.PREFLIGHT: "preflight_start", JobState.STARTING: "launch", JobState.RUNNING: "running",
     JobState.RESTARTING: "restart", JobState.STOPPING: "stop",
 }
+
+_NODE_EVENTS = (NodeStatsUpdated, NodeStateChanged, NodeStatsUnavailable)
 
 _HANDLERS = {
     NodeStatsUpdated: TimelineRecorder._stats,

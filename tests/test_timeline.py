@@ -148,3 +148,11 @@ def test_the_timeline_can_be_read_while_the_recorder_writes(tmp_path):
     written = count(path, "node_samples")
     assert written > 0 and sum(len(n.cpu.times) for n in load_timeline(path).nodes) == written
     recorder.close()
+
+
+def test_only_the_jobs_nodes_are_recorded_when_asked(tmp_path):
+    path = tmp_path / "timeline.sqlite"
+    record(path, scripted_run(), nodes=["gpu1"])
+    timeline = load_timeline(path)
+    assert [node.name for node in timeline.nodes] == ["gpu1"]
+    assert not timeline.events_of("node_offline") and timeline.events_of("straggler")  # worker events stay
