@@ -172,6 +172,9 @@ def what_limited(timeline: Timeline, figures: RunFigures, matrix: BandwidthMatri
     sentences += _interruption_sentences(timeline)
     if not sentences and figures.gpu_util is not None:
         sentences.append(f"Nothing held the GPUs back: they were busy {figures.gpu_util:.0f}% of the time.")
+    elif not sentences and figures.cpu is not None and figures.cpu >= BUSY_CPU:
+        sentences.append(f"No GPU recorded on these nodes: the CPUs did the training, {figures.cpu:.0f}% busy "
+                         "while the workers ran.")
     return sentences
 
 

@@ -57,7 +57,7 @@ def workers_from_metrics(path: Path) -> tuple[WorkerTimeline, ...]:
         batch = next((r["batch_size"] for r in rows
                       if r.get("event") == "start" and _number(r.get("batch_size"))), None)
         steps = [r for r in rows if r.get("event") == "step"]
-        epochs = [r for r in rows if r.get("event") in ("epoch", "end")]
+        epochs = [r for r in rows if r.get("event") == "epoch"]  # `end` repeats the last epoch
         rates = _series(steps, "examples_per_sec")
         workers.append(WorkerTimeline(
             name, _series(steps, "loss"), _series(steps, "accuracy"), rates,

@@ -147,7 +147,7 @@ def _workers(db: sqlite3.Connection) -> tuple[WorkerTimeline, ...]:
     workers = []
     for name, rows in sorted(grouped.items()):
         steps = [row for row in rows if row[2] == "step"]
-        epochs = [row for row in rows if row[2] in ("epoch", "end")]
+        epochs = [row for row in rows if row[2] == "epoch"]  # `end` repeats the last epoch
         workers.append(WorkerTimeline(
             name, _series(steps, 3), _series(steps, 4), _series(steps, 7), _series(steps, 8),
             _series(epochs, 3), _series(epochs, 4), _series(epochs, 5), _series(epochs, 6)))
