@@ -132,7 +132,10 @@ class TimelineRecorder:
             self._compact(horizon)
 
     async def run(self, subscription) -> None:
-        """Handle events from `subscription` until cancelled; flushes at least once a second of wall time."""
+        """Handle events from `subscription` until cancelled; flushes at least once a second of wall time.
+
+        On cancellation, the events already queued (the run's last exits and its end) are recorded too.
+        """
         try:
             while True:
                 try:
@@ -144,6 +147,8 @@ class TimelineRecorder:
                 for queued in subscription.drain(1000):
                     self.handle(queued)
         finally:
+            for queued in subscription.drain(1_000_000):
+                self.handle(queued)
             self.flush()
 
     def close(self) -> None:
