@@ -139,8 +139,11 @@ class TimelineRecorder:
         try:
             while True:
                 try:
-                    event = await subscription.get(FLUSH_SECONDS)
-                except asyncio.TimeoutError:
+                    # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that lands
+                    # just as an event arrives, and the recorder would never stop.
+                    async with asyncio.timeout(FLUSH_SECONDS):
+                        event = await anext(subscription)
+                except TimeoutError:
                     self.flush()
                     continue
                 self.handle(event)
