@@ -108,7 +108,8 @@ async def test_run_reads_a_hub_subscription_and_writes_on_close(tmp_path):
     events = scripted_run()
     for event in events[:-1]:
         hub.publish(event)
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(1.3)  # the recorder takes the queue a few times a second and writes once a second
+    assert count(path, "node_samples") > 0
     hub.publish(events[-1])  # the end, still queued when the recorder is cancelled: recorded all the same
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
