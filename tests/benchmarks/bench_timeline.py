@@ -47,7 +47,7 @@ from homegpu.remote.timeline import TimelineRecorder, load_timeline  # noqa: E40
 
 NODES = 16
 LIVE_SECONDS = 20.0
-LIVE_ROUNDS = 2
+LIVE_ROUNDS = 3
 ROUNDS = 5
 WHOLE_CONTROLLER_SECONDS_PER_LINE = 0.0006  # README, bench_nodes: 0.06 % of a core per node at 1 Hz
 T0 = 1_795_316_000.0
