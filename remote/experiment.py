@@ -48,3 +48,25 @@ def find_stragglers(rates: dict[str, float], threshold: float = 0.6) -> list[tup
             if median > 0 and rate < threshold * median:
                 slow.append((worker, median))
     return slow
+
+
+RUN_MANIFEST = "run.json"
+
+
+def write_run_manifest(run_dir: Path, job_settings: dict, tf_configs: dict[str, str],
+                       bandwidth: dict | None = None) -> Path:
+    """Write run_dir/run.json: the job's settings, each worker's TF_CONFIG and the bandwidth matrix.
+
+    The report reads it to show how the run was set up. Called at launch.
+
+    Args:
+        job_settings: the job's settings as plain JSON values (name, script, epochs, image, ...).
+        tf_configs: worker label -> that worker's TF_CONFIG (the JSON text it was given).
+        bandwidth: the matrix as bandwidth_store keeps it ({"at": ..., "links": links_json(matrix)}),
+            or None when none was measured.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / RUN_MANIFEST
+    manifest = {"run_id": run_dir.name, "job": job_settings, "tf_configs": tf_configs, "bandwidth": bandwidth}
+    path.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+    return path

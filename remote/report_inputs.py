@@ -1,0 +1,84 @@
+"""What the run report reads from a run's folder: run.json, metrics.jsonl, the bandwidth matrix and the
+logs' last lines (the timeline has its own reader, timeline_schema.read_timeline)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from homegpu.remote.bandwidth import BandwidthMatrix, LinkResult
+from homegpu.remote.experiment import RUN_MANIFEST
+from homegpu.remote.timeline_schema import Series, WorkerTimeline
+
+LOG_TAIL_LINES = 15
+
+
+class ReportError(Exception):
+    """The folder cannot make a report; the message names the file and what to do."""
+
+
+def read_manifest(run_dir: Path) -> dict:
+    """run.json as a dict ({} when there is none).
+
+    Raises:
+        ReportError: run.json is not JSON; the message names it.
+    """
+    path = run_dir / RUN_MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ReportError(f"{path}: not valid JSON ({exc}); delete it to make the report without it") from None
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def _series(rows: list[dict], key: str) -> Series:
+    rows = [row for row in rows if isinstance(row.get("time"), (int, float))]
+    return Series(tuple(row["time"] for row in rows), tuple(_number(row.get(key)) for row in rows))
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def workers_from_metrics(path: Path) -> tuple[WorkerTimeline, ...]:
+    """Each worker's series from metrics.jsonl (every line, never downsampled); lines that do not parse are skipped."""
+    by_worker: dict[str, list[dict]] = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("worker_label"), str):
+            by_worker.setdefault(row["worker_label"], []).append(row)
+    workers = []
+    for name, rows in sorted(by_worker.items()):
+        batch = next((r["batch_size"] for r in rows
+                      if r.get("event") == "start" and _number(r.get("batch_size"))), None)
+        steps = [r for r in rows if r.get("event") == "step"]
+        epochs = [r for r in rows if r.get("event") == "epoch"]  # `end` repeats the last epoch
+        rates = _series(steps, "examples_per_sec")
+        workers.append(WorkerTimeline(
+            name, _series(steps, "loss"), _series(steps, "accuracy"), rates,
+            Series(rates.times, tuple(v / batch if v is not None and batch else None for v in rates.values)),
+            _series(epochs, "loss"), _series(epochs, "accuracy"), _series(epochs, "val_loss"),
+            _series(epochs, "val_accuracy")))
+    return tuple(workers)
+
+
+def matrix_from_json(bandwidth: dict | None) -> BandwidthMatrix | None:
+    """The stored matrix format ({"at", "links": [{src, dst, gbits, error}]}) back into a BandwidthMatrix."""
+    if not isinstance(bandwidth, dict) or not isinstance(bandwidth.get("links"), list):
+        return None
+    at = float(bandwidth.get("at") or 0)
+    links = tuple(LinkResult(link["src"], link["dst"], link.get("gbits"), link.get("error") or "", at)
+                  for link in bandwidth["links"] if isinstance(link, dict) and "src" in link and "dst" in link)
+    return BandwidthMatrix(links, at) if links else None
+
+
+def log_tails(run_dir: Path) -> dict[str, list[str]]:
+    """The last LOG_TAIL_LINES lines of each logs/WORKER.log."""
+    logs = sorted((run_dir / "logs").glob("*.log")) if (run_dir / "logs").is_dir() else []
+    return {path.stem: path.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            for path in logs}

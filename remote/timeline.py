@@ -1,0 +1,289 @@
+"""The run's timeline: every node's and worker's samples and every event, in experiments/RUN-ID/timeline.sqlite.
+
+One more subscriber of the event hub. `TimelineRecorder.handle(event)` only appends rows to a buffer;
+the buffer is written in one transaction once a second of event time has passed (never a commit per
+sample), so recording costs the controller a few microseconds per event. Long runs stay bounded:
+samples older than `full_rate_seconds` are averaged into `bucket_seconds` buckets as time goes on.
+
+The reader, :func:`load_timeline`, turns the file back into frozen snapshots for the report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import sqlite3
+from pathlib import Path
+from typing import Iterable
+
+from homegpu.remote.events import (
+    JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
+    PreflightResult, Straggler, WorkerExited,
+)
+from homegpu.remote.stats import NA
+from homegpu.remote.timeline_schema import SCHEMA, Timeline, read_timeline
+
+FLUSH_SECONDS = 1.0
+WAKE_SECONDS = 0.25
+FULL_RATE_SECONDS = 3600.0
+BUCKET_SECONDS = 10.0
+COMPACT_EVERY_SECONDS = 60.0
+_WORKER_SAMPLE_EVENTS = ("step", "epoch", "end")
+
+_INSERT = {
+    "node_samples": "INSERT INTO node_samples VALUES (?,?,?,?,?,?)",
+    "gpu_samples": "INSERT INTO gpu_samples VALUES (?,?,?,?,?,?,?,?,?)",
+    "worker_samples": "INSERT INTO worker_samples VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+    "events": "INSERT INTO events VALUES (?,?,?,?,?,?)",
+}
+
+# Averages one time range into buckets; epoch/end rows of workers are kept as they are (one per epoch).
+_COMPACT = {
+    "node_samples": ("node", "avg(cpu), avg(mem_used), max(mem_total), avg(load1)", ""),
+    "gpu_samples": ("node, gpu", "avg(util), avg(mem_used), max(mem_total), avg(temp), avg(power), "
+                    "avg(sm_clock)", ""),
+    "worker_samples": ("worker, 'step'", "max(epoch), max(step), avg(loss), avg(accuracy), avg(val_loss), "
+                       "avg(val_accuracy), avg(examples_per_sec), avg(steps_per_sec)", "AND event = 'step'"),
+}
+
+
+def _stat(value: object) -> object:
+    """A parsed stats value for SQLite: the parser gives only numbers and NA, and NA becomes NULL."""
+    return None if value is NA else value
+
+
+def _num(value: object) -> float | None:
+    """A number from a metric line for SQLite; NA, None and anything else become NULL."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+class TimelineRecorder:
+    """Writes one run's timeline; one instance is the file's only writer.
+
+    Args:
+        path: the sqlite file (created with its folder; an existing one is appended to, as when a
+            controller attaches to a run again).
+        full_rate_seconds: samples newer than this (against the latest event time) keep every row.
+        bucket_seconds: older samples are averaged into buckets of this many seconds.
+        nodes: record node stats and node states of these nodes only (the job's; the hub carries the
+            whole cluster's); None records every node.
+    """
+
+    def __init__(self, path: Path, full_rate_seconds: float = FULL_RATE_SECONDS,
+                 bucket_seconds: float = BUCKET_SECONDS, nodes: Iterable[str] | None = None) -> None:
+        self.path = Path(path)
+        self.nodes = frozenset(nodes) if nodes is not None else None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.full_rate_seconds, self.bucket_seconds = full_rate_seconds, bucket_seconds
+        self._db = sqlite3.connect(self.path, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+        self._pending: dict[str, list[tuple]] = {table: [] for table in _INSERT}
+        self._batch_sizes: dict[str, int] = {}  # worker -> per-worker batch, to turn examples/s into steps/s
+        self._last_flush: float | None = None
+        self._compacted_until = self._read_compacted_until()
+        self._latest = 0.0
+
+    # -- recording ----------------------------------------------------------------------------
+
+    def handle(self, event: object) -> None:
+        """Record one hub event (unknown kinds are ignored); writes only once a second of event time."""
+        at = getattr(event, "at", None)
+        if at is None:
+            return
+        handler = _HANDLERS.get(type(event))
+        if self.nodes is not None and type(event) in _NODE_EVENTS and event.node not in self.nodes:
+            handler = None
+        if handler is not None:
+            handler(self, event)
+        self._latest = max(self._latest, at)
+        if self._last_flush is None:
+            self._last_flush = at
+        elif at - self._last_flush >= FLUSH_SECONDS:
+            self.flush()
+
+    def record_event(self, kind: str, at: float, summary: str = "", node: str = "", worker: str = "",
+                     details: dict | None = None) -> None:
+        """Record an event that has no hub dataclass here (an alert, a stop asked for by the user)."""
+        self._pending["events"].append(
+            (at, kind, node, worker, summary, json.dumps(details or {}, default=str)))
+        self._latest = max(self._latest, at)
+
+    def set_meta(self, **values: object) -> None:
+        """Store run-level facts (run_id, job, started) in the meta table at once."""
+        self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                             [(key, json.dumps(value, default=str)) for key, value in values.items()])
+
+    def flush(self) -> None:
+        """Write every buffered row in one transaction, then compact what has aged out of full rate."""
+        self._last_flush = self._latest
+        if not any(self._pending.values()):
+            return
+        with self._db:
+            self._db.execute("BEGIN")
+            for table, rows in self._pending.items():
+                if rows:
+                    self._db.executemany(_INSERT[table], rows)
+                    rows.clear()
+        horizon = self._latest - self.full_rate_seconds
+        if horizon - self._compacted_until >= COMPACT_EVERY_SECONDS:
+            self._compact(horizon)
+
+    async def run(self, subscription) -> None:
+        """Record what `subscription` brings until cancelled, taking what is queued WAKE_SECONDS apart.
+
+        A few wake-ups a second, not one per event: a recorder needs no latency, and each wake-up of a
+        task costs the controller more than recording an event does. Often enough that a log flood
+        (20,000 lines/s) stays within the hub's 10,000-event queue between two. Writes at least once
+        a second. On cancellation the events still queued (the run's last exits, its end) are recorded.
+        """
+        wakes_per_flush = max(1, round(FLUSH_SECONDS / WAKE_SECONDS))
+        try:
+            for wake in itertools.count(1):
+                await asyncio.sleep(WAKE_SECONDS)
+                self._take(subscription)
+                if wake % wakes_per_flush == 0:  # handle() flushes by event time; this covers quiet spells
+                    self.flush()
+        finally:
+            self._take(subscription)
+            self.flush()
+
+    def _take(self, subscription) -> None:
+        for event in subscription.drain(1_000_000):
+            self.handle(event)
+
+    def close(self) -> None:
+        """Write what is buffered and close the file (idempotent)."""
+        if self._db is None:
+            return
+        self.flush()
+        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._db.close()
+        self._db = None
+
+    # -- per event kind ---------------------------------------------------------------------------
+
+    def _stats(self, event: NodeStatsUpdated) -> None:
+        stats, at, node = event.stats, event.at, event.node
+        self._pending["node_samples"].append(
+            (at, node, _stat(stats.cpu), _stat(stats.mem_used), _stat(stats.mem_total), _stat(stats.load[0])))
+        self._pending["gpu_samples"].extend(
+            (at, node, _stat(gpu.index) or 0, _stat(gpu.util), _stat(gpu.mem_used), _stat(gpu.mem_total),
+             _stat(gpu.temp), _stat(gpu.power), _stat(gpu.sm_clock))
+            for gpu in stats.gpus)
+
+    def _metric(self, event: Metric) -> None:
+        data, kind = event.data, event.data.get("event")
+        if kind == "start":
+            if _num(data.get("batch_size")):
+                self._batch_sizes[event.worker] = data["batch_size"]
+            self.record_event("worker_start", event.at, _start_summary(data), worker=event.worker, details=data)
+        elif kind == "error":
+            self.record_event("worker_error", event.at, str(data.get("message", "")), worker=event.worker,
+                              details=data)
+        if kind not in _WORKER_SAMPLE_EVENTS:
+            return
+        rate = _num(data.get("examples_per_sec"))
+        batch = self._batch_sizes.get(event.worker)
+        self._pending["worker_samples"].append(
+            (event.at, event.worker, kind, _num(data.get("epoch")), _num(data.get("step")), _num(data.get("loss")),
+             _num(data.get("accuracy")), _num(data.get("val_loss")), _num(data.get("val_accuracy")), rate,
+             rate / batch if rate is not None and batch else None))
+
+    def _job_state(self, event: JobStateChanged) -> None:
+        details = {"state": event.state.value, "generation": event.generation, "restarts": event.restarts,
+                   "detail": event.detail, "run_id": event.run_id, "job": event.job}
+        kind = _STATE_KINDS.get(event.state, "state")
+        if event.state.finished:
+            kind = "end"
+        summary = event.state.value + (f": {event.detail}" if event.detail else "")
+        self.record_event(kind, event.at, summary, details=details)
+        if event.state is JobState.RESTARTING and "stalled" in event.detail:
+            self.record_event("stall", event.at, event.detail, details=details)
+
+    def _preflight(self, event: PreflightResult) -> None:
+        summary = "; ".join(event.problems) if event.problems else f"ready ({event.gpus or 'no GPU'})"
+        self.record_event("preflight", event.at, summary, node=event.node,
+                          details={"problems": list(event.problems), "gpus": event.gpus, "ok": not event.problems})
+
+    def _worker_exit(self, event: WorkerExited) -> None:
+        self.record_event("worker_exit", event.at, f"exit {event.exit_status}: {event.meaning}", worker=event.worker,
+                          details={"exit_status": event.exit_status, "meaning": event.meaning,
+                                   "generation": event.generation})
+
+    def _straggler(self, event: Straggler) -> None:
+        self.record_event("straggler", event.at,
+                          f"{event.examples_per_sec:.0f} examples/s against {event.others_median:.0f} for the others",
+                          worker=event.worker, details={"examples_per_sec": event.examples_per_sec,
+                                                        "others_median": event.others_median})
+
+    def _node_state(self, event: NodeStateChanged) -> None:
+        kind = {NodeState.OFFLINE: "node_offline", NodeState.ONLINE: "node_online"}.get(event.state, "node_state")
+        self.record_event(kind, event.at, event.state.value + (f": {event.reason}" if event.reason else ""),
+                          node=event.node, details={"state": event.state.value, "reason": event.reason})
+
+    def _stats_unavailable(self, event: NodeStatsUnavailable) -> None:
+        self.record_event("stats_unavailable", event.at, event.reason, node=event.node)
+
+    # -- downsampling -----------------------------------------------------------------------------
+
+    def _read_compacted_until(self) -> float:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'compacted_until'").fetchone()
+        return json.loads(row[0]) if row else 0.0
+
+    def _compact(self, horizon: float) -> None:
+        """Average samples in [compacted_until, horizon) into buckets; whole buckets only."""
+        size = self.bucket_seconds
+        until = (horizon // size) * size
+        since = self._compacted_until
+        if until <= since:
+            return
+        with self._db:
+            self._db.execute("BEGIN")
+            for table, (keys, aggregates, only) in _COMPACT.items():
+                bucket = f"(CAST(t / {size} AS INTEGER) * {size} + {size / 2})"
+                rows = self._db.execute(
+                    f"SELECT {bucket} AS b, {keys}, {aggregates} FROM {table} "
+                    f"WHERE t >= ? AND t < ? {only} GROUP BY b, {keys}", (since, until)).fetchall()
+                self._db.execute(f"DELETE FROM {table} WHERE t >= ? AND t < ? {only}", (since, until))
+                self._db.executemany(_INSERT[table], rows)
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('compacted_until', ?)", (json.dumps(until),))
+        self._compacted_until = until
+
+
+_STATE_KINDS = {
+    JobState.PREFLIGHT: "preflight_start", JobState.STARTING: "launch", JobState.RUNNING: "running",
+    JobState.RESTARTING: "restart", JobState.STOPPING: "stop",
+}
+
+_NODE_EVENTS = (NodeStatsUpdated, NodeStateChanged, NodeStatsUnavailable)
+
+_HANDLERS = {
+    NodeStatsUpdated: TimelineRecorder._stats,
+    Metric: TimelineRecorder._metric,
+    JobStateChanged: TimelineRecorder._job_state,
+    PreflightResult: TimelineRecorder._preflight,
+    WorkerExited: TimelineRecorder._worker_exit,
+    Straggler: TimelineRecorder._straggler,
+    NodeStateChanged: TimelineRecorder._node_state,
+    NodeStatsUnavailable: TimelineRecorder._stats_unavailable,
+}
+
+
+def _start_summary(data: dict) -> str:
+    if data.get("resumed"):
+        return f"started, resumed at epoch {data.get('initial_epoch')}"
+    return "started"
+
+
+def load_timeline(path: Path) -> Timeline:
+    """Read a timeline.sqlite (even while its writer runs: WAL) into frozen snapshots.
+
+    Raises:
+        FileNotFoundError: there is no file at `path`.
+    """
+    return read_timeline(Path(path))

@@ -1,0 +1,178 @@
+"""The timeline file's tables, and the frozen snapshots the reader makes of them.
+
+Kept apart from the recorder so the report reads a timeline without the hub's event types.
+Times are Unix seconds; memory in MiB, power in W, clocks in MHz, util and CPU in %.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS node_samples (t REAL, node TEXT, cpu REAL, mem_used REAL, mem_total REAL, load1 REAL);
+CREATE TABLE IF NOT EXISTS gpu_samples (t REAL, node TEXT, gpu INTEGER, util REAL, mem_used REAL,
+    mem_total REAL, temp REAL, power REAL, sm_clock REAL);
+CREATE TABLE IF NOT EXISTS worker_samples (t REAL, worker TEXT, event TEXT, epoch REAL, step REAL, loss REAL,
+    accuracy REAL, val_loss REAL, val_accuracy REAL, examples_per_sec REAL, steps_per_sec REAL);
+CREATE TABLE IF NOT EXISTS events (t REAL, kind TEXT, node TEXT, worker TEXT, summary TEXT, details TEXT);
+CREATE INDEX IF NOT EXISTS node_samples_t ON node_samples (t);
+CREATE INDEX IF NOT EXISTS gpu_samples_t ON gpu_samples (t);
+CREATE INDEX IF NOT EXISTS worker_samples_t ON worker_samples (t);
+"""
+
+Value = float | None
+
+
+@dataclass(frozen=True)
+class Series:
+    """One quantity over time: `times[i]` goes with `values[i]` (None where it was not measured)."""
+
+    times: tuple[float, ...] = ()
+    values: tuple[Value, ...] = ()
+
+    @property
+    def measured(self) -> tuple[float, ...]:
+        return tuple(v for v in self.values if v is not None)
+
+    def mean(self) -> float | None:
+        values = self.measured
+        return sum(values) / len(values) if values else None
+
+
+@dataclass(frozen=True)
+class GpuTimeline:
+    index: int
+    util: Series
+    mem_used: Series
+    mem_total: float | None
+    temp: Series
+    power: Series
+    sm_clock: Series
+
+
+@dataclass(frozen=True)
+class NodeTimeline:
+    name: str
+    cpu: Series
+    mem_used: Series
+    mem_total: float | None
+    gpus: tuple[GpuTimeline, ...]
+
+
+@dataclass(frozen=True)
+class WorkerTimeline:
+    """A worker's step lines (running loss/accuracy, throughput) and its epoch lines (with val_)."""
+
+    name: str
+    loss: Series
+    accuracy: Series
+    examples_per_sec: Series
+    steps_per_sec: Series
+    epoch_loss: Series
+    epoch_accuracy: Series
+    val_loss: Series
+    val_accuracy: Series
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    at: float
+    kind: str
+    summary: str
+    node: str = ""
+    worker: str = ""
+    details: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    meta: dict
+    start: float | None
+    end: float | None
+    nodes: tuple[NodeTimeline, ...]
+    workers: tuple[WorkerTimeline, ...]
+    events: tuple[TimelineEvent, ...]
+
+    @property
+    def duration(self) -> float:
+        return (self.end - self.start) if self.start is not None and self.end is not None else 0.0
+
+    def events_of(self, *kinds: str) -> tuple[TimelineEvent, ...]:
+        return tuple(event for event in self.events if event.kind in kinds)
+
+
+def _series(rows: list[tuple], column: int) -> Series:
+    return Series(tuple(row[0] for row in rows), tuple(row[column] for row in rows))
+
+
+def _grouped(db: sqlite3.Connection, sql: str) -> dict[object, list[tuple]]:
+    groups: dict[object, list[tuple]] = defaultdict(list)
+    for row in db.execute(sql):
+        groups[row[1]].append(row)
+    return groups
+
+
+def _last(values: list[Value]) -> float | None:
+    return next((v for v in reversed(values) if v is not None), None)
+
+
+def _nodes(db: sqlite3.Connection) -> tuple[NodeTimeline, ...]:
+    node_rows = _grouped(db, "SELECT t, node, cpu, mem_used, mem_total FROM node_samples ORDER BY node, t")
+    gpu_rows: dict[str, list[tuple]] = defaultdict(list)
+    for row in db.execute("SELECT t, node, gpu, util, mem_used, mem_total, temp, power, sm_clock "
+                          "FROM gpu_samples ORDER BY node, gpu, t"):
+        gpu_rows[row[1]].append(row)
+    nodes = []
+    for name in sorted(set(node_rows) | set(gpu_rows)):
+        by_gpu: dict[int, list[tuple]] = defaultdict(list)
+        for row in gpu_rows.get(name, []):
+            by_gpu[row[2]].append(row)
+        gpus = tuple(
+            GpuTimeline(index, _series(rows, 3), _series(rows, 4), _last([r[5] for r in rows]), _series(rows, 6),
+                        _series(rows, 7), _series(rows, 8))
+            for index, rows in sorted(by_gpu.items()))
+        rows = node_rows.get(name, [])
+        nodes.append(NodeTimeline(name, _series(rows, 2), _series(rows, 3), _last([r[4] for r in rows]), gpus))
+    return tuple(nodes)
+
+
+def _workers(db: sqlite3.Connection) -> tuple[WorkerTimeline, ...]:
+    grouped = _grouped(db, "SELECT t, worker, event, loss, accuracy, val_loss, val_accuracy, examples_per_sec, "
+                           "steps_per_sec FROM worker_samples ORDER BY worker, t")
+    workers = []
+    for name, rows in sorted(grouped.items()):
+        steps = [row for row in rows if row[2] == "step"]
+        epochs = [row for row in rows if row[2] == "epoch"]  # `end` repeats the last epoch
+        workers.append(WorkerTimeline(
+            name, _series(steps, 3), _series(steps, 4), _series(steps, 7), _series(steps, 8),
+            _series(epochs, 3), _series(epochs, 4), _series(epochs, 5), _series(epochs, 6)))
+    return tuple(workers)
+
+
+def _events(db: sqlite3.Connection) -> tuple[TimelineEvent, ...]:
+    return tuple(
+        TimelineEvent(t, kind, summary or "", node or "", worker or "", json.loads(details or "{}"))
+        for t, kind, node, worker, summary, details in db.execute(
+            "SELECT t, kind, node, worker, summary, details FROM events ORDER BY t, rowid"))
+
+
+def read_timeline(path: Path) -> Timeline:
+    """Every row of the file as a :class:`Timeline` (see timeline.load_timeline)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no timeline at {path}")
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        meta = {key: json.loads(value) for key, value in db.execute("SELECT key, value FROM meta")}
+        bounds = [db.execute(f"SELECT min(t), max(t) FROM {table}").fetchone()
+                  for table in ("node_samples", "gpu_samples", "worker_samples", "events")]
+        starts = [low for low, _ in bounds if low is not None]
+        ends = [high for _, high in bounds if high is not None]
+        return Timeline(meta, min(starts) if starts else None, max(ends) if ends else None,
+                        _nodes(db), _workers(db), _events(db))
+    finally:
+        db.close()

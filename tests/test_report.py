@@ -1,0 +1,155 @@
+"""The run report: built from a run folder like the one a run leaves (a timeline recorded from the hub's
+real event dataclasses and the agent's recorded stats, a real run's metrics.jsonl and logs, run.json),
+rendered in a real browser (headless Chromium, Debian's package), with data checked in its plots."""
+
+from __future__ import annotations
+
+import json
+import re
+from html import unescape
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from homegpu.remote.events import Metric
+from homegpu.remote.experiment import ExperimentLog, write_run_manifest
+from homegpu.remote.report import REPORT_FILE, ReportError, write_report
+from homegpu.remote.report_svg import PLOT_BG, SERIES_COLOURS
+from homegpu.remote.timeline import TimelineRecorder
+from png_pixels import count_near, read_png
+from timeline_events import FIXTURES, scripted_run
+
+SETTINGS = {"name": "demo", "script": "train.py", "epochs": 2, "workers_per_node": 1, "image": "homegpu-trainer"}
+BANDWIDTH = {"at": 1795315000.0, "links": [{"src": "gpu1", "dst": "gpu2", "gbits": 0.94, "error": ""},
+                                          {"src": "gpu2", "dst": "gpu1", "gbits": 9.41, "error": ""}]}
+WINDOW = (1200, 3000)
+# Colours of lines that must be inside plot areas: loss and gpu1's GPU (blue), gpu2's throughput and its
+# second GPU (teal), val_loss/val_accuracy (purple), CPU (slate).
+DRAWN = {"blue": SERIES_COLOURS[0], "teal": SERIES_COLOURS[1], "purple": SERIES_COLOURS[2], "slate": SERIES_COLOURS[5]}
+
+
+def make_run_dir(root: Path, events: list[object], logs: bool = True) -> Path:
+    """experiments/RUN-ID as a run leaves it: logs and metrics through ExperimentLog, a timeline, run.json."""
+    log = ExperimentLog(root, "demo-run")
+    for event in events:
+        if isinstance(event, Metric):  # what JobRun does with each metric line
+            log.metric(event.worker, event.data)
+    if logs:
+        for worker, name in (("gpu1", "demo_worker0.log"), ("gpu2", "demo_worker1.log")):
+            for line in (FIXTURES / name).read_text().splitlines():
+                log.log_line(worker, line)
+    log.close()
+    recorder = TimelineRecorder(log.dir / "timeline.sqlite")
+    for event in events:
+        recorder.handle(event)
+    recorder.close()
+    tf_configs = {w: json.dumps({"cluster": {"worker": ["10.0.0.1:23456", "10.0.0.2:23456"]},
+                                 "task": {"type": "worker", "index": i}}) for i, w in enumerate(("gpu1", "gpu2"))}
+    write_run_manifest(log.dir, SETTINGS, tf_configs, BANDWIDTH)
+    return log.dir
+
+
+def screenshot(html: Path, tmp_path: Path) -> Path:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("chromium is not installed: the report test renders in a real browser; "
+                    "install it (apt-get install chromium, or bash tests/run.sh)", pytrace=False)
+    png = tmp_path / "report.png"
+    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+            f"--user-data-dir={tmp_path / 'chromium-profile'}", f"--screenshot={png}",
+            f"--window-size={WINDOW[0]},{WINDOW[1]}", html.as_uri()]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert png.is_file(), f"chromium wrote no screenshot (exit {result.returncode}): {result.stderr[-2000:]}"
+    return png
+
+
+def drawn_pixels(png: Path) -> dict[str, int]:
+    image = read_png(png.read_bytes())
+    assert (image.width, image.height) == WINDOW
+    return {name: count_near(image, colour, PLOT_BG) for name, colour in DRAWN.items()}
+
+
+def test_the_report_renders_in_chromium_with_data_in_its_plots(tmp_path):
+    run_dir = make_run_dir(tmp_path / "experiments", scripted_run())
+    path, _ = write_report(run_dir)
+    assert path == run_dir / REPORT_FILE
+    pixels = drawn_pixels(screenshot(path, tmp_path))
+    for name, count in pixels.items():
+        assert count > 150, f"too few {name} pixels inside plot areas: {pixels}"
+    shutil.copy(tmp_path / "report.png", run_dir / "report.png")  # kept for a look when it fails
+
+
+def test_a_run_without_samples_draws_no_lines(tmp_path):
+    """The pixel check above can fail: the same page with no samples has no series colour in its plots."""
+    events = [e for e in scripted_run() if type(e).__name__ not in ("NodeStatsUpdated", "Metric")]
+    run_dir = make_run_dir(tmp_path / "experiments", events, logs=False)
+    path, summary = write_report(run_dir)
+    assert "No metric lines" in path.read_text()
+    pixels = drawn_pixels(screenshot(path, tmp_path))
+    assert pixels == dict.fromkeys(DRAWN, 0)
+    assert summary.startswith("demo demo-run: succeeded after 1 restart")
+
+
+def test_the_page_needs_no_network_and_shows_the_settings_and_the_network(tmp_path):
+    run_dir = make_run_dir(tmp_path / "experiments", scripted_run())
+    path, _ = write_report(run_dir)
+    html = unescape(path.read_text())
+    assert not re.search(r"(?i)https?://|\bsrc=|\bhref=|url\(|@import|<script|<link", html)
+    assert '"task": {"type": "worker", "index": 1}' in html  # gpu2's TF_CONFIG
+    assert "homegpu-trainer" in html and "0.94 Gbit/s" in html and "Slowest link: gpu1 → gpu2" in html
+    assert html.count("<svg") == 3 + 4 * 2  # loss, accuracy, throughput; 4 charts per node
+    assert "=== homegpu: local generation 1 exited with status 0 ===" in html  # the logs' tails
+
+
+def test_the_summary_says_what_limited_the_run(tmp_path):
+    run_dir = make_run_dir(tmp_path / "experiments", scripted_run())
+    _, summary = write_report(run_dir)
+    lines = summary.splitlines()
+    assert lines[0] == "demo demo-run: succeeded after 1 restart in 30 s"
+    assert "final loss 0.09595, accuracy 0.9775, val_loss 0.03739, val_accuracy 0.9922" in lines
+    limits = [line for line in lines if line.startswith("limited by: ")]
+    assert limits[0].startswith("limited by: gpu2 was a straggler: 410 examples/s against 1,221")
+    assert any("restarted at 0:20 after gpu2: no progress for 5s (stalled)" in line for line in limits)
+    assert any("gpu2 was offline for 3 s" in line for line in limits)
+    # The recorded gpu2 (H100 NVL) was idle: util 0 while the workers ran.
+    assert any("GPUs were busy only 0% of the time while a step took 52 ms" in line for line in limits)
+
+
+def test_a_folder_without_a_run_is_one_clear_error(tmp_path):
+    with pytest.raises(ReportError, match=r"no timeline.sqlite or metrics.jsonl; is this a run's folder"):
+        write_report(tmp_path)
+
+
+def test_a_broken_run_json_names_the_file(tmp_path):
+    run_dir = make_run_dir(tmp_path / "experiments", scripted_run())
+    (run_dir / "run.json").write_text("{not json")
+    with pytest.raises(ReportError, match=r"run.json: not valid JSON .*delete it"):
+        write_report(run_dir)
+
+
+def test_a_run_with_only_metrics_still_gets_a_report(tmp_path):
+    """A run from before the timeline existed: metrics.jsonl alone (a real run's, unchanged)."""
+    run_dir = tmp_path / "experiments" / "demo-old"
+    run_dir.mkdir(parents=True)
+    shutil.copy(FIXTURES / "demo_metrics.jsonl", run_dir / "metrics.jsonl")
+    path, summary = write_report(run_dir)
+    html = path.read_text()
+    assert html.count("<svg") == 3 and "No bandwidth matrix" in html and "No events recorded" in html
+    assert "final loss 0.09595, accuracy 0.9775, val_loss 0.03739, val_accuracy 0.9922" in summary.splitlines()
+    assert "unfinished" in summary.splitlines()[0]
+
+
+def test_a_slow_link_is_named_when_the_all_reduce_takes_most_of_a_step(tmp_path):
+    from homegpu.remote.bandwidth import BandwidthMatrix, LinkResult
+
+    run_dir = make_run_dir(tmp_path / "experiments", scripted_run())
+    slow = BandwidthMatrix((LinkResult("gpu1", "gpu2", 0.1), LinkResult("gpu2", "gpu1", 0.1)))
+    _, summary = write_report(run_dir, bandwidth=slow)
+    # 545,098 float32 parameters, 2 workers: 2.18 MB at 0.1 Gbit/s is 174 ms, against 52 ms steps.
+    assert ("limited by: The network: an all-reduce of 545,098 parameters over the slowest link (gpu1 → gpu2, "
+            "0.1 Gbit/s) takes about 174 ms, 333% of a 52 ms step") in summary
+    _, summary = write_report(run_dir)  # run.json's 0.94 Gbit/s: 19 ms, under half a step
+    assert "The network" not in summary

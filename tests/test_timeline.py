@@ -1,0 +1,161 @@
+"""The timeline recorder and reader: a scripted run made of the hub's real event dataclasses and the stats
+agent's recorded lines goes in, and the rows, the event kinds and the downsampling bound come out."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+import pytest
+
+from homegpu.remote.events import EventHub
+from homegpu.remote.timeline import TimelineRecorder, load_timeline
+from timeline_events import recorded_stats, scripted_run, stats_stream
+
+
+def record(path, events, **options) -> None:
+    recorder = TimelineRecorder(path, **options)
+    for event in events:
+        recorder.handle(event)
+    recorder.close()
+
+
+def count(path, table: str, where: str = "1") -> int:
+    with sqlite3.connect(path) as db:
+        return db.execute(f"SELECT count(*) FROM {table} WHERE {where}").fetchone()[0]
+
+
+def test_a_scripted_run_leaves_every_sample_and_every_kind_of_event(tmp_path):
+    path = tmp_path / "run" / "timeline.sqlite"
+    events = scripted_run()
+    record(path, events)
+
+    assert count(path, "node_samples", "node = 'gpu1'") == 31
+    assert count(path, "node_samples", "node = 'gpu2'") == 28  # offline for 3 s
+    assert count(path, "gpu_samples", "node = 'gpu2'") == 2 * 28  # two GPUs
+    timeline = load_timeline(path)
+    kinds = [event.kind for event in timeline.events]
+    for kind in ("preflight_start", "preflight", "launch", "running", "worker_start", "straggler", "node_offline",
+                 "node_online", "restart", "stall", "worker_exit", "end"):
+        assert kind in kinds, kind
+    assert kinds[-1] == "end" and timeline.events[-1].details["state"] == "succeeded"
+    restart = timeline.events_of("restart")[0]
+    assert "stalled" in restart.summary and restart.details["generation"] == 1
+    resumed = [e for e in timeline.events_of("worker_start") if e.details.get("resumed")]
+    assert len(resumed) == 2 and "resumed at epoch 1" in resumed[0].summary
+    assert [e.worker for e in timeline.events_of("straggler")] == ["gpu2"]
+
+
+def test_samples_keep_the_recorded_values(tmp_path):
+    path = tmp_path / "timeline.sqlite"
+    record(path, scripted_run())
+    timeline = load_timeline(path)
+    gpu1, gpu2 = timeline.nodes
+    recorded = recorded_stats("h100_mig_load").gpus[0]
+    assert gpu1.name == "gpu1" and len(gpu1.gpus) == 1 and len(gpu2.gpus) == 2
+    assert set(gpu1.gpus[0].power.values) == {recorded.power}
+    assert set(gpu1.gpus[0].util.values) == {None}  # the recorded MIG GPU has no util: NULL, not 0
+    assert gpu1.gpus[0].mem_total == recorded.mem_total and gpu1.gpus[0].sm_clock.values[0] == recorded.sm_clock
+    assert gpu1.cpu.values[0] == recorded_stats("h100_mig_load").cpu
+
+    worker = {w.name: w for w in timeline.workers}["gpu1"]
+    assert len(worker.loss.values) == 2 * 4 and len(worker.val_accuracy.values) == 2 * 2  # per generation: 4 steps, 2 epochs
+    # steps/s comes from examples/s over the start line's per-worker batch of 64.
+    assert worker.steps_per_sec.values[0] == pytest.approx(worker.examples_per_sec.values[0] / 64)
+    assert timeline.duration == pytest.approx(31.0, abs=0.5)
+
+
+def test_rows_are_written_in_batches_not_one_commit_per_sample(tmp_path):
+    path = tmp_path / "timeline.sqlite"
+    recorder = TimelineRecorder(path)
+    stream = stats_stream(nodes=4, seconds=3)
+    for event in stream[:4]:  # the first second: nothing written yet
+        recorder.handle(event)
+    assert count(path, "node_samples") == 0
+    for event in stream[4:]:
+        recorder.handle(event)
+    assert 0 < count(path, "node_samples") < len(stream)
+    recorder.close()
+    assert count(path, "node_samples") == len(stream)
+
+
+def test_long_runs_are_downsampled_to_buckets_before_the_full_rate_window(tmp_path):
+    path = tmp_path / "timeline.sqlite"
+    seconds, full_rate, bucket = 900, 120, 10
+    record(path, stats_stream(nodes=2, seconds=seconds), full_rate_seconds=full_rate, bucket_seconds=bucket)
+
+    per_node = count(path, "node_samples", "node = 'node1'")
+    assert per_node <= (seconds - full_rate) / bucket + full_rate + 60 + bucket  # 60: compaction cadence
+    assert per_node < seconds / 2
+    with sqlite3.connect(path) as db:
+        end = db.execute("SELECT max(t) FROM node_samples").fetchone()[0]
+        old = [t for (t,) in db.execute("SELECT t FROM node_samples WHERE node = 'node1' AND t < ? ORDER BY t",
+                                        (end - full_rate - 60,))]
+        recent = db.execute("SELECT count(*) FROM node_samples WHERE node = 'node1' AND t > ?",
+                            (end - full_rate,)).fetchone()[0]
+        power = {p for (p,) in db.execute("SELECT DISTINCT power FROM gpu_samples WHERE node = 'node1'")}
+    assert all(later - earlier == pytest.approx(bucket) for earlier, later in zip(old, old[1:]))
+    assert recent >= full_rate - 1  # the last window keeps every second
+    assert power and all(p == pytest.approx(recorded_stats("h100_mig_load").gpus[0].power) for p in power)
+
+
+async def test_run_reads_a_hub_subscription_and_writes_on_close(tmp_path):
+    hub = EventHub()
+    path = tmp_path / "timeline.sqlite"
+    recorder = TimelineRecorder(path)
+    subscription = hub.subscribe()
+    task = asyncio.create_task(recorder.run(subscription))
+    events = scripted_run()
+    for event in events[:-1]:
+        hub.publish(event)
+    await asyncio.sleep(1.3)  # the recorder takes the queue a few times a second and writes once a second
+    assert count(path, "node_samples") > 0
+    hub.publish(events[-1])  # the end, still queued when the recorder is cancelled: recorded all the same
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    recorder.close()
+    assert count(path, "events", "kind = 'end'") == 1
+    assert count(path, "node_samples") == 31 + 28
+
+
+def test_loading_a_missing_timeline_names_the_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no timeline at .*nothing.sqlite"):
+        load_timeline(tmp_path / "nothing.sqlite")
+
+
+def test_a_stopped_run_alerts_and_meta_are_recorded(tmp_path):
+    from homegpu.remote.events import JobState, JobStateChanged, NodeStatsUnavailable
+
+    path = tmp_path / "timeline.sqlite"
+    recorder = TimelineRecorder(path)
+    recorder.set_meta(run_id="demo-1", job="demo")
+    recorder.handle(NodeStatsUnavailable("gpu3", "python3 not found", at=100.0))
+    recorder.record_event("alert", 101.0, "GPU 0 at 91 °C", node="gpu1", details={"temp": 91})
+    recorder.handle(JobStateChanged("demo", "demo-1", JobState.STOPPING, 1, 0, "Ctrl-C", at=102.0))
+    recorder.handle(JobStateChanged("demo", "demo-1", JobState.STOPPED, 1, 0, at=103.0))
+    recorder.close()
+    timeline = load_timeline(path)
+    assert timeline.meta == {"run_id": "demo-1", "job": "demo"}
+    assert [e.kind for e in timeline.events] == ["stats_unavailable", "alert", "stop", "end"]
+    assert timeline.events[1].details == {"temp": 91} and timeline.events[1].node == "gpu1"
+    assert timeline.events[-1].details["state"] == "stopped"
+
+
+def test_the_timeline_can_be_read_while_the_recorder_writes(tmp_path):
+    path = tmp_path / "timeline.sqlite"
+    recorder = TimelineRecorder(path)
+    for event in scripted_run()[:60]:
+        recorder.handle(event)
+    recorder.flush()
+    written = count(path, "node_samples")
+    assert written > 0 and sum(len(n.cpu.times) for n in load_timeline(path).nodes) == written
+    recorder.close()
+
+
+def test_only_the_jobs_nodes_are_recorded_when_asked(tmp_path):
+    path = tmp_path / "timeline.sqlite"
+    record(path, scripted_run(), nodes=["gpu1"])
+    timeline = load_timeline(path)
+    assert [node.name for node in timeline.nodes] == ["gpu1"]
+    assert not timeline.events_of("node_offline") and timeline.events_of("straggler")  # worker events stay
