@@ -14,11 +14,9 @@ from homegpu.remote.bandwidth import (
 from homegpu.remote import bandwidth_store
 from homegpu.remote.bandwidth_store import links_json
 from homegpu.remote.cluster import Cluster
-from homegpu.tui.cli import UserError, load_spec
-from homegpu.tui.text import table
+from homegpu.tui.cli_common import UserError, load_spec
+from homegpu.tui.text import format_matrix
 
-DIAGONAL = "—"
-NOT_MEASURED = "·"
 LINK_TIMEOUT_MARGIN = 10.0  # per link, on top of the test itself: SSH round trips, server start
 
 JSON_HELP = """\
@@ -97,32 +95,6 @@ def print_progress(src: str, dst: str, result: LinkResult | None) -> None:
         print(f"{src} → {dst} ... ", end="", file=sys.stderr, flush=True)
     else:
         print(format_gbits(result.gbits) if result.ok else f"error: {result.error}", file=sys.stderr, flush=True)
-
-
-def format_matrix(matrix: BandwidthMatrix, names: Sequence[str], not_measured: str = "not measured (--star)") -> str:
-    """Rows are sources, columns destinations, in Gbit/s; errors as `err[N]` with footnotes below.
-
-    Links that fail for the same reason (an offline node fails all of its links) share a footnote.
-    """
-    footnotes: dict[str, int] = {}
-    rows = [[src, *(_cell(matrix, src, dst, footnotes) for dst in names)] for src in names]
-    lines = ["Gbit/s, rows: from, columns: to", table(["FROM \\ TO", *names], rows)]
-    lines += [f"  [{number}] {error}" for error, number in footnotes.items()]
-    if any(NOT_MEASURED in row for row in rows):
-        lines.append(f"  {NOT_MEASURED} {not_measured}")
-    return "\n".join(lines)
-
-
-def _cell(matrix: BandwidthMatrix, src: str, dst: str, footnotes: dict[str, int]) -> str:
-    if src == dst:
-        return DIAGONAL
-    result = matrix.get(src, dst)
-    if result is None:
-        return NOT_MEASURED
-    if result.ok:
-        return format_gbits(result.gbits, unit=False)
-    number = footnotes.setdefault(result.error, len(footnotes) + 1)
-    return f"err[{number}]"
 
 
 def matrix_json(matrix: BandwidthMatrix, advice_text: str) -> dict:

@@ -9,7 +9,7 @@ from homegpu.remote.config import (
     DEFAULT_CONFIG_NAME, LOCAL_HOST, ClusterSpec, ConfigError, NodeSpec, SshDefaults, parse_cluster,
 )
 from homegpu.remote.config_writer import cluster_to_toml
-from homegpu.tui.cli import UserError, load_spec
+from homegpu.tui.cli_common import UserError, load_spec
 from homegpu.tui.text import format_cluster
 
 

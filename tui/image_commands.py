@@ -18,7 +18,7 @@ from homegpu.remote.images import CopyProgress, ImageError, NodeOutcome, build_o
 from homegpu.remote.job_config import DEFAULT_IMAGE
 from homegpu.remote.node import NodeSession
 from homegpu.remote.docker_link import DockerUnavailable
-from homegpu.tui.cli import UserError, load_spec
+from homegpu.tui.cli_common import UserError, load_spec
 
 DOCKERFILE = Path("assets") / "Dockerfile"
 # An editable install or a source checkout: the repository's copy of assets/Dockerfile.

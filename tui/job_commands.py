@@ -13,11 +13,9 @@ from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.job_run import JobRun, LaunchError, open_runtime
 from homegpu.remote.tfconfig import JobConfigError, find_job, tf_config, worker_slots
-from homegpu.tui.cli import UserError, load_spec
+from homegpu.tui.cli_common import EXPERIMENTS, UserError, load_spec
 from homegpu.tui.headless import run_headless
 from homegpu.tui.text import table
-
-EXPERIMENTS = Path("experiments")
 
 
 def register(commands: argparse._SubParsersAction) -> None:

@@ -11,7 +11,7 @@ import time
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.events import NodeState
 from homegpu.remote.node import NodeSession
-from homegpu.tui.cli import load_spec
+from homegpu.tui.cli_common import load_spec
 from homegpu.tui.text import format_status, status_json
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
