@@ -30,7 +30,6 @@ from homegpu.remote.node import NODE_GONE, NodeSession
 from homegpu.remote.preflight import node_preflight
 from homegpu.remote.runtime import Runtime, RuntimeError_, WorkerLaunch, WorkerStatus, expand_path, make_runtime
 from homegpu.remote.tfconfig import WorkerSlot, job_nodes, tf_config_json, worker_slots
-from homegpu.trainer.metrics import parse_metric_line
 
 POLL_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0
@@ -362,7 +361,7 @@ class JobRun:
             track.last_activity = time.monotonic()
             if self.experiment:
                 self.experiment.log_line(track.label, line.text)
-            data = parse_metric_line(line.text)
+            data = line.metric
             if data is not None:
                 if data.get("event") in ("epoch", "end"):  # the summary's figures: the latest of each
                     track.last_metric = {**track.last_metric, **data}
