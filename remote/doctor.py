@@ -22,7 +22,6 @@ import asyncio
 import ipaddress
 import json
 import time
-from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -30,7 +29,7 @@ from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import NodeSpec
 from homegpu.remote.events import NodeState
 from homegpu.remote.node import NodeSession
-from homegpu.remote.stats import NodeStats, StatsParseError, parse_agent_line
+from homegpu.remote.stats import NodeStats, StatsParseError, describe_gpus, parse_agent_line
 from homegpu.remote.stats_agent_bundle import agent_command, agent_payload
 from homegpu.remote.transport import CommandResult
 
@@ -398,13 +397,6 @@ def _agent_stats(result: CommandResult) -> NodeStats | str:
 def _gpu_count(facts: NodeFacts) -> int:
     counts = [len(s.gpus) for s in map(_agent_stats, (facts.nvml, facts.smi)) if isinstance(s, NodeStats)]
     return max(counts, default=0)
-
-
-def describe_gpus(stats: NodeStats) -> str:
-    """"2 GPUs: 2× NVIDIA H100 NVL" — names grouped, so eight identical cards stay one line."""
-    names = Counter(str(gpu.name) for gpu in stats.gpus)
-    kinds = ", ".join(f"{count}× {gpu}" for gpu, count in names.items())
-    return f"{len(stats.gpus)} GPU{'s' if len(stats.gpus) != 1 else ''}: {kinds}"
 
 
 def _source_note(stats: NodeStats, prefix: str) -> str:
