@@ -7,26 +7,8 @@ from pathlib import Path
 
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.node import NODE_GONE
+from homegpu.remote.port_probe import parse_probe, probe_argv
 from homegpu.remote.runtime import Runtime, WorkerLaunch
-
-# Binding is the only sure test. TensorFlow's server binds every interface, so the port must be
-# free on all of them; the node's own address must also be bindable (or TF_CONFIG points nowhere).
-_PORT_SCRIPT = r"""
-import socket, sys
-address = sys.argv[1]
-family = socket.AF_INET6 if ":" in address else socket.AF_INET
-for port in sys.argv[2:]:
-    for host in (address, ""):
-        s = socket.socket(family)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, int(port)))
-        except OSError as exc:
-            print("%s:%s %s" % (host or "*", port, exc.strerror))
-            break
-        finally:
-            s.close()
-"""
 
 _PATH_SCRIPT = "import os, sys; print(os.path.exists(os.path.expanduser(sys.argv[1])))"
 
@@ -51,9 +33,9 @@ async def node_preflight(runtime: Runtime, launch: WorkerLaunch, job: JobSpec, l
 
 async def _ports(runtime: Runtime, address: str, ports: list[int]) -> list[str]:
     node = runtime.node
-    result = await node.run([node.spec.python, "-c", _PORT_SCRIPT, address, *map(str, ports)], timeout=60)
-    return [f"{node.name}: job port {line} — stop what uses it or set another port in the job"
-            for line in result.stdout.splitlines() if line.strip()]
+    result = await node.run(probe_argv(node.spec.python, address, ports, every_interface=True), timeout=60)
+    return [f"{node.name}: job port {bind['host']}:{bind['port']} {bind['strerror']} — stop what uses it or set "
+            "another port in the job" for bind in parse_probe(result.stdout) if bind.get("status") != "free"]
 
 
 async def _exists(runtime: Runtime, path: str, what: str, fix: str) -> list[str]:

@@ -12,6 +12,7 @@ import contextlib
 from typing import Callable, Sequence
 
 from homegpu.remote.cluster import Cluster
+from homegpu.remote.connect import connect_wait
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.logtail import LogLine, LogTail
 from homegpu.remote.node import NODE_GONE, NodeSession
@@ -24,11 +25,6 @@ from homegpu.remote.tfconfig import WorkerSlot, job_nodes, worker_slots
 class LaunchError(Exception):
     """The run could not start (or its nodes could not be reached); nothing of it is left running.
     The message names node and fix."""
-
-
-def settle_timeout(cluster: Cluster, extra: float) -> float:
-    """How long to wait for nodes to connect: the SSH connect timeout plus `extra` seconds."""
-    return cluster.spec.ssh.connect_timeout + extra
 
 
 async def open_runtime(cluster: Cluster, node: NodeSession, timeout: float) -> tuple[Runtime, str]:
@@ -67,7 +63,7 @@ class JobNodes:
         Raises:
             LaunchError: naming every node that could not be reached.
         """
-        timeout = timeout or settle_timeout(cluster, 5)
+        timeout = timeout or connect_wait(cluster.spec, 5)
         nodes = [cluster.node(node.name) for node in job_nodes(cluster.spec, job)]
         results = await asyncio.gather(*(open_runtime(cluster, node, timeout) for node in nodes),
                                        return_exceptions=True)
@@ -127,7 +123,7 @@ async def list_workers(cluster: Cluster) -> list[tuple[str, list[WorkerStatus] |
     """
     async def one(node: NodeSession) -> list[WorkerStatus] | LaunchError:
         try:
-            runtime, _ = await open_runtime(cluster, node, settle_timeout(cluster, 5))
+            runtime, _ = await open_runtime(cluster, node, connect_wait(cluster.spec, 5))
             return await runtime.list_workers()
         except LaunchError as exc:
             return exc

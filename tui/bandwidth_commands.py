@@ -9,15 +9,15 @@ import sys
 from typing import Sequence
 
 from homegpu.remote.bandwidth import (
-    RESNET50_PARAMS, BandwidthMatrix, LinkResult, advice, format_gbits, iperf3_seconds, measure,
+    RESNET50_PARAMS, BandwidthMatrix, LinkResult, advice, format_gbits, link_timeout, measure,
 )
 from homegpu.remote import bandwidth_store
 from homegpu.remote.bandwidth_store import links_json
 from homegpu.remote.cluster import Cluster
+from homegpu.remote.connect import connect_wait
 from homegpu.tui.cli_common import UserError, load_spec
 from homegpu.tui.text import format_matrix
 
-LINK_TIMEOUT_MARGIN = 10.0  # per link, on top of the test itself: SSH round trips, server start
 
 JSON_HELP = """\
 --json prints one JSON object and nothing else:
@@ -82,9 +82,9 @@ def _check_args(args: argparse.Namespace, names: Sequence[str]) -> None:
 async def _measure(spec, args: argparse.Namespace) -> BandwidthMatrix:
     progress = None if args.json else print_progress
     async with Cluster(spec, stream_stats=False) as cluster:
-        await cluster.wait_settled(spec.ssh.connect_timeout + 2)
+        await cluster.wait_settled(connect_wait(spec, 2))
         matrix = await measure(cluster, star=args.star, seconds=args.seconds,
-                               timeout=iperf3_seconds(args.seconds) + LINK_TIMEOUT_MARGIN, on_link=progress)
+                               timeout=link_timeout(args.seconds), on_link=progress)
     bandwidth_store.save(spec, matrix)  # the TUI opens with it
     return matrix
 

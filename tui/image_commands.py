@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from homegpu.remote.cluster import Cluster
+from homegpu.remote.connect import connect_wait
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.images import CopyProgress, ImageError, NodeOutcome, build_on_nodes, copy_image
 from homegpu.remote.job_config import DEFAULT_IMAGE
@@ -157,7 +158,7 @@ def _docker_nodes(spec: ClusterSpec, chosen: Sequence[str], exclude: str = "") -
 
 async def _connect(cluster: Cluster, names: Sequence[str]) -> tuple[list[NodeSession], list[NodeOutcome]]:
     """The named nodes that came online, and an outcome for each that did not."""
-    await cluster.wait_settled(cluster.spec.ssh.connect_timeout + 5, names)
+    await cluster.wait_settled(connect_wait(cluster.spec, 5), names)
     online, offline = [], []
     for name in names:
         node = cluster.node(name)
