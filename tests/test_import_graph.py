@@ -94,3 +94,19 @@ def test_no_import_circle_among_remote_and_tui():
 def test_boundaries(folder, banned):
     crossing = {name: sorted(found & banned) for name, found in external_imports(folder).items() if found & banned}
     assert not crossing, f"{folder}/ imports what it must not: {crossing}"
+
+
+RUNTIME_MODULES = {"runtime.py", "process_runtime.py", "docker_runtime.py", "runtime_factory.py"}
+
+
+def test_only_the_runtimes_name_a_runtime_class():
+    """What differs by runtime is a method of the runtime: nobody else asks which one it is."""
+    named = {}
+    for folder in PACKAGES:
+        for path in sorted((ROOT / folder).glob("*.py")):
+            if path.name in RUNTIME_MODULES:
+                continue
+            names = {node.id for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Name)}
+            if names & {"ProcessRuntime", "DockerRuntime"}:
+                named[f"{folder}/{path.name}"] = sorted(names & {"ProcessRuntime", "DockerRuntime"})
+    assert not named, f"runtime classes named outside the runtimes: {named}"
