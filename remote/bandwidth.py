@@ -20,11 +20,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Sequence
 
-import asyncssh
-
 from homegpu.remote.connect import NodeError
-from homegpu.remote.node import NodeOffline, NodeSession
-from homegpu.remote.transport import RemoteProcess
+from homegpu.remote.node import NODE_GONE, NodeOffline, NodeSession
+from homegpu.remote.port_probe import parse_probe, probe_argv
+from homegpu.remote.transport import RemoteProcess, TransportError
 
 if TYPE_CHECKING:
     from homegpu.remote.cluster import Cluster
@@ -36,12 +35,9 @@ INSTALL_HINT = "install it (sudo apt install iperf3)"
 # sh prints its own pid, then becomes iperf3 (same pid) with the remaining arguments, which are
 # passed as separate argv elements: no value is ever interpolated into this script.
 _PID_THEN_EXEC = 'echo $$; exec "$@"'
-# Asks the node for a port free on `address`; binding also proves the address is the node's own.
-_PORT_PROBE = ("import socket,sys;a=sys.argv[1];"
-               "s=socket.socket(socket.AF_INET6 if ':' in a else socket.AF_INET);"
-               "s.bind((a,0));print(s.getsockname()[1])")
 _PORT_ATTEMPTS = 3
 _GUESSED_PORTS = (20000, 60000)  # when the node has no python to ask
+LINK_TIMEOUT_MARGIN = 10.0  # per link, on top of the test itself
 _SERVER_EXIT_GRACE = 2.0  # a one-shot server ends by itself right after its test
 
 
@@ -220,6 +216,11 @@ def iperf3_seconds(seconds: float) -> int:
     return max(1, math.ceil(seconds))
 
 
+def link_timeout(seconds: float) -> float:
+    """How long one link's test may take: the test itself plus SSH round trips and the server's start."""
+    return iperf3_seconds(seconds) + LINK_TIMEOUT_MARGIN
+
+
 # -- I/O: running the tests on the nodes ----------------------------------------------------------
 
 
@@ -279,7 +280,7 @@ async def measure_link(src: NodeSession, dst: NodeSession, seconds: float, timeo
         error = f"timed out after {timeout:g} s"
     except (BandwidthError, NodeError) as exc:
         error = str(exc)
-    except (OSError, asyncssh.Error) as exc:
+    except TransportError as exc:
         error = f"connection lost during the test: {exc}"
     finally:
         grace = _SERVER_EXIT_GRACE if gbits is not None else 0.0
@@ -313,14 +314,15 @@ async def _start_server(dst: NodeSession, lifetime: float, started: list[_Iperf3
 async def _free_port(session: NodeSession, address: str) -> int:
     """A port free on `address`, asked of the node's python; a guess when it has none."""
     try:
-        result = await session.run([session.spec.python, "-c", _PORT_PROBE, address], timeout=10)
-    except (OSError, asyncssh.Error) as exc:
+        result = await session.run(probe_argv(session.spec.python, address, [0]), timeout=10)
+    except NODE_GONE as exc:
         raise BandwidthError(f"lost {session.name} while choosing a port: {exc}") from None
-    if result.ok and result.stdout.strip().isdigit():
-        return int(result.stdout.strip())
-    if "assign requested address" in result.stderr:
-        raise BandwidthError(f"{address} is not an address of {session.name}: "
-                             f"fix `address` for {session.name} in cluster.toml")
+    for bind in parse_probe(result.stdout):
+        if bind.get("status") == "free":
+            return int(bind["port"])
+        if bind.get("status") == "not local":
+            raise BandwidthError(f"{address} is not an address of {session.name}: "
+                                 f"fix `address` for {session.name} in cluster.toml")
     return random.randint(*_GUESSED_PORTS)  # a taken port is retried by the caller
 
 
@@ -356,8 +358,8 @@ class _Iperf3:
         argv = ["timeout", "-s", "KILL", str(math.ceil(lifetime) + 2),
                 "sh", "-c", _PID_THEN_EXEC, "sh", "iperf3", *args]
         try:
-            self.process = await self.session.transport.start(argv)
-        except (OSError, asyncssh.Error) as exc:
+            self.process = await self.session.spawn(argv)
+        except NODE_GONE as exc:
             raise BandwidthError(f"cannot start iperf3 on {self.session.name}: {exc}") from None
         self._lines = self.process.lines().__aiter__()
         first = await anext(self._lines, None)
@@ -386,7 +388,7 @@ class _Iperf3:
             if not self._exited and not await self._ends_within(grace) and self.pid is not None:
                 await self.session.run(["kill", "-s", "KILL", str(self.pid)], timeout=5)
                 await self._ends_within(5)
-        except (NodeError, OSError, asyncssh.Error, asyncio.TimeoutError):
+        except (*NODE_GONE, asyncio.TimeoutError):
             pass  # the node's own `timeout -s KILL` still ends it
         finally:
             self.process.terminate()

@@ -85,6 +85,12 @@ class _KeyRecorder(asyncssh.SSHClient):
         return False
 
 
+def connect_wait(cluster: ClusterSpec, extra: float) -> float:
+    """Seconds to wait for nodes to connect: the SSH connect timeout plus `extra` for what follows
+    (the handshake, a first command or stats line). The one place such waits are reckoned."""
+    return cluster.ssh.connect_timeout + extra
+
+
 def trust_command(cluster: ClusterSpec, node: NodeSpec) -> str:
     config = "" if cluster.source in (DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT) else f" --config {cluster.source}"
     return f"homegpu{config} trust {node.name}"
@@ -127,7 +133,7 @@ async def open_transport(cluster: ClusterSpec, node: NodeSpec) -> NodeTransport:
     try:
         conn = await asyncio.wait_for(
             asyncssh.connect(node.host, client_factory=lambda: recorder, **connect_options(cluster, node)),
-            cluster.ssh.connect_timeout + 1,
+            connect_wait(cluster, 1),
         )
     except asyncssh.HostKeyNotVerifiable as exc:
         raise _host_key_error(cluster, node, recorder.offered, exc) from None

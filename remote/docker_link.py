@@ -31,7 +31,7 @@ import docker.errors
 import requests.exceptions
 
 from homegpu.remote.node import NODE_GONE, NodeSession
-from homegpu.remote.runtime import RuntimeError_
+from homegpu.remote.runtime_errors import RuntimeError_
 from homegpu.remote.transport import SshTransport
 
 T = TypeVar("T")

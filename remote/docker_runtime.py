@@ -29,8 +29,9 @@ from homegpu.remote.logtail import LogTail
 from homegpu.remote.node import NodeSession
 from homegpu.remote.transport import TransportError
 from homegpu.remote.runtime import (
-    STOP_GRACE_SECONDS, NodePaths, Runtime, RuntimeError_, WorkerLaunch, WorkerStatus, expand_path,
+    STOP_GRACE_SECONDS, NodePaths, Runtime, WorkerLaunch, WorkerStatus, expand_path,
 )
+from homegpu.remote.runtime_errors import RuntimeError_
 
 CODE_DIR = "/homegpu/code"
 OUT_DIR = "/homegpu/out"
@@ -128,22 +129,14 @@ class DockerRuntime(Runtime):
     def __init__(self, node: NodeSession, run_root: str, *, gpus: bool = False) -> None:
         super().__init__(node, run_root)
         self.gpus = gpus
-        # paths() is told the node's code dir, which WorkerLaunch does not carry: start() needs it
-        # for the mount. Keyed by (run id, label).
-        self._code_dirs: dict[tuple[str, str], str] = {}
         self._node: _NodeFacts | None = None
 
-    def out_dir(self, run_id: str, label: str) -> str:
-        """The worker's output dir on the node (mounted at /homegpu/out)."""
-        return f"{self.run_dir(run_id)}/out/{label}"
-
-    def paths(self, run_id: str, code_dir: str, label: str, data_dir: str, python: str) -> NodePaths:
-        """Container paths. The node's own `python` (cluster.toml [[nodes]]) runs homegpu's helpers on
-        the node and means nothing inside the image, so it becomes the image's python3; any other
-        value (a job's `python`) is used as given."""
-        self._code_dirs[(run_id, label)] = code_dir
-        return NodePaths(python=CONTAINER_PYTHON if python == self.node.spec.python else python,
-                         code_dir=CODE_DIR, output_dir=OUT_DIR, data_dir=DATA_DIR if data_dir else "")
+    def worker_paths(self, run_id: str, label: str, code_dir: str, data_dir: str, job_python: str) -> NodePaths:
+        """The container's paths. The interpreter is the job's `python`, else the image's python3
+        (the node's own `python` in cluster.toml runs homegpu's helpers on the node and means
+        nothing inside the image)."""
+        return NodePaths(python=job_python or CONTAINER_PYTHON, code_dir=CODE_DIR, output_dir=OUT_DIR,
+                         data_dir=DATA_DIR if data_dir else "")
 
     # -- checks ----------------------------------------------------------------------------------
 
@@ -159,6 +152,10 @@ class DockerRuntime(Runtime):
             problems.append(f"{self.node.name}: the docker command is missing (homegpu follows worker logs "
                             "with `docker logs`); install the Docker CLI (docker-ce-cli or docker.io)")
         return problems
+
+    async def trainer_problems(self, launch: WorkerLaunch) -> list[str]:
+        """Nothing to ask the node: TensorFlow comes with the image, which preflight checks is there."""
+        return []
 
     async def _engine_problems(self, image: str) -> list[str]:
         try:
@@ -177,15 +174,15 @@ class DockerRuntime(Runtime):
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self, launch: WorkerLaunch) -> None:
-        code_dir = getattr(launch, "host_code_dir", "") or self._code_dirs.get((launch.run_id, launch.label))
-        if not code_dir:
-            raise RuntimeError_(f"{self.node.name}: DockerRuntime.start without paths() for {launch.label}: "
-                                "the node's code dir is unknown (a homegpu bug)")
-        out_dir = self.out_dir(launch.run_id, launch.label)
-        await self._mkdir(out_dir)
+        """Create and start the worker's container, mounting the launch's node paths.
+
+        Raises:
+            RuntimeError_: naming the node and the fix (DockerUnavailable when the engine fails).
+        """
+        await self._mkdir(launch.output_dir)
         data_dir = await expand_path(self.node, launch.data_dir) if launch.data_dir else ""
-        args = container_args(launch, code_dir=code_dir, out_dir=out_dir, data_dir=data_dir, gpus=self.gpus,
-                              user=(await self._node_facts()).user)
+        args = container_args(launch, code_dir=launch.code_dir, out_dir=launch.output_dir, data_dir=data_dir,
+                              gpus=self.gpus, user=(await self._node_facts()).user)
         async with docker_client(self.node) as link:
             await self._clear_name(link, args["name"])
             container = await self._create(link, args)

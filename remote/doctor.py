@@ -23,19 +23,20 @@ import asyncio
 import ipaddress
 import json
 import time
-from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import NodeSpec
+from homegpu.remote.connect import connect_wait
 from homegpu.remote.events import NodeState
+from homegpu.remote.job_config import DEFAULT_JOB_PORT
 from homegpu.remote.node import NodeSession
-from homegpu.remote.stats import NodeStats, StatsParseError, parse_agent_line
+from homegpu.remote.port_probe import parse_probe, probe_argv
+from homegpu.remote.stats import NodeStats, StatsParseError, describe_gpus, parse_agent_line
 from homegpu.remote.stats_agent_bundle import agent_command, agent_payload
 from homegpu.remote.transport import CommandResult
 
-DEFAULT_JOB_PORT = 23456
 MIN_PYTHON = (3, 8)
 MIN_FREE_DISK_MIB = 5 * 1024
 MAX_CLOCK_SKEW_S = 2.0
@@ -60,31 +61,6 @@ sys.stdout.write("ready\\n"); sys.stdout.flush()
 while sys.stdin.readline():
     sys.stdout.write(repr(time.time()) + "\\n"); sys.stdout.flush()
 """
-# Binds the job port as TensorFlow's server would (SO_REUSEADDR: a TIME_WAIT leftover is no
-# obstacle, a listener is), and reports the address the node resolved, for the exposure check.
-PORT_SCRIPT = """\
-import errno, json, socket, sys
-host, port = sys.argv[1], int(sys.argv[2])
-out = {"status": "error", "ip": "", "error": ""}
-try:
-    family, kind, proto, _, addr = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
-    out["ip"] = addr[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(addr)
-        out["status"] = "free"
-    finally:
-        sock.close()
-except socket.gaierror as exc:
-    out.update(status="unresolved", error=str(exc))
-except OSError as exc:
-    codes = {errno.EADDRINUSE: "in use", errno.EADDRNOTAVAIL: "not local", errno.EACCES: "denied"}
-    out.update(status=codes.get(exc.errno, "error"), error=str(exc))
-print(json.dumps(out))
-"""
-
-
 @dataclass(frozen=True)
 class Check:
     """One line of the report. ok: True passed, False needs fixing, None not applicable / info."""
@@ -128,7 +104,7 @@ async def diagnose(cluster: Cluster, job_port: int = DEFAULT_JOB_PORT, *,
     node whose probing crashed gets one ✗ row saying so instead of taking the report down.
     """
     if settle_timeout is None:
-        settle_timeout = cluster.spec.ssh.connect_timeout + 2
+        settle_timeout = connect_wait(cluster.spec, 2)
     sessions = list(cluster.nodes.values())
 
     async def one(session: NodeSession) -> list[Check]:
@@ -219,7 +195,7 @@ async def gather_facts(session: NodeSession, job_port: int) -> NodeFacts:
         agent("nvml"),
         agent("nvidia-smi"),
         _run(session, ["iperf3", "--version"]),
-        _run(session, [python, "-c", PORT_SCRIPT, session.address, str(job_port)]),
+        _run(session, probe_argv(python, session.address, [job_port])),
         docker,
     )
     return NodeFacts(spec.name, spec.runtime, python, work_dir, session.address, job_port,
@@ -402,13 +378,6 @@ def _gpu_count(facts: NodeFacts) -> int:
     return max(counts, default=0)
 
 
-def describe_gpus(stats: NodeStats) -> str:
-    """"2 GPUs: 2× NVIDIA H100 NVL" — names grouped, so eight identical cards stay one line."""
-    names = Counter(str(gpu.name) for gpu in stats.gpus)
-    kinds = ", ".join(f"{count}× {gpu}" for gpu, count in names.items())
-    return f"{len(stats.gpus)} GPU{'s' if len(stats.gpus) != 1 else ''}: {kinds}"
-
-
 def _source_note(stats: NodeStats, prefix: str) -> str:
     notes = [e[len(prefix):].lstrip(": ") for e in stats.errors if e.startswith(prefix)]
     return notes[0] if notes else "unknown reason"
@@ -551,11 +520,8 @@ def clock_check(facts: NodeFacts, python_ok: bool) -> Check:
 
 
 def _port_result(facts: NodeFacts) -> dict:
-    try:
-        out = json.loads(facts.port_probe.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {}
-    return out if isinstance(out, dict) else {}
+    binds = parse_probe(facts.port_probe.stdout)
+    return binds[-1] if binds else {}
 
 
 def port_check(facts: NodeFacts, python_ok: bool) -> Check:

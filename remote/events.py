@@ -10,7 +10,7 @@ import asyncio
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Union
+from typing import AsyncIterator
 
 from homegpu.remote.stats import NodeStats
 
@@ -124,10 +124,6 @@ class Straggler:
     examples_per_sec: float
     others_median: float
     at: float = field(default_factory=time.time)
-
-
-Event = Union[NodeStateChanged, NodeStatsUpdated, NodeStatsUnavailable, JobStateChanged, PreflightResult,
-              Metric, WorkerExited, Straggler]
 
 
 class EventHub:

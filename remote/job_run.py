@@ -10,7 +10,6 @@ same TF_CONFIG and the next generation (the trainer's BackupAndRestore resumes t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -28,16 +27,14 @@ from homegpu.remote.job_plan import (
 from homegpu.remote.logtail import LogLine, LogTail
 from homegpu.remote.node import NODE_GONE, NodeSession
 from homegpu.remote.preflight import node_preflight
-from homegpu.remote.runtime import Runtime, RuntimeError_, WorkerLaunch, WorkerStatus, expand_path, make_runtime
-from homegpu.remote.tfconfig import WorkerSlot, job_nodes, tf_config_json, worker_slots
-from homegpu.trainer.metrics import parse_metric_line
+from homegpu.remote.runs import JobNodes, LaunchError
+from homegpu.remote.runtime import Runtime, WorkerLaunch, WorkerStatus
+from homegpu.remote.runtime_errors import RuntimeError_
+from homegpu.remote.stats import describe_gpus
+from homegpu.remote.tfconfig import WorkerSlot, tf_config_json, worker_slots
 
 POLL_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0
-
-
-class LaunchError(Exception):
-    """The run could not start; nothing of it is left running. The message names node and fix."""
 
 
 @dataclass
@@ -77,43 +74,36 @@ class JobRun:
         self.restarts = 0
         self.state = JobState.PREFLIGHT
         self.tracks: dict[str, WorkerTrack] = {}
-        self.code_dirs: dict[str, str] = {}
-        self._runtimes: dict[str, Runtime] = {}
+        self.nodes: JobNodes | None = None  # the job's runtimes, once prepare() reached its nodes
         self.experiment: ExperimentLog | None = None
         self._stop_requested = asyncio.Event()
 
     # -- setup -------------------------------------------------------------------------------
 
     def _nodes(self) -> list[NodeSession]:
-        return [self.cluster.node(node.name) for node in job_nodes(self.cluster.spec, self.job)]
+        return [runtime.node for runtime in self.nodes.runtimes.values()]
+
+    def code_dir(self, node: str) -> str:
+        """The job's synced code on `node` (after prepare())."""
+        return f"{self.nodes.work_dirs[node]}/code/{self.job.name}"
 
     async def prepare(self, timeout: float | None = None) -> None:
         """Wait for the job's nodes and make a runtime for each (once). Raises LaunchError."""
-        if self.tracks:
-            return
-        timeout = timeout or self.cluster.spec.ssh.connect_timeout + 5
-        results = await asyncio.gather(*(self._prepare_node(node, timeout) for node in self._nodes()),
-                                       return_exceptions=True)
-        problems = [str(r) for r in results if isinstance(r, BaseException)]
-        if problems:
-            raise LaunchError("; ".join(problems))
-        self.slots = worker_slots(self.cluster.spec, self.job, self.cluster.addresses())  # now connected
+        if self.nodes is None:
+            self.nodes = await JobNodes.open(self.cluster, self.job, timeout)
+            self.slots = worker_slots(self.cluster.spec, self.job, self.cluster.addresses())  # now connected
         for slot in self.slots:
-            self.tracks[slot.label] = WorkerTrack(slot, self._runtimes[slot.node.name])
-
-    async def _prepare_node(self, node: NodeSession, timeout: float) -> None:
-        runtime, work = await open_runtime(self.cluster, node, timeout)
-        self._runtimes[node.name] = runtime
-        self.code_dirs[node.name] = f"{work}/code/{self.job.name}"
+            self.tracks.setdefault(slot.label, WorkerTrack(slot, self.nodes.runtime(slot)))
 
     def launch_for(self, slot: WorkerSlot) -> WorkerLaunch:
         runtime = self.tracks[slot.label].runtime
-        paths = runtime.paths(self.run_id, self.code_dirs[slot.node.name], slot.label, self.job.data_dir,
-                              self.job.python_for(slot.node))
+        code_dir = self.code_dir(slot.node.name)
+        paths = runtime.worker_paths(self.run_id, slot.label, code_dir, self.job.data_dir, self.job.python)
         return WorkerLaunch(
             job=self.job.name, run_id=self.run_id, generation=self.generation, slot=slot,
             tf_config=tf_config_json(self.slots, slot.index),
-            argv=worker_argv(self.job, paths, self._script_rel()), cwd=worker_cwd(paths), output_dir=paths.output_dir,
+            argv=worker_argv(self.job, paths, self._script_rel()), cwd=worker_cwd(paths), python=paths.python,
+            code_dir=code_dir, output_dir=runtime.out_dir(self.run_id, slot.label),
             env=worker_env(self.job, paths), image=self.job.image, data_dir=self.job.data_dir,
         )
 
@@ -161,8 +151,9 @@ class JobRun:
             for name, slot in first.items()))
         problems = []
         for slot, found in zip(first.values(), results):
-            node = self.cluster.node(slot.node.name)
-            self.hub.publish(PreflightResult(self.job.name, slot.node.name, tuple(found), describe_gpus(node)))
+            stats = self.cluster.node(slot.node.name).latest
+            gpus = describe_gpus(stats) + (f" ({stats.source})" if stats and stats.gpus else "")
+            self.hub.publish(PreflightResult(self.job.name, slot.node.name, tuple(found), gpus))
             problems += found
         if problems:
             self._publish(JobState.FAILED, "preflight failed")
@@ -171,7 +162,7 @@ class JobRun:
     async def _sync_code(self) -> None:
         local = self._local_code()
         async def one(node: NodeSession) -> None:
-            target = self.code_dirs[node.name]
+            target = self.code_dir(node.name)
             if self.job.uses_trainer:  # ship homegpu/trainer so nodes need no homegpu install
                 target = f"{target}/{TRAINER_PACKAGE_DIR}/homegpu/trainer"
             await sync_tree(node, local, target)
@@ -196,18 +187,6 @@ class JobRun:
         self._publish(JobState.RUNNING)
 
     # -- reattach ------------------------------------------------------------------------------
-
-    async def find_active(self, running_only: bool = True) -> tuple[str, int] | None:
-        """(run id, generation) of the newest run of this job on its nodes that still runs
-        (or, with running_only=False, that ran), if any."""
-        runtimes = {id(t.runtime): t.runtime for t in self.tracks.values()}.values()
-        found = await asyncio.gather(*(r.list_workers() for r in runtimes), return_exceptions=True)
-        active = [w for group in found if not isinstance(group, BaseException) for w in group
-                  if w.job == self.job.name and (w.running or not running_only)]
-        if not active:
-            return None
-        newest = max(active, key=lambda w: (w.run_id, w.generation or 0))
-        return newest.run_id, newest.generation or 1
 
     def adopt(self, run_id: str, generation: int) -> None:
         """Take over a run started by another homegpu process: follow it, never start it twice."""
@@ -331,16 +310,9 @@ class JobRun:
             except LaunchError as exc:
                 failure = f"restart failed: {exc}"
 
-    async def stop_now(self, run_id: str) -> list[WorkerStatus]:
-        """Stop every worker of `run_id` (for `homegpu stop` from another terminal)."""
-        self.run_id = run_id
-        await self._stop_workers()
-        return [t.status for t in self.tracks.values() if t.status]
-
     async def _stop_workers(self) -> None:
         tracks = list(self.tracks.values())
-        stopped = await asyncio.gather(*(t.runtime.stop(self.run_id, t.label) for t in tracks),
-                                       return_exceptions=True)
+        stopped = await self.nodes.stop(self.run_id, [t.slot for t in tracks])
         for track, status in zip(tracks, stopped):
             if isinstance(status, WorkerStatus):
                 track.status = status
@@ -363,7 +335,7 @@ class JobRun:
             track.last_activity = time.monotonic()
             if self.experiment:
                 self.experiment.log_line(track.label, line.text)
-            data = parse_metric_line(line.text)
+            data = line.metric
             if data is not None:
                 if data.get("event") in ("epoch", "end"):  # the summary's figures: the latest of each
                     track.last_metric = {**track.last_metric, **data}
@@ -392,7 +364,7 @@ class JobRun:
 
     async def _fetch_model(self) -> None:
         chief = self.tracks[self.slots[0].label]
-        remote = f"{chief.runtime.run_dir(self.run_id)}/out/{chief.label}/model"
+        remote = f"{chief.runtime.out_dir(self.run_id, chief.label)}/model"
         if self.experiment and self.job.uses_trainer:
             try:
                 await chief.runtime.node.get_tree(remote, self.experiment.model_dir)
@@ -411,7 +383,7 @@ class JobRun:
 async def attach_if_running(run: JobRun) -> bool:
     """Attach `run` to its job if that already runs on its nodes; True when it did. Raises LaunchError."""
     await run.prepare()
-    active = await run.find_active()
+    active = await run.nodes.find()
     if active:
         run.adopt(*active)
     return bool(active)
@@ -426,33 +398,6 @@ async def launch_or_attach(run: JobRun) -> bool:
         return True
     await run.launch()
     return False
-
-
-def describe_gpus(node: NodeSession) -> str:
-    """What the node's stats say it will train on: "2× NVIDIA RTX 4090 (nvml)" or "CPU only"."""
-    stats = node.latest
-    if stats is None:
-        return "GPUs unknown (no stats yet)"
-    if not stats.gpus:
-        return "CPU only"
-    names = sorted({str(gpu.name) for gpu in stats.gpus})
-    return f"{len(stats.gpus)}× {', '.join(names)} ({stats.source})"
-
-
-async def open_runtime(cluster: Cluster, node: NodeSession, timeout: float) -> tuple[Runtime, str]:
-    """The node's runtime and its expanded work dir, once it is online. Raises LaunchError."""
-    try:
-        await node.wait_online(timeout)
-    except asyncio.TimeoutError:
-        raise LaunchError(f"{node.name} is {node.state.value}: {node.reason or 'no answer'}") from None
-    if node.streams_stats:  # the first stats say whether the node has GPUs to hand to containers
-        with contextlib.suppress(asyncio.TimeoutError):
-            await node.wait_for(lambda n: n.latest is not None, 3 * cluster.spec.stats_interval + 5)
-    try:
-        work = await expand_path(node, cluster.spec.work_dir_of(node.spec))
-    except (RuntimeError_, *NODE_GONE) as exc:
-        raise LaunchError(str(exc)) from None
-    return make_runtime(node, f"{work}/runs"), work
 
 
 def _describe_failure(launch: WorkerLaunch, error: BaseException) -> str:

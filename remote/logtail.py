@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 from homegpu.remote.console import ConsoleLines
 from homegpu.remote.events import EventHub
+from homegpu.remote.log_lines import classify
 from homegpu.remote.node import NODE_GONE, NodeSession
 from homegpu.remote.transport import tied_to_session
 
@@ -28,6 +29,8 @@ class LogLine:
     """One line of a followed log; `seq` counts lines of that log from 1, across reconnects.
 
     `worker` names the job's worker the log belongs to (several may share a node), else the node.
+    `metric` is what the line reports when it is a metric line (log_lines.classify), else None:
+    views show those as progress, not as log text.
     """
 
     node: str
@@ -36,6 +39,7 @@ class LogLine:
     text: str
     worker: str = ""
     at: float = field(default_factory=time.time)
+    metric: dict | None = field(default=None, compare=False)
 
 
 class _Resume:
@@ -175,7 +179,7 @@ class LogTail:
         if not self.resume.accept():
             return
         self.count += 1
-        line = LogLine(self.node.name, self.resume.label, self.count, text, self.worker)
+        line = LogLine(self.node.name, self.resume.label, self.count, text, self.worker, metric=classify(text))
         self.lines.append(line)
         if self.hub:
             self.hub.publish(line)

@@ -7,29 +7,10 @@ from pathlib import Path
 
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.node import NODE_GONE
-from homegpu.remote.runtime import ProcessRuntime, Runtime, WorkerLaunch
-
-# Binding is the only sure test. TensorFlow's server binds every interface, so the port must be
-# free on all of them; the node's own address must also be bindable (or TF_CONFIG points nowhere).
-_PORT_SCRIPT = r"""
-import socket, sys
-address = sys.argv[1]
-family = socket.AF_INET6 if ":" in address else socket.AF_INET
-for port in sys.argv[2:]:
-    for host in (address, ""):
-        s = socket.socket(family)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, int(port)))
-        except OSError as exc:
-            print("%s:%s %s" % (host or "*", port, exc.strerror))
-            break
-        finally:
-            s.close()
-"""
+from homegpu.remote.port_probe import parse_probe, probe_argv
+from homegpu.remote.runtime import Runtime, WorkerLaunch
 
 _PATH_SCRIPT = "import os, sys; print(os.path.exists(os.path.expanduser(sys.argv[1])))"
-_TF_SCRIPT = "import tensorflow, tf_keras; print(tensorflow.__version__)"
 
 
 async def node_preflight(runtime: Runtime, launch: WorkerLaunch, job: JobSpec, local_code: Path,
@@ -39,8 +20,8 @@ async def node_preflight(runtime: Runtime, launch: WorkerLaunch, job: JobSpec, l
     checks = [runtime.preflight(launch), _ports(runtime, launch.slot.address, ports)]
     if job.data_dir:
         checks.append(_exists(runtime, job.data_dir, "data_dir", "create it or fix data_dir in the job"))
-    if job.uses_trainer and isinstance(runtime, ProcessRuntime):
-        checks.append(_tensorflow(runtime, launch.argv[0]))
+    if job.uses_trainer:
+        checks.append(runtime.trainer_problems(launch))
     try:  # each check is a round trip to the node: ask them all at once
         problems = [problem for found in await asyncio.gather(*checks) for problem in found]
     except NODE_GONE as exc:
@@ -52,9 +33,9 @@ async def node_preflight(runtime: Runtime, launch: WorkerLaunch, job: JobSpec, l
 
 async def _ports(runtime: Runtime, address: str, ports: list[int]) -> list[str]:
     node = runtime.node
-    result = await node.run([node.spec.python, "-c", _PORT_SCRIPT, address, *map(str, ports)], timeout=60)
-    return [f"{node.name}: job port {line} — stop what uses it or set another port in the job"
-            for line in result.stdout.splitlines() if line.strip()]
+    result = await node.run(probe_argv(node.spec.python, address, ports, every_interface=True), timeout=60)
+    return [f"{node.name}: job port {bind['host']}:{bind['port']} {bind['strerror']} — stop what uses it or set "
+            "another port in the job" for bind in parse_probe(result.stdout) if bind.get("status") != "free"]
 
 
 async def _exists(runtime: Runtime, path: str, what: str, fix: str) -> list[str]:
@@ -62,10 +43,3 @@ async def _exists(runtime: Runtime, path: str, what: str, fix: str) -> list[str]
     result = await node.run([node.spec.python, "-c", _PATH_SCRIPT, path], timeout=60)
     return [] if result.stdout.strip() == "True" else [f"{node.name}: {what} {path} does not exist; {fix}"]
 
-
-async def _tensorflow(runtime: Runtime, python: str) -> list[str]:
-    result = await runtime.node.run([python, "-c", _TF_SCRIPT], timeout=180)
-    if result.ok:
-        return []
-    return [f"{runtime.node.name}: TensorFlow with tf-keras is not importable by {python}; install it there: "
-            f"{python} -m pip install 'tensorflow==2.21.*' 'tf-keras==2.21.*'"]

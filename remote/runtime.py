@@ -1,34 +1,31 @@
-"""How a worker runs on a node: one interface, a process runtime here, a Docker one in docker_runtime.
+"""How a worker runs on a node: the contract every runtime keeps, and the data it is handed.
 
-A runtime turns a WorkerLaunch (pure data: what to run, with which TF_CONFIG) into a running worker
-and answers for it afterwards. State lives on the node (pid files, container labels), so any
-homegpu process can find, follow and stop workers it did not start.
+A runtime turns a WorkerLaunch (pure data: what to run, with which TF_CONFIG, where on the node)
+into a running worker and answers for it afterwards. State lives on the node (pid files, container
+labels), so any homegpu process can find, follow and stop workers it did not start.
+Implementations: process_runtime.ProcessRuntime, docker_runtime.DockerRuntime; runtime_factory picks one.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-import json
 from dataclasses import dataclass, field
-from importlib import resources
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
 from homegpu.remote.logtail import LogTail
 from homegpu.remote.node import NodeSession
+from homegpu.remote.runtime_errors import RuntimeError_
 from homegpu.remote.tfconfig import WorkerSlot
 
 STOP_GRACE_SECONDS = 10.0
 
 
-class RuntimeError_(Exception):
-    """A runtime could not do what was asked; the message names the node and the fix."""
-
-
 @dataclass(frozen=True)
 class NodePaths:
-    """Where things are, as the worker sees them (a container sees other paths than its node)."""
+    """Where things are, as the worker sees them (a container sees other paths than its node):
+    what the worker's command line and environment name."""
 
     python: str
     code_dir: str
@@ -38,7 +35,11 @@ class NodePaths:
 
 @dataclass(frozen=True)
 class WorkerLaunch:
-    """Everything needed to start one worker of one generation of a run."""
+    """Everything needed to start one worker of one generation of a run.
+
+    `argv`, `cwd`, `env` and `python` are as the worker sees them (NodePaths); `code_dir`,
+    `output_dir` and `data_dir` are paths on the node (what a container gets mounted).
+    """
 
     job: str
     run_id: str
@@ -47,10 +48,12 @@ class WorkerLaunch:
     tf_config: str
     argv: tuple[str, ...]
     cwd: str
-    output_dir: str = ""
+    python: str  # the interpreter that runs the worker (argv's first word for the trainer)
+    code_dir: str  # the job's synced code on the node
+    output_dir: str  # the worker's output dir on the node (Runtime.out_dir)
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     image: str = ""
-    data_dir: str = ""
+    data_dir: str = ""  # the job's data_dir on the node; may start with ~ (see expand_path)
 
     @property
     def label(self) -> str:
@@ -82,22 +85,53 @@ class Runtime(abc.ABC):
         self.run_root = run_root.rstrip("/")
 
     def run_dir(self, run_id: str) -> str:
+        """Returns: the run's directory on the node (logs, pid files, workers' output)."""
         return f"{self.run_root}/{run_id}"
 
+    def out_dir(self, run_id: str, label: str) -> str:
+        """Returns: the worker's output dir on the node (the model lands in its `model/`)."""
+        return f"{self.run_dir(run_id)}/out/{label}"
+
     @abc.abstractmethod
-    def paths(self, run_id: str, code_dir: str, label: str, data_dir: str, python: str) -> NodePaths:
-        """Paths for the worker's command line as the worker will see them."""
+    def worker_paths(self, run_id: str, label: str, code_dir: str, data_dir: str, job_python: str) -> NodePaths:
+        """Where the worker will see its code, output, data and interpreter. Pure: no state kept.
+
+        Args:
+            code_dir: the synced code on the node.
+            data_dir: the job's data_dir on the node, or "".
+            job_python: the job's `python`, or "" for the runtime's default interpreter.
+
+        Returns:
+            The paths for the worker's command line and environment.
+        """
 
     @abc.abstractmethod
     async def preflight(self, launch: WorkerLaunch) -> list[str]:
-        """Problems that would stop this worker from starting (empty when ready)."""
+        """Check that this runtime can start `launch` on the node.
+
+        Returns:
+            One line per problem, naming the node and the fix; empty when ready.
+        """
+
+    @abc.abstractmethod
+    async def trainer_problems(self, launch: WorkerLaunch) -> list[str]:
+        """Check that the built-in trainer's TensorFlow is importable where `launch` would run.
+
+        Returns:
+            One line per problem, naming the node and the fix; empty when ready.
+        """
 
     @abc.abstractmethod
     async def start(self, launch: WorkerLaunch) -> None:
-        """Start the worker detached. Raises RuntimeError_ naming the node and the fix."""
+        """Start the worker detached.
+
+        Raises:
+            RuntimeError_: naming the node and the fix.
+        """
 
     @abc.abstractmethod
-    async def status(self, run_id: str, label: str) -> WorkerStatus: ...
+    async def status(self, run_id: str, label: str) -> WorkerStatus:
+        """Returns: what the node says of the worker's newest generation (state "missing" if none)."""
 
     async def statuses(self, run_id: str, labels: Sequence[str]) -> list[WorkerStatus]:
         """status() of several workers of the run, in order; a runtime that can ask for all of
@@ -106,19 +140,23 @@ class Runtime(abc.ABC):
 
     @abc.abstractmethod
     async def stop(self, run_id: str, label: str, grace: float = STOP_GRACE_SECONDS) -> WorkerStatus:
-        """TERM, wait up to `grace` seconds, then KILL. Safe to call on a worker that ended."""
+        """TERM, wait up to `grace` seconds, then KILL. Safe to call on a worker that ended.
+
+        Returns:
+            The worker's status once stopped.
+        """
 
     async def remove(self, run_id: str, label: str) -> None:
         """Remove what a stopped worker leaves behind (containers); nothing for processes."""
 
     @abc.abstractmethod
     async def list_workers(self) -> list[WorkerStatus]:
-        """Every worker this node knows of, running or not (for reattaching and `homegpu jobs`)."""
+        """Returns: every worker this node knows of, running or not (for reattaching and `homegpu jobs`)."""
 
     @abc.abstractmethod
     def tail(self, run_id: str, label: str, generation: int, follow: bool = True, **kwargs) -> LogTail:
-        """A (not yet started) LogTail of one generation of the worker's output, from its first
-        line; with follow=False it ends at the end of what there is now."""
+        """Returns: a (not yet started) LogTail of one generation of the worker's output, from its
+        first line; with follow=False it ends at the end of what there is now."""
 
 
 async def expand_path(node: NodeSession, path: str) -> str:
@@ -126,87 +164,3 @@ async def expand_path(node: NodeSession, path: str) -> str:
     if path == "~" or path.startswith("~/"):
         return (await node.home_dir()).rstrip("/") + path[1:]
     return path
-
-
-def make_runtime(node: NodeSession, run_root: str) -> Runtime:
-    """The node's runtime from cluster.toml; Docker nodes get GPUs when their stats show some."""
-    if node.spec.runtime == "docker":
-        from homegpu.remote.docker_runtime import DockerRuntime
-
-        return DockerRuntime(node, run_root, gpus=bool(node.latest and node.latest.gpus))
-    return ProcessRuntime(node, run_root)
-
-
-# -- process runtime ------------------------------------------------------------------------------
-
-_WORKER_SCRIPT = resources.files("homegpu.remote").joinpath("proc_worker.py").read_text()
-
-
-class ProcessRuntime(Runtime):
-    """Plain processes started with setsid through proc_worker.py; for nodes without Docker."""
-
-    def paths(self, run_id: str, code_dir: str, label: str, data_dir: str, python: str) -> NodePaths:
-        return NodePaths(python=python, code_dir=code_dir, output_dir=f"{self.run_dir(run_id)}/out/{label}",
-                         data_dir=data_dir)
-
-    async def _worker(self, *args: str, timeout: float = 60.0) -> dict:
-        # -I -S: the script needs only the standard library; skipping site-packages makes a call
-        # that the watch loop makes every second during a run start faster.
-        result = await self.node.run([self.node.spec.python, "-I", "-S", "-c", _WORKER_SCRIPT, *args],
-                                     timeout=timeout)
-        if not result.ok:
-            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise RuntimeError_(f"{self.node.name}: worker control failed ({detail}); "
-                                f"check that {self.node.spec.python} runs on the node")
-        return json.loads(result.stdout.strip().splitlines()[-1])
-
-    async def preflight(self, launch: WorkerLaunch) -> list[str]:
-        python = launch.argv[0]
-        check = await self.node.run([python, "-c", "import sys; print(sys.version_info >= (3, 9))"], timeout=60)
-        if not check.ok or check.stdout.strip() != "True":
-            return [f"{self.node.name}: {python} does not run a Python >= 3.9 "
-                    f"({(check.stderr.strip().splitlines() or ['not found'])[-1]}); set python in cluster.toml"]
-        return []
-
-    async def start(self, launch: WorkerLaunch) -> None:
-        meta = {"job": launch.job, "run_id": launch.run_id, "index": launch.slot.index,
-                "generation": launch.generation}
-        env = {**launch.env, "TF_CONFIG": launch.tf_config}
-        args = ["start", "--run-dir", self.run_dir(launch.run_id), "--label", launch.label,
-                "--log", _log_name(launch.label, launch.generation), "--meta", json.dumps(meta), "--cwd", launch.cwd,
-                "--mkdir", launch.output_dir]
-        for key, value in env.items():
-            args += ["--env", f"{key}={value}"]
-        reply = await self._worker(*args, "--", *launch.argv)
-        if "error" in reply:
-            raise RuntimeError_(f"{self.node.name}: {reply['error']}")
-
-    async def status(self, run_id: str, label: str) -> WorkerStatus:
-        return (await self.statuses(run_id, [label]))[0]
-
-    async def statuses(self, run_id: str, labels: Sequence[str]) -> list[WorkerStatus]:
-        reply = await self._worker("status", "--run-dir", self.run_dir(run_id),
-                                   *(arg for label in labels for arg in ("--label", label)))
-        return [_status(item["label"], item) for item in reply["workers"]]
-
-    async def stop(self, run_id: str, label: str, grace: float = STOP_GRACE_SECONDS) -> WorkerStatus:
-        reply = await self._worker("stop", "--run-dir", self.run_dir(run_id), "--label", label,
-                                   "--grace", f"{grace:g}", timeout=grace + 30)
-        return _status(label, reply)
-
-    async def list_workers(self) -> list[WorkerStatus]:
-        reply = await self._worker("list", "--root", self.run_root)
-        return [_status(item["label"], item) for item in reply["workers"]]
-
-    def tail(self, run_id: str, label: str, generation: int, follow: bool = True, **kwargs) -> LogTail:
-        return LogTail.file(self.node, f"{self.run_dir(run_id)}/{_log_name(label, generation)}", follow, **kwargs)
-
-
-def _log_name(label: str, generation: int) -> str:
-    return f"{label}.g{generation}.log"
-
-
-def _status(label: str, reply: dict) -> WorkerStatus:
-    return WorkerStatus(label=label, state=reply.get("state", "missing"), exit_status=reply.get("status"),
-                        generation=reply.get("generation"), run_id=reply.get("run_id", ""),
-                        job=reply.get("job", ""))

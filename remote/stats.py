@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -270,3 +271,19 @@ def parse_agent_line(line: str) -> NodeStats:
         disk_free=_number(obj, "disk_free", ""),
         errors=tuple(errors),
     )
+
+
+def describe_gpus(stats: NodeStats | None) -> str:
+    """What a node trains on, in words (for doctor and a run's preflight line).
+
+    Returns:
+        "2 GPUs: 2× NVIDIA H100 NVL" (names grouped, so eight identical cards stay one line),
+        "CPU only", or "GPUs unknown (no stats yet)" for None.
+    """
+    if stats is None:
+        return "GPUs unknown (no stats yet)"
+    if not stats.gpus:
+        return "CPU only"
+    names = Counter(str(gpu.name) for gpu in stats.gpus)
+    kinds = ", ".join(f"{count}× {gpu}" for gpu, count in names.items())
+    return f"{len(stats.gpus)} GPU{'s' if len(stats.gpus) != 1 else ''}: {kinds}"

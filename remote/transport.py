@@ -418,3 +418,5 @@ async def _spawn(argv: Sequence[str]) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(
             "sh", "-c", f"echo {shlex.quote(argv[0])}: command not found >&2; exit 127",
             stdin=pipe, stdout=pipe, stderr=pipe)
+    except OSError as exc:  # wrapped here, as SshTransport wraps asyncssh's errors: callers catch one type
+        raise TransportError(f"cannot start {argv[0]}: {exc}") from exc

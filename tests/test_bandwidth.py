@@ -29,7 +29,8 @@ from homegpu.remote.bandwidth import (
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import load_cluster
 from homegpu.tui import bandwidth_commands
-from homegpu.tui.bandwidth_commands import format_matrix, matrix_json
+from homegpu.tui.bandwidth_commands import matrix_json
+from homegpu.tui.text import format_matrix
 
 FIXTURES = Path(__file__).parent / "fixtures" / "iperf3"
 RESNET50 = 25_600_000

@@ -35,7 +35,8 @@ from homegpu.remote.docker_runtime import (
 )
 from homegpu.remote.images import CopyProgress, Fanout, build_message_lines, copy_image
 from homegpu.remote.job_config import JobSpec
-from homegpu.remote.runtime import RuntimeError_, WorkerLaunch
+from homegpu.remote.runtime import WorkerLaunch
+from homegpu.remote.runtime_errors import RuntimeError_
 from homegpu.remote.tfconfig import tf_config_json, worker_slots
 from homegpu.remote.transport import SshTransport
 
@@ -263,11 +264,12 @@ def test_permission_denied_names_the_docker_group_fix():
 
 
 def _launch(job: JobSpec, spec, label: str, generation: int, argv: tuple[str, ...], image: str,
-            run_id: str, data_dir: str = "") -> WorkerLaunch:
+            run_id: str, data_dir: str = "", code_dir: str = "", output_dir: str = "") -> WorkerLaunch:
     slots = worker_slots(spec, job)
     slot = next(s for s in slots if s.label == label)
     return WorkerLaunch(job=job.name, run_id=run_id, generation=generation, slot=slot,
-                        tf_config=tf_config_json(slots, slot.index), argv=argv, cwd=CODE_DIR,
+                        tf_config=tf_config_json(slots, slot.index), argv=argv, cwd=CODE_DIR, python=argv[0],
+                        code_dir=code_dir, output_dir=output_dir,
                         env={"HOMEGPU_OUTPUT_DIR": OUT_DIR}, image=image, data_dir=data_dir)
 
 
@@ -351,13 +353,13 @@ async def test_runtime_start_status_tail_list_stop_remove_on_two_nodes(
                     for name in ("node1", "node2")}
         launches = {}
         for name, runtime in runtimes.items():
-            node_python = cluster.node(name).spec.python  # runs helpers on the node, not in the image
-            assert runtime.paths(run_id, str(code), name, str(data), node_python).python == "python3"
-            paths = runtime.paths(run_id, str(code), name, str(data), "sh")
+            # no job python: the image's python3 (the node's own python runs helpers on the node)
+            assert runtime.worker_paths(run_id, name, str(code), str(data), "").python == "python3"
+            paths = runtime.worker_paths(run_id, name, str(code), str(data), "sh")
             assert (paths.python, paths.code_dir, paths.output_dir, paths.data_dir) == ("sh", CODE_DIR, OUT_DIR,
                                                                                         DATA_DIR)
             launches[name] = _launch(job, spec, name, 1, ("sh", "-c", WORKER_SCRIPT), busybox_image, run_id,
-                                     str(data))
+                                     str(data), str(code), runtime.out_dir(run_id, name))
             assert await runtime.preflight(launches[name]) == []
         await asyncio.gather(*(runtimes[n].start(launches[n]) for n in runtimes))
 
@@ -397,7 +399,8 @@ async def test_runtime_start_status_tail_list_stop_remove_on_two_nodes(
         assert len(by_label(engine, "run", run_id)) == 2  # stopped, not removed: logs stay readable
 
         # the next generation gets its own container; remove() clears every generation
-        relaunch = _launch(job, spec, "node1", 2, ("sh", "-c", "exit 3"), busybox_image, run_id, str(data))
+        relaunch = _launch(job, spec, "node1", 2, ("sh", "-c", "exit 3"), busybox_image, run_id, str(data),
+                           str(code), runtimes["node1"].out_dir(run_id, "node1"))
         await runtimes["node1"].start(relaunch)
         await wait_for(lambda: by_label(engine, "generation", "2")[0].status == "exited")
         status = await runtimes["node1"].status(run_id, "node1")
@@ -415,9 +418,8 @@ async def test_stop_kills_a_worker_that_ignores_term_after_the_grace(
     job = JobSpec(name="stubborn", image=busybox_image, nodes=("node1",))
     async with online(docker_toml, "node1") as cluster:
         runtime = DockerRuntime(cluster.node("node1"), f"{sim_cluster.node('node1').work_dir}/runs")
-        runtime.paths(run_id, str(code), "node1", "", "sh")
         launch = _launch(job, spec, "node1", 1, ("sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.2; done"),
-                         busybox_image, run_id)
+                         busybox_image, run_id, "", str(code), runtime.out_dir(run_id, "node1"))
         await runtime.start(launch)
         tail = runtime.tail(run_id, "node1", 1).start()
         try:
@@ -440,9 +442,8 @@ async def test_tail_without_follow_ends_with_the_output(
     job = JobSpec(name="short", image=busybox_image, nodes=("node1",))
     async with online(docker_toml, "node1") as cluster:
         runtime = DockerRuntime(cluster.node("node1"), f"{sim_cluster.node('node1').work_dir}/runs")
-        runtime.paths(run_id, str(code), "node1", "", "sh")
         await runtime.start(_launch(job, spec, "node1", 1, ("sh", "-c", "echo one; echo two >&2; exit 0"),
-                                    busybox_image, run_id))
+                                    busybox_image, run_id, "", str(code), runtime.out_dir(run_id, "node1")))
         await wait_for(lambda: by_label(engine, "run", run_id)[0].status == "exited")
         tail = runtime.tail(run_id, "node1", 1, follow=False).start()
         await asyncio.wait_for(tail.finished.wait(), 20)
@@ -457,9 +458,9 @@ async def test_gpus_on_an_engine_without_the_nvidia_toolkit_fail_with_the_fix(
     job = JobSpec(name="gpu", image=busybox_image, nodes=("node1",))
     async with online(docker_toml, "node1") as cluster:
         runtime = DockerRuntime(cluster.node("node1"), f"{sim_cluster.node('node1').work_dir}/runs", gpus=True)
-        runtime.paths(run_id, str(code), "node1", "", "sh")
         with pytest.raises(RuntimeError_) as caught:
-            await runtime.start(_launch(job, spec, "node1", 1, ("true",), busybox_image, run_id))
+            await runtime.start(_launch(job, spec, "node1", 1, ("true",), busybox_image, run_id, "", str(code),
+                                        runtime.out_dir(run_id, "node1")))
     assert str(caught.value).startswith("node1: Docker cannot give containers the GPUs: install the NVIDIA "
                                         "Container Toolkit")
     assert by_label(engine, "run", run_id) == []  # the created container went with the failed start

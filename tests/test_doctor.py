@@ -31,7 +31,8 @@ from homegpu.remote.doctor import (
 from homegpu.remote.stats import parse_agent_line
 from homegpu.remote.stats_agent import parse_nvidia_smi_gpus
 from homegpu.remote.transport import CommandResult
-from homegpu.tui.doctor_commands import format_check, format_report, job_port
+from homegpu.tui.doctor_commands import job_port
+from homegpu.tui.text import format_check, format_report
 
 REPLAY_GPUS = FIXTURES / "gpus_2x_h100nvl_idle.csv"
 REPLAY_APPS = FIXTURES / "apps_none.csv"

@@ -15,6 +15,7 @@ from pathlib import Path
 from homegpu.remote.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult, parse_iperf3_json
 from homegpu.remote.config import parse_cluster
 from homegpu.remote.events import JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated
+from homegpu.remote.log_lines import classify
 from homegpu.remote.logtail import LogLine
 from homegpu.remote.stats import parse_agent_line
 from homegpu.remote.tfconfig import worker_slots
@@ -75,7 +76,8 @@ def recorded_events() -> list[object]:
         events.append(Metric("demo", RUN_ID, WORKERS[data.pop("worker_label")], data["worker"], data))
     for index, worker in enumerate(WORKERS.values()):
         log = (FIXTURES / "tui" / f"demo_worker{index}.log").read_text().splitlines()
-        events += [LogLine(worker, "log", seq, text, worker=worker) for seq, text in enumerate(log, 1)]
+        events += [LogLine(worker, "log", seq, text, worker=worker, metric=classify(text))
+                   for seq, text in enumerate(log, 1)]
     gbits = parse_iperf3_json((FIXTURES / "iperf3" / "client_loopback_1s.json").read_text()) / 1e9
     links = [LinkResult(src, dst, gbits, at=NOW - 180) for src in ("desktop", "closet")
              for dst in ("desktop", "closet") if src != dst]

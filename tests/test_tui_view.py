@@ -14,6 +14,7 @@ from homegpu.remote.config import embedded_default, parse_cluster
 from homegpu.remote.events import (
     JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler,
 )
+from homegpu.remote.log_lines import classify
 from homegpu.remote.logtail import LogLine
 from homegpu.remote.stats import parse_agent_line
 from homegpu.trainer.metrics import format_metric
@@ -113,7 +114,8 @@ def test_restarts_keep_the_run_and_count(view: ClusterView) -> None:
 
 
 def test_metric_lines_are_not_log_lines(view: ClusterView) -> None:
-    assert view.apply(LogLine("big", "log", 1, format_metric(event="epoch", epoch=1), worker="big")) == set()
+    text = format_metric(event="epoch", epoch=1)
+    assert view.apply(LogLine("big", "log", 1, text, worker="big", metric=classify(text))) == set()
     assert view.apply(LogLine("big", "log", 2, "plain", worker="big")) == {LOGS}
     assert [e.text for e in view.logs.buffers["big"]] == ["plain"]
 

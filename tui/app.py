@@ -27,12 +27,12 @@ from homegpu.remote.job_run import LaunchError
 from homegpu.remote.node import NODE_GONE
 from homegpu.remote.tfconfig import job_nodes
 from homegpu.tui.controller import Busy, Controller
-from homegpu.tui.doctor_commands import format_report
 from homegpu.tui.logview import LogView
 from homegpu.tui.panel import Panel
 from homegpu.tui.render import NODE_COLUMNS, bandwidth_summary, job_summary, key_bar, node_cells, node_detail
 from homegpu.tui.screens import ConfirmScreen, LaunchScreen, QuitScreen, TextScreen
 from homegpu.tui.state import BANDWIDTH, JOB, LOGS, NODES, ClusterView, LogBuffers
+from homegpu.tui.text import format_report
 
 REFRESH_SECONDS = 0.25
 TALL = 36  # terminal rows from which the loss plot gets four rows instead of one

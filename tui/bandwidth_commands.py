@@ -9,17 +9,15 @@ import sys
 from typing import Sequence
 
 from homegpu.remote.bandwidth import (
-    RESNET50_PARAMS, BandwidthMatrix, LinkResult, advice, format_gbits, iperf3_seconds, measure,
+    RESNET50_PARAMS, BandwidthMatrix, LinkResult, advice, format_gbits, link_timeout, measure,
 )
 from homegpu.remote import bandwidth_store
 from homegpu.remote.bandwidth_store import links_json
 from homegpu.remote.cluster import Cluster
-from homegpu.tui.cli import UserError, load_spec
-from homegpu.tui.text import table
+from homegpu.remote.connect import connect_wait
+from homegpu.tui.cli_common import UserError, load_spec
+from homegpu.tui.text import format_matrix
 
-DIAGONAL = "—"
-NOT_MEASURED = "·"
-LINK_TIMEOUT_MARGIN = 10.0  # per link, on top of the test itself: SSH round trips, server start
 
 JSON_HELP = """\
 --json prints one JSON object and nothing else:
@@ -84,9 +82,9 @@ def _check_args(args: argparse.Namespace, names: Sequence[str]) -> None:
 async def _measure(spec, args: argparse.Namespace) -> BandwidthMatrix:
     progress = None if args.json else print_progress
     async with Cluster(spec, stream_stats=False) as cluster:
-        await cluster.wait_settled(spec.ssh.connect_timeout + 2)
+        await cluster.wait_settled(connect_wait(spec, 2))
         matrix = await measure(cluster, star=args.star, seconds=args.seconds,
-                               timeout=iperf3_seconds(args.seconds) + LINK_TIMEOUT_MARGIN, on_link=progress)
+                               timeout=link_timeout(args.seconds), on_link=progress)
     bandwidth_store.save(spec, matrix)  # the TUI opens with it
     return matrix
 
@@ -97,32 +95,6 @@ def print_progress(src: str, dst: str, result: LinkResult | None) -> None:
         print(f"{src} → {dst} ... ", end="", file=sys.stderr, flush=True)
     else:
         print(format_gbits(result.gbits) if result.ok else f"error: {result.error}", file=sys.stderr, flush=True)
-
-
-def format_matrix(matrix: BandwidthMatrix, names: Sequence[str], not_measured: str = "not measured (--star)") -> str:
-    """Rows are sources, columns destinations, in Gbit/s; errors as `err[N]` with footnotes below.
-
-    Links that fail for the same reason (an offline node fails all of its links) share a footnote.
-    """
-    footnotes: dict[str, int] = {}
-    rows = [[src, *(_cell(matrix, src, dst, footnotes) for dst in names)] for src in names]
-    lines = ["Gbit/s, rows: from, columns: to", table(["FROM \\ TO", *names], rows)]
-    lines += [f"  [{number}] {error}" for error, number in footnotes.items()]
-    if any(NOT_MEASURED in row for row in rows):
-        lines.append(f"  {NOT_MEASURED} {not_measured}")
-    return "\n".join(lines)
-
-
-def _cell(matrix: BandwidthMatrix, src: str, dst: str, footnotes: dict[str, int]) -> str:
-    if src == dst:
-        return DIAGONAL
-    result = matrix.get(src, dst)
-    if result is None:
-        return NOT_MEASURED
-    if result.ok:
-        return format_gbits(result.gbits, unit=False)
-    number = footnotes.setdefault(result.error, len(footnotes) + 1)
-    return f"err[{number}]"
 
 
 def matrix_json(matrix: BandwidthMatrix, advice_text: str) -> dict:

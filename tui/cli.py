@@ -11,9 +11,12 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from typing import Callable, Sequence
 
-from homegpu.remote.config import ConfigError, ClusterSpec, embedded_default, find_config, load_cluster
-
-EXIT_USAGE = 2
+from homegpu.remote.config import ConfigError
+from homegpu.tui import (
+    bandwidth_commands, config_commands, doctor_commands, image_commands, job_commands, status_commands,
+    trust_commands,
+)
+from homegpu.tui.cli_common import EXIT_USAGE, EXPERIMENTS, UserError, load_spec
 
 DESCRIPTION = """\
 Train TensorFlow across the GPU machines in your home or lab from one terminal.
@@ -34,10 +37,6 @@ examples:
   homegpu --config ~/lab/cluster.toml check"""
 
 
-class UserError(Exception):
-    """A mistake the user can fix; printed as one line, exit status 2."""
-
-
 def package_version() -> str:
     try:
         return version("homegpu")
@@ -46,11 +45,6 @@ def package_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from homegpu.tui import (
-        bandwidth_commands, config_commands, doctor_commands, image_commands, job_commands, status_commands,
-        trust_commands,
-    )
-
     parser = argparse.ArgumentParser(
         prog="homegpu", description=DESCRIPTION, epilog=EPILOG, formatter_class=ParagraphFormatter,
     )
@@ -99,16 +93,9 @@ class CommandParser(argparse.ArgumentParser):
         super().__init__(*args, **{**kwargs, "formatter_class": ParagraphFormatter})
         add_cluster_options(self, default=argparse.SUPPRESS)
 
-def load_spec(args: argparse.Namespace) -> ClusterSpec:
-    """The cluster for this invocation: --local, --config, ./cluster.toml, or the embedded default."""
-    if getattr(args, "local", False):  # commands built without the global options have none
-        return embedded_default()
-    return load_cluster(find_config(args.config))
-
 
 def open_tui(args: argparse.Namespace) -> int:
-    from homegpu.tui.app import run_app
-    from homegpu.tui.job_commands import EXPERIMENTS
+    from homegpu.tui.app import run_app  # Textual loads only when the UI opens
 
     return run_app(load_spec(args), EXPERIMENTS)
 

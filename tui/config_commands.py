@@ -7,7 +7,7 @@ from pathlib import Path
 
 from homegpu.remote.config import DEFAULT_CONFIG_NAME, DEMO_JOB, LOCAL_HOST, ConfigError, NodeSpec, parse_cluster
 from homegpu.remote.config_writer import cluster_to_toml, starter_cluster
-from homegpu.tui.cli import UserError, load_spec
+from homegpu.tui.cli_common import UserError, load_spec
 from homegpu.tui.text import format_cluster
 
 

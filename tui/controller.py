@@ -11,7 +11,7 @@ import contextlib
 from pathlib import Path
 
 from homegpu.remote import bandwidth_store
-from homegpu.remote.bandwidth import LinkCallback, BandwidthMatrix, iperf3_seconds, measure, pairs
+from homegpu.remote.bandwidth import LinkCallback, BandwidthMatrix, link_timeout, measure, pairs
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.connect import OfferedKey
@@ -22,7 +22,6 @@ from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome, attach_if_ru
 from homegpu.remote.tfconfig import WorkerSlot, worker_slots
 
 BANDWIDTH_SECONDS = 1.0
-LINK_TIMEOUT_MARGIN = 10.0
 
 
 class Busy(Exception):
@@ -125,7 +124,7 @@ class Controller:
 
     async def measure_bandwidth(self, on_link: LinkCallback) -> BandwidthMatrix:
         matrix = await measure(self.cluster, seconds=BANDWIDTH_SECONDS,
-                               timeout=iperf3_seconds(BANDWIDTH_SECONDS) + LINK_TIMEOUT_MARGIN, on_link=on_link)
+                               timeout=link_timeout(BANDWIDTH_SECONDS), on_link=on_link)
         bandwidth_store.save(self.spec, matrix)
         return matrix
 

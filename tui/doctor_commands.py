@@ -5,15 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from itertools import groupby
 from typing import Sequence
 
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import ClusterSpec
-from homegpu.remote.doctor import DEFAULT_JOB_PORT, Check, diagnose
-from homegpu.tui.cli import load_spec
-
-MARKS = {True: "✓", False: "✗", None: "-"}
+from homegpu.remote.doctor import Check, diagnose
+from homegpu.remote.job_config import DEFAULT_JOB_PORT
+from homegpu.tui.cli_common import load_spec
+from homegpu.tui.text import format_report
 
 JSON_HELP = """\
 --json prints one JSON object:
@@ -55,31 +54,6 @@ def job_port(spec: ClusterSpec) -> int:
 async def _doctor(spec: ClusterSpec, port: int) -> list[Check]:
     async with Cluster(spec, stream_stats=False) as cluster:
         return await diagnose(cluster, port)
-
-
-def format_check(check: Check) -> str:
-    """`  ✓ name: detail`, `  ✗ name: detail — fix: ...`, `  - name: detail`."""
-    line = f"  {MARKS[check.ok]} {check.name}: {check.detail}"
-    return f"{line} — fix: {check.fix}" if check.ok is False and check.fix else line
-
-
-def format_report(spec: ClusterSpec, checks: Sequence[Check]) -> str:
-    """A header per node, its checks, then one summary line."""
-    lines = []
-    for name, group in groupby(checks, key=lambda check: check.node):
-        node = spec.node(name)
-        lines.append(f"{name} ({node.host}, runtime {node.runtime})")
-        lines.extend(format_check(check) for check in group)
-    lines.append(_summary(checks))
-    return "\n".join(lines)
-
-
-def _summary(checks: Sequence[Check]) -> str:
-    failed = [check for check in checks if check.ok is False]
-    if not failed:
-        return "all checks passed"
-    nodes = sorted({check.node for check in failed})
-    return f"{len(failed)} problem{'s' if len(failed) != 1 else ''} on {', '.join(nodes)}"
 
 
 def doctor_json(cluster: str, checks: Sequence[Check]) -> dict:

@@ -20,7 +20,6 @@ from homegpu.remote.events import (
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome, launch_or_attach
 from homegpu.remote.logtail import LogLine
-from homegpu.trainer.metrics import parse_metric_line
 from homegpu.tui.text import table
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
@@ -40,7 +39,7 @@ class LinePrinter:
 
     def format(self, event: object) -> str | None:
         if isinstance(event, LogLine):
-            if parse_metric_line(event.text) is not None:
+            if event.metric is not None:
                 return None  # shown as a progress line from its Metric event
             return f"{event.worker or event.node:>{self.width}} | {event.text}"
         if isinstance(event, Metric):

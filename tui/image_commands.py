@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Sequence
 
 from homegpu.remote.cluster import Cluster
+from homegpu.remote.connect import connect_wait
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.images import CopyProgress, ImageError, NodeOutcome, build_on_nodes, copy_image
 from homegpu.remote.job_config import DEFAULT_IMAGE
 from homegpu.remote.node import NodeSession
 from homegpu.remote.docker_link import DockerUnavailable
-from homegpu.tui.cli import UserError, load_spec
+from homegpu.tui.cli_common import UserError, load_spec
 
 DOCKERFILE = Path("assets") / "Dockerfile"
 # An editable install or a source checkout: the repository's copy of assets/Dockerfile.
@@ -157,7 +158,7 @@ def _docker_nodes(spec: ClusterSpec, chosen: Sequence[str], exclude: str = "") -
 
 async def _connect(cluster: Cluster, names: Sequence[str]) -> tuple[list[NodeSession], list[NodeOutcome]]:
     """The named nodes that came online, and an outcome for each that did not."""
-    await cluster.wait_settled(cluster.spec.ssh.connect_timeout + 5, names)
+    await cluster.wait_settled(connect_wait(cluster.spec, 5), names)
     online, offline = [], []
     for name in names:
         node = cluster.node(name)

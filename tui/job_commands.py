@@ -11,13 +11,11 @@ from pathlib import Path
 
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import ClusterSpec
-from homegpu.remote.job_run import JobRun, LaunchError, open_runtime
+from homegpu.remote.runs import JobNodes, LaunchError, list_workers
 from homegpu.remote.tfconfig import JobConfigError, find_job, job_nodes, tf_config, worker_slots
-from homegpu.tui.cli import UserError, load_spec
+from homegpu.tui.cli_common import EXPERIMENTS, UserError, load_spec
 from homegpu.tui.headless import run_headless
 from homegpu.tui.text import table
-
-EXPERIMENTS = Path("experiments")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -115,16 +113,15 @@ def list_jobs(args: argparse.Namespace) -> int:
 
 async def _collect_workers(spec: ClusterSpec) -> list[tuple]:
     async with Cluster(spec, stream_stats=False) as cluster:
-        async def one(node):
-            try:
-                runtime, _ = await open_runtime(cluster, node, spec.ssh.connect_timeout + 5)
-                return [(w.job, w.run_id, w.label, node.name, w.generation,
-                         w.state if w.exit_status is None else f"{w.state} ({w.exit_status})")
-                        for w in await runtime.list_workers()]
-            except LaunchError as exc:
-                return [("?", "?", "?", node.name, "?", f"unreachable: {exc}")]
-        groups = await asyncio.gather(*(one(node) for node in cluster.nodes.values()))
-    return sorted(row for group in groups for row in group)
+        found = await list_workers(cluster)
+    rows = []
+    for node, workers in found:
+        if isinstance(workers, LaunchError):
+            rows.append(("?", "?", "?", node, "?", f"unreachable: {workers}"))
+            continue
+        rows += [(w.job, w.run_id, w.label, node, w.generation,
+                  w.state if w.exit_status is None else f"{w.state} ({w.exit_status})") for w in workers]
+    return sorted(rows)
 
 
 def stop_job(args: argparse.Namespace) -> int:
@@ -133,24 +130,22 @@ def stop_job(args: argparse.Namespace) -> int:
     return asyncio.run(_stop(spec, job))
 
 
-async def _prepared(cluster: Cluster, job) -> JobRun:
-    """A JobRun with its nodes reached, for commands that act on runs started elsewhere."""
-    run = JobRun(cluster, job, EXPERIMENTS)
+async def _job_nodes(cluster: Cluster, job) -> JobNodes:
+    """The job's runtimes, for commands that act on runs started elsewhere."""
     try:
-        await run.prepare()
+        return await JobNodes.open(cluster, job)
     except LaunchError as exc:
         raise UserError(f"cannot reach the job's nodes: {exc}") from None
-    return run
 
 
 async def _stop(spec: ClusterSpec, job) -> int:
     async with Cluster(spec, stream_stats=False) as cluster:
-        run = await _prepared(cluster, job)
-        active = await run.find_active()
+        nodes = await _job_nodes(cluster, job)
+        active = await nodes.find()
         if active is None:
             print(f"{job.name} is not running")
             return 0
-        statuses = await run.stop_now(active[0])
+        statuses = [s for s in await nodes.stop(active[0]) if not isinstance(s, BaseException)]
         for status in statuses:
             print(f"{status.label}: {status.state}" + (f" ({status.exit_status})" if status.exit_status is not None else ""))
         left = [s.label for s in statuses if s.running]
@@ -169,19 +164,18 @@ def show_logs(args: argparse.Namespace) -> int:
 
 async def _logs(spec: ClusterSpec, job, node: str | None, follow: bool) -> int:
     async with Cluster(spec, stream_stats=False) as cluster:
-        run = await _prepared(cluster, job)
-        latest = await run.find_active(running_only=False)
+        nodes = await _job_nodes(cluster, job)
+        latest = await nodes.find(running_only=False)
         if latest is None:
             raise UserError(f"no run of {job.name} found on its nodes")
         run_id, generation = latest
-        tracks = [t for t in run.tracks.values() if node in (None, t.label, t.slot.node.name)]
-        if not tracks:
-            raise UserError(f"{job.name} has no worker on node {node!r}")
-        width = max(len(t.label) for t in tracks)
-        tails = [t.runtime.tail(run_id, t.label, generation, follow=follow,
-                                on_line=lambda line, label=t.label: print(f"{label:>{width}} | {line.text}",
-                                                                           flush=True)).start()
-                 for t in tracks]
+        try:
+            slots = nodes.slots_on(node)
+        except LookupError as exc:
+            raise UserError(str(exc)) from None
+        width = max(len(s.label) for s in slots)
+        tails = nodes.tails(run_id, generation, slots, follow=follow,
+                            on_line=lambda line: print(f"{line.worker:>{width}} | {line.text}", flush=True))
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
         waiting = [asyncio.create_task(t.finished.wait()) for t in tails]

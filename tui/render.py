@@ -13,10 +13,9 @@ from rich.text import Text
 from homegpu.remote.bandwidth import RESNET50_PARAMS, BandwidthMatrix, advice
 from homegpu.remote.events import JobState, NodeState
 from homegpu.remote.stats import NA, GpuStats
-from homegpu.tui.bandwidth_commands import format_matrix
 from homegpu.tui.plot import braille_plot, progress_bar, sparkline
 from homegpu.tui.state import BandwidthView, JobView, NodeView, history_key
-from homegpu.tui.text import STATE_MARKS
+from homegpu.tui.text import STATE_MARKS, format_matrix
 
 # (warn, bad) thresholds: at or above warn is yellow, at or above bad is red.
 UTIL_LEVELS = (50.0, 90.0)

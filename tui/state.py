@@ -20,7 +20,6 @@ from homegpu.remote.events import (
 )
 from homegpu.remote.logtail import LogLine
 from homegpu.remote.stats import GpuStats, NodeStats
-from homegpu.trainer.metrics import parse_metric_line
 
 HISTORY = 300  # samples per GPU series: five minutes at the default 1 s stats interval
 LOSS_POINTS = 2_000
@@ -194,7 +193,7 @@ class ClusterView:
     def apply(self, event: object) -> set[str]:
         """Take one event; returns the parts of the screen it changed (NODES, JOB, LOGS, BANDWIDTH)."""
         if isinstance(event, LogLine):
-            if parse_metric_line(event.text) is not None:
+            if event.metric is not None:
                 return set()  # shown in the job panel, from its Metric event
             self.logs.add(event)
             return {LOGS}

@@ -9,9 +9,10 @@ import sys
 import time
 
 from homegpu.remote.cluster import Cluster
+from homegpu.remote.connect import connect_wait
 from homegpu.remote.events import NodeState
 from homegpu.remote.node import NodeSession
-from homegpu.tui.cli import load_spec
+from homegpu.tui.cli_common import load_spec
 from homegpu.tui.text import format_status, status_json
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
@@ -51,7 +52,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 async def _status(spec, as_json: bool, watch: bool) -> int:
     async with Cluster(spec) as cluster:
-        await cluster.wait_settled(timeout=spec.ssh.connect_timeout + 3 * spec.stats_interval + 2)
+        await cluster.wait_settled(timeout=connect_wait(spec, 3 * spec.stats_interval + 2))
         while True:
             nodes = list(cluster.nodes.values())
             _show(spec.name, nodes, as_json, watch)

@@ -1,12 +1,20 @@
-"""Plain-text renderings for the command line (no Textual): tables of specs and snapshots."""
+"""Plain-text renderings shared by the commands and the TUI (no Textual): tables of specs, snapshots,
+the bandwidth matrix and doctor's report."""
 
 from __future__ import annotations
 
 import dataclasses
+from itertools import groupby
 from typing import Sequence
 
+from homegpu.remote.bandwidth import BandwidthMatrix, format_gbits
 from homegpu.remote.config import ClusterSpec
+from homegpu.remote.doctor import Check
 from homegpu.remote.stats import NA
+
+DIAGONAL = "—"
+NOT_MEASURED = "·"
+CHECK_MARKS = {True: "✓", False: "✗", None: "-"}
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "  ") -> str:
@@ -129,3 +137,60 @@ def _jsonable(value):
     if isinstance(value, (list, tuple)):
         return [_jsonable(item) for item in value]
     return value
+
+
+# -- bandwidth ----------------------------------------------------------------------------------
+
+
+def format_matrix(matrix: BandwidthMatrix, names: Sequence[str], not_measured: str = "not measured (--star)") -> str:
+    """Rows are sources, columns destinations, in Gbit/s; errors as `err[N]` with footnotes below.
+
+    Links that fail for the same reason (an offline node fails all of its links) share a footnote.
+    """
+    footnotes: dict[str, int] = {}
+    rows = [[src, *(_cell(matrix, src, dst, footnotes) for dst in names)] for src in names]
+    lines = ["Gbit/s, rows: from, columns: to", table(["FROM \\ TO", *names], rows)]
+    lines += [f"  [{number}] {error}" for error, number in footnotes.items()]
+    if any(NOT_MEASURED in row for row in rows):
+        lines.append(f"  {NOT_MEASURED} {not_measured}")
+    return "\n".join(lines)
+
+
+def _cell(matrix: BandwidthMatrix, src: str, dst: str, footnotes: dict[str, int]) -> str:
+    if src == dst:
+        return DIAGONAL
+    result = matrix.get(src, dst)
+    if result is None:
+        return NOT_MEASURED
+    if result.ok:
+        return format_gbits(result.gbits, unit=False)
+    number = footnotes.setdefault(result.error, len(footnotes) + 1)
+    return f"err[{number}]"
+
+
+# -- doctor -------------------------------------------------------------------------------------
+
+
+def format_check(check: Check) -> str:
+    """`  ✓ name: detail`, `  ✗ name: detail — fix: ...`, `  - name: detail`."""
+    line = f"  {CHECK_MARKS[check.ok]} {check.name}: {check.detail}"
+    return f"{line} — fix: {check.fix}" if check.ok is False and check.fix else line
+
+
+def format_report(spec: ClusterSpec, checks: Sequence[Check]) -> str:
+    """A header per node, its checks, then one summary line."""
+    lines = []
+    for name, group in groupby(checks, key=lambda check: check.node):
+        node = spec.node(name)
+        lines.append(f"{name} ({node.host}, runtime {node.runtime})")
+        lines.extend(format_check(check) for check in group)
+    lines.append(_summary(checks))
+    return "\n".join(lines)
+
+
+def _summary(checks: Sequence[Check]) -> str:
+    failed = [check for check in checks if check.ok is False]
+    if not failed:
+        return "all checks passed"
+    nodes = sorted({check.node for check in failed})
+    return f"{len(failed)} problem{'s' if len(failed) != 1 else ''} on {', '.join(nodes)}"

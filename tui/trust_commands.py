@@ -8,7 +8,7 @@ import sys
 
 from homegpu.remote import hostkeys
 from homegpu.remote.connect import NodeError, fetch_offered_key
-from homegpu.tui.cli import UserError, load_spec
+from homegpu.tui.cli_common import UserError, load_spec
 
 
 def register(commands: argparse._SubParsersAction) -> None:

@@ -55,7 +55,7 @@ async def homegpu_launch_seconds(config: Path, job: str) -> float:
         run = JobRun(cluster, spec.jobs[job], Path(tempfile.mkdtemp()))
         await run.launch()
         elapsed = time.perf_counter() - start
-        await run.stop_now(run.run_id)
+        await run.nodes.stop(run.run_id)
         await run.detach()
     return elapsed
 

@@ -1,0 +1,98 @@
+"""ProcessRuntime: each worker is a plain process on its node, started with setsid through
+proc_worker.py (shipped as a `python -c` script, so nodes need no homegpu install). For nodes
+without Docker; the worker's state lives in files under the run directory.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Sequence
+
+from homegpu.remote.logtail import LogTail
+from homegpu.remote.runtime import STOP_GRACE_SECONDS, NodePaths, Runtime, WorkerLaunch, WorkerStatus
+from homegpu.remote.runtime_errors import RuntimeError_
+
+_TF_SCRIPT = "import tensorflow, tf_keras; print(tensorflow.__version__)"
+_WORKER_SCRIPT = resources.files("homegpu.remote").joinpath("proc_worker.py").read_text()
+
+
+class ProcessRuntime(Runtime):
+    """Plain processes started with setsid through proc_worker.py; for nodes without Docker."""
+
+    def worker_paths(self, run_id: str, label: str, code_dir: str, data_dir: str, job_python: str) -> NodePaths:
+        """The node's own paths; the interpreter is the job's `python`, else the node's."""
+        return NodePaths(python=job_python or self.node.spec.python, code_dir=code_dir,
+                         output_dir=self.out_dir(run_id, label), data_dir=data_dir)
+
+    async def _worker(self, *args: str, timeout: float = 60.0) -> dict:
+        # -I -S: the script needs only the standard library; skipping site-packages makes a call
+        # that the watch loop makes every second during a run start faster.
+        result = await self.node.run([self.node.spec.python, "-I", "-S", "-c", _WORKER_SCRIPT, *args],
+                                     timeout=timeout)
+        if not result.ok:
+            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError_(f"{self.node.name}: worker control failed ({detail}); "
+                                f"check that {self.node.spec.python} runs on the node")
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    async def preflight(self, launch: WorkerLaunch) -> list[str]:
+        """The worker's python runs and is at least 3.9."""
+        python = launch.python
+        check = await self.node.run([python, "-c", "import sys; print(sys.version_info >= (3, 9))"], timeout=60)
+        if not check.ok or check.stdout.strip() != "True":
+            return [f"{self.node.name}: {python} does not run a Python >= 3.9 "
+                    f"({(check.stderr.strip().splitlines() or ['not found'])[-1]}); set python in cluster.toml"]
+        return []
+
+    async def trainer_problems(self, launch: WorkerLaunch) -> list[str]:
+        """TensorFlow and tf-keras import with the worker's python on the node."""
+        python = launch.python
+        result = await self.node.run([python, "-c", _TF_SCRIPT], timeout=180)
+        if result.ok:
+            return []
+        return [f"{self.node.name}: TensorFlow with tf-keras is not importable by {python}; install it there: "
+                f"{python} -m pip install 'tensorflow==2.21.*' 'tf-keras==2.21.*'"]
+
+    async def start(self, launch: WorkerLaunch) -> None:
+        meta = {"job": launch.job, "run_id": launch.run_id, "index": launch.slot.index,
+                "generation": launch.generation}
+        env = {**launch.env, "TF_CONFIG": launch.tf_config}
+        args = ["start", "--run-dir", self.run_dir(launch.run_id), "--label", launch.label,
+                "--log", _log_name(launch.label, launch.generation), "--meta", json.dumps(meta), "--cwd", launch.cwd,
+                "--mkdir", launch.output_dir]
+        for key, value in env.items():
+            args += ["--env", f"{key}={value}"]
+        reply = await self._worker(*args, "--", *launch.argv)
+        if "error" in reply:
+            raise RuntimeError_(f"{self.node.name}: {reply['error']}")
+
+    async def status(self, run_id: str, label: str) -> WorkerStatus:
+        return (await self.statuses(run_id, [label]))[0]
+
+    async def statuses(self, run_id: str, labels: Sequence[str]) -> list[WorkerStatus]:
+        reply = await self._worker("status", "--run-dir", self.run_dir(run_id),
+                                   *(arg for label in labels for arg in ("--label", label)))
+        return [_status(item["label"], item) for item in reply["workers"]]
+
+    async def stop(self, run_id: str, label: str, grace: float = STOP_GRACE_SECONDS) -> WorkerStatus:
+        reply = await self._worker("stop", "--run-dir", self.run_dir(run_id), "--label", label,
+                                   "--grace", f"{grace:g}", timeout=grace + 30)
+        return _status(label, reply)
+
+    async def list_workers(self) -> list[WorkerStatus]:
+        reply = await self._worker("list", "--root", self.run_root)
+        return [_status(item["label"], item) for item in reply["workers"]]
+
+    def tail(self, run_id: str, label: str, generation: int, follow: bool = True, **kwargs) -> LogTail:
+        return LogTail.file(self.node, f"{self.run_dir(run_id)}/{_log_name(label, generation)}", follow, **kwargs)
+
+
+def _log_name(label: str, generation: int) -> str:
+    return f"{label}.g{generation}.log"
+
+
+def _status(label: str, reply: dict) -> WorkerStatus:
+    return WorkerStatus(label=label, state=reply.get("state", "missing"), exit_status=reply.get("status"),
+                        generation=reply.get("generation"), run_id=reply.get("run_id", ""),
+                        job=reply.get("job", ""))

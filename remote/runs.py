@@ -1,0 +1,131 @@
+"""Runs as they exist on the nodes: find, list, stop and read the logs of runs any homegpu started.
+
+The nodes keep every run's state (pid files, container labels), so these work from any terminal.
+A JobNodes holds one runtime per node of a job; `homegpu jobs`, `logs` and `stop`, the TUI and a
+JobRun all reach a job's workers through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Callable, Sequence
+
+from homegpu.remote.cluster import Cluster
+from homegpu.remote.connect import connect_wait
+from homegpu.remote.job_config import JobSpec
+from homegpu.remote.logtail import LogLine, LogTail
+from homegpu.remote.node import NODE_GONE, NodeSession
+from homegpu.remote.runtime import Runtime, WorkerStatus, expand_path
+from homegpu.remote.runtime_errors import RuntimeError_
+from homegpu.remote.runtime_factory import make_runtime
+from homegpu.remote.tfconfig import WorkerSlot, job_nodes, worker_slots
+
+
+class LaunchError(Exception):
+    """The run could not start (or its nodes could not be reached); nothing of it is left running.
+    The message names node and fix."""
+
+
+async def open_runtime(cluster: Cluster, node: NodeSession, timeout: float) -> tuple[Runtime, str]:
+    """The node's runtime and its expanded work dir, once it is online.
+
+    Raises:
+        LaunchError: the node is not online within `timeout`, or its home dir cannot be read.
+    """
+    try:
+        await node.wait_online(timeout)
+    except asyncio.TimeoutError:
+        raise LaunchError(f"{node.name} is {node.state.value}: {node.reason or 'no answer'}") from None
+    if node.streams_stats:  # the first stats say whether the node has GPUs to hand to containers
+        with contextlib.suppress(asyncio.TimeoutError):
+            await node.wait_for(lambda n: n.latest is not None, 3 * cluster.spec.stats_interval + 5)
+    try:
+        work = await expand_path(node, cluster.spec.work_dir_of(node.spec))
+    except (RuntimeError_, *NODE_GONE) as exc:
+        raise LaunchError(str(exc)) from None
+    return make_runtime(node, f"{work}/runs"), work
+
+
+class JobNodes:
+    """A job's worker slots with the runtime of each one's node. Make one with JobNodes.open."""
+
+    def __init__(self, job: JobSpec, slots: Sequence[WorkerSlot], runtimes: dict[str, Runtime],
+                 work_dirs: dict[str, str]) -> None:
+        self.job, self.slots = job, list(slots)
+        self.runtimes = runtimes  # node name -> runtime
+        self.work_dirs = work_dirs  # node name -> expanded work dir
+
+    @classmethod
+    async def open(cls, cluster: Cluster, job: JobSpec, timeout: float | None = None) -> "JobNodes":
+        """Wait for the job's nodes and make a runtime for each.
+
+        Raises:
+            LaunchError: naming every node that could not be reached.
+        """
+        timeout = timeout or connect_wait(cluster.spec, 5)
+        nodes = [cluster.node(node.name) for node in job_nodes(cluster.spec, job)]
+        results = await asyncio.gather(*(open_runtime(cluster, node, timeout) for node in nodes),
+                                       return_exceptions=True)
+        problems = [str(r) for r in results if isinstance(r, BaseException)]
+        if problems:
+            raise LaunchError("; ".join(problems))
+        return cls(job, worker_slots(cluster.spec, job), {node.name: r[0] for node, r in zip(nodes, results)},
+                   {node.name: r[1] for node, r in zip(nodes, results)})
+
+    def runtime(self, slot: WorkerSlot) -> Runtime:
+        return self.runtimes[slot.node.name]
+
+    async def find(self, running_only: bool = True) -> tuple[str, int] | None:
+        """Returns: (run id, generation) of the newest run of the job on its nodes that still runs
+        (or, with running_only=False, that ran), else None. Unreachable nodes are left out."""
+        found = await asyncio.gather(*(r.list_workers() for r in self.runtimes.values()), return_exceptions=True)
+        active = [w for group in found if not isinstance(group, BaseException) for w in group
+                  if w.job == self.job.name and (w.running or not running_only)]
+        if not active:
+            return None
+        newest = max(active, key=lambda w: (w.run_id, w.generation or 0))
+        return newest.run_id, newest.generation or 1
+
+    async def stop(self, run_id: str, slots: Sequence[WorkerSlot] | None = None) -> list[WorkerStatus | BaseException]:
+        """Stop every worker of `run_id` (or of `slots`): TERM, a grace period, then KILL.
+
+        Returns:
+            Each slot's status once stopped, or the exception that stopping it raised, in order.
+        """
+        slots = self.slots if slots is None else slots
+        return list(await asyncio.gather(*(self.runtime(s).stop(run_id, s.label) for s in slots),
+                                         return_exceptions=True))
+
+    def slots_on(self, node: str | None) -> list[WorkerSlot]:
+        """The job's worker slots on `node` (a node name or a worker label; None: every slot).
+
+        Raises:
+            LookupError: no worker of the job matches `node`.
+        """
+        slots = [s for s in self.slots if node in (None, s.label, s.node.name)]
+        if not slots:
+            raise LookupError(f"{self.job.name} has no worker on node {node!r}")
+        return slots
+
+    def tails(self, run_id: str, generation: int, slots: Sequence[WorkerSlot],
+              on_line: Callable[[LogLine], None], follow: bool = True) -> list[LogTail]:
+        """Returns: started LogTails of each slot's output in that generation (LogLine.worker: its label)."""
+        return [self.runtime(s).tail(run_id, s.label, generation, follow=follow, on_line=on_line,
+                                     worker=s.label).start()
+                for s in slots]
+
+async def list_workers(cluster: Cluster) -> list[tuple[str, list[WorkerStatus] | LaunchError]]:
+    """Every worker on every node of the cluster, running or not.
+
+    Returns:
+        (node name, its workers) per node, or (node name, the LaunchError) for a node not reached.
+    """
+    async def one(node: NodeSession) -> list[WorkerStatus] | LaunchError:
+        try:
+            runtime, _ = await open_runtime(cluster, node, connect_wait(cluster.spec, 5))
+            return await runtime.list_workers()
+        except LaunchError as exc:
+            return exc
+    nodes = list(cluster.nodes.values())
+    return list(zip((n.name for n in nodes), await asyncio.gather(*(one(n) for n in nodes))))

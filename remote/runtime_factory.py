@@ -1,0 +1,23 @@
+"""Which runtime a node gets: the one factory, so callers never name a runtime class."""
+
+from __future__ import annotations
+
+from homegpu.remote.docker_runtime import DockerRuntime
+from homegpu.remote.node import NodeSession
+from homegpu.remote.process_runtime import ProcessRuntime
+from homegpu.remote.runtime import Runtime
+
+
+def make_runtime(node: NodeSession, run_root: str) -> Runtime:
+    """The node's runtime from cluster.toml.
+
+    Args:
+        run_root: an absolute path on the node (see runtime.expand_path) under which runs live.
+
+    Returns:
+        A DockerRuntime for `runtime = "docker"` (with GPUs when the node's stats show some),
+        else a ProcessRuntime.
+    """
+    if node.spec.runtime == "docker":
+        return DockerRuntime(node, run_root, gpus=bool(node.latest and node.latest.gpus))
+    return ProcessRuntime(node, run_root)
