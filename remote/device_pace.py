@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from homegpu.remote.gpu_speed import CPU_SPEED, gpu_speed
-
-if TYPE_CHECKING:
-    from homegpu.remote.device_plan import WorkerDevices
+from homegpu.remote.worker_devices import WorkerDevices
 
 HOLD_BACK = 0.8  # a kept worker under this fraction of the fastest's pace is pointed out
 
