@@ -2,7 +2,8 @@
 # The test command. As root, from anywhere:  bash tests/run.sh [pytest arguments]
 #
 # Installs what the tests need on a fresh Debian/Ubuntu machine (sshd test nodes, the Docker
-# engine, iperf3, busybox and debootstrap for the test images, tmux for the TUI tests), builds
+# engine, iperf3, busybox and debootstrap for the test images, tmux for the TUI tests, rsync as the
+# code sync benchmark's baseline), builds
 # .venv with the package and its dev extras, then runs pytest. Reruns skip the slow steps.
 # The Docker engine is started (and stopped again) by the docker_engine fixture, not here.
 set -euo pipefail
@@ -12,7 +13,7 @@ die() { echo "tests/run.sh: $*" >&2; exit 1; }
 
 [[ $(id -u) -eq 0 ]] || die "run as root: the test cluster runs real sshd servers and dockerd (sudo bash tests/run.sh)"
 
-APT_PACKAGES=(openssh-server docker.io iperf3 busybox-static debootstrap tmux ca-certificates)
+APT_PACKAGES=(openssh-server docker.io iperf3 busybox-static debootstrap tmux ca-certificates rsync)
 
 installed() { [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]; }
 
