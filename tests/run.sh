@@ -3,8 +3,8 @@
 #
 # Installs what the tests need on a fresh Debian/Ubuntu machine (sshd test nodes, the Docker
 # engine, iperf3, busybox and debootstrap for the test images, tmux for the TUI tests, rsync as the
-# code sync benchmark's baseline), builds
-# .venv with the package and its dev extras, then runs pytest. Reruns skip the slow steps.
+# code sync benchmark's baseline), builds .venv with the package and its dev extras, then runs
+# pytest. Reruns skip the slow steps.
 # The Docker engine is started (and stopped again) by the docker_engine fixture, not here.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
