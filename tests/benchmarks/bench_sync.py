@@ -9,6 +9,10 @@ after 10 small files changed. The baseline is `rsync -a --delete --exclude DIR -
 one per node, all 4 at once, to the same nodes in the same run; rounds alternate which tool goes
 first, medians of ROUNDS. rsync pays an SSH handshake per run; homegpu's nodes are connected
 already (as they are in the TUI), and the time to connect them is printed on its own.
+
+The copies land in a tmpfs (/dev/shm, which every simulated node sees) so that the figures are the
+tools' own cost, not this VM's disk, whose write-back made the first sync vary 3-16 s between
+rounds; `--on-disk` puts them in the nodes' work directories instead.
 """
 
 from __future__ import annotations
@@ -75,12 +79,12 @@ def ssh_config(sim: SimCluster, path: Path) -> Path:
     return path
 
 
-def rsync_seconds(sim: SimCluster, config: Path, project: Path, dest: str) -> float:
+def rsync_seconds(sim: SimCluster, config: Path, project: Path, dest: str, under: Path | None) -> float:
     excludes = [f"--exclude={name}/" for name in sorted(SKIP_DIRS)]
     os.sync()
     start = time.perf_counter()
     procs = [subprocess.Popen(["rsync", "-a", "--delete", *excludes, "-e", f"ssh -F {config}",
-                               f"{project}/", f"{node.name}:{node.work_dir}/{dest}/"])
+                               f"{project}/", f"{node.name}:{destination(node, under, dest)}/"])
              for node in sim.nodes]
     codes = [proc.wait() for proc in procs]
     elapsed = time.perf_counter() - start
@@ -88,11 +92,12 @@ def rsync_seconds(sim: SimCluster, config: Path, project: Path, dest: str) -> fl
     return elapsed
 
 
-async def homegpu_seconds(cluster: Cluster, sim: SimCluster, project: Path, dest: str) -> tuple[float, int]:
+async def homegpu_seconds(cluster: Cluster, sim: SimCluster, project: Path, dest: str,
+                          under: Path | None) -> tuple[float, int]:
     """(seconds, files sent to all nodes together)."""
     os.sync()
     start = time.perf_counter()
-    results = await asyncio.gather(*(sync_tree(cluster.node(node.name), project, f"{node.work_dir}/{dest}")
+    results = await asyncio.gather(*(sync_tree(cluster.node(node.name), project, str(destination(node, under, dest)))
                                      for node in sim.nodes))
     return time.perf_counter() - start, sum(len(result.uploaded) for result in results)
 
@@ -110,8 +115,13 @@ def mismatches(project: Path, copy: Path, edited: list[Path]) -> int:
     return len(wrong) + len(want_dirs ^ have_dirs)
 
 
+def destination(node, under: Path | None, name: str) -> Path:
+    """Where a tool's copy for `node` goes: in the node's work directory, or under `under`."""
+    return node.work_dir / name if under is None else under / node.name / name
+
+
 async def one_round(cluster: Cluster, sim: SimCluster, config: Path, project: Path, sources: list[Path],
-                    round_no: int, rng: random.Random) -> dict[str, list[float]]:
+                    round_no: int, rng: random.Random, under: Path | None) -> dict[str, list[float]]:
     rsync_dest, homegpu_dest = f"bench-rsync-{round_no}", f"bench-homegpu-{round_no}"
     times: dict[str, list[float]] = {}
     rsync_first = round_no % 2 == 0
@@ -120,9 +130,9 @@ async def one_round(cluster: Cluster, sim: SimCluster, config: Path, project: Pa
         order = ("rsync", "homegpu") if rsync_first else ("homegpu", "rsync")
         for tool in order:
             if tool == "rsync":
-                times[f"{step} rsync"] = [rsync_seconds(sim, config, project, rsync_dest)]
+                times[f"{step} rsync"] = [rsync_seconds(sim, config, project, rsync_dest, under)]
             else:
-                seconds, sent = await homegpu_seconds(cluster, sim, project, homegpu_dest)
+                seconds, sent = await homegpu_seconds(cluster, sim, project, homegpu_dest, under)
                 times[f"{step} homegpu"] = [seconds]
                 times[f"{step} homegpu files"] = [sent]
 
@@ -135,20 +145,23 @@ async def one_round(cluster: Cluster, sim: SimCluster, config: Path, project: Pa
     await both("10 changed")
     for node in sim.nodes:
         for tool, dest in (("homegpu", homegpu_dest), ("rsync", rsync_dest)):
-            times.setdefault(f"{tool} mismatches", []).append(mismatches(project, node.work_dir / dest, edited))
-        shutil.rmtree(node.work_dir / rsync_dest)
-        shutil.rmtree(node.work_dir / homegpu_dest)
+            copy = destination(node, under, dest)
+            times.setdefault(f"{tool} mismatches", []).append(mismatches(project, copy, edited))
+            shutil.rmtree(copy)
     time.sleep(1.1)  # the edits leave the racy second before the next round's first sync
     return times
 
 
-async def run(sim: SimCluster, root: Path) -> None:
+async def run(sim: SimCluster, root: Path, under: Path | None) -> None:
     rng = random.Random(16)
     project = root / "project"
     sources = make_project(project, rng)
     files, _ = scan(str(project), SKIP_DIRS, True)
     print(f"project: {len(files)} files, {sum(e[0] for e in files.values()) / MB:.0f} MB "
-          f"(and .git, __pycache__: skipped by both), {NODES} nodes\n")
+          f"(and .git, __pycache__: skipped by both), {NODES} nodes, copies in "
+          f"{'the nodes’ work dirs (disk)' if under is None else under}\n")
+    for node in sim.nodes if under is not None else ():
+        (under / node.name).mkdir()
     time.sleep(1.1)
     config = ssh_config(sim, root / "ssh_config")
     spec = load_cluster(sim.write_cluster_toml(root / "cluster.toml"))
@@ -157,7 +170,7 @@ async def run(sim: SimCluster, root: Path) -> None:
         for node in cluster.nodes.values():
             await node.wait_online(30)
         connect = time.perf_counter() - start
-        rounds = [await one_round(cluster, sim, config, project, sources, n, rng) for n in range(ROUNDS)]
+        rounds = [await one_round(cluster, sim, config, project, sources, n, rng, under) for n in range(ROUNDS)]
     merged = {key: [value for r in rounds for value in r[key]] for key in rounds[0]}
     med = {key: statistics.median(values) for key, values in merged.items()}
     print(f"code sync to {NODES} nodes at once (median of {ROUNDS} rounds, s)")
@@ -179,11 +192,15 @@ def main() -> None:
     print(f"homegpu code sync benchmark, {platform.node()}, {os.cpu_count()} cores, "
           f"{time.strftime('%Y-%m-%d')}, {version}, load {os.getloadavg()[0]:.1f}\n")
     root = Path(tempfile.mkdtemp(prefix="homegpu-bench-sync-"))
+    on_disk = "--on-disk" in sys.argv[1:]
+    under = None if on_disk else Path(tempfile.mkdtemp(prefix="homegpu-bench-sync-", dir="/dev/shm"))
     try:
         with SimCluster(NODES, first_host=140) as sim:
-            asyncio.run(run(sim, root))
+            asyncio.run(run(sim, root, under))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        if under is not None:
+            shutil.rmtree(under, ignore_errors=True)
 
 
 if __name__ == "__main__":
