@@ -26,6 +26,7 @@ from homegpu.remote.transport import RemoteProcess, TransportError
 SKIP_DIRS = frozenset({"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache"})
 CHUNK = 1 << 20  # bytes read from a file and handed to the connection at a time
 SECOND = 10**9
+OUTCOME_WAIT = 30.0  # seconds for the node's process to finish once it has all its input
 
 # {relative path: [size, mtime_ns, mode bits]} and [relative directory], as sync_node.scan lists them
 Tree = tuple[dict[str, list[int]], list[str]]
@@ -52,7 +53,8 @@ class SyncPlan:
 
     def node_line(self) -> bytes:
         """The plan as the node reads it: one JSON line (the files follow it on the stream)."""
-        return json.dumps({"remove": self.remove, "mkdirs": self.mkdirs, "rmdirs": self.rmdirs}).encode() + b"\n"
+        plan = {"remove": self.remove, "mkdirs": self.mkdirs, "rmdirs": self.rmdirs}
+        return json.dumps(plan).encode() + b"\n"
 
 
 def plan_sync(local: Tree, remote: Tree, racy: frozenset[str] = frozenset()) -> SyncPlan:
@@ -109,9 +111,11 @@ async def sync_tree(node: NodeSession, local_root: Path, remote_root: str) -> Sy
     try:
         plan, sent = await _converse(process, local_root, local, racy)
         status, detail = await _outcome(process)
-    except (*NODE_GONE, OSError) as exc:  # OSError: a local file unreadable, or a pipe broken
+    except (*NODE_GONE, ConnectionError) as exc:  # the link died, or the node's process ended early
         status, detail = await _outcome(process)
         raise SyncError(f"{node.name}: code sync to {remote_root} failed: {detail or exc}") from None
+    except OSError as exc:  # a local file we cannot read: close() below ends the node's process
+        raise SyncError(f"{node.name}: code sync to {remote_root} stopped: {exc}") from None
     finally:
         await process.close()
     if status != 0 or plan is None:
@@ -174,10 +178,11 @@ async def _send_files(process: RemoteProcess, root: Path, files: dict[str, list[
 
 
 async def _outcome(process: RemoteProcess) -> tuple[int | None, str]:
-    """The node process's exit status and the last line it wrote to stderr."""
+    """The node process's exit status and the last line it wrote to stderr ((None, "") when the
+    link died, or the process has not ended OUTCOME_WAIT seconds after its input did)."""
     try:
-        stderr = (await process.stderr_text()).strip().splitlines()
-        status = await process.wait()
-    except TransportError:
+        stderr = (await asyncio.wait_for(process.stderr_text(), OUTCOME_WAIT)).strip().splitlines()
+        status = await asyncio.wait_for(process.wait(), OUTCOME_WAIT)
+    except (TransportError, asyncio.TimeoutError):
         return None, ""
     return status, stderr[-1] if stderr else ""

@@ -254,3 +254,13 @@ async def test_the_local_node_syncs_through_a_subprocess(project, tmp_path):
         again = await sync_tree(node, project, str(tmp_path / "mirror"))
     assert len(first.uploaded) == 4 and again.uploaded == ()
     assert mirror_state(tmp_path / "mirror") == mirror_state(project)
+
+
+@pytest.mark.cluster
+async def test_a_target_the_node_cannot_create_fails_in_one_line(node1, project, target):
+    write(target.parent / "a-file", "not a directory\n")
+    with pytest.raises(SyncError) as failure:
+        await sync_tree(node1, project, str(target.parent / "a-file" / "code"))
+    message = str(failure.value)
+    assert message.startswith("node1: code sync to ") and "a-file/code" in message
+    assert "Not a directory" in message and "\n" not in message
