@@ -21,6 +21,7 @@ import asyncio
 import os
 import platform
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -79,27 +80,35 @@ def ssh_config(sim: SimCluster, path: Path) -> Path:
     return path
 
 
-def rsync_seconds(sim: SimCluster, config: Path, project: Path, dest: str, under: Path | None) -> float:
+def rsync_seconds(sim: SimCluster, config: Path, project: Path, dest: str,
+                  under: Path | None) -> tuple[float, float]:
+    """(seconds, CPU seconds of the sending side: rsync and ssh on this machine)."""
     excludes = [f"--exclude={name}/" for name in sorted(SKIP_DIRS)]
     os.sync()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), children_cpu()
     procs = [subprocess.Popen(["rsync", "-a", "--delete", *excludes, "-e", f"ssh -F {config}",
                                f"{project}/", f"{node.name}:{destination(node, under, dest)}/"])
              for node in sim.nodes]
     codes = [proc.wait() for proc in procs]
     elapsed = time.perf_counter() - start
     assert codes == [0] * len(procs), f"rsync failed: {codes}"
-    return elapsed
+    return elapsed, children_cpu() - cpu
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's ended children (here: the rsync and ssh clients)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 async def homegpu_seconds(cluster: Cluster, sim: SimCluster, project: Path, dest: str,
-                          under: Path | None) -> tuple[float, int]:
-    """(seconds, files sent to all nodes together)."""
+                          under: Path | None) -> tuple[float, float, int]:
+    """(seconds, CPU seconds of this process, files sent to all nodes together)."""
     os.sync()
-    start = time.perf_counter()
-    results = await asyncio.gather(*(sync_tree(cluster.node(node.name), project, str(destination(node, under, dest)))
-                                     for node in sim.nodes))
-    return time.perf_counter() - start, sum(len(result.uploaded) for result in results)
+    start, cpu = time.perf_counter(), time.process_time()
+    results = await asyncio.gather(*(
+        sync_tree(cluster.node(node.name), project, str(destination(node, under, dest))) for node in sim.nodes))
+    return time.perf_counter() - start, time.process_time() - cpu, sum(len(r.uploaded) for r in results)
 
 
 def mismatches(project: Path, copy: Path, edited: list[Path]) -> int:
@@ -130,11 +139,11 @@ async def one_round(cluster: Cluster, sim: SimCluster, config: Path, project: Pa
         order = ("rsync", "homegpu") if rsync_first else ("homegpu", "rsync")
         for tool in order:
             if tool == "rsync":
-                times[f"{step} rsync"] = [rsync_seconds(sim, config, project, rsync_dest, under)]
+                seconds, cpu = rsync_seconds(sim, config, project, rsync_dest, under)
             else:
-                seconds, sent = await homegpu_seconds(cluster, sim, project, homegpu_dest, under)
-                times[f"{step} homegpu"] = [seconds]
+                seconds, cpu, sent = await homegpu_seconds(cluster, sim, project, homegpu_dest, under)
                 times[f"{step} homegpu files"] = [sent]
+            times[f"{step} {tool}"], times[f"{step} {tool} cpu"] = [seconds], [cpu]
 
     await both("first")
     await both("no change")
@@ -170,7 +179,8 @@ async def run(sim: SimCluster, root: Path, under: Path | None) -> None:
         for node in cluster.nodes.values():
             await node.wait_online(30)
         connect = time.perf_counter() - start
-        rounds = [await one_round(cluster, sim, config, project, sources, n, rng, under) for n in range(ROUNDS)]
+        rounds = [await one_round(cluster, sim, config, project, sources, number, rng, under)
+                  for number in range(ROUNDS)]
     merged = {key: [value for r in rounds for value in r[key]] for key in rounds[0]}
     med = {key: statistics.median(values) for key, values in merged.items()}
     print(f"code sync to {NODES} nodes at once (median of {ROUNDS} rounds, s)")
@@ -178,12 +188,14 @@ async def run(sim: SimCluster, root: Path, under: Path | None) -> None:
         h, r = med[f"{step} homegpu"], med[f"{step} rsync"]
         print(f"  {step:11s} homegpu {h:6.2f} ({med[f'{step} homegpu files']:.0f} files sent)   "
               f"rsync -a {r:6.2f}   homegpu / rsync = {h / r:.2f}x   (target {target})")
+    print(f"  sending side's CPU, first sync: homegpu (one process) {med['first homegpu cpu']:.2f} s, "
+          f"rsync + ssh clients {med['first rsync cpu']:.2f} s")
     print(f"  homegpu connecting the {NODES} nodes first (once): {connect:.2f} s")
     print(f"  files or dirs differing from the project, all nodes and rounds: homegpu "
           f"{sum(merged['homegpu mismatches']):.0f}, rsync {sum(merged['rsync mismatches']):.0f}")
     print("  every round (s):")
     for key, values in merged.items():
-        if "files" not in key and "mismatches" not in key:
+        if not key.endswith(("files", "mismatches", "cpu")):
             print(f"    {key:18s} {'  '.join(f'{v:6.2f}' for v in values)}")
 
 
