@@ -46,6 +46,11 @@ class RemoteProcess(abc.ABC):
     def write(self, data: bytes) -> None: ...
 
     @abc.abstractmethod
+    async def drain(self) -> None:
+        """Wait until what write() buffered has gone out, so a long stream stays bounded in memory.
+        Raises TransportError when the other end is gone."""
+
+    @abc.abstractmethod
     def close_stdin(self) -> None: ...
 
     @abc.abstractmethod
@@ -161,6 +166,12 @@ class SshProcess(RemoteProcess):
 
     def write(self, data: bytes) -> None:
         self._process.stdin.write(data)
+
+    async def drain(self) -> None:
+        try:
+            await self._process.stdin.drain()
+        except (asyncssh.Error, OSError) as exc:
+            raise TransportError(f"connection lost: {exc}") from exc
 
     def close_stdin(self) -> None:
         self._process.stdin.write_eof()
@@ -316,6 +327,12 @@ class LocalProcess(RemoteProcess):
 
     def write(self, data: bytes) -> None:
         self._process.stdin.write(data)
+
+    async def drain(self) -> None:
+        try:
+            await self._process.stdin.drain()
+        except OSError as exc:
+            raise TransportError(f"process gone: {exc}") from exc
 
     def close_stdin(self) -> None:
         self._process.stdin.close()

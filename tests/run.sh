@@ -3,7 +3,7 @@
 #
 # Installs what the tests need on a fresh Debian/Ubuntu machine (sshd test nodes, the Docker
 # engine, iperf3, ip/tc/iptables for the nodes' namespaces and links, busybox and debootstrap for
-# the test images, tmux for the TUI tests, chromium to render the run report), builds .venv with
+# the test images, tmux for the TUI tests, chromium to render the run report, rsync for the sync benchmark), builds .venv with
 # the package and its dev extras, then runs pytest. Reruns skip the slow steps.
 # The Docker engine is started (and stopped again) by the docker_engine fixture, not here.
 set -euo pipefail
@@ -14,7 +14,7 @@ die() { echo "tests/run.sh: $*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || die "run as root: the test cluster is network namespaces running real sshd servers (sudo bash tests/run.sh)"
 
 APT_PACKAGES=(openssh-server docker.io iperf3 iproute2 iptables busybox-static debootstrap tmux ca-certificates
-              chromium)
+              chromium rsync)
 
 installed() { [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]; }
 
