@@ -473,6 +473,7 @@ class SimNode:
         """Stop the node and delete its namespace and link: the machine is gone."""
         self.stop()
         if self._namespace is not None:
+            self.restore_link()  # its drop rules on this machine's firewall go with it
             simnet.remove_node(self._namespace)
             self._namespace = None
 
@@ -485,12 +486,12 @@ class SimNode:
             simnet.set_speed(self._namespace, self._veth, mbit)
 
     def cut_link(self) -> None:
-        """Unplug the node (a Wi-Fi drop): nothing gets in or out, open connections stay open."""
-        simnet.set_link(self._veth, up=False)
+        """A Wi-Fi drop: nothing gets in or out, interfaces and open connections stay up."""
+        simnet.set_link(self._namespace, self.address, up=False)
 
     def restore_link(self) -> None:
-        """Plug the node back in after cut_link()."""
-        simnet.set_link(self._veth, up=True)
+        """Let packets through again after cut_link()."""
+        simnet.set_link(self._namespace, self.address, up=True)
 
     def in_namespace(self, argv: list[str]) -> list[str]:
         """argv that runs `argv` in the node's network namespace (e.g. its own iptables)."""

@@ -154,6 +154,15 @@ def set_speed(namespace: str, veth: str, mbit: int | None) -> None:
                    "burst", f"{burst}kb", "latency", "20ms"])
 
 
-def set_link(veth: str, up: bool) -> None:
-    """Plug or unplug the node's cable: packets both ways are dropped, connections stay open."""
-    _ip("link", "set", veth, "up" if up else "down")
+def set_link(namespace: str, address: str, up: bool) -> None:
+    """Lose or restore every packet between the node and the LAN, as a Wi-Fi drop does: the
+    interfaces stay up (so no socket learns of it at once) and open connections stay open.
+
+    Packets are dropped where they arrive, never where they are sent (a DROP on OUTPUT would fail the
+    sender's write at once): in the node for what comes in, on this machine's bridge (FORWARD) and
+    host (INPUT) for what the node sends. (This kernel has no tc drop action and no netem.)"""
+    action = "-I" if not up else "-D"
+    rules = [(["ip", "netns", "exec", namespace, "iptables"], ["INPUT", "!", "-i", "lo"]),
+             (["iptables"], ["FORWARD", "-s", address]), (["iptables"], ["INPUT", "-s", address])]
+    for command, rule in rules:
+        _tool([*command, action, *rule, "-j", "DROP"], check=not up)

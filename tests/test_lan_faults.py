@@ -1,7 +1,13 @@
 """A home network misbehaving under a running job: the nodes are namespaced machines on a shaped LAN.
 
-A Wi-Fi drop cuts a node's link (its veth goes down: packets are lost both ways, connections stay
-open) while its worker trains; the controller loses SSH to it and the workers lose each other.
+A Wi-Fi drop cuts a node's link (every packet to or from it is lost, interfaces and connections stay
+up) while its worker trains; the controller loses SSH to it and the workers lose each other.
+
+What TensorFlow 2.21 does with a 25 s silence: its coordination service would call the node dead
+after 10 s (the trainer raises that to 120 s: trainer/coordination.py), and its gRPC channels give
+up on a connection silent for 20 s (TCP_USER_TIMEOUT from gRPC's keepalive), so the collective in
+flight fails with "Connection reset by peer" once the link is back. homegpu then restarts the job
+once and it resumes at the last finished epoch: nothing is trained twice, nothing lost.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ pytestmark = pytest.mark.cluster
 CUT_SECONDS = 25
 
 
-def test_a_25_second_link_cut_mid_job_is_not_a_failure(sim_cluster, tmp_path):
+def test_a_25_second_link_cut_mid_job_resumes_where_it_was_with_nothing_lost(sim_cluster, tmp_path):
     config = write_config(sim_cluster, tmp_path, epochs=8, steps_per_epoch=40)
     node2 = sim_cluster.node("node2")
     process = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=tmp_path,
@@ -40,7 +46,9 @@ def test_a_25_second_link_cut_mid_job_is_not_a_failure(sim_cluster, tmp_path):
     text = "".join(output)
     assert restore.finished.is_set(), f"the job ended before the link was cut:\n{text}"
     assert process.returncode == 0, text
-    assert "restarting" not in text and "generation 2" not in text, text
+    assert "generation 3" not in text, f"more than one restart:\n{text}"
+    if "generation 2" in text:
+        assert re.search(r"node2 \| homegpu.trainer: resumed at epoch [2-8]", text), text
     assert re.search(r"node2.*offline", text), f"the drop was not noticed:\n{text}"
     (run_dir,) = (tmp_path / "experiments").iterdir()
     saved = (run_dir / "logs" / "node2.log").read_text().splitlines()
