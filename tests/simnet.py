@@ -125,6 +125,7 @@ def add_node(host: int, mbit: int | None = DEFAULT_MBIT) -> tuple[str, str]:
     namespace, veth, address = namespace_of(host), veth_of(host), address_of(host)
     if namespace in _all_namespaces():
         _delete_namespace(namespace)  # our own, from a cluster of this process that crashed
+    _ip("link", "delete", veth, check=False)  # a deleted namespace's link may outlive it for a moment
     _ip("netns", "add", namespace)
     _ours.add(namespace)
     _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", namespace)
@@ -132,6 +133,9 @@ def add_node(host: int, mbit: int | None = DEFAULT_MBIT) -> tuple[str, str]:
     _ip("-n", namespace, "addr", "add", f"{address}/24", "dev", "eth0")
     _ip("-n", namespace, "link", "set", "eth0", "up")
     _ip("-n", namespace, "link", "set", "lo", "up")
+    # A machine that had this address before (a test's earlier node) left its MAC in this machine's
+    # neighbour table: forget it, or the new node is unreachable until that entry goes stale.
+    _ip("neigh", "flush", "to", address, "dev", BRIDGE, check=False)
     set_speed(namespace, veth, mbit)
     return namespace, veth
 

@@ -17,7 +17,7 @@ import pytest
 
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import load_cluster
-from homegpu.remote.run_lock import Controller, acquire, holder, lock_dir, refresh, release
+from homegpu.remote.run_lock import Controller, acquire, holder, refresh, release
 
 pytestmark = pytest.mark.cluster
 
@@ -37,8 +37,14 @@ async def _open(cluster_toml: Path) -> tuple[Cluster, object, str]:
     return cluster, node, cluster.spec.work_dir_of(node.spec)
 
 
-def _lock_file(work_dir: str, job: str) -> dict:
-    return json.loads(Path(lock_dir(work_dir), f"{job}.lock").read_text())
+@pytest.fixture
+def node_disk(sim_cluster) -> Path:
+    """The lock node's ~/.homegpu as this machine sees it (the node's own disk: nothing is shared)."""
+    return sim_cluster.node(NODE).work_dir
+
+
+def _lock_file(node_disk: Path, job: str) -> dict:
+    return json.loads((node_disk / "locks" / f"{job}.lock").read_text())
 
 
 def _dead_pid() -> int:
@@ -47,7 +53,7 @@ def _dead_pid() -> int:
     return process.pid
 
 
-async def test_of_concurrent_acquires_exactly_one_wins(cluster_toml, job):
+async def test_of_concurrent_acquires_exactly_one_wins(cluster_toml, job, node_disk):
     (first, node_a, work_dir), (second, node_b, _) = await asyncio.gather(_open(cluster_toml), _open(cluster_toml))
     try:
         runs = [f"run-{i}" for i in range(8)]
@@ -61,7 +67,7 @@ async def test_of_concurrent_acquires_exactly_one_wins(cluster_toml, job):
                 assert result.holder.run_id == winner
                 assert (result.holder.host, result.holder.pid) == (socket.gethostname(), Controller.this().pid)
                 assert result.holder.age is not None and result.holder.age >= 0
-        on_disk = _lock_file(work_dir, job)
+        on_disk = _lock_file(node_disk, job)
         assert (on_disk["run_id"], on_disk["host"], on_disk["pid"]) == (winner, socket.gethostname(),
                                                                         Controller.this().pid)
         assert on_disk["heartbeat"] >= on_disk["acquired"] > 0
@@ -72,7 +78,7 @@ async def test_of_concurrent_acquires_exactly_one_wins(cluster_toml, job):
         await asyncio.gather(first.close(), second.close())
 
 
-async def test_a_lock_of_a_dead_controller_on_this_machine_is_taken_over(cluster_toml, job):
+async def test_a_lock_of_a_dead_controller_on_this_machine_is_taken_over(cluster_toml, job, node_disk):
     cluster, node, work_dir = await _open(cluster_toml)
     try:
         this = Controller.this()
@@ -81,7 +87,7 @@ async def test_a_lock_of_a_dead_controller_on_this_machine_is_taken_over(cluster
         result = await acquire(node, work_dir, job, "new-run")  # default stale_after: minutes
         assert result.acquired
         assert (result.took_over.run_id, result.took_over.pid) == ("crashed-run", dead.pid)
-        assert _lock_file(work_dir, job)["run_id"] == "new-run"
+        assert _lock_file(node_disk, job)["run_id"] == "new-run"
         assert not await refresh(node, work_dir, job, "crashed-run", owner=dead)  # it lost the lock
 
         alive = Controller(this.host, this.pid, this.machine, this.start_time)  # a live one is kept
@@ -91,7 +97,7 @@ async def test_a_lock_of_a_dead_controller_on_this_machine_is_taken_over(cluster
         await cluster.close()
 
 
-async def test_a_lock_from_another_host_is_stale_only_without_heartbeats(cluster_toml, job):
+async def test_a_lock_from_another_host_is_stale_only_without_heartbeats(cluster_toml, job, node_disk):
     cluster, node, work_dir = await _open(cluster_toml)
     try:
         laptop = Controller("other-laptop", 4242, "another-machine-id")
@@ -99,9 +105,9 @@ async def test_a_lock_from_another_host_is_stale_only_without_heartbeats(cluster
         held = await acquire(node, work_dir, job, "my-run")  # pid 4242 means nothing on this host
         assert not held.acquired and held.holder.host == "other-laptop"
 
-        before = _lock_file(work_dir, job)["heartbeat"]
+        before = _lock_file(node_disk, job)["heartbeat"]
         assert await refresh(node, work_dir, job, "laptop-run", owner=laptop)
-        assert _lock_file(work_dir, job)["heartbeat"] > before
+        assert _lock_file(node_disk, job)["heartbeat"] > before
 
         taken = await acquire(node, work_dir, job, "my-run", stale_after=0.0)  # no heartbeat since
         assert taken.acquired and taken.took_over.run_id == "laptop-run"
@@ -111,14 +117,14 @@ async def test_a_lock_from_another_host_is_stale_only_without_heartbeats(cluster
         await cluster.close()
 
 
-async def test_release_frees_the_lock_and_only_its_owner_can(cluster_toml, job):
+async def test_release_frees_the_lock_and_only_its_owner_can(cluster_toml, job, node_disk):
     cluster, node, work_dir = await _open(cluster_toml)
     try:
         assert (await acquire(node, work_dir, job, "run-a")).acquired
         assert not await release(node, work_dir, job, "run-b")  # not the owner: left alone
         assert (await holder(node, work_dir, job)).run_id == "run-a"
         assert await release(node, work_dir, job, "run-a")
-        assert not Path(lock_dir(work_dir), f"{job}.lock").exists()
+        assert not (node_disk / "locks" / f"{job}.lock").exists()
         assert await holder(node, work_dir, job) is None
         assert not await refresh(node, work_dir, job, "run-a")
         assert (await acquire(node, work_dir, job, "run-b")).acquired
