@@ -116,7 +116,10 @@ class WorkerExited:
 
 @dataclass(frozen=True)
 class Straggler:
-    """A worker clearly slower than the others (examples/s against the median of the rest)."""
+    """A worker clearly slower than the others (its rate against the median of the rest's).
+
+    `examples_per_sec` and `others_median` are in `unit`: examples/s, or steps/s for a script whose
+    batch size homegpu does not know (Keras prints steps)."""
 
     job: str
     run_id: str
@@ -124,6 +127,7 @@ class Straggler:
     examples_per_sec: float
     others_median: float
     at: float = field(default_factory=time.time)
+    unit: str = "examples/s"
 
 
 class EventHub:

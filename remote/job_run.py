@@ -26,6 +26,7 @@ from homegpu.remote.job_plan import (
 )
 from homegpu.remote.logtail import LogLine, LogTail
 from homegpu.remote.node import NODE_GONE, NodeSession
+from homegpu.remote.outputs import FetchedOutputs, fetch_outputs
 from homegpu.remote.preflight import node_preflight
 from homegpu.remote.runs import JobNodes, LaunchError
 from homegpu.remote.runtime import Runtime, WorkerLaunch, WorkerStatus
@@ -35,6 +36,7 @@ from homegpu.remote.tfconfig import WorkerSlot, tf_config_json, worker_slots
 
 POLL_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0
+LOG_DRAIN_SECONDS = 60.0  # to read an ended worker's log to its end (a flood of megabytes over SSH)
 
 
 @dataclass
@@ -55,9 +57,14 @@ class WorkerTrack:
 
 @dataclass(frozen=True)
 class RunOutcome:
+    """How a run ended. `incomplete_logs`: "WORKER: where the full log is" for each worker whose log
+    could not be read to its end (its node was gone); `outputs`: what came home from the chief."""
+
     state: JobState
     detail: str
     workers: tuple[tuple[str, WorkerStatus | None, dict], ...]
+    incomplete_logs: tuple[str, ...] = ()
+    outputs: FetchedOutputs = FetchedOutputs()
 
 
 class JobRun:
@@ -198,31 +205,41 @@ class JobRun:
     # -- watch ---------------------------------------------------------------------------------
 
     async def watch(self) -> RunOutcome:
-        """Follow the run until it succeeds, fails for good, or stop() is called."""
+        """Follow the run until it succeeds, fails for good, or stop() is called; then read every
+        worker's log to its end and fetch the chief's outputs."""
         try:
-            while True:
-                if self._stop_requested.is_set():
-                    await self._stop_workers()
-                    return self._finish(JobState.STOPPED, "stopped")
-                failure = await self._check_workers()
-                if failure is None:
-                    if all(t.status and t.status.state == "exited" and t.status.exit_status == 0
-                           for t in self.tracks.values()):
-                        await self._fetch_model()
-                        return self._finish(JobState.SUCCEEDED, "every worker succeeded")
-                elif (failure := await self._restart(failure)) is not None:
-                    return self._finish(JobState.FAILED, failure)
-                await self._sleep(POLL_SECONDS)
-        finally:
+            state, detail = await self._follow_to_end()
+        except BaseException:
             await self._stop_tails()
-            if self.experiment:
-                self.experiment.close()
+            self._close_experiment()
+            raise
+        incomplete = await self._finish_tails()
+        outputs = await self._fetch_outputs()
+        self._close_experiment()
+        return self._finish(state, detail, incomplete, outputs)
+
+    async def _follow_to_end(self) -> tuple[JobState, str]:
+        while True:
+            if self._stop_requested.is_set():
+                await self._stop_workers()
+                return JobState.STOPPED, "stopped"
+            failure = await self._check_workers()
+            if failure is None:
+                if all(t.status and t.status.state == "exited" and t.status.exit_status == 0
+                       for t in self.tracks.values()):
+                    return JobState.SUCCEEDED, "every worker succeeded"
+            elif (failure := await self._restart(failure)) is not None:
+                return JobState.FAILED, failure
+            await self._sleep(POLL_SECONDS)
+
+    def _close_experiment(self) -> None:
+        if self.experiment:
+            self.experiment.close()
 
     async def detach(self) -> None:
         """Leave the run going on its nodes and stop following it here."""
         await self._stop_tails()
-        if self.experiment:
-            self.experiment.close()
+        self._close_experiment()
 
     def stop(self) -> None:
         """Ask watch() to stop every worker (TERM, a grace period, then KILL) and end the run."""
@@ -296,7 +313,7 @@ class JobRun:
             self.restarts += 1
             self._publish(JobState.RESTARTING, failure)
             await self._stop_workers()
-            await self._stop_tails()  # before removing: a removed container's last lines are gone
+            await self._finish_tails()  # the failed generation's whole log, before a removed container's is gone
             await self._remove_workers()
             await self._sleep(min(2.0 ** (self.restarts - 1), MAX_BACKOFF_SECONDS))
             if self._stop_requested.is_set():
@@ -328,7 +345,8 @@ class JobRun:
         for track in self.tracks.values():
             track.last_activity = time.monotonic()
             track.tail = track.runtime.tail(self.run_id, track.label, self.generation, hub=self.hub,
-                                            on_line=self._on_line(track), worker=track.label).start()
+                                            on_line=self._on_line(track), worker=track.label,
+                                            batch_size=self.job.batch_size if self.job.uses_trainer else None).start()
 
     def _on_line(self, track: WorkerTrack):
         def take(line: LogLine) -> None:
@@ -347,33 +365,44 @@ class JobRun:
         return take
 
     def _check_stragglers(self, epoch: int) -> None:
-        """Compare the workers' rates for `epoch` once every worker has reported it."""
-        rates = {t.label: float(t.last_metric["examples_per_sec"]) for t in self.tracks.values()
-                 if t.last_metric.get("epoch") == epoch
-                 and isinstance(t.last_metric.get("examples_per_sec"), (int, float))}
-        if len(rates) < len(self.tracks):
-            return
-        for worker, median in find_stragglers(rates):
-            self.hub.publish(Straggler(self.job.name, self.run_id, worker, rates[worker], median))
+        """Compare the workers' rates for `epoch` once every worker has reported it: examples/s,
+        else steps/s (Keras's own output gives steps; examples need the script's batch size)."""
+        for key, unit in (("examples_per_sec", "examples/s"), ("steps_per_sec", "steps/s")):
+            rates = {t.label: float(t.last_metric[key]) for t in self.tracks.values()
+                     if t.last_metric.get("epoch") == epoch and isinstance(t.last_metric.get(key), (int, float))}
+            if len(rates) == len(self.tracks):
+                for worker, median in find_stragglers(rates):
+                    self.hub.publish(Straggler(self.job.name, self.run_id, worker, rates[worker], median, unit=unit))
+                return
 
     async def _stop_tails(self) -> None:
         await asyncio.sleep(0.3)  # let the last lines of an ended worker arrive
         await asyncio.gather(*(t.tail.stop() for t in self.tracks.values() if t.tail))
 
+    async def _finish_tails(self) -> tuple[str, ...]:
+        """Read every ended worker's log to its last byte; "WORKER: where the full log is" for each
+        that could not be (its node gone)."""
+        tracks = [t for t in self.tracks.values() if t.tail]
+        done = await asyncio.gather(*(t.tail.finish(LOG_DRAIN_SECONDS) for t in tracks))
+        return tuple(f"{t.label}: the full log is on {t.slot.node.name} in "
+                     f"{t.runtime.run_dir(self.run_id)}" for t, complete in zip(tracks, done) if not complete)
+
     # -- end -----------------------------------------------------------------------------------
 
-    async def _fetch_model(self) -> None:
+    async def _fetch_outputs(self) -> FetchedOutputs:
+        """What the chief wrote in its output dir, into experiments/RUN-ID/output/ (not its backups)."""
+        if not self.experiment:
+            return FetchedOutputs()
         chief = self.tracks[self.slots[0].label]
-        remote = f"{chief.runtime.out_dir(self.run_id, chief.label)}/model"
-        if self.experiment and self.job.uses_trainer:
-            try:
-                await chief.runtime.node.get_tree(remote, self.experiment.model_dir)
-            except NODE_GONE as exc:
-                self._publish(JobState.RUNNING, f"could not fetch the model: {exc}")
+        self._publish(self.state, "fetching the chief's outputs")
+        return await fetch_outputs(chief.runtime.node, chief.runtime.out_dir(self.run_id, chief.label),
+                                   self.experiment.output_dir)
 
-    def _finish(self, state: JobState, detail: str) -> RunOutcome:
+    def _finish(self, state: JobState, detail: str, incomplete: tuple[str, ...] = (),
+                outputs: FetchedOutputs = FetchedOutputs()) -> RunOutcome:
         self._publish(state, detail)
-        return RunOutcome(state, detail, tuple((t.label, t.status, t.last_metric) for t in self.tracks.values()))
+        return RunOutcome(state, detail, tuple((t.label, t.status, t.last_metric) for t in self.tracks.values()),
+                          incomplete, outputs)
 
     def _publish(self, state: JobState, detail: str = "") -> None:
         self.state = state

@@ -1,27 +1,40 @@
 """What a worker's output line is: a metric (a dict the job panel and the experiment log take) or
 plain log text. Classified once, where the line is read (LogTail), and carried on its LogLine.
 
-A new kind of metric line (say, Keras's own progress output) is one more parser in PARSERS.
+Two kinds of metric lines: the HOMEGPU_METRIC protocol (trainer/PROTOCOL.md), and Keras's own
+progress output (remote/keras_progress.py), which any unmodified script prints. Keras's lines are
+read only from a log that has shown no protocol line, so a script printing both is not counted twice.
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
+from homegpu.remote.keras_progress import KerasProgress
 from homegpu.trainer.metrics import parse_metric_line
-
-# Each parser takes a line's text and returns its metric dict, or None when the line is not its kind.
-PARSERS: tuple[Callable[[str], dict | None], ...] = (parse_metric_line,)
 
 
 def classify(text: str) -> dict | None:
-    """The metric `text` carries, or None for a plain log line.
+    """The protocol metric `text` carries, or None (stateless: Keras lines need a LineClassifier).
 
     Returns:
-        The first parser's dict (with a string "event" key), else None.
+        The metric dict (with a string "event" key), else None.
     """
-    for parse in PARSERS:
-        metric = parse(text)
+    return parse_metric_line(text)
+
+
+class LineClassifier:
+    """Classifies the lines of one log, in order (Keras's epoch summary needs its `Epoch N/M` line).
+
+    Args:
+        batch_size: the worker's batch size, when known, for Keras's examples/s.
+    """
+
+    def __init__(self, batch_size: int | None = None) -> None:
+        self._keras: KerasProgress | None = KerasProgress(batch_size)
+
+    def classify(self, text: str) -> dict | None:
+        """The metric `text` carries, or None for a plain log line."""
+        metric = parse_metric_line(text)
         if metric is not None:
+            self._keras = None  # the script speaks the protocol: its Keras bars are log text
             return metric
-    return None
+        return self._keras.feed(text) if self._keras else None

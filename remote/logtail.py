@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from homegpu.remote.console import ConsoleLines
 from homegpu.remote.events import EventHub
-from homegpu.remote.log_lines import classify
+from homegpu.remote.log_lines import LineClassifier
 from homegpu.remote.node import NODE_GONE, NodeSession
 from homegpu.remote.transport import tied_to_session
 
@@ -95,9 +95,11 @@ class LogTail:
 
     def __init__(self, node: NodeSession, resume: _Resume, hub: EventHub | None = None,
                  max_lines: int = DEFAULT_MAX_LINES,
-                 on_line: Callable[[LogLine], None] | None = None, worker: str = "") -> None:
+                 on_line: Callable[[LogLine], None] | None = None, worker: str = "",
+                 batch_size: int | None = None) -> None:
         self.node, self.resume, self.hub, self.on_line = node, resume, hub, on_line
         self.worker = worker or node.name
+        self.classifier = LineClassifier(batch_size)
         self.lines: collections.deque[LogLine] = collections.deque(maxlen=max_lines)
         self.count = 0
         self.finished = asyncio.Event()
@@ -179,7 +181,8 @@ class LogTail:
         if not self.resume.accept():
             return
         self.count += 1
-        line = LogLine(self.node.name, self.resume.label, self.count, text, self.worker, metric=classify(text))
+        line = LogLine(self.node.name, self.resume.label, self.count, text, self.worker,
+                       metric=self.classifier.classify(text))
         self.lines.append(line)
         if self.hub:
             self.hub.publish(line)

@@ -46,7 +46,7 @@ def test_demo_job_trains_in_containers_on_two_nodes(sim_cluster: SimCluster, doc
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     epochs = [m for m in metrics if m.get("event") == "epoch"]
     assert {m["worker_label"] for m in epochs} == {"node1", "node2"}
-    assert any((run_dir / "model").iterdir()), "the chief's model was not fetched"
+    assert any((run_dir / "output" / "model").iterdir()), "the chief's model was not fetched"
     containers = containers_of("dockerdemo")
     assert {c.labels["homegpu.node"] for c in containers} == {"node1", "node2"}
     assert all(c.status == "exited" for c in containers), "a container is still running"

@@ -45,7 +45,7 @@ def test_demo_job_trains_across_two_nodes(sim_cluster, tmp_path):
     assert max(m["epoch"] for m in epochs) == 2
     assert (run_dir / "logs" / "node1.log").stat().st_size > 0
     assert (run_dir / "logs" / "node2.log").stat().st_size > 0
-    assert any((run_dir / "model").iterdir()), "the chief's model was not fetched"
+    assert any((run_dir / "output" / "model").iterdir()), "the chief's model was not fetched"
     assert not worker_processes(sim_cluster)
 
 
@@ -180,6 +180,31 @@ def test_tutorial_style_user_script_runs_unchanged(sim_cluster, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "node1 |" in result.stdout and "node2 |" in result.stdout
     assert not worker_processes(sim_cluster)
+    # Keras's own progress bar: one line per epoch in the saved log, and read as progress.
+    run_dir = only_run(tmp_path)
+    for log in (run_dir / "logs").iterdir():
+        assert max(map(len, log.read_text().splitlines())) < 1000, f"{log.name} kept a progress bar's redraws"
+    assert "node1 * epoch 2/2  loss " in result.stdout, result.stdout
+    summary = result.stdout[result.stdout.index("run succeeded"):]
+    for worker in ("node1", "node2"):
+        row = next(line.split() for line in summary.splitlines() if line.split()[:1] == [worker])
+        assert row[1:3] == ["0", "2"], row  # exit 0 after 2 epochs
+        assert all(_is_number(figure) for figure in row[3:5]), row  # the final loss and accuracy
+    epochs = [m for m in read_metrics(run_dir) if m.get("event") == "epoch"]
+    assert {(m["worker_label"], m["epoch"]) for m in epochs} == {(w, e) for w in ("node1", "node2") for e in (1, 2)}
+    # The chief's saved model came home; the other worker's temporary save and the backup did not.
+    output = run_dir / "output"
+    assert (output / "keras-model" / "saved_model.pb").is_file(), sorted(p.name for p in output.iterdir())
+    assert not (output / "backup").exists() and not list(output.glob("workertemp_*"))
+    assert "the chief's output (keras-model)" in result.stdout
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def test_preflight_failure_starts_nothing_and_names_the_node(sim_cluster, tmp_path):

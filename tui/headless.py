@@ -20,9 +20,11 @@ from homegpu.remote.events import (
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome, launch_or_attach
 from homegpu.remote.logtail import LogLine
+from homegpu.remote.tf_notices import is_harmless_tf_notice
 from homegpu.tui.text import table
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+EXIT_LOG_INCOMPLETE = 3  # every worker succeeded, but a log could not be read to its end
 
 
 class LinePrinter:
@@ -31,6 +33,8 @@ class LinePrinter:
     def __init__(self, job: JobSpec, out: TextIO = sys.stdout) -> None:
         self.job, self.out = job, out
         self.width = 8
+        self._offline: set[str] = set()  # nodes said to be offline, to say when they are back
+        self._echo: dict[str, str] = {}  # per worker: the built-in trainer's own line for its last epoch
 
     def show(self, event: object) -> None:
         line = self.format(event)
@@ -39,9 +43,14 @@ class LinePrinter:
 
     def format(self, event: object) -> str | None:
         if isinstance(event, LogLine):
+            worker = event.worker or event.node
             if event.metric is not None:
                 return None  # shown as a progress line from its Metric event
-            return f"{event.worker or event.node:>{self.width}} | {event.text}"
+            if self._echo.pop(worker, None) and event.text.startswith("epoch "):
+                return None  # the built-in trainer's own words for the epoch just shown: once is enough
+            if is_harmless_tf_notice(event.text):
+                return None  # TensorFlow's start-up noise on a node without a GPU (kept in the saved log)
+            return f"{worker:>{self.width}} | {event.text}"
         if isinstance(event, Metric):
             return self._progress(event)
         if isinstance(event, PreflightResult):
@@ -55,21 +64,32 @@ class LinePrinter:
         if isinstance(event, WorkerExited):
             return f"== {event.worker} exited with status {event.exit_status}: {event.meaning}"
         if isinstance(event, Straggler):
-            return (f"== straggler: {event.worker} runs {event.examples_per_sec:.0f} examples/s, "
+            return (f"== straggler: {event.worker} runs {event.examples_per_sec:.0f} {event.unit}, "
                     f"the others {event.others_median:.0f}")
-        if isinstance(event, NodeStateChanged) and event.state is not NodeState.ONLINE \
-                and event.state is not NodeState.CONNECTING:
-            return f"== node {event.node} {event.state.value}: {event.reason}"
+        if isinstance(event, NodeStateChanged):
+            return self._node_state(event)
         return None
+
+    def _node_state(self, event: NodeStateChanged) -> str | None:
+        """Offline and the states that need the user, each once; and back online after them."""
+        if event.state is NodeState.ONLINE:
+            if event.node in self._offline:
+                self._offline.discard(event.node)
+                return f"== node {event.node} back online"
+            return None
+        if event.state is NodeState.CONNECTING or event.node in self._offline:
+            return None
+        self._offline.add(event.node)
+        return f"== node {event.node} {event.state.value}: {event.reason}"
 
     def _progress(self, event: Metric) -> str | None:
         data = event.data
         kind = data.get("event")
         if kind == "epoch":
+            self._echo[event.worker] = "epoch"
             total = data.get("epochs") or (self.job.epochs if self.job.uses_trainer else "?")
             return (f"{event.worker:>{self.width}} * epoch {data.get('epoch')}/{total}  "
-                    f"loss {_num(data.get('loss'))}  accuracy {_num(data.get('accuracy'))}  "
-                    f"{_num(data.get('examples_per_sec'), '.0f')} examples/s")
+                    f"{_figures(data)}  {_rate(data)}")
         if kind == "step" and event.index == 0:
             return (f"{event.worker:>{self.width}} . epoch {data.get('epoch')} step {data.get('step')}  "
                     f"loss {_num(data.get('loss'))}  {_num(data.get('examples_per_sec'), '.0f')} examples/s")
@@ -83,14 +103,31 @@ def _num(value: object, spec: str = ".4f") -> str:
     return format(value, spec) if isinstance(value, (int, float)) else "n/a"
 
 
+def _figures(data: dict) -> str:
+    """loss and accuracy, then the val_ figures when the epoch has them."""
+    names = ["loss", "accuracy", *(name for name in ("val_loss", "val_accuracy") if name in data)]
+    return "  ".join(f"{name} {_num(data.get(name))}" for name in names)
+
+
+def _rate(data: dict) -> str:
+    """examples/s, else steps/s (Keras's output of a script whose batch size homegpu does not know)."""
+    if isinstance(data.get("examples_per_sec"), (int, float)) or "steps_per_sec" not in data:
+        return f"{_num(data.get('examples_per_sec'), '.0f')} examples/s"
+    return f"{_num(data.get('steps_per_sec'), '.1f')} steps/s"
+
+
 def summary(outcome: RunOutcome) -> str:
     rows = []
+    with_val = any("val_loss" in metric for _, _, metric in outcome.workers)
     for label, status, metric in outcome.workers:
+        vals = (_num(metric.get("val_loss")), _num(metric.get("val_accuracy"))) if with_val else ()
         rows.append((label, status.exit_status if status and status.exit_status is not None else "-",
-                     metric.get("epoch", "-"), _num(metric.get("loss")), _num(metric.get("accuracy")),
-                     _num(metric.get("examples_per_sec"), ".0f")))
+                     metric.get("epoch", "-"), _num(metric.get("loss")), _num(metric.get("accuracy")), *vals,
+                     _rate(metric).split()[0]))
+    unit = "STEPS/S" if rows and all(_rate(m).endswith("steps/s") for _, _, m in outcome.workers) else "EXAMPLES/S"
     head = f"run {outcome.state.value}: {outcome.detail}"
-    return head + "\n" + table(("WORKER", "EXIT", "EPOCHS", "LOSS", "ACCURACY", "EXAMPLES/S"), rows)
+    columns = ("WORKER", "EXIT", "EPOCHS", "LOSS", "ACCURACY", *(("VAL_LOSS", "VAL_ACCURACY") if with_val else ()), unit)
+    return head + "\n" + table(columns, rows)
 
 
 async def run_headless(spec: ClusterSpec, job: JobSpec, experiments: Path, detach: bool,
@@ -131,9 +168,33 @@ async def _drive(run: JobRun, detach: bool, out: TextIO) -> int:
         loop.remove_signal_handler(signal.SIGINT)
         loop.remove_signal_handler(signal.SIGTERM)
     print(summary(outcome), file=out, flush=True)
-    if outcome.state is JobState.SUCCEEDED and run.experiment:
-        print(f"logs, metrics and model: {run.experiment.dir}", file=out, flush=True)
+    if run.experiment:
+        print(record_line(run.experiment.dir, outcome), file=out, flush=True)
+    for note in outcome.incomplete_logs:
+        print(f"homegpu: incomplete log of {note}", file=out, flush=True)
+    if outcome.state is JobState.SUCCEEDED and outcome.incomplete_logs:
+        return EXIT_LOG_INCOMPLETE
     return {JobState.SUCCEEDED: EXIT_OK, JobState.STOPPED: EXIT_INTERRUPTED}.get(outcome.state, EXIT_FAILED)
+
+
+def record_line(run_dir: Path, outcome: RunOutcome) -> str:
+    """Where the run's record is, naming only what is really there."""
+    have = ["logs"]
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.is_file() and metrics.stat().st_size:
+        have.append("metrics")
+    for name in ("timeline.sqlite", "report.html"):
+        if (run_dir / name).is_file():
+            have.append(name.split(".")[0])
+    fetched = outcome.outputs.fetched
+    if fetched:
+        have.append(f"the chief's output ({', '.join(fetched)})")
+    line = f"{', '.join(have)}: {run_dir}"
+    for left in outcome.outputs.left:
+        line += f"\n  left on the chief's node: {left}"
+    if outcome.outputs.error:
+        line += f"\n  {outcome.outputs.error}"
+    return line
 
 
 async def _pump(events, printer: LinePrinter) -> None:

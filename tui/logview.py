@@ -19,6 +19,7 @@ from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from homegpu.remote.tf_notices import is_harmless_tf_notice
 from homegpu.tui.state import LogEntry
 
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
@@ -112,7 +113,10 @@ class LogView(ScrollView, can_focus=True):
         style = self.rich_style
         if index >= len(self._rows):
             return Strip.blank(width, style)
-        text = Text(self._rows[index], style=style, no_wrap=True)
+        row = self._rows[index]
+        text = Text(row, style=style, no_wrap=True)
+        if is_harmless_tf_notice(row.partition(" | ")[2] or row):  # TensorFlow's noise on CPU-only nodes
+            text.stylize("dim")
         if self.pattern:
             text.highlight_words([self.pattern], "reverse", case_sensitive=False)
         segments = list(text.render(self.app.console))

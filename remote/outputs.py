@@ -1,0 +1,59 @@
+"""Bring home what the chief wrote in its output dir: a saved model, TensorBoard logs, anything.
+
+Backups are left on the node (they are how a restart resumes, and can be large), and so is what
+goes past a size cap; what was left out is said, so the run's last line lists only what is here.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+
+from homegpu.remote.node import NODE_GONE, NodeSession
+
+OUTPUT_CAP_BYTES = 2 << 30  # 2 GiB: a home link moves that in a few seconds to minutes
+SKIP_DIRS = frozenset({"backup", "__pycache__"})  # BackupAndRestore's dir (ours and the tutorial's)
+
+
+@dataclass(frozen=True)
+class FetchedOutputs:
+    """What fetch_outputs brought (top-level names and bytes) and what it left on the node, with why."""
+
+    fetched: tuple[str, ...] = ()
+    size: int = 0
+    left: tuple[str, ...] = ()  # "NAME (why)"
+    error: str = ""
+
+
+def plan_fetch(listing: dict[str, tuple[int, int]], cap: int) -> tuple[list[str], int, list[str]]:
+    """(top-level entries to fetch, their bytes, entries left with why), in name order, within `cap`.
+
+    `listing` maps every file's relative path to (size, mtime), skipped dirs already left out.
+    """
+    sizes: dict[str, int] = {}
+    for rel, (size, _) in listing.items():
+        top = rel.split("/", 1)[0]
+        if not top.startswith("workertemp_"):  # the tutorial's non-chief save dirs
+            sizes[top] = sizes.get(top, 0) + size
+    fetch, total, left = [], 0, []
+    for name in sorted(sizes):
+        if total + sizes[name] > cap:
+            left.append(f"{name} ({sizes[name] / 2**20:.0f} MiB, past the {cap / 2**30:g} GiB cap)")
+        else:
+            fetch.append(name)
+            total += sizes[name]
+    return fetch, total, left
+
+
+async def fetch_outputs(node: NodeSession, remote_dir: str, local_dir: Path,
+                        cap: int = OUTPUT_CAP_BYTES) -> FetchedOutputs:
+    """Copy the top-level entries of `remote_dir` on `node` into `local_dir`, skipping backups, up to `cap`."""
+    try:
+        listing = await node.list_tree(remote_dir, SKIP_DIRS)
+        fetch, total, left = plan_fetch(listing, cap)
+        for name in fetch:
+            await node.get_tree(posixpath.join(remote_dir, name), local_dir / name)
+    except NODE_GONE as exc:
+        return FetchedOutputs(error=f"{node.name}: could not fetch the outputs from {remote_dir}: {exc}")
+    return FetchedOutputs(tuple(fetch), total, tuple(left))
