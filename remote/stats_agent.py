@@ -51,6 +51,8 @@ SILENT_MIN_S = 30.0  # a loop child silent for max(this, 10 intervals) is killed
 MAX_PENDING_ERRORS = 20  # loop errors kept for the next line; older ones are dropped
 QUIET_MAX_S = 0.2  # silence that ends a loop child's first iteration (less for loops under 0.4 s)
 STATIC_REFRESH_S = 60.0  # how long NVML names, UUIDs and power limits are kept before asking again
+FIRST_WINDOW_S = 0.15  # the first line's CPU % window: the first screen must not wait an interval
+FIRST_LOOP_WAIT_S = 0.35  # how long the first line waits for nvidia-smi's loop before a one-shot
 
 # nvidia-smi field -> our key, in query order.
 GPU_QUERY = (
@@ -268,6 +270,7 @@ class SmiLoop:
         self.looped = False  # some child printed two iterations or more: loop mode works here
         self.proc = None
         self.last_output = time.monotonic()
+        self.settled = threading.Event()  # set at the first complete iteration or the first child's end
         self._stop = threading.Event()
         threading.Thread(target=self._run, name="nvidia-smi-loop", daemon=True).start()
 
@@ -307,6 +310,7 @@ class SmiLoop:
         while not self._stop.is_set():
             code, completed = self._run_child()
             self.runs += 1
+            self.settled.set()
             if completed >= 2:
                 pause = RESTART_MIN_S
             if self._stop.is_set():
@@ -338,6 +342,7 @@ class SmiLoop:
                     gpus = self.iterations.feed(line, self.errors)
                 if gpus is not None:
                     self.latest = (time.monotonic(), gpus)
+                    self.settled.set()
                     completed += 1
                     self.looped = self.looped or completed >= 2
         finally:
@@ -422,7 +427,8 @@ class SmiReader:
     """GPU stats from the ``nvidia-smi`` CLI, for nodes where NVML cannot be loaded from Python.
 
     With an ``interval`` (a streaming agent) GPU rows come from one ``SmiLoop`` child, started with
-    the reader, so its first iteration is usually in before the first line is due. Whenever the loop
+    the reader; the first read waits for its first iteration (or its end) up to ``FIRST_LOOP_WAIT_S``
+    after the start, so the first line needs no one-shot query. Whenever the loop
     has no iteration younger than two intervals (starting up, restarting, hung) a one-shot query
     stands in, so a line never lacks GPUs that nvidia-smi can report; when that query finds no GPU
     before the loop ever had an iteration, the loop is dropped until one shows GPUs again. If the
@@ -446,6 +452,7 @@ class SmiReader:
         self._reads_since_apps = 0
         code, out, _ = self._run("--version")
         self.cuda = parse_nvidia_smi_version(out) if code == 0 else None
+        self.first_deadline = time.monotonic() + FIRST_LOOP_WAIT_S
         if self.loop_ms:  # started now, its first iteration is in by the first read: no one-shot then
             self.loop = SmiLoop(path, self.loop_ms)
 
@@ -474,6 +481,8 @@ class SmiReader:
 
     def _gpus(self, errors):
         """The loop's newest iteration when it is fresh; otherwise a one-shot query, now."""
+        if self.loop is not None and self.loop.latest is None:
+            self.loop.settled.wait(max(0.0, self.first_deadline - time.monotonic()))
         gpus = self.loop.fresh(self.max_age) if self.loop is not None else None
         if gpus is None:
             gpus = parse_nvidia_smi_gpus(self._query("--query-gpu=", GPU_QUERY, errors) or "", errors)
@@ -926,7 +935,11 @@ def main(argv=None):
 
 
 def stream(args):
-    """Print a line per interval (one line with ``--once``) until told to exit."""
+    """Print a line per interval (one line with ``--once``) until told to exit.
+
+    The first line comes ``FIRST_WINDOW_S`` after the start, its CPU % measured over that short
+    window, so a node's first screen waits neither a whole interval nor for a second sample.
+    """
     # As ``python3 -`` the script itself was stdin, already at EOF: rely on SIGHUP/SIGPIPE there.
     if not args.once and sys.argv[0] != "-":
         watch_stdin()
@@ -936,7 +949,8 @@ def stream(args):
     reader, notes = open_reader(args.source, nvml, smi, interval=None if args.once else args.interval,
                                 apps_every=apps_every)
     cpu_before = read_cpu([])
-    due = time.monotonic() + args.interval
+    # The first line comes after a short CPU window, the next ones on the interval's beat from it.
+    due = time.monotonic() + min(args.interval, FIRST_WINDOW_S)
     while True:
         time.sleep(max(0.0, due - time.monotonic()))
         record, cpu_before = sample(reader, cpu_before, args.work_dir)

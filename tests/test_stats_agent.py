@@ -10,6 +10,7 @@ import ast
 import glob
 import json
 import os
+import select
 import shlex
 import signal
 import subprocess
@@ -866,6 +867,43 @@ def test_bundle_brings_its_own_pynvml(tmp_path: Path) -> None:
         assert stats.source == "nvml" or any(e.startswith("nvml: NVMLError") for e in stats.errors)
     finally:
         stop(proc)
+
+
+# --- the first line ---------------------------------------------------------------------------------
+
+LONG_INTERVAL = 600.0  # no line of the tests below may wait for it
+
+
+def first_line_within(proc: subprocess.Popen[bytes], bound: float) -> NodeStats:
+    """The agent's first line, failing if none comes in ``bound`` s (far below LONG_INTERVAL)."""
+    assert proc.stdout is not None
+    if not select.select([proc.stdout], [], [], bound)[0]:
+        pytest.fail(f"no first line in {bound:g} s: it waits for the {LONG_INTERVAL:g} s interval")
+    [stats] = read_lines(proc, 1)
+    return stats
+
+
+def test_the_first_line_comes_after_a_short_cpu_window_not_an_interval(tmp_path: Path) -> None:
+    """Through the bundle, as the controller starts it: the first line carries every node figure,
+    CPU % included (measured over FIRST_WINDOW_S), without waiting for the interval."""
+    proc = start_bundle(agent_command(python=sys.executable, interval=LONG_INTERVAL,
+                                      work_dir=str(tmp_path), source="none"))
+    try:
+        stats = first_line_within(proc, 60)
+        assert_node_numbers(stats)
+        assert stats.errors == ()
+        assert proc.poll() is None  # streaming on: the next line is an interval away
+    finally:
+        stop(proc)
+
+
+def test_the_first_line_waits_for_the_nvidia_smi_loop_not_the_interval(tmp_path: Path, smi_agents) -> None:
+    """GPU figures need no interval: the first line takes the loop child's first iteration as soon
+    as it is in, with no one-shot nvidia-smi, long before the interval is due."""
+    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--interval", f"{LONG_INTERVAL:g}")
+    stats = first_line_within(agent.proc, 60)
+    assert len(stats.gpus) == 2 and stats.errors == () and isinstance(stats.cpu, float), stats
+    assert len(agent.runs()) == 1 and agent.runs(ONE_SHOT_GPUS) == []
 
 
 # --- how the agent ends ----------------------------------------------------------------------------
