@@ -562,9 +562,9 @@ def _nvml_processes(nvml, handle, call):
     return result
 
 
-def _once(device, key, thunk):
-    """``device[key]``, asking ``thunk`` only until it has given a value (see ``NvmlReader``)."""
-    if device.get(key) is None:
+def _once(device, key, thunk, again=False):
+    """``device[key]``, asking ``thunk`` until it has given a value, or ``again`` (see ``NvmlReader``)."""
+    if again or device.get(key) is None:
         device[key] = thunk()
     return device[key]
 
@@ -594,9 +594,10 @@ def _nvml_memory(nvml, handle, call, device):
             _scaled(getattr(memory, "total", None), MIB, floor=True), None)
 
 
-def _nvml_gpu(nvml, index, handle, errors, device=None):
+def _nvml_gpu(nvml, index, handle, errors, device=None, apps=True):
     """One GPU's reading. ``device`` holds what does not change between samples (name, UUID, power
-    limit, which memory call works) once it is known; a fresh dict asks for everything."""
+    limit, which memory call works) once it is known, and the last process list; a fresh dict asks
+    for everything. ``apps`` False keeps that process list instead of asking again."""
     device = {} if device is None else device
 
     def call(label, thunk):
@@ -621,16 +622,17 @@ def _nvml_gpu(nvml, index, handle, errors, device=None):
         "sm_clock": call(
             "sm_clock", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)
         ),
-        "processes": _nvml_processes(nvml, handle, call),
+        "processes": list(_once(device, "processes", lambda: _nvml_processes(nvml, handle, call), apps)),
     }
 
 
-def read_nvml(nvml, errors=None, cache=None):
+def read_nvml(nvml, errors=None, cache=None, apps=True):
     """Read every GPU through an initialised ``pynvml``-like module ``nvml`` (injectable in tests).
 
     ``cache`` (a dict the caller keeps between samples, see ``NvmlReader``) holds each GPU's
-    handle and unchanging readings; it is emptied when the GPU count changes. Without it every
-    reading is asked for.
+    handle and unchanging readings, and its last process list, which is asked for again only
+    when ``apps`` is true; it is emptied when the GPU count changes. Without it every reading is
+    asked for.
     """
     errors = [] if errors is None else errors
     cache = {} if cache is None else cache
@@ -644,7 +646,7 @@ def read_nvml(nvml, errors=None, cache=None):
         handle = _once(device, "handle", lambda: _nvml_call(
             nvml, errors, f"gpu{index}.handle", lambda: nvml.nvmlDeviceGetHandleByIndex(index)))
         if handle is not None:
-            gpus.append(_nvml_gpu(nvml, index, handle, errors, device))
+            gpus.append(_nvml_gpu(nvml, index, handle, errors, device, apps))
     return gpus
 
 
@@ -663,24 +665,30 @@ class NvmlReader:
 
     Names, UUIDs, handles and power limits are asked for once and kept (a power limit read costs
     179 µs on an H100, more than all the changing readings together), then asked for again every
-    ``STATIC_REFRESH_S`` so a limit changed with ``nvidia-smi -pl`` shows within a minute.
+    ``STATIC_REFRESH_S`` so a limit changed with ``nvidia-smi -pl`` shows within a minute. Compute
+    processes change slowly and cost a call per GPU and one per process (its name), so as with
+    ``SmiReader`` they are asked for on every ``apps_every``-th read only.
     """
 
     source = "nvml"
 
-    def __init__(self, nvml, clock=time.monotonic):
+    def __init__(self, nvml, clock=time.monotonic, apps_every=1):
         nvml.nvmlInit()  # raises when there is no driver: the caller falls back
         self.nvml = nvml
         self.driver, self.cuda = read_nvml_versions(nvml)
         self.clock = clock
         self.cache = {}
         self.cached_at = clock()
+        self.apps_every = max(1, apps_every)
+        self._reads_since_apps = self.apps_every  # the first read asks
 
     def read(self, errors):
         if self.clock() - self.cached_at > STATIC_REFRESH_S:
             self.cache.clear()
             self.cached_at = self.clock()
-        return read_nvml(self.nvml, errors, self.cache), self.driver, self.cuda
+        apps = self._reads_since_apps >= self.apps_every
+        self._reads_since_apps = 1 if apps else self._reads_since_apps + 1
+        return read_nvml(self.nvml, errors, self.cache, apps), self.driver, self.cuda
 
 
 class NoGpuReader:
@@ -746,7 +754,7 @@ def open_reader(source, nvml, smi_path, interval=None, apps_every=1):
 
     ``auto`` tries NVML, then ``nvidia-smi``, then none; an explicit source that cannot work
     gives the "none" reader, so the node still streams its CPU and memory. ``interval`` (None for
-    an agent that samples once) and ``apps_every`` are passed on to ``SmiReader``. ``nvml`` is a
+    an agent that samples once) is passed on to ``SmiReader``, ``apps_every`` to both readers. ``nvml`` is a
     pynvml-like module or why there is none (see ``load_pynvml``).
     """
     notes = []
@@ -755,7 +763,7 @@ def open_reader(source, nvml, smi_path, interval=None, apps_every=1):
             notes.append(f"nvml: {nvml}")
         else:
             try:
-                return NvmlReader(nvml), notes
+                return NvmlReader(nvml, apps_every=apps_every), notes
             except Exception as exc:  # noqa: BLE001 - NVMLError, OSError, ... all mean "no NVML"
                 notes.append(f"nvml: {describe(exc)}")
     if source in ("auto", "nvidia-smi"):
@@ -793,8 +801,10 @@ def parse_meminfo(text):
     values = {}
     for line in text.splitlines():
         key, _, rest = line.partition(":")
-        if rest.split():
+        if key in ("MemTotal", "MemAvailable"):
             values[key] = int(rest.split()[0])  # kB
+            if len(values) == 2:
+                break
     total, available = values["MemTotal"], values["MemAvailable"]
     return (total - available) // 1024, total // 1024
 
@@ -825,13 +835,30 @@ def _measure(label, errors, func, *args):
         return None
 
 
+# What is read of each /proc file: the leading lines hold every figure used (the aggregate "cpu"
+# line; MemTotal and MemAvailable), and the rest of /proc/stat is a line per core and more.
+PROC_READ_BYTES = {"/proc/stat": 1024, "/proc/meminfo": 1024, "/proc/loadavg": 256}
+_PROC_FDS = {}  # path -> descriptor kept open between samples
+
+
+def _proc_text(path):
+    """The start of ``path``, read again from offset 0 through a descriptor kept open: a /proc file
+    is regenerated at each read from its start, and opening, wrapping and closing it each sample
+    cost more than the read (about 2.5x on /proc/meminfo)."""
+    fd = _PROC_FDS.get(path)
+    if fd is None:
+        fd = _PROC_FDS[path] = os.open(path, os.O_RDONLY)
+    try:
+        return os.pread(fd, PROC_READ_BYTES[path], 0).decode("ascii", "replace")
+    except OSError:
+        del _PROC_FDS[path]
+        os.close(fd)
+        raise
+
+
 def _read_proc(path, parse, errors):
     """Parse one /proc file; a missing or odd one (an old kernel, a sandbox) is an error line."""
-    def read():
-        with open(path) as handle:
-            return parse(handle.read())
-
-    return _measure(path, errors, read)
+    return _measure(path, errors, lambda: parse(_proc_text(path)))
 
 
 def read_cpu(errors):

@@ -311,6 +311,22 @@ def test_nvml_reader_asks_for_what_does_not_change_once() -> None:
     assert first["power_limit"] == 450.0 and nvml.calls["nvmlDeviceGetPowerManagementLimit"] == 4
 
 
+def test_nvml_processes_are_asked_for_every_nth_read_and_kept_between() -> None:
+    """The process list at its slower cadence, as with nvidia-smi: a call per GPU and one per
+    process (its name) on every ``apps_every``-th read; the reads between show the last list."""
+    nvml = FakeNvml([h100_mig()], "590.48.01", 13010, names=MIG_NAMES)
+    reader = NvmlReader(nvml, apps_every=5)
+    lines = [reader.read([])[0] for _ in range(12)]
+    assert nvml.calls["nvmlDeviceGetComputeRunningProcesses"] == 3  # reads 1, 6 and 11
+    assert nvml.calls["nvmlDeviceGetUtilizationRates"] == 12
+    expected = [{"pid": 21180, "name": "/root/tools/memhog", "mem": 2296},
+                {"pid": 21181, "name": "/root/tools/memhog", "mem": 1272},
+                {"pid": 21198, "name": "./gpu_burn", "mem": 7484}]
+    assert all(gpus[0]["processes"] == expected for gpus in lines)
+    nvml.devices[0]["procs"] = []  # the jobs ended: the next asking read shows it
+    assert [reader.read([])[0][0]["processes"] for _ in range(5)] == [expected] * 3 + [[], []]  # 16 asks
+
+
 def test_nvml_cache_starts_over_when_the_gpu_count_changes() -> None:
     nvml = FakeNvmlV2([h100_idle(), dict(H100_NVL[0], memory_v2=FakeNVMLError("v2"))], "550.54.14", 12040)
     reader = NvmlReader(nvml)
@@ -757,6 +773,19 @@ def test_proc_parsers_on_recorded_files() -> None:
     assert parse_loadavg(proc("proc_loadavg.txt")) == [0.12, 0.10, 0.04]
     with pytest.raises(ValueError):
         parse_proc_stat("intr 1 2 3\n")
+
+
+def test_proc_files_read_again_through_kept_descriptors_show_new_values() -> None:
+    """/proc files stay open between samples and are read from offset 0: each read is fresh."""
+    first = stats_agent.read_cpu([])
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:  # 5 jiffies of this process's own CPU, at least
+        pass
+    second = stats_agent.read_cpu([])
+    assert second[1] > first[1] and stats_agent._PROC_FDS.get("/proc/stat") is not None
+    errors: list[str] = []
+    used, total = stats_agent._read_proc("/proc/meminfo", parse_meminfo, errors)
+    assert 0 < used < total and errors == []
 
 
 def test_disk_of_a_work_dir_not_created_yet_is_its_parents(tmp_path: Path) -> None:
