@@ -223,7 +223,7 @@ def main() -> None:
         return
     biggest = max(SIZES)
     replay = [f"node{i}" for i in range(1, biggest + 1)]
-    with SimCluster(biggest, first_host=100, extra_path_nodes=replay) as sim:
+    with SimCluster(biggest, first_host=160, extra_path_nodes=replay) as sim:
         for node in sim.nodes:
             write_replay_nvidia_smi(node.extra_path, FIXTURES / "gpus_2x_h100nvl_idle.csv",
                                     FIXTURES / "apps_none.csv")

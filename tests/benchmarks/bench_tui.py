@@ -190,7 +190,7 @@ def flood_benchmark(sim: SimCluster, root: Path) -> None:
 def main() -> None:
     assert shutil.which("tmux"), "tmux is not installed"
     root = Path(tempfile.mkdtemp(prefix="homegpu-bench-tui-"))
-    with SimCluster(16, first_host=100) as sim:
+    with SimCluster(16, first_host=180) as sim:
         print(f"homegpu TUI benchmarks, {platform.node()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}\n")
         parts = sys.argv[1:] or ["cpu", "flood"]
         if "cpu" in parts:
