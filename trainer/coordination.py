@@ -29,7 +29,7 @@ def tolerate_quiet_peers(seconds: float) -> None:
     """Configure the coordination service as MultiWorkerMirroredStrategy would, with a heartbeat
     timeout of `seconds`. Call it before the strategy is built (which then keeps this config)."""
     # Private API (TF 2.21): the strategy calls the same method with the same leader and jobs.
-    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.core.protobuf import coordination_config_pb2
     from tensorflow.python.distribute import multi_worker_util
     from tensorflow.python.eager import context
 
