@@ -943,7 +943,7 @@ def parse_args(argv):
     parser.add_argument("--once", action="store_true", help="print one line and exit")
     parser.add_argument("--source", choices=SOURCES, default="auto", help="where GPU stats come from")
     parser.add_argument("--apps-interval", type=float, default=APPS_INTERVAL_S,
-                        help="seconds between nvidia-smi compute process queries")
+                        help="seconds between compute process queries (NVML or nvidia-smi)")
     args = parser.parse_args(argv)
     if not args.interval > 0:
         parser.error("--interval must be positive")
