@@ -42,7 +42,7 @@ SHIPPED_PYNVML = globals().get("SHIPPED_PYNVML", b"")
 MIB = 1024 * 1024
 SMI_TIMEOUT_S = 10.0
 SMI_FORMAT = "--format=csv,noheader,nounits"
-APPS_INTERVAL_S = 5.0  # how often compute processes are asked for (nvidia-smi source)
+APPS_INTERVAL_S = 5.0  # how often compute processes are asked for (both GPU sources)
 LOOP_TRIES = 2  # loop children that end without looping before the agent stays with one-shot
 RESTART_MIN_S = 1.0  # pause before restarting an ended loop child, doubling up to the max
 RESTART_MAX_S = 30.0
