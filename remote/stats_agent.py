@@ -42,7 +42,7 @@ SHIPPED_PYNVML = globals().get("SHIPPED_PYNVML", b"")
 MIB = 1024 * 1024
 SMI_TIMEOUT_S = 10.0
 SMI_FORMAT = "--format=csv,noheader,nounits"
-APPS_INTERVAL_S = 5.0  # how often compute processes are asked for (nvidia-smi source)
+APPS_INTERVAL_S = 5.0  # how often compute processes are asked for (both GPU sources)
 LOOP_TRIES = 2  # loop children that end without looping before the agent stays with one-shot
 RESTART_MIN_S = 1.0  # pause before restarting an ended loop child, doubling up to the max
 RESTART_MAX_S = 30.0
@@ -51,6 +51,8 @@ SILENT_MIN_S = 30.0  # a loop child silent for max(this, 10 intervals) is killed
 MAX_PENDING_ERRORS = 20  # loop errors kept for the next line; older ones are dropped
 QUIET_MAX_S = 0.2  # silence that ends a loop child's first iteration (less for loops under 0.4 s)
 STATIC_REFRESH_S = 60.0  # how long NVML names, UUIDs and power limits are kept before asking again
+FIRST_WINDOW_S = 0.15  # the first line's CPU % window: the first screen must not wait an interval
+FIRST_LOOP_WAIT_S = 0.35  # how long the first line waits for nvidia-smi's loop before a one-shot
 
 # nvidia-smi field -> our key, in query order.
 GPU_QUERY = (
@@ -268,6 +270,7 @@ class SmiLoop:
         self.looped = False  # some child printed two iterations or more: loop mode works here
         self.proc = None
         self.last_output = time.monotonic()
+        self.settled = threading.Event()  # set at the first complete iteration or the first child's end
         self._stop = threading.Event()
         threading.Thread(target=self._run, name="nvidia-smi-loop", daemon=True).start()
 
@@ -307,6 +310,7 @@ class SmiLoop:
         while not self._stop.is_set():
             code, completed = self._run_child()
             self.runs += 1
+            self.settled.set()
             if completed >= 2:
                 pause = RESTART_MIN_S
             if self._stop.is_set():
@@ -338,6 +342,7 @@ class SmiLoop:
                     gpus = self.iterations.feed(line, self.errors)
                 if gpus is not None:
                     self.latest = (time.monotonic(), gpus)
+                    self.settled.set()
                     completed += 1
                     self.looped = self.looped or completed >= 2
         finally:
@@ -422,7 +427,8 @@ class SmiReader:
     """GPU stats from the ``nvidia-smi`` CLI, for nodes where NVML cannot be loaded from Python.
 
     With an ``interval`` (a streaming agent) GPU rows come from one ``SmiLoop`` child, started with
-    the reader, so its first iteration is usually in before the first line is due. Whenever the loop
+    the reader; the first read waits for its first iteration (or its end) up to ``FIRST_LOOP_WAIT_S``
+    after the start, so the first line needs no one-shot query. Whenever the loop
     has no iteration younger than two intervals (starting up, restarting, hung) a one-shot query
     stands in, so a line never lacks GPUs that nvidia-smi can report; when that query finds no GPU
     before the loop ever had an iteration, the loop is dropped until one shows GPUs again. If the
@@ -446,6 +452,7 @@ class SmiReader:
         self._reads_since_apps = 0
         code, out, _ = self._run("--version")
         self.cuda = parse_nvidia_smi_version(out) if code == 0 else None
+        self.first_deadline = time.monotonic() + FIRST_LOOP_WAIT_S
         if self.loop_ms:  # started now, its first iteration is in by the first read: no one-shot then
             self.loop = SmiLoop(path, self.loop_ms)
 
@@ -474,6 +481,8 @@ class SmiReader:
 
     def _gpus(self, errors):
         """The loop's newest iteration when it is fresh; otherwise a one-shot query, now."""
+        if self.loop is not None and self.loop.latest is None:
+            self.loop.settled.wait(max(0.0, self.first_deadline - time.monotonic()))
         gpus = self.loop.fresh(self.max_age) if self.loop is not None else None
         if gpus is None:
             gpus = parse_nvidia_smi_gpus(self._query("--query-gpu=", GPU_QUERY, errors) or "", errors)
@@ -553,9 +562,9 @@ def _nvml_processes(nvml, handle, call):
     return result
 
 
-def _once(device, key, thunk):
-    """``device[key]``, asking ``thunk`` only until it has given a value (see ``NvmlReader``)."""
-    if device.get(key) is None:
+def _once(device, key, thunk, again=False):
+    """``device[key]``, asking ``thunk`` until it has given a value, or ``again`` (see ``NvmlReader``)."""
+    if again or device.get(key) is None:
         device[key] = thunk()
     return device[key]
 
@@ -585,9 +594,10 @@ def _nvml_memory(nvml, handle, call, device):
             _scaled(getattr(memory, "total", None), MIB, floor=True), None)
 
 
-def _nvml_gpu(nvml, index, handle, errors, device=None):
+def _nvml_gpu(nvml, index, handle, errors, device=None, apps=True):
     """One GPU's reading. ``device`` holds what does not change between samples (name, UUID, power
-    limit, which memory call works) once it is known; a fresh dict asks for everything."""
+    limit, which memory call works) once it is known, and the last process list; a fresh dict asks
+    for everything. ``apps`` False keeps that process list instead of asking again."""
     device = {} if device is None else device
 
     def call(label, thunk):
@@ -612,16 +622,17 @@ def _nvml_gpu(nvml, index, handle, errors, device=None):
         "sm_clock": call(
             "sm_clock", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)
         ),
-        "processes": _nvml_processes(nvml, handle, call),
+        "processes": list(_once(device, "processes", lambda: _nvml_processes(nvml, handle, call), apps)),
     }
 
 
-def read_nvml(nvml, errors=None, cache=None):
+def read_nvml(nvml, errors=None, cache=None, apps=True):
     """Read every GPU through an initialised ``pynvml``-like module ``nvml`` (injectable in tests).
 
     ``cache`` (a dict the caller keeps between samples, see ``NvmlReader``) holds each GPU's
-    handle and unchanging readings; it is emptied when the GPU count changes. Without it every
-    reading is asked for.
+    handle and unchanging readings, and its last process list, which is asked for again only
+    when ``apps`` is true; it is emptied when the GPU count changes. Without it every reading is
+    asked for.
     """
     errors = [] if errors is None else errors
     cache = {} if cache is None else cache
@@ -635,7 +646,7 @@ def read_nvml(nvml, errors=None, cache=None):
         handle = _once(device, "handle", lambda: _nvml_call(
             nvml, errors, f"gpu{index}.handle", lambda: nvml.nvmlDeviceGetHandleByIndex(index)))
         if handle is not None:
-            gpus.append(_nvml_gpu(nvml, index, handle, errors, device))
+            gpus.append(_nvml_gpu(nvml, index, handle, errors, device, apps))
     return gpus
 
 
@@ -654,24 +665,30 @@ class NvmlReader:
 
     Names, UUIDs, handles and power limits are asked for once and kept (a power limit read costs
     179 µs on an H100, more than all the changing readings together), then asked for again every
-    ``STATIC_REFRESH_S`` so a limit changed with ``nvidia-smi -pl`` shows within a minute.
+    ``STATIC_REFRESH_S`` so a limit changed with ``nvidia-smi -pl`` shows within a minute. Compute
+    processes change slowly and cost a call per GPU and one per process (its name), so as with
+    ``SmiReader`` they are asked for on every ``apps_every``-th read only.
     """
 
     source = "nvml"
 
-    def __init__(self, nvml, clock=time.monotonic):
+    def __init__(self, nvml, clock=time.monotonic, apps_every=1):
         nvml.nvmlInit()  # raises when there is no driver: the caller falls back
         self.nvml = nvml
         self.driver, self.cuda = read_nvml_versions(nvml)
         self.clock = clock
         self.cache = {}
         self.cached_at = clock()
+        self.apps_every = max(1, apps_every)
+        self._reads_since_apps = self.apps_every  # the first read asks
 
     def read(self, errors):
         if self.clock() - self.cached_at > STATIC_REFRESH_S:
             self.cache.clear()
             self.cached_at = self.clock()
-        return read_nvml(self.nvml, errors, self.cache), self.driver, self.cuda
+        apps = self._reads_since_apps >= self.apps_every
+        self._reads_since_apps = 1 if apps else self._reads_since_apps + 1
+        return read_nvml(self.nvml, errors, self.cache, apps), self.driver, self.cuda
 
 
 class NoGpuReader:
@@ -737,7 +754,7 @@ def open_reader(source, nvml, smi_path, interval=None, apps_every=1):
 
     ``auto`` tries NVML, then ``nvidia-smi``, then none; an explicit source that cannot work
     gives the "none" reader, so the node still streams its CPU and memory. ``interval`` (None for
-    an agent that samples once) and ``apps_every`` are passed on to ``SmiReader``. ``nvml`` is a
+    an agent that samples once) is passed on to ``SmiReader``, ``apps_every`` to both readers. ``nvml`` is a
     pynvml-like module or why there is none (see ``load_pynvml``).
     """
     notes = []
@@ -746,7 +763,7 @@ def open_reader(source, nvml, smi_path, interval=None, apps_every=1):
             notes.append(f"nvml: {nvml}")
         else:
             try:
-                return NvmlReader(nvml), notes
+                return NvmlReader(nvml, apps_every=apps_every), notes
             except Exception as exc:  # noqa: BLE001 - NVMLError, OSError, ... all mean "no NVML"
                 notes.append(f"nvml: {describe(exc)}")
     if source in ("auto", "nvidia-smi"):
@@ -784,8 +801,10 @@ def parse_meminfo(text):
     values = {}
     for line in text.splitlines():
         key, _, rest = line.partition(":")
-        if rest.split():
+        if key in ("MemTotal", "MemAvailable"):
             values[key] = int(rest.split()[0])  # kB
+            if len(values) == 2:
+                break
     total, available = values["MemTotal"], values["MemAvailable"]
     return (total - available) // 1024, total // 1024
 
@@ -816,13 +835,30 @@ def _measure(label, errors, func, *args):
         return None
 
 
+# What is read of each /proc file: the leading lines hold every figure used (the aggregate "cpu"
+# line; MemTotal and MemAvailable), and the rest of /proc/stat is a line per core and more.
+PROC_READ_BYTES = {"/proc/stat": 1024, "/proc/meminfo": 1024, "/proc/loadavg": 256}
+_PROC_FDS = {}  # path -> descriptor kept open between samples
+
+
+def _proc_text(path):
+    """The start of ``path``, read again from offset 0 through a descriptor kept open: a /proc file
+    is regenerated at each read from its start, and opening, wrapping and closing it each sample
+    cost more than the read (about 2.5x on /proc/meminfo)."""
+    fd = _PROC_FDS.get(path)
+    if fd is None:
+        fd = _PROC_FDS[path] = os.open(path, os.O_RDONLY)
+    try:
+        return os.pread(fd, PROC_READ_BYTES[path], 0).decode("ascii", "replace")
+    except OSError:
+        del _PROC_FDS[path]
+        os.close(fd)
+        raise
+
+
 def _read_proc(path, parse, errors):
     """Parse one /proc file; a missing or odd one (an old kernel, a sandbox) is an error line."""
-    def read():
-        with open(path) as handle:
-            return parse(handle.read())
-
-    return _measure(path, errors, read)
+    return _measure(path, errors, lambda: parse(_proc_text(path)))
 
 
 def read_cpu(errors):
@@ -907,7 +943,7 @@ def parse_args(argv):
     parser.add_argument("--once", action="store_true", help="print one line and exit")
     parser.add_argument("--source", choices=SOURCES, default="auto", help="where GPU stats come from")
     parser.add_argument("--apps-interval", type=float, default=APPS_INTERVAL_S,
-                        help="seconds between nvidia-smi compute process queries")
+                        help="seconds between compute process queries (NVML or nvidia-smi)")
     args = parser.parse_args(argv)
     if not args.interval > 0:
         parser.error("--interval must be positive")
@@ -926,7 +962,11 @@ def main(argv=None):
 
 
 def stream(args):
-    """Print a line per interval (one line with ``--once``) until told to exit."""
+    """Print a line per interval (one line with ``--once``) until told to exit.
+
+    The first line comes ``FIRST_WINDOW_S`` after the start, its CPU % measured over that short
+    window, so a node's first screen waits neither a whole interval nor for a second sample.
+    """
     # As ``python3 -`` the script itself was stdin, already at EOF: rely on SIGHUP/SIGPIPE there.
     if not args.once and sys.argv[0] != "-":
         watch_stdin()
@@ -936,7 +976,8 @@ def stream(args):
     reader, notes = open_reader(args.source, nvml, smi, interval=None if args.once else args.interval,
                                 apps_every=apps_every)
     cpu_before = read_cpu([])
-    due = time.monotonic() + args.interval
+    # The first line comes after a short CPU window, the next ones on the interval's beat from it.
+    due = time.monotonic() + min(args.interval, FIRST_WINDOW_S)
     while True:
         time.sleep(max(0.0, due - time.monotonic()))
         record, cpu_before = sample(reader, cpu_before, args.work_dir)

@@ -10,6 +10,7 @@ import ast
 import glob
 import json
 import os
+import select
 import shlex
 import signal
 import subprocess
@@ -308,6 +309,22 @@ def test_nvml_reader_asks_for_what_does_not_change_once() -> None:
     now[0] += stats_agent.STATIC_REFRESH_S + 1
     [first, _], _, _ = reader.read([])
     assert first["power_limit"] == 450.0 and nvml.calls["nvmlDeviceGetPowerManagementLimit"] == 4
+
+
+def test_nvml_processes_are_asked_for_every_nth_read_and_kept_between() -> None:
+    """The process list at its slower cadence, as with nvidia-smi: a call per GPU and one per
+    process (its name) on every ``apps_every``-th read; the reads between show the last list."""
+    nvml = FakeNvml([h100_mig()], "590.48.01", 13010, names=MIG_NAMES)
+    reader = NvmlReader(nvml, apps_every=5)
+    lines = [reader.read([])[0] for _ in range(12)]
+    assert nvml.calls["nvmlDeviceGetComputeRunningProcesses"] == 3  # reads 1, 6 and 11
+    assert nvml.calls["nvmlDeviceGetUtilizationRates"] == 12
+    expected = [{"pid": 21180, "name": "/root/tools/memhog", "mem": 2296},
+                {"pid": 21181, "name": "/root/tools/memhog", "mem": 1272},
+                {"pid": 21198, "name": "./gpu_burn", "mem": 7484}]
+    assert all(gpus[0]["processes"] == expected for gpus in lines)
+    nvml.devices[0]["procs"] = []  # the jobs ended: the next asking read shows it
+    assert [reader.read([])[0][0]["processes"] for _ in range(5)] == [expected] * 3 + [[], []]  # 16 asks
 
 
 def test_nvml_cache_starts_over_when_the_gpu_count_changes() -> None:
@@ -758,6 +775,19 @@ def test_proc_parsers_on_recorded_files() -> None:
         parse_proc_stat("intr 1 2 3\n")
 
 
+def test_proc_files_read_again_through_kept_descriptors_show_new_values() -> None:
+    """/proc files stay open between samples and are read from offset 0: each read is fresh."""
+    first = stats_agent.read_cpu([])
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:  # 5 jiffies of this process's own CPU, at least
+        pass
+    second = stats_agent.read_cpu([])
+    assert second[1] > first[1] and stats_agent._PROC_FDS.get("/proc/stat") is not None
+    errors: list[str] = []
+    used, total = stats_agent._read_proc("/proc/meminfo", parse_meminfo, errors)
+    assert 0 < used < total and errors == []
+
+
 def test_disk_of_a_work_dir_not_created_yet_is_its_parents(tmp_path: Path) -> None:
     assert disk_free_mib(str(tmp_path / "not" / "yet")) == disk_free_mib(str(tmp_path))
 
@@ -866,6 +896,43 @@ def test_bundle_brings_its_own_pynvml(tmp_path: Path) -> None:
         assert stats.source == "nvml" or any(e.startswith("nvml: NVMLError") for e in stats.errors)
     finally:
         stop(proc)
+
+
+# --- the first line ---------------------------------------------------------------------------------
+
+LONG_INTERVAL = 600.0  # no line of the tests below may wait for it
+
+
+def first_line_within(proc: subprocess.Popen[bytes], bound: float) -> NodeStats:
+    """The agent's first line, failing if none comes in ``bound`` s (far below LONG_INTERVAL)."""
+    assert proc.stdout is not None
+    if not select.select([proc.stdout], [], [], bound)[0]:
+        pytest.fail(f"no first line in {bound:g} s: it waits for the {LONG_INTERVAL:g} s interval")
+    [stats] = read_lines(proc, 1)
+    return stats
+
+
+def test_the_first_line_comes_after_a_short_cpu_window_not_an_interval(tmp_path: Path) -> None:
+    """Through the bundle, as the controller starts it: the first line carries every node figure,
+    CPU % included (measured over FIRST_WINDOW_S), without waiting for the interval."""
+    proc = start_bundle(agent_command(python=sys.executable, interval=LONG_INTERVAL,
+                                      work_dir=str(tmp_path), source="none"))
+    try:
+        stats = first_line_within(proc, 60)
+        assert_node_numbers(stats)
+        assert stats.errors == ()
+        assert proc.poll() is None  # streaming on: the next line is an interval away
+    finally:
+        stop(proc)
+
+
+def test_the_first_line_waits_for_the_nvidia_smi_loop_not_the_interval(tmp_path: Path, smi_agents) -> None:
+    """GPU figures need no interval: the first line takes the loop child's first iteration as soon
+    as it is in, with no one-shot nvidia-smi, long before the interval is due."""
+    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--interval", f"{LONG_INTERVAL:g}")
+    stats = first_line_within(agent.proc, 60)
+    assert len(stats.gpus) == 2 and stats.errors == () and isinstance(stats.cpu, float), stats
+    assert len(agent.runs()) == 1 and agent.runs(ONE_SHOT_GPUS) == []
 
 
 # --- how the agent ends ----------------------------------------------------------------------------

@@ -1,14 +1,20 @@
-"""Job benchmarks against real sshd nodes and a real Docker engine. Prints ratios; asserts nothing.
+"""Job benchmarks on the simulated LAN (tests/simcluster.py: namespaced nodes with their own sshd,
+links shaped to 1 Gbit/s) and a real Docker engine. Prints ratios; asserts nothing.
 
-Run as root:  .venv/bin/python tests/benchmarks/bench_jobs.py
+Run as root:  .venv/bin/python tests/benchmarks/bench_jobs.py [launch] [throughput]  (default: both;
+the launch part uses the shared Docker engine: hold /tmp/homegpu-cluster.lock around it)
 
-1. Launch: from the command to every worker running, for a 4-node and a 1-node Docker job
+1. launch: from the command to every worker running, for a 4-node and a 1-node Docker job
    (homegpu: preflight, code sync, parallel starts over each node's own forwarded Docker socket),
-   against a sequential `ssh node docker run -d ...` loop over the same 4 nodes. For scale, the
-   same 4 and 1 containers started straight through the engine's API with nothing else around.
-2. Training throughput: the built-in trainer on two workers through homegpu (process runtime)
-   against the same trainer started by hand with the same TF_CONFIG, examples/s from the metric
-   lines, both measured over epochs 2..N (epoch 1 holds TensorFlow's warm-up).
+   against a sequential `ssh ALIAS docker run -d ...` loop over the same 4 nodes (by their ssh
+   config aliases). For scale, the same 4 and 1 containers started straight through the engine's
+   API with nothing else around. Docker nodes share this machine's one engine (simcluster.py says
+   why), so their containers run on this machine's network, not on the shaped links.
+2. throughput: the built-in trainer on two namespaced nodes, one worker each, talking across the
+   shaped LAN: through `homegpu run` (process runtime) against the same trainer started by hand on
+   the same two nodes (`ssh ALIAS env TF_CONFIG=... python -m homegpu.trainer ...`) with the same
+   TF_CONFIG (the nodes' LAN addresses, the job's port on both), examples/s from the metric lines,
+   both measured over epochs 2..N (epoch 1 holds TensorFlow's warm-up).
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ sys.path.insert(0, str(TESTS))
 import docker  # noqa: E402
 
 from images import ensure_tf_image  # noqa: E402
-from simcluster import SimCluster, ensure_docker, free_job_port  # noqa: E402
+from helpers import homegpu_argv  # noqa: E402
+from simcluster import SimCluster, SimNode, ensure_docker, free_job_port  # noqa: E402
 
 from homegpu.remote.cluster import Cluster  # noqa: E402
 from homegpu.remote.config import load_cluster  # noqa: E402
@@ -41,6 +48,7 @@ from homegpu.trainer.metrics import parse_metric_line  # noqa: E402
 
 SLEEPER = "import time\ntime.sleep(600)\n"
 EPOCHS, STEPS, BATCH = 6, 100, 64
+REPEATS = 3
 
 
 def remove_job_containers(client: docker.DockerClient, job: str) -> None:
@@ -60,12 +68,17 @@ async def homegpu_launch_seconds(config: Path, job: str) -> float:
     return elapsed
 
 
+def ssh_alias_argv(sim: SimCluster, node: SimNode, command: list[str]) -> list[str]:
+    """`ssh ALIAS command` through the cluster's ssh config, as a user reaches a machine by name."""
+    return ["ssh", "-F", str(sim.ssh_config_path), "-o", "BatchMode=yes", node.alias, shlex.join(command)]
+
+
 def ssh_loop_seconds(sim: SimCluster, image: str) -> float:
     start = time.perf_counter()
     for node in sim.nodes:
         command = ["docker", "run", "-d", "--rm", "--network", "host", "--label", "homegpu.job=bench-loop",
                    image, "python3", "-c", SLEEPER]
-        subprocess.run(sim.ssh_argv(node, shlex.join(command)), check=True, capture_output=True)
+        subprocess.run(ssh_alias_argv(sim, node, command), check=True, capture_output=True)
     return time.perf_counter() - start
 
 
@@ -121,69 +134,74 @@ def epoch_rates(lines: list[str]) -> list[float]:
     return rates
 
 
-def by_hand_rate(python: str, root: Path) -> float:
-    port = free_job_port()
-    workers = [f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"]
+def trainer_args(output: str) -> list[str]:
+    return ["--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS), "--batch-size", str(BATCH), "--output", output]
+
+
+def by_hand_rate(sim: SimCluster, nodes: list[SimNode], port: int, root: Path) -> float:
+    """Both workers started over ssh on their nodes with the TF_CONFIG homegpu would give them."""
+    workers = [f"{node.address}:{port}" for node in nodes]
     procs = []
-    for index in range(2):
-        env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": {"worker": workers},
-                                                      "task": {"type": "worker", "index": index}})}
-        procs.append(subprocess.Popen(
-            [python, "-m", "homegpu.trainer", "--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS),
-             "--batch-size", str(BATCH), "--output", str(root / f"hand{index}")],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+    for index, node in enumerate(nodes):
+        tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+        command = ["env", f"TF_CONFIG={tf_config}", sys.executable, "-m", "homegpu.trainer",
+                   *trainer_args(str(root / f"hand{index}"))]
+        procs.append(subprocess.Popen(ssh_alias_argv(sim, node, command), stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
     rates = [statistics.mean(epoch_rates(p.stdout.read().splitlines())) for p in procs]
     for proc in procs:
         proc.wait()
     return sum(rates)
 
 
-async def homegpu_rate(root: Path) -> float:
-    from homegpu.remote.config import embedded_default
-    from homegpu.remote.job_config import JobSpec
-
-    base = embedded_default()
-    job = JobSpec(name="bench", workers_per_node=2, epochs=EPOCHS, steps_per_epoch=STEPS, batch_size=BATCH,
-                  port=free_job_port())
-    spec = type(base)(**{**base.__dict__, "jobs": {"bench": job}, "work_dir": str(root / "work")})
-    async with Cluster(spec, stream_stats=False) as cluster:
-        run = JobRun(cluster, job, root / "experiments")
-        await run.launch()
-        outcome = await run.watch()
-    metrics = (root / "experiments" / run.run_id / "metrics.jsonl").read_text().splitlines()
-    assert outcome.state.value == "succeeded", outcome.detail
+def homegpu_rate(config: Path, root: Path) -> float:
+    """The same job through `homegpu run --no-tui`, as a user runs it; rates from its metrics.jsonl."""
+    result = subprocess.run(homegpu_argv("--config", str(config), "run", "bench", "--no-tui"), cwd=root,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0 and "run succeeded" in result.stdout, result.stdout + result.stderr
+    [run_dir] = (root / "experiments").iterdir()
     per_worker: dict[str, list[float]] = {}
-    for line in metrics:
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         data = json.loads(line)
         if data.get("event") == "epoch" and data.get("epoch", 0) >= 2:
             per_worker.setdefault(data["worker_label"], []).append(float(data["examples_per_sec"]))
+    assert len(per_worker) == 2, per_worker
     return sum(statistics.mean(rates) for rates in per_worker.values())
 
 
-def throughput_benchmark(root: Path) -> None:
+def throughput_benchmark(sim: SimCluster, root: Path) -> None:
+    nodes = sim.nodes[:2]
+    port = free_job_port()
+    job = {"python": sys.executable, "nodes": [node.name for node in nodes], "epochs": EPOCHS,
+           "steps_per_epoch": STEPS, "batch_size": BATCH, "port": port}
+    config = sim.write_cluster_toml(root / "train.toml", jobs={"bench": job})
     hand, ours = [], []
-    for _ in range(3):
-        hand.append(by_hand_rate(sys.executable, Path(tempfile.mkdtemp(dir=root))))
-        ours.append(asyncio.run(homegpu_rate(Path(tempfile.mkdtemp(dir=root)))))
+    for _ in range(REPEATS):
+        hand.append(by_hand_rate(sim, nodes, port, Path(tempfile.mkdtemp(dir=root))))
+        ours.append(homegpu_rate(config, Path(tempfile.mkdtemp(dir=root))))
     h, o = statistics.median(hand), statistics.median(ours)
-    print(f"\ntraining throughput, 2 workers, cnn, synthetic, batch {BATCH}/worker (examples/s, both workers)")
-    print(f"  by hand with TF_CONFIG:  {h:8.0f}")
-    print(f"  through homegpu:         {o:8.0f}   homegpu / by hand = {o / h:.3f}")
+    print(f"\ntraining throughput, 2 nodes × 1 worker across the {sim.mbit} Mbit/s LAN, cnn, synthetic, "
+          f"batch {BATCH}/worker (examples/s, both workers, median of {REPEATS})")
+    print(f"  by hand with TF_CONFIG:  {h:8.0f}   (runs: {', '.join(f'{r:.0f}' for r in hand)})")
+    print(f"  through homegpu:         {o:8.0f}   (runs: {', '.join(f'{r:.0f}' for r in ours)})")
+    print(f"  homegpu / by hand = {o / h:.3f}")
 
 
 def main() -> None:
-    engine = ensure_docker()
-    client = docker.DockerClient(base_url=f"unix://{engine.socket_path}")
-    image = ensure_tf_image(client)
+    parts = sys.argv[1:] or ["launch", "throughput"]
     root = Path(tempfile.mkdtemp(prefix="homegpu-bench-"))
     print(f"homegpu job benchmarks, {platform.node()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}\n")
-    try:
-        with SimCluster(4, first_host=120) as sim:
-            launch_benchmark(sim, client, image, root)
-        throughput_benchmark(root)
-    finally:
-        client.close()
-        engine.stop()
+    with SimCluster(4, first_host=120) as sim:
+        if "launch" in parts:
+            engine = ensure_docker()
+            client = docker.DockerClient(base_url=f"unix://{engine.socket_path}")
+            try:
+                launch_benchmark(sim, client, ensure_tf_image(client), root)
+            finally:
+                client.close()
+                engine.stop()
+        if "throughput" in parts:
+            throughput_benchmark(sim, root)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""TUI benchmarks against real sshd nodes on 127.0.0.x. Prints figures and ratios; asserts nothing.
+"""TUI benchmarks on the simulated LAN (tests/simcluster.py: 16 namespaced nodes with their own sshd
+on 10.213.0.N:22, links shaped to 1 Gbit/s, named by ssh config alias). Prints figures and ratios;
+asserts nothing.
 
 Run as root (it starts sshd servers):  .venv/bin/python tests/benchmarks/bench_tui.py [cpu|flood]
 
@@ -188,7 +190,7 @@ def flood_benchmark(sim: SimCluster, root: Path) -> None:
 def main() -> None:
     assert shutil.which("tmux"), "tmux is not installed"
     root = Path(tempfile.mkdtemp(prefix="homegpu-bench-tui-"))
-    with SimCluster(16, first_host=100) as sim:
+    with SimCluster(16, first_host=180) as sim:
         print(f"homegpu TUI benchmarks, {platform.node()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}\n")
         parts = sys.argv[1:] or ["cpu", "flood"]
         if "cpu" in parts:
