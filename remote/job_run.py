@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from homegpu.remote.codesync import SyncError, sync_tree
 from homegpu.remote.config import EMBEDDED_DEFAULT
 from homegpu.remote.events import JobState, JobStateChanged, Metric, PreflightResult, Straggler, WorkerExited
 from homegpu.remote.experiment import ExperimentLog, find_stragglers
+from homegpu.remote.failure import PROGRESS_EVENTS, Verdict, WorkerEnd, judge, might_be_script_error
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.job_plan import (
     TRAINER_PACKAGE_DIR, classify_exit, new_run_id, worker_argv, worker_cwd, worker_env,
@@ -28,14 +29,16 @@ from homegpu.remote.logtail import LogLine, LogTail
 from homegpu.remote.node import NODE_GONE, NodeSession
 from homegpu.remote.outputs import FetchedOutputs, fetch_outputs
 from homegpu.remote.preflight import node_preflight
+from homegpu.remote.run_record import RunRecord
 from homegpu.remote.runs import JobNodes, LaunchError
-from homegpu.remote.runtime import Runtime, WorkerLaunch, WorkerStatus
+from homegpu.remote.runtime import STOP_GRACE_SECONDS, Runtime, WorkerLaunch, WorkerStatus
 from homegpu.remote.runtime_errors import RuntimeError_
 from homegpu.remote.stats import describe_gpus
 from homegpu.remote.tfconfig import WorkerSlot, tf_config_json, worker_slots
 
 POLL_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0
+SCRIPT_ERROR_WAIT = 10.0  # for the other workers to fail by themselves too (a script error fails them all)
 LOG_DRAIN_SECONDS = 60.0  # to read an ended worker's log to its end (a flood of megabytes over SSH)
 
 
@@ -49,6 +52,7 @@ class WorkerTrack:
     status: WorkerStatus | None = None
     tail: LogTail | None = None
     last_metric: dict = field(default_factory=dict)
+    progressed: bool = False  # this generation trained (a step, epoch or end metric line came)
 
     @property
     def label(self) -> str:
@@ -65,6 +69,7 @@ class RunOutcome:
     workers: tuple[tuple[str, WorkerStatus | None, dict], ...]
     incomplete_logs: tuple[str, ...] = ()
     outputs: FetchedOutputs = FetchedOutputs()
+    report: tuple[Path | None, str] = (None, "")  # report.html and its summary, or why there is none
 
 
 class JobRun:
@@ -83,6 +88,7 @@ class JobRun:
         self.tracks: dict[str, WorkerTrack] = {}
         self.nodes: JobNodes | None = None  # the job's runtimes, once prepare() reached its nodes
         self.experiment: ExperimentLog | None = None
+        self.record: RunRecord | None = None
         self._stop_requested = asyncio.Event()
 
     # -- setup -------------------------------------------------------------------------------
@@ -138,16 +144,28 @@ class JobRun:
         Raises:
             LaunchError: naming each node that is not ready and what to do.
         """
-        self._publish(JobState.PREFLIGHT)
-        await self.prepare()
-        await self._preflight()
-        await self._sync_code()
-        self.experiment = ExperimentLog(self.experiments_root, self.run_id)
+        self._start_record()
         try:
-            await self._start_generation()
-        except LaunchError:
-            self._publish(JobState.FAILED, "start failed")
+            self._publish(JobState.PREFLIGHT)
+            await self.prepare()
+            self.record.describe_setup(self.job, {s.label: tf_config_json(self.slots, s.index) for s in self.slots})
+            await self._preflight()
+            self._publish(JobState.PREFLIGHT, f"syncing code to {len(self._nodes())} node(s)")
+            await self._sync_code()
+            self.experiment = ExperimentLog(self.experiments_root, self.run_id)
+            try:
+                await self._start_generation()
+            except LaunchError:
+                self._publish(JobState.FAILED, "start failed")
+                raise
+        except BaseException:
+            await self.record.close()
             raise
+
+    def _start_record(self) -> None:
+        nodes = [slot.node.name for slot in self.slots]
+        self.record = RunRecord(self.cluster, self.experiments_root / self.run_id, nodes, self.run_id,
+                                self.job.name).start()
 
     async def _preflight(self) -> None:
         first = {slot.node.name: slot for slot in reversed(self.slots)}
@@ -182,7 +200,7 @@ class JobRun:
                 raise result
 
     async def _start_generation(self) -> None:
-        self._publish(JobState.STARTING)
+        self._publish(JobState.STARTING, f"starting TensorFlow on {len(self.slots)} worker(s)")
         launches = [self.launch_for(slot) for slot in self.slots]
         results = await asyncio.gather(*(self.tracks[l.label].runtime.start(l) for l in launches),
                                        return_exceptions=True)
@@ -199,6 +217,7 @@ class JobRun:
         """Take over a run started by another homegpu process: follow it, never start it twice."""
         self.run_id, self.generation = run_id, generation
         self.experiment = ExperimentLog(self.experiments_root, run_id)
+        self._start_record()
         self._follow_logs()
         self._publish(JobState.RUNNING, "attached to a running job")
 
@@ -212,15 +231,18 @@ class JobRun:
         except BaseException:
             await self._stop_tails()
             self._close_experiment()
+            await self._close_record(report=False)
             raise
         incomplete = await self._finish_tails()
         outputs = await self._fetch_outputs()
         self._close_experiment()
-        return self._finish(state, detail, incomplete, outputs)
+        outcome = self._finish(state, detail, incomplete, outputs)
+        return replace(outcome, report=await self._close_record())
 
     async def _follow_to_end(self) -> tuple[JobState, str]:
         while True:
             if self._stop_requested.is_set():
+                self._publish(JobState.STOPPING, f"TERM to every worker, KILL after {STOP_GRACE_SECONDS:g} s")
                 await self._stop_workers()
                 return JobState.STOPPED, "stopped"
             failure = await self._check_workers()
@@ -236,10 +258,17 @@ class JobRun:
         if self.experiment:
             self.experiment.close()
 
+    async def _close_record(self, report: bool = True) -> tuple[Path | None, str]:
+        if self.record is None:
+            return None, "no record"
+        record, self.record = self.record, None
+        return await record.close(report)
+
     async def detach(self) -> None:
         """Leave the run going on its nodes and stop following it here."""
         await self._stop_tails()
         self._close_experiment()
+        await self._close_record(report=False)
 
     def stop(self) -> None:
         """Ask watch() to stop every worker (TERM, a grace period, then KILL) and end the run."""
@@ -250,6 +279,26 @@ class JobRun:
             await asyncio.wait_for(self._stop_requested.wait(), seconds)
         except asyncio.TimeoutError:
             pass
+
+    async def _judge_failure(self) -> Verdict | None:
+        """A script error (every worker failed by itself before any progress, with the same error) is
+        not a fault: restarting cannot fix it. The other workers get SCRIPT_ERROR_WAIT seconds to end
+        by themselves first, since stopping them would hide their own error. None: a fault."""
+        if not any(might_be_script_error(end) for end in self._worker_ends()):
+            return None
+        deadline = time.monotonic() + SCRIPT_ERROR_WAIT
+        while time.monotonic() < deadline and not all(
+                t.status and t.status.state in ("exited", "vanished") for t in self.tracks.values()):
+            await self._sleep(POLL_SECONDS)
+            await self._check_workers()
+        await self._finish_tails()  # every worker's own last lines, to compare their errors
+        return judge(self._worker_ends())
+
+    def _worker_ends(self) -> list[WorkerEnd]:
+        return [WorkerEnd(t.label, t.status.exit_status if t.status else None,
+                          progressed=t.progressed, last_lines=tuple(line.text for line in t.tail.lines)[-60:]
+                          if t.tail else (), stopped=not (t.status and t.status.state in ("exited", "vanished")))
+                for t in self.tracks.values()]
 
     async def _check_workers(self) -> str | None:
         """Poll every worker; a description of the first failure or stall, else None."""
@@ -305,6 +354,10 @@ class JobRun:
         A restart whose start fails (a node went away, say) uses up a restart too. Returns None
         once the workers run again, else why the run failed for good.
         """
+        verdict = await self._judge_failure()
+        if verdict is not None and verdict.script_error:
+            await self._stop_workers()
+            return verdict.summary
         while True:
             if self.job.restart != "on-failure" or self.restarts >= self.job.max_restarts \
                     or self._retry_is_pointless():
@@ -320,7 +373,7 @@ class JobRun:
                 return None  # watch() stops what is left
             self.generation += 1
             for track in self.tracks.values():
-                track.status, track.last_activity = None, time.monotonic()
+                track.status, track.last_activity, track.progressed = None, time.monotonic(), False
             try:
                 await self._start_generation()
                 return None
@@ -354,6 +407,8 @@ class JobRun:
             if self.experiment:
                 self.experiment.log_line(track.label, line.text)
             data = line.metric
+            if data is not None and data.get("event") in PROGRESS_EVENTS:
+                track.progressed = True
             if data is not None:
                 if data.get("event") in ("epoch", "end"):  # the summary's figures: the latest of each
                     track.last_metric = {**track.last_metric, **data}

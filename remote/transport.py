@@ -396,7 +396,10 @@ class LocalTransport(NodeTransport):
         await asyncio.to_thread(_copy_files, pairs)
 
     async def get_tree(self, remote_dir: str, local_dir: Path) -> None:
-        await asyncio.to_thread(shutil.copytree, remote_dir, local_dir, dirs_exist_ok=True)
+        try:
+            await asyncio.to_thread(_copy_tree, remote_dir, local_dir)
+        except OSError as exc:
+            raise TransportError(f"file transfer failed: {exc}") from exc
 
     async def wait_closed(self) -> None:
         await self._closed.wait()
@@ -437,3 +440,12 @@ async def _spawn(argv: Sequence[str]) -> asyncio.subprocess.Process:
             stdin=pipe, stdout=pipe, stderr=pipe)
     except OSError as exc:  # wrapped here, as SshTransport wraps asyncssh's errors: callers catch one type
         raise TransportError(f"cannot start {argv[0]}: {exc}") from exc
+
+
+def _copy_tree(source: str, target: Path) -> None:
+    """A directory tree, or a single file, copied as SFTP's recursive get does."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if os.path.isdir(source):
+        shutil.copytree(source, target, dirs_exist_ok=True)
+    else:
+        shutil.copy2(source, target)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,18 @@ def test_check_lists_the_jobs_or_says_how_to_add_one(tmp_path):
     (tmp_path / "cluster.toml").write_text('[[nodes]]\nname = "box"\nhost = "10.1.2.3"\n')
     bare = homegpu("check", cwd=tmp_path)
     assert bare.returncode == 0 and 'No job yet: add one, e.g. a [jobs.demo] table with nodes = ["box"]' in bare.stdout
+
+
+def test_report_writes_the_latest_runs_page_and_names_a_missing_run(tmp_path):
+    runs = tmp_path / "experiments"
+    empty = homegpu("report", "--experiments", str(runs))
+    assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "no runs in" in empty.stderr
+    run_dir = runs / "demo-20261122-030416-1749"
+    run_dir.mkdir(parents=True)
+    shutil.copy(Path(__file__).parent / "fixtures" / "tui" / "demo_metrics.jsonl", run_dir / "metrics.jsonl")
+    made = homegpu("report", "--experiments", str(runs))
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.startswith(f"report: {run_dir / 'report.html'}\n")
+    assert (run_dir / "report.html").read_text().startswith("<!DOCTYPE html>")
+    unknown = homegpu("report", "nope", "--experiments", str(runs))
+    assert unknown.returncode == 2 and "no run 'nope'" in unknown.stderr

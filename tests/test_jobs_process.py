@@ -19,6 +19,8 @@ import pytest
 from helpers import homegpu, homegpu_argv, job_table, wait_for, worker_processes, write_config
 from simcluster import free_job_port
 
+from homegpu.remote.timeline import load_timeline
+
 pytestmark = pytest.mark.cluster
 
 TUTORIAL = Path(__file__).parent / "fixtures" / "trainer" / "tutorial_script.py"
@@ -81,6 +83,15 @@ def test_killed_worker_restarts_everyone_and_resumes(sim_cluster, tmp_path):
     starts = [m for m in read_metrics(only_run(tmp_path)) if m.get("event") == "start"]
     assert any(m.get("initial_epoch", 0) >= 1 for m in starts), "training did not resume from the backup"
     assert not worker_processes(sim_cluster)
+    # The run's timeline: every node's samples, and each kind of event a restarted run has.
+    timeline = load_timeline(only_run(tmp_path) / "timeline.sqlite")
+    kinds = {event.kind for event in timeline.events}
+    assert {"preflight", "launch", "running", "worker_start", "worker_exit", "restart", "end"} <= kinds, kinds
+    (restart,) = timeline.events_of("restart")
+    assert "node2" in restart.summary and "SIGKILL" in restart.summary, restart
+    assert {node.name for node in timeline.nodes} == {"node1", "node2"}
+    assert all(len(node.cpu.values) >= 3 for node in timeline.nodes)
+    assert (only_run(tmp_path) / "report.html").is_file() and "report.html" in text
 
 
 def test_a_node_that_dies_mid_job_fails_the_run_with_the_reason_after_its_restarts(sim_cluster, tmp_path):
@@ -215,4 +226,21 @@ def test_preflight_failure_starts_nothing_and_names_the_node(sim_cluster, tmp_pa
     result = homegpu("--config", str(config), "run", "demo", "--no-tui", cwd=tmp_path)
     assert result.returncode == 1
     assert "node1: data_dir /nonexistent/datasets does not exist" in result.stderr
+    assert not worker_processes(sim_cluster)
+
+
+def test_a_script_that_fails_at_import_is_not_restarted_and_its_error_is_quoted(sim_cluster, tmp_path):
+    code = tmp_path / "broken"
+    code.mkdir()
+    (code / "train.py").write_text("import json\nimport not_a_module_of_anyone  # the user's typo\n")
+    config = sim_cluster.write_cluster_toml(
+        tmp_path / "cluster.toml",
+        jobs={"mine": {"python": sys.executable, "script": "broken/train.py", "nodes": ["node1", "node2"],
+                       "port": free_job_port()}})
+    result = homegpu("--config", str(config), "run", "mine", "--no-tui", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "restarting" not in result.stdout and "generation 2" not in result.stdout, result.stdout
+    final = result.stdout[result.stdout.index("run failed"):].splitlines()[0]
+    assert "script error on every worker (node1, node2)" in final, final
+    assert "ModuleNotFoundError: No module named 'not_a_module_of_anyone'" in final and "not restarted" in final
     assert not worker_processes(sim_cluster)

@@ -13,8 +13,8 @@ from typing import Callable, Sequence
 
 from homegpu.remote.config import ConfigError
 from homegpu.tui import (
-    bandwidth_commands, config_commands, doctor_commands, image_commands, job_commands, status_commands,
-    trust_commands,
+    bandwidth_commands, config_commands, doctor_commands, image_commands, job_commands, report_commands,
+    status_commands, trust_commands,
 )
 from homegpu.tui.cli_common import EXIT_USAGE, EXPERIMENTS, UserError, load_spec
 
@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     bandwidth_commands.register(commands)
     job_commands.register(commands)
     image_commands.register(commands)
+    report_commands.register(commands)
     return parser
 
 

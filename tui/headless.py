@@ -93,6 +93,8 @@ class LinePrinter:
         if kind == "step" and event.index == 0:
             return (f"{event.worker:>{self.width}} . epoch {data.get('epoch')} step {data.get('step')}  "
                     f"loss {_num(data.get('loss'))}  {_num(data.get('examples_per_sec'), '.0f')} examples/s")
+        if kind == "saving":
+            return f"{event.worker:>{self.width}} * saving the model"
         if kind in ("start", "end"):
             extra = f" (resumed at epoch {data['initial_epoch']})" if data.get("initial_epoch") else ""
             return f"{event.worker:>{self.width}} * training {'started' if kind == 'start' else 'finished'}{extra}"
@@ -194,6 +196,9 @@ def record_line(run_dir: Path, outcome: RunOutcome) -> str:
         line += f"\n  left on the chief's node: {left}"
     if outcome.outputs.error:
         line += f"\n  {outcome.outputs.error}"
+    report, _ = outcome.report
+    if report is not None:
+        line += f"\n  the run's report (open it in a browser): {report}"
     return line
 
 

@@ -1,0 +1,68 @@
+"""A run's record beside its logs: the timeline (every event and sample while it runs), run.json
+(how it was set up) and, when it ends, report.html. The recorder is one more subscriber of the
+cluster's event hub, so recording changes nothing in how a run is driven.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from homegpu.remote import bandwidth_store
+from homegpu.remote.cluster import Cluster
+from homegpu.remote.experiment import write_run_manifest
+from homegpu.remote.job_config import JobSpec
+from homegpu.remote.report import ReportError, write_report
+from homegpu.remote.timeline import TimelineRecorder
+
+TIMELINE = "timeline.sqlite"
+
+
+class RunRecord:
+    """Records one run into `run_dir` from start() until close().
+
+    Args:
+        cluster: whose hub to follow.
+        run_dir: experiments/RUN-ID (made if missing).
+        nodes: the job's nodes (the hub carries every node of the cluster; only these are recorded).
+    """
+
+    def __init__(self, cluster: Cluster, run_dir: Path, nodes: Iterable[str], run_id: str, job: str) -> None:
+        self.cluster, self.run_dir = cluster, Path(run_dir)
+        self.recorder = TimelineRecorder(self.run_dir / TIMELINE, nodes=list(nodes))
+        self.recorder.set_meta(run_id=run_id, job=job)
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> "RunRecord":
+        """Subscribe now: whatever the run publishes from here on is recorded."""
+        self._task = asyncio.create_task(self.recorder.run(self.cluster.subscribe()), name="timeline")
+        return self
+
+    def describe_setup(self, job: JobSpec, tf_configs: Mapping[str, str]) -> None:
+        """run.json: the job's settings, each worker's TF_CONFIG and the latest bandwidth matrix."""
+        matrix = bandwidth_store.load(self.cluster.spec)
+        bandwidth = {"at": matrix.at, "links": bandwidth_store.links_json(matrix)} if matrix else None
+        settings = {field.name: getattr(job, field.name) for field in dataclasses.fields(job)}
+        write_run_manifest(self.run_dir, {**settings, "env": dict(job.env)}, dict(tf_configs), bandwidth)
+
+    async def close(self, report: bool = True) -> tuple[Path | None, str]:
+        """Stop recording (the events still queued are kept) and, with `report`, write the report.
+
+        Returns:
+            (report.html's path, its text summary), or (None, why there is no report).
+        """
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.recorder.close()
+        if not report:
+            return None, "not written: the run goes on"
+        try:
+            return write_report(self.run_dir)
+        except ReportError as exc:
+            return None, str(exc)
