@@ -10,6 +10,7 @@ same TF_CONFIG and the next generation (the trainer's BackupAndRestore resumes t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -28,7 +29,8 @@ from homegpu.remote.job_plan import (
 from homegpu.remote.logtail import LogLine, LogTail
 from homegpu.remote.node import NODE_GONE, NodeSession
 from homegpu.remote.outputs import FetchedOutputs, fetch_outputs
-from homegpu.remote.preflight import node_preflight
+from homegpu.remote.preflight import node_preflight, port_problems
+from homegpu.remote.run_lock import LockHolder, RunLockError, acquire, refresh, release
 from homegpu.remote.run_record import RunRecord
 from homegpu.remote.runs import JobNodes, LaunchError
 from homegpu.remote.runtime import STOP_GRACE_SECONDS, Runtime, WorkerLaunch, WorkerStatus
@@ -39,6 +41,8 @@ from homegpu.remote.tfconfig import WorkerSlot, tf_config_json, worker_slots
 POLL_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0
 SCRIPT_ERROR_WAIT = 10.0  # for the other workers to fail by themselves too (a script error fails them all)
+LOCK_WAIT_SECONDS = 90.0  # for another controller's launch (preflight, sync) to show its workers
+HEARTBEAT_SECONDS = 20.0  # the run lock's, so another controller sees this one is alive
 LOG_DRAIN_SECONDS = 60.0  # to read an ended worker's log to its end (a flood of megabytes over SSH)
 
 
@@ -89,6 +93,8 @@ class JobRun:
         self.nodes: JobNodes | None = None  # the job's runtimes, once prepare() reached its nodes
         self.experiment: ExperimentLog | None = None
         self.record: RunRecord | None = None
+        self._locked = False  # this run holds the job's run lock (remote/run_lock.py)
+        self._last_heartbeat = 0.0
         self._stop_requested = asyncio.Event()
 
     # -- setup -------------------------------------------------------------------------------
@@ -184,6 +190,47 @@ class JobRun:
             self._publish(JobState.FAILED, "preflight failed")
             raise LaunchError("; ".join(problems))
 
+    async def _port_problems(self) -> list[str]:
+        """The job ports each node cannot bind now (the stopped generation's, say, not yet free)."""
+        first = {slot.node.name: slot for slot in reversed(self.slots)}
+        found = await asyncio.gather(*(
+            port_problems(self.tracks[slot.label].runtime, slot.address,
+                          [s.port for s in self.slots if s.node.name == name]) for name, slot in first.items()),
+            return_exceptions=True)
+        return [p for item in found for p in ([str(item)] if isinstance(item, BaseException) else item)]
+
+    # -- the run lock ---------------------------------------------------------------------------
+
+    def _lock_place(self) -> tuple[NodeSession, str]:
+        chief = self.slots[0].node.name
+        return self.cluster.node(chief), self.nodes.work_dirs[chief]
+
+    async def take_lock(self) -> LockHolder | None:
+        """Take the job's run lock on the chief's node; the holder when another controller has it.
+
+        Raises:
+            LaunchError: the lock could not be read or written (node gone, no python there).
+        """
+        node, work_dir = self._lock_place()
+        try:
+            result = await acquire(node, work_dir, self.job.name, self.run_id)
+        except (RunLockError, *NODE_GONE) as exc:
+            raise LaunchError(str(exc)) from None
+        self._locked = result.acquired
+        return None if result.acquired else result.holder
+
+    async def release_lock(self) -> None:
+        if self._locked:
+            self._locked = False
+            with contextlib.suppress(RunLockError, *NODE_GONE):
+                await release(*self._lock_place(), self.job.name, self.run_id)
+
+    async def _heartbeat(self) -> None:
+        if self._locked and time.monotonic() - self._last_heartbeat > HEARTBEAT_SECONDS:
+            self._last_heartbeat = time.monotonic()
+            with contextlib.suppress(RunLockError, *NODE_GONE):
+                await refresh(*self._lock_place(), self.job.name, self.run_id)
+
     async def _sync_code(self) -> None:
         local = self._local_code()
         async def one(node: NodeSession) -> None:
@@ -237,6 +284,7 @@ class JobRun:
         outputs = await self._fetch_outputs()
         self._close_experiment()
         outcome = self._finish(state, detail, incomplete, outputs)
+        await self.release_lock()
         return replace(outcome, report=await self._close_record())
 
     async def _follow_to_end(self) -> tuple[JobState, str]:
@@ -252,6 +300,7 @@ class JobRun:
                     return JobState.SUCCEEDED, "every worker succeeded"
             elif (failure := await self._restart(failure)) is not None:
                 return JobState.FAILED, failure
+            await self._heartbeat()
             await self._sleep(POLL_SECONDS)
 
     def _close_experiment(self) -> None:
@@ -371,6 +420,10 @@ class JobRun:
             await self._sleep(min(2.0 ** (self.restarts - 1), MAX_BACKOFF_SECONDS))
             if self._stop_requested.is_set():
                 return None  # watch() stops what is left
+            problems = await self._port_problems()
+            if problems:
+                failure = f"restart failed: {'; '.join(problems)}"
+                continue
             self.generation += 1
             for track in self.tracks.values():
                 track.status, track.last_activity, track.progressed = None, time.monotonic(), False
@@ -480,8 +533,27 @@ async def launch_or_attach(run: JobRun) -> bool:
     """
     if await attach_if_running(run):
         return True
-    await run.launch()
+    holder = await run.take_lock()
+    if holder is not None:
+        return await _attach_once_started(run, holder)
+    try:
+        await run.launch()
+    except BaseException:
+        await run.release_lock()
+        raise
     return False
+
+
+async def _attach_once_started(run: JobRun, holder: LockHolder) -> bool:
+    """Another controller holds the job's lock: its launch is under way. Attach to it once its
+    workers run, rather than start the job a second time. Raises LaunchError when none appear."""
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+        if await attach_if_running(run):
+            return True
+    raise LaunchError(f"{run.job.name} is being started by {holder.describe()}, whose workers did not "
+                      f"appear within {LOCK_WAIT_SECONDS:g} s; wait for it, or stop it: homegpu stop {run.job.name}")
 
 
 def _describe_failure(launch: WorkerLaunch, error: BaseException) -> str:

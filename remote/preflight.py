@@ -17,7 +17,7 @@ async def node_preflight(runtime: Runtime, launch: WorkerLaunch, job: JobSpec, l
                          ports: list[int]) -> list[str]:
     """Everything wrong with starting `launch` (and the node's other workers on `ports`)."""
     node = runtime.node
-    checks = [runtime.preflight(launch), _ports(runtime, launch.slot.address, ports)]
+    checks = [runtime.preflight(launch), port_problems(runtime, launch.slot.address, ports)]
     if job.data_dir:
         checks.append(_exists(runtime, job.data_dir, "data_dir", "create it or fix data_dir in the job"))
     if job.uses_trainer:
@@ -31,7 +31,8 @@ async def node_preflight(runtime: Runtime, launch: WorkerLaunch, job: JobSpec, l
     return problems
 
 
-async def _ports(runtime: Runtime, address: str, ports: list[int]) -> list[str]:
+async def port_problems(runtime: Runtime, address: str, ports: list[int]) -> list[str]:
+    """What keeps the job's ports on the node from being bound (checked again before each restart)."""
     node = runtime.node
     result = await node.run(probe_argv(node.spec.python, address, ports, every_interface=True), timeout=60)
     return [f"{node.name}: job port {bind['host']}:{bind['port']} {bind['strerror']} — stop what uses it or set "

@@ -244,3 +244,20 @@ def test_a_script_that_fails_at_import_is_not_restarted_and_its_error_is_quoted(
     assert "script error on every worker (node1, node2)" in final, final
     assert "ModuleNotFoundError: No module named 'not_a_module_of_anyone'" in final and "not restarted" in final
     assert not worker_processes(sim_cluster)
+
+
+def test_two_runs_of_one_job_started_together_train_once(sim_cluster, tmp_path):
+    config = write_config(sim_cluster, tmp_path, epochs=3, steps_per_epoch=20)
+    here, there = tmp_path / "terminal1", tmp_path / "terminal2"
+    here.mkdir(), there.mkdir()
+    first, second = (subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=cwd,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                     for cwd in (here, there))
+    outputs = [process.communicate(timeout=600)[0] for process in (first, second)]
+    assert [first.returncode, second.returncode] == [0, 0], "\n----\n".join(outputs)
+    attached = [text for text in outputs if "is already running" in text]
+    assert len(attached) == 1, "\n----\n".join(outputs)  # one started it, the other followed it
+    runs = {path.name for cwd in (here, there) for path in (cwd / "experiments").iterdir()}
+    assert len(runs) == 1, runs
+    assert all("generation 2" not in text for text in outputs)  # nobody burned restarts on a taken port
+    assert not worker_processes(sim_cluster)
