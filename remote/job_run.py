@@ -339,7 +339,9 @@ class JobRun:
         while time.monotonic() < deadline and not all(
                 t.status and t.status.state in ("exited", "vanished") for t in self.tracks.values()):
             await self._sleep(POLL_SECONDS)
-            await self._check_workers()
+            for track, status in zip(*await self._poll_workers()):
+                if isinstance(status, WorkerStatus):
+                    self._note_status(track, status)
         await self._finish_tails()  # every worker's own last lines, to compare their errors
         return judge(self._worker_ends())
 
