@@ -107,7 +107,8 @@ def print_tfconfig(args: argparse.Namespace) -> int:
         print(f"{name}: {address} ({source})")
     addresses = {name: address for name, (address, _) in resolved.items()}
     plan, refusal = None, ""
-    if not args.offline:
+    silent = [name for name in names if gpus.get(name) is None]
+    if not args.offline and not silent:
         try:
             plan = job_device_plan(spec, job, gpus)
         except DevicePlanError as exc:
@@ -117,6 +118,9 @@ def print_tfconfig(args: argparse.Namespace) -> int:
         print("", *plan.lines([slot.endpoint for slot in slots]), sep="\n")
     elif args.offline:
         print("\ndevices not asked (--offline): a \"per-gpu\" node shows one worker here")
+    elif silent:
+        print(f"\nno device plan: {', '.join(silent)} did not report {'its' if len(silent) == 1 else 'their'} "
+              "GPUs (see `homegpu status`); a \"per-gpu\" node shows one worker here")
     print()
     for slot in slots:
         role = "chief" if slot.is_chief else "worker"
