@@ -128,8 +128,10 @@ class DockerRuntime(Runtime):
     """Workers as containers on one node.
 
     Args:
-        gpus: give containers every GPU of the node (a device request). The caller decides from
-            the node's stats; a request on a node without the NVIDIA Container Toolkit fails.
+        gpus: give containers every GPU of the node (a device request) when a launch has no device
+            plan (WorkerLaunch.device_ids None; with a plan, a container gets exactly its GPUs). The
+            caller decides from the node's stats; a request on a node without the NVIDIA Container
+            Toolkit fails.
     """
 
     def __init__(self, node: NodeSession, run_root: str, *, gpus: bool = False) -> None:

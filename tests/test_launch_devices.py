@@ -59,6 +59,10 @@ def test_per_gpu_workers_see_exactly_their_gpu_and_the_collective(two_gpu_node3,
     # node3's two workers each see one GPU; node1 has none, so RING is the collective for all.
     assert seen == {"node1": ["-1", "RING"], "node3": ["0", "RING"], "node3#1": ["1", "RING"]}, result.stdout
     assert not worker_processes(two_gpu_node3)
+    # `homegpu logs` (a fresh homegpu) lays the job out from the nodes' GPUs too: node3#1 is found.
+    logs = homegpu("--config", str(config), "logs", "show", cwd=tmp_path)
+    assert logs.returncode == 0, logs.stdout + logs.stderr
+    assert "node3#1 | devices 1 RING" in logs.stdout, logs.stdout
 
 
 def test_mismatched_replicas_refuse_the_launch_in_one_line_before_anything_starts(two_gpu_node3, tmp_path):

@@ -14,6 +14,7 @@ from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.device_plan import DevicePlanError
 from homegpu.remote.events import NodeState
+from homegpu.remote.job_config import PER_GPU
 from homegpu.remote.runs import JobNodes, LaunchError, list_workers
 from homegpu.remote.tfconfig import (
     JobConfigError, find_job, job_device_plan, job_nodes, plan_counts, tf_config, worker_slots,
@@ -176,6 +177,12 @@ def stop_job(args: argparse.Namespace) -> int:
     return asyncio.run(_stop(spec, job))
 
 
+def _cluster_for(spec: ClusterSpec, job) -> Cluster:
+    """A Cluster for acting on the job's runs; it streams stats only for a "per-gpu" job, whose
+    workers per node follow the nodes' GPUs (JobNodes lays them out from the first stats)."""
+    return Cluster(spec, stream_stats=job.workers_per_node == PER_GPU)
+
+
 async def _job_nodes(cluster: Cluster, job) -> JobNodes:
     """The job's runtimes, for commands that act on runs started elsewhere."""
     try:
@@ -185,7 +192,7 @@ async def _job_nodes(cluster: Cluster, job) -> JobNodes:
 
 
 async def _stop(spec: ClusterSpec, job) -> int:
-    async with Cluster(spec, stream_stats=False) as cluster:
+    async with _cluster_for(spec, job) as cluster:
         nodes = await _job_nodes(cluster, job)
         active = await nodes.find()
         if active is None:
@@ -209,7 +216,7 @@ def show_logs(args: argparse.Namespace) -> int:
 
 
 async def _logs(spec: ClusterSpec, job, node: str | None, follow: bool) -> int:
-    async with Cluster(spec, stream_stats=False) as cluster:
+    async with _cluster_for(spec, job) as cluster:
         nodes = await _job_nodes(cluster, job)
         latest = await nodes.find(running_only=False)
         if latest is None:
