@@ -81,10 +81,17 @@ class DevicePlan:
     def workers_on(self, node: str) -> tuple[WorkerDevices, ...]:
         return tuple(w for w in self.workers if w.node == node)
 
-    def lines(self) -> list[str]:
-        """The plan as `homegpu tfconfig` and the launch dialog show it (addresses come from TF_CONFIG)."""
+    def lines(self, endpoints: Sequence[str] = ()) -> list[str]:
+        """The plan as `homegpu tfconfig` and the launch dialog show it.
+
+        Args:
+            endpoints: each worker's TF_CONFIG address (host:port), in worker order, when known.
+        """
         width = max(len(w.label) for w in self.workers)
-        rows = [f"worker {w.index}  {w.label:<{width}}  {w.device_text}" for w in self.workers]
+        at = [f"{e}  " for e in endpoints] + [""] * (len(self.workers) - len(endpoints))
+        wide = max(map(len, at))
+        rows = [f"worker {w.index}  {w.label:<{width}}  {a:<{wide}}{w.device_text}"
+                for w, a in zip(self.workers, at)]
         why = "every worker has a GPU" if self.collective == NCCL else "a worker runs on CPU"
         return rows + [f"collective {self.collective} ({why})", self.batch.text, *self.pace.sentences]
 

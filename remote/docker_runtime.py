@@ -24,6 +24,7 @@ from typing import Mapping, NamedTuple
 import docker.errors
 from docker.types import DeviceRequest, Mount
 
+from homegpu.remote.device_plan import DevicePlan, container_env
 from homegpu.remote.docker_link import DockerLink, DockerUnavailable, docker_client
 from homegpu.remote.logtail import LogTail
 from homegpu.remote.node import NodeSession
@@ -32,6 +33,7 @@ from homegpu.remote.runtime import (
     STOP_GRACE_SECONDS, NodePaths, Runtime, WorkerLaunch, WorkerStatus, expand_path,
 )
 from homegpu.remote.runtime_errors import RuntimeError_
+from homegpu.remote.worker_devices import WorkerDevices
 
 CODE_DIR = "/homegpu/code"
 OUT_DIR = "/homegpu/out"
@@ -75,6 +77,7 @@ def container_args(launch: WorkerLaunch, *, code_dir: str, out_dir: str, data_di
     """Keyword arguments for docker-py's `containers.create` (pure: table-tested without Docker).
 
     `code_dir`, `out_dir` and `data_dir` are absolute paths on the node; `data_dir` may be empty.
+    `gpus` (every GPU of the node) counts only when the launch has no device plan (`device_ids`).
     """
     mounts = [Mount(CODE_DIR, code_dir, type="bind", read_only=True),
               Mount(OUT_DIR, out_dir, type="bind", read_only=False)]
@@ -94,7 +97,10 @@ def container_args(launch: WorkerLaunch, *, code_dir: str, out_dir: str, data_di
     }
     if user:
         args["user"] = user
-    if gpus:
+    if launch.device_ids is not None:  # the device plan's GPUs; a CPU worker gets no request
+        if launch.device_ids:
+            args["device_requests"] = [DeviceRequest(device_ids=list(launch.device_ids), capabilities=[["gpu"]])]
+    elif gpus:
         args["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
     return args
 
@@ -122,14 +128,20 @@ class DockerRuntime(Runtime):
     """Workers as containers on one node.
 
     Args:
-        gpus: give containers every GPU of the node (a device request). The caller decides from
-            the node's stats; a request on a node without the NVIDIA Container Toolkit fails.
+        gpus: give containers every GPU of the node (a device request) when a launch has no device
+            plan (WorkerLaunch.device_ids None; with a plan, a container gets exactly its GPUs). The
+            caller decides from the node's stats; a request on a node without the NVIDIA Container
+            Toolkit fails.
     """
 
     def __init__(self, node: NodeSession, run_root: str, *, gpus: bool = False) -> None:
         super().__init__(node, run_root)
         self.gpus = gpus
         self._node: _NodeFacts | None = None
+
+    def device_env(self, plan: DevicePlan, worker: WorkerDevices) -> dict[str, str]:
+        """The container's device request (WorkerLaunch.device_ids) already limits it to its GPUs."""
+        return container_env(plan, worker)
 
     def worker_paths(self, run_id: str, label: str, code_dir: str, data_dir: str, job_python: str) -> NodePaths:
         """The container's paths. The interpreter is the job's `python`, else the image's python3

@@ -19,10 +19,11 @@ from pathlib import Path
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.codesync import SyncError, sync_tree
 from homegpu.remote.config import EMBEDDED_DEFAULT
+from homegpu.remote.device_plan import DevicePlan, DevicePlanError, docker_device_ids
 from homegpu.remote.events import JobState, JobStateChanged, Metric, PreflightResult, Straggler, WorkerExited
 from homegpu.remote.experiment import ExperimentLog, find_stragglers
 from homegpu.remote.failure import PROGRESS_EVENTS, Verdict, WorkerEnd, judge, might_be_script_error
-from homegpu.remote.job_config import JobSpec
+from homegpu.remote.job_config import PER_GPU, JobSpec
 from homegpu.remote.job_plan import (
     TRAINER_PACKAGE_DIR, classify_exit, new_run_id, worker_argv, worker_cwd, worker_env,
 )
@@ -36,7 +37,9 @@ from homegpu.remote.runs import JobNodes, LaunchError
 from homegpu.remote.runtime import STOP_GRACE_SECONDS, Runtime, WorkerLaunch, WorkerStatus
 from homegpu.remote.runtime_errors import RuntimeError_
 from homegpu.remote.stats import describe_gpus
-from homegpu.remote.tfconfig import WorkerSlot, tf_config_json, worker_slots
+from homegpu.remote.tfconfig import (
+    WorkerSlot, job_device_plan, job_nodes, plan_counts, tf_config_json, worker_slots,
+)
 
 POLL_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0
@@ -91,6 +94,7 @@ class JobRun:
         self.state = JobState.PREFLIGHT
         self.tracks: dict[str, WorkerTrack] = {}
         self.nodes: JobNodes | None = None  # the job's runtimes, once prepare() reached its nodes
+        self.plan: DevicePlan | None = None  # every worker's devices, once prepare() saw the nodes' GPUs
         self.experiment: ExperimentLog | None = None
         self.record: RunRecord | None = None
         self._locked = False  # this run holds the job's run lock (remote/run_lock.py)
@@ -107,23 +111,48 @@ class JobRun:
         return f"{self.nodes.work_dirs[node]}/code/{self.job.name}"
 
     async def prepare(self, timeout: float | None = None) -> None:
-        """Wait for the job's nodes and make a runtime for each (once). Raises LaunchError."""
+        """Wait for the job's nodes, lay its workers out on their GPUs (the device plan) and make a
+        runtime for each node (once).
+
+        Raises:
+            LaunchError: a node is not reached, or the plan refuses the layout (before anything starts).
+        """
         if self.nodes is None:
-            self.nodes = await JobNodes.open(self.cluster, self.job, timeout)
-            self.slots = worker_slots(self.cluster.spec, self.job, self.cluster.addresses())  # now connected
+            nodes = await JobNodes.open(self.cluster, self.job, timeout)
+            self.plan = self._device_plan()
+            counts = plan_counts(self.plan) if self.plan else None
+            self.slots = worker_slots(self.cluster.spec, self.job, self.cluster.addresses(), counts)  # now connected
+            nodes.slots = list(self.slots)
+            self.nodes = nodes
         for slot in self.slots:
             self.tracks.setdefault(slot.label, WorkerTrack(slot, self.nodes.runtime(slot)))
+
+    def _device_plan(self) -> DevicePlan | None:
+        """The plan from the nodes' latest stats; None (every worker sees its node's GPUs) only for a
+        numeric layout on a cluster that streams no stats. Raises LaunchError: the plan's one line."""
+        sessions = [self.cluster.node(node.name) for node in job_nodes(self.cluster.spec, self.job)]
+        if self.job.workers_per_node != PER_GPU and not all(s.streams_stats for s in sessions):
+            return None
+        try:
+            return job_device_plan(self.cluster.spec, self.job, {s.name: s.latest for s in sessions})
+        except DevicePlanError as exc:
+            raise LaunchError(f"job {self.job.name}: {exc}") from None
 
     def launch_for(self, slot: WorkerSlot) -> WorkerLaunch:
         runtime = self.tracks[slot.label].runtime
         code_dir = self.code_dir(slot.node.name)
         paths = runtime.worker_paths(self.run_id, slot.label, code_dir, self.job.data_dir, self.job.python)
+        devices = self.plan.workers[slot.index] if self.plan else None
+        env = worker_env(self.job, paths)
+        if devices is not None:  # the job's own env may still override what the plan sets
+            env = {**runtime.device_env(self.plan, devices), **env}
         return WorkerLaunch(
             job=self.job.name, run_id=self.run_id, generation=self.generation, slot=slot,
             tf_config=tf_config_json(self.slots, slot.index),
             argv=worker_argv(self.job, paths, self._script_rel()), cwd=worker_cwd(paths), python=paths.python,
             code_dir=code_dir, output_dir=runtime.out_dir(self.run_id, slot.label),
-            env=worker_env(self.job, paths), image=self.job.image, data_dir=self.job.data_dir,
+            env=env, image=self.job.image, data_dir=self.job.data_dir,
+            device_ids=tuple(docker_device_ids(devices)) if devices else None,
         )
 
     def _config_dir(self) -> Path:

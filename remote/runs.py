@@ -13,13 +13,14 @@ from typing import Callable, Sequence
 
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.connect import connect_wait
+from homegpu.remote.device_plan import DevicePlanError
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.logtail import LogLine, LogTail
 from homegpu.remote.node import NODE_GONE, NodeSession
 from homegpu.remote.runtime import Runtime, WorkerStatus, expand_path
 from homegpu.remote.runtime_errors import RuntimeError_
 from homegpu.remote.runtime_factory import make_runtime
-from homegpu.remote.tfconfig import WorkerSlot, job_nodes, worker_slots
+from homegpu.remote.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, worker_slots
 
 
 class LaunchError(Exception):
@@ -70,7 +71,7 @@ class JobNodes:
         problems = [str(r) for r in results if isinstance(r, BaseException)]
         if problems:
             raise LaunchError("; ".join(problems))
-        return cls(job, worker_slots(cluster.spec, job), {node.name: r[0] for node, r in zip(nodes, results)},
+        return cls(job, _job_slots(cluster, job), {node.name: r[0] for node, r in zip(nodes, results)},
                    {node.name: r[1] for node, r in zip(nodes, results)})
 
     def runtime(self, slot: WorkerSlot) -> Runtime:
@@ -114,6 +115,17 @@ class JobNodes:
         return [self.runtime(s).tail(run_id, s.label, generation, follow=follow, on_line=on_line,
                                      worker=s.label).start()
                 for s in slots]
+
+def _job_slots(cluster: Cluster, job: JobSpec) -> tuple[WorkerSlot, ...]:
+    """The job's slots as its device plan lays them out when every node has sent stats (so a
+    "per-gpu" node has one worker per GPU), else from cluster.toml alone."""
+    stats = {node.name: cluster.node(node.name).latest for node in job_nodes(cluster.spec, job)}
+    try:
+        counts = plan_counts(job_device_plan(cluster.spec, job, stats))
+    except DevicePlanError:
+        counts = None
+    return worker_slots(cluster.spec, job, counts=counts)
+
 
 async def list_workers(cluster: Cluster) -> list[tuple[str, list[WorkerStatus] | LaunchError]]:
     """Every worker on every node of the cluster, running or not.

@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
+from homegpu.remote.device_plan import DevicePlan, process_env
 from homegpu.remote.logtail import LogTail
 from homegpu.remote.node import NodeSession
 from homegpu.remote.runtime_errors import RuntimeError_
 from homegpu.remote.tfconfig import WorkerSlot
+from homegpu.remote.worker_devices import WorkerDevices
 
 STOP_GRACE_SECONDS = 10.0
 
@@ -39,6 +41,8 @@ class WorkerLaunch:
 
     `argv`, `cwd`, `env` and `python` are as the worker sees them (NodePaths); `code_dir`,
     `output_dir` and `data_dir` are paths on the node (what a container gets mounted).
+    `device_ids`: the node's GPUs a container gets (the device plan's; empty: none, a CPU worker);
+    None without a plan (a container then gets every GPU of a node that has some).
     """
 
     job: str
@@ -54,6 +58,7 @@ class WorkerLaunch:
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     image: str = ""
     data_dir: str = ""  # the job's data_dir on the node; may start with ~ (see expand_path)
+    device_ids: tuple[str, ...] | None = None
 
     @property
     def label(self) -> str:
@@ -91,6 +96,11 @@ class Runtime(abc.ABC):
     def out_dir(self, run_id: str, label: str) -> str:
         """Returns: the worker's output dir on the node (the model lands in its `model/`)."""
         return f"{self.run_dir(run_id)}/out/{label}"
+
+    def device_env(self, plan: DevicePlan, worker: WorkerDevices) -> dict[str, str]:
+        """The environment that gives a worker its devices and the collective: a process sees
+        exactly its GPUs through CUDA_VISIBLE_DEVICES (DockerRuntime: its device request does)."""
+        return process_env(plan, worker)
 
     @abc.abstractmethod
     def worker_paths(self, run_id: str, label: str, code_dir: str, data_dir: str, job_python: str) -> NodePaths:

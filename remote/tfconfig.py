@@ -10,9 +10,10 @@ from __future__ import annotations
 import ipaddress
 import json
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from homegpu.remote.config import ClusterSpec, NodeSpec
+from homegpu.remote.device_plan import DevicePlan, plan_devices
 from homegpu.remote.job_config import JobSpec
 
 
@@ -77,27 +78,53 @@ def machine_key(address: str) -> str:
     return address
 
 
-def worker_slots(cluster: ClusterSpec, job: JobSpec,
-                 addresses: Mapping[str, str] | None = None) -> tuple[WorkerSlot, ...]:
+def worker_slots(cluster: ClusterSpec, job: JobSpec, addresses: Mapping[str, str] | None = None,
+                 counts: Mapping[str, int] | None = None) -> tuple[WorkerSlot, ...]:
     """Workers in node order. TensorFlow's server binds every interface of its machine, so workers
     on one machine (several per node, or nodes on loopback addresses) get consecutive ports.
 
     Args:
         addresses: node name -> resolved cluster address (Cluster.addresses()); a node missing from
             it (or no mapping at all) falls back to its configured `address` or host.
+        counts: node name -> how many workers it runs (the device plan's, so "per-gpu" nodes may
+            differ); a node missing from it runs the job's `workers_per_node` when that is a
+            number, else one (a "per-gpu" node whose GPUs are not known yet).
     """
     slots = []
     taken: dict[str, int] = {}
+    default = job.workers_per_node if isinstance(job.workers_per_node, int) else 1
     for node in job_nodes(cluster, job):
         address = (addresses or {}).get(node.name) or node.cluster_address
         key = machine_key(address)
-        for slot in range(job.workers_per_node):
+        for slot in range((counts or {}).get(node.name, default)):
             port = job.port + taken.get(key, 0)
             taken[key] = taken.get(key, 0) + 1
             slots.append(WorkerSlot(index=len(slots), node=node, slot=slot, port=port, address=address))
     if not slots:
         raise JobConfigError(f"job {job.name!r} has no nodes to run on")
     return tuple(slots)
+
+
+def job_device_plan(cluster: ClusterSpec, job: JobSpec, gpus: Mapping[str, Any]) -> DevicePlan:
+    """The job's device plan on its nodes, in TF_CONFIG order.
+
+    Args:
+        gpus: node name -> its GPUs (NodeStats, or see device_plan.gpu_inventory); a node missing
+            from it, or None, has unknown GPUs and makes the plan refuse.
+
+    Raises:
+        DevicePlanError: the layout cannot run on these nodes (one line naming node and fix).
+    """
+    nodes = {node.name: gpus.get(node.name) for node in job_nodes(cluster, job)}
+    return plan_devices(nodes, job.workers_per_node, job.batch_size, job.share_gpus)
+
+
+def plan_counts(plan: DevicePlan) -> dict[str, int]:
+    """node name -> how many workers the plan puts on it (worker_slots' `counts`)."""
+    counts: dict[str, int] = {}
+    for worker in plan.workers:
+        counts[worker.node] = counts.get(worker.node, 0) + 1
+    return counts
 
 
 def tf_config(slots: tuple[WorkerSlot, ...], index: int) -> dict:

@@ -11,8 +11,12 @@ from homegpu.remote.connect import peer_address
 from homegpu.remote.experiment import find_stragglers
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.job_plan import classify_exit, new_run_id, worker_argv, worker_cwd, worker_env
-from homegpu.remote.runtime import NodePaths
-from homegpu.remote.tfconfig import JobConfigError, find_job, machine_key, tf_config, worker_slots
+from homegpu.remote.runtime import NodePaths, WorkerLaunch
+from homegpu.remote.device_plan import DevicePlanError, container_env, docker_device_ids
+from homegpu.remote.docker_runtime import container_args
+from homegpu.remote.tfconfig import (
+    JobConfigError, find_job, job_device_plan, machine_key, plan_counts, tf_config, worker_slots,
+)
 
 CLUSTER = """
 [[nodes]]
@@ -120,3 +124,60 @@ def test_stragglers_are_clearly_slower_than_the_others():
 def test_run_ids_are_unique_and_name_the_job():
     first, second = new_run_id("demo", 0), new_run_id("demo", 0)
     assert first.startswith("demo-") and first != second
+
+
+def test_per_node_worker_counts_lay_out_slots_and_ports():
+    spec = parse_cluster(CLUSTER)
+    job = JobSpec(name="mixed", nodes=("desktop", "closet", "laptop"), workers_per_node="per-gpu", port=30000)
+    slots = worker_slots(spec, job, {"closet": "10.0.0.20"}, counts={"desktop": 2, "closet": 1, "laptop": 3})
+    assert [(s.index, s.label, s.endpoint) for s in slots] == [
+        (0, "desktop", "10.0.0.20:30000"), (1, "desktop#1", "10.0.0.20:30001"),
+        (2, "closet", "10.0.0.20:30002"),  # the same machine as desktop: its ports go on counting
+        (3, "laptop", "laptop:30000"), (4, "laptop#1", "laptop:30001"), (5, "laptop#2", "laptop:30002")]
+    # Without counts: a numeric workers_per_node, and one worker per node for "per-gpu" (GPUs unknown).
+    assert [s.label for s in worker_slots(spec, job)] == ["desktop", "closet", "laptop"]
+    assert [s.label for s in worker_slots(spec, spec.jobs["multi"], counts={})] == ["desktop", "desktop#1"]
+
+
+def test_the_device_plan_decides_the_slots_and_shows_their_addresses():
+    spec = parse_cluster(CLUSTER)
+    job = JobSpec(name="mixed", nodes=("desktop", "laptop"), workers_per_node="per-gpu", batch_size=32)
+    gpus = {"desktop": [(0, "NVIDIA GeForce RTX 3090"), (1, "NVIDIA GeForce RTX 3090")], "laptop": []}
+    plan = job_device_plan(spec, job, gpus)
+    assert plan_counts(plan) == {"desktop": 2, "laptop": 1}
+    slots = worker_slots(spec, job, counts=plan_counts(plan))
+    assert [s.label for s in slots] == [w.label for w in plan.workers] == ["desktop", "desktop#1", "laptop"]
+    lines = plan.lines([s.endpoint for s in slots])
+    assert lines[:4] == ["worker 0  desktop    10.0.0.20:23456  GPU 0 RTX 3090",
+                         "worker 1  desktop#1  10.0.0.20:23457  GPU 1 RTX 3090",
+                         "worker 2  laptop     laptop:23456     CPU",
+                         "collective RING (a worker runs on CPU)"]
+    assert lines[4] == "batch 32 per worker × 3 workers = 96 global, 32 per replica on 3 replicas"
+    with pytest.raises(DevicePlanError, match="node laptop: its GPUs are not known"):
+        job_device_plan(spec, job, {"desktop": gpus["desktop"]})
+    two = JobSpec(name="two", nodes=("desktop", "laptop"), workers_per_node=1)
+    with pytest.raises(DevicePlanError, match=r"node desktop: its workers would have 2 replicas"):
+        job_device_plan(spec, two, gpus)
+
+
+def test_containers_get_exactly_their_planned_gpus():
+    spec = parse_cluster(CLUSTER)
+    job = JobSpec(name="mixed", nodes=("desktop", "laptop"), workers_per_node="per-gpu")
+    plan = job_device_plan(spec, job, {"desktop": [(0, "A"), (1, "B")], "laptop": []})
+    slots = worker_slots(spec, job, counts=plan_counts(plan))
+
+    def args(index: int, device_ids, gpus: bool = True) -> dict:
+        launch = WorkerLaunch(job="mixed", run_id="r", generation=1, slot=slots[index], tf_config="{}",
+                              argv=("python3",), cwd="/", python="python3", code_dir="/c", output_dir="/o",
+                              env=container_env(plan, plan.workers[index]), image="img", device_ids=device_ids)
+        return container_args(launch, code_dir="/c", out_dir="/o", data_dir="", gpus=gpus)
+
+    second = args(1, tuple(docker_device_ids(plan.workers[1])))
+    (request,) = second["device_requests"]
+    assert request["DeviceIDs"] == ["1"] and request["Capabilities"] == [["gpu"]] and not request["Count"]
+    assert second["environment"]["HOMEGPU_COLLECTIVE"] == "RING"
+    assert "CUDA_VISIBLE_DEVICES" not in second["environment"]  # the request renumbers its GPU to 0 inside
+    cpu = args(2, tuple(docker_device_ids(plan.workers[2])))  # a CPU worker, even on a node with GPUs
+    assert "device_requests" not in cpu and cpu["environment"]["CUDA_VISIBLE_DEVICES"] == "-1"
+    (every,) = args(0, None)["device_requests"]  # no plan: every GPU of the node, as before
+    assert every["Count"] == -1

@@ -314,3 +314,21 @@ def test_key_bar_ends_with_more_and_never_cuts_a_key(width: int) -> None:
 def test_leaving_a_job_running_names_the_commands_that_come_back_to_it() -> None:
     note = left_running_note("demo", "demo-20261122-1")
     assert "demo-20261122-1" in note and "homegpu run demo" in note and "homegpu stop demo" in note
+
+
+def test_the_launch_dialog_shows_the_device_plan_before_the_tf_configs():
+    from homegpu.remote.tfconfig import job_device_plan, plan_counts, worker_slots
+    from homegpu.tui.screens import launch_preview
+
+    spec = parse_cluster('[[nodes]]\nname = "box"\nhost = "10.0.0.2"\n[[nodes]]\nname = "laptop"\nhost = "10.0.0.3"\n'
+                         '[jobs.mixed]\nworkers_per_node = "per-gpu"\n')
+    job = spec.jobs["mixed"]
+    plan = job_device_plan(spec, job, {"box": [(0, "NVIDIA GeForce RTX 3090"), (1, "NVIDIA GeForce RTX 3090")],
+                                       "laptop": []})
+    slots = worker_slots(spec, job, counts=plan_counts(plan))
+    text = launch_preview(job, slots, plan.lines([s.endpoint for s in slots])).plain
+    plan_at = text.index("Device plan")
+    assert "worker 1  box#1   10.0.0.2:23457  GPU 1 RTX 3090" in text[plan_at:]
+    assert "collective RING (a worker runs on CPU)" in text and text.index("TF_CONFIG") > plan_at
+    assert text.count("TF_CONFIG=") == 3
+    assert "Device plan" not in launch_preview(job, slots).plain  # no stats, no plan section

@@ -220,7 +220,8 @@ class HomegpuApp(App[int]):
         if not self.spec.jobs:
             self.notify(f"{self.spec.source} declares no [jobs.NAME]", severity="warning")
             return
-        self.push_screen(LaunchScreen(list(self.spec.jobs.values()), self.controller.slots),
+        self.push_screen(LaunchScreen(list(self.spec.jobs.values()), self.controller.slots,
+                                      self.controller.plan_lines),
                          lambda name: name and self._launch(name))
 
     @work(group="job")

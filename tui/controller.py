@@ -15,11 +15,12 @@ from homegpu.remote.bandwidth import LinkCallback, BandwidthMatrix, link_timeout
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.connect import OfferedKey
+from homegpu.remote.device_plan import DevicePlan, DevicePlanError
 from homegpu.remote.doctor import Check, diagnose
 from homegpu.remote.events import Subscription
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome, attach_if_running, launch_or_attach
-from homegpu.remote.tfconfig import WorkerSlot, worker_slots
+from homegpu.remote.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, worker_slots
 
 BANDWIDTH_SECONDS = 1.0
 
@@ -60,8 +61,27 @@ class Controller:
         return self._watching is not None and not self._watching.done()
 
     def slots(self, job: JobSpec) -> list[WorkerSlot]:
-        """The workers `job` would start, in TF_CONFIG order (for the launch dialog)."""
-        return worker_slots(self.spec, job, self.cluster.addresses())
+        """The workers `job` would start, in TF_CONFIG order (for the launch dialog): as the device
+        plan lays them out when the nodes' stats allow one."""
+        plan, _ = self.device_plan(job)
+        return list(worker_slots(self.spec, job, self.cluster.addresses(), plan_counts(plan) if plan else None))
+
+    def device_plan(self, job: JobSpec) -> tuple[DevicePlan | None, str]:
+        """The plan from the nodes' latest stats, or None and why not (a node has sent no stats yet,
+        or the layout is refused: then launching it would be refused too)."""
+        gpus = {node.name: self.cluster.node(node.name).latest for node in job_nodes(self.spec, job)}
+        silent = [name for name, stats in gpus.items() if stats is None]
+        if silent:
+            return None, f"no device plan yet: no stats from {', '.join(silent)}"
+        try:
+            return job_device_plan(self.spec, job, gpus), ""
+        except DevicePlanError as exc:
+            return None, f"launch would be refused: {exc}"
+
+    def plan_lines(self, job: JobSpec) -> list[str]:
+        """The device plan as the launch dialog shows it (the `homegpu tfconfig` lines)."""
+        plan, why = self.device_plan(job)
+        return plan.lines([slot.endpoint for slot in self.slots(job)]) if plan else [why]
 
     async def launch(self, job: JobSpec) -> bool:
         """Launch `job`, or attach if it already runs; then follow it in the background.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import signal
 import sys
@@ -11,8 +12,13 @@ from pathlib import Path
 
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import ClusterSpec
+from homegpu.remote.device_plan import DevicePlanError
+from homegpu.remote.events import NodeState
+from homegpu.remote.job_config import PER_GPU
 from homegpu.remote.runs import JobNodes, LaunchError, list_workers
-from homegpu.remote.tfconfig import JobConfigError, find_job, job_nodes, tf_config, worker_slots
+from homegpu.remote.tfconfig import (
+    JobConfigError, find_job, job_device_plan, job_nodes, plan_counts, tf_config, worker_slots,
+)
 from homegpu.tui.cli_common import EXPERIMENTS, UserError, load_spec
 from homegpu.tui.headless import run_headless
 from homegpu.tui.text import table
@@ -59,10 +65,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     stop.set_defaults(handler=stop_job)
 
     tfconfig = commands.add_parser(
-        "tfconfig", help="print the TF_CONFIG each worker of a job gets",
-        description="Print each worker of JOB (its node, index and role) and the TF_CONFIG environment "
-                    "variable it gets, as `homegpu run` would set it. Nothing is started.")
+        "tfconfig", help="print the device plan and the TF_CONFIG each worker of a job gets",
+        description="Ask JOB's nodes for their address and GPUs, then print the device plan as `homegpu run` "
+                    "would lay it out: each worker's node, index, address and devices, the collective, the "
+                    "batch and who sets the pace; then the TF_CONFIG environment variable each worker gets. "
+                    "Nothing is started.")
     tfconfig.add_argument("job", nargs="?", metavar="JOB", help="job name (default: the only job)")
+    tfconfig.add_argument("--offline", action="store_true",
+                          help="do not connect: addresses from cluster.toml only, and no device plan")
     tfconfig.set_defaults(handler=print_tfconfig)
 
 
@@ -84,21 +94,58 @@ def run_job(args: argparse.Namespace) -> int:
 
 
 def print_tfconfig(args: argparse.Namespace) -> int:
+    """The plan, then each worker's TF_CONFIG. Exit 1 when the plan refuses the layout (said in one
+    line, as `homegpu run` would refuse it), after the TF_CONFIG the job's default layout would get."""
     spec = load_spec(args)
     job = _job(spec, args.job)
-    resolved = asyncio.run(_resolve_addresses(spec, [node.name for node in job_nodes(spec, job)]))
+    names = [node.name for node in job_nodes(spec, job)]
+    if args.offline:
+        resolved = {node.name: (node.cluster_address, "cluster.toml") for node in job_nodes(spec, job)}
+        gpus: dict = {}
+    else:
+        resolved, gpus = asyncio.run(_ask_nodes(spec, names))
     for name, (address, source) in resolved.items():
         print(f"{name}: {address} ({source})")
-    slots = worker_slots(spec, job, {name: address for name, (address, _) in resolved.items()})
+    addresses = {name: address for name, (address, _) in resolved.items()}
+    plan, refusal = None, ""
+    silent = [name for name in names if gpus.get(name) is None]
+    if not args.offline and not silent:
+        try:
+            plan = job_device_plan(spec, job, gpus)
+        except DevicePlanError as exc:
+            refusal = f"job {job.name}: {exc}"
+    slots = worker_slots(spec, job, addresses, plan_counts(plan) if plan else None)
+    if plan:
+        print("", *plan.lines([slot.endpoint for slot in slots]), sep="\n")
+    elif args.offline:
+        print("\ndevices not asked (--offline): a \"per-gpu\" node shows one worker here")
+    elif silent:
+        print(f"\nno device plan: {', '.join(silent)} did not report {'its' if len(silent) == 1 else 'their'} "
+              "GPUs (see `homegpu status`); a \"per-gpu\" node shows one worker here")
+    print()
     for slot in slots:
         role = "chief" if slot.is_chief else "worker"
         print(f"{slot.label} ({role}, index {slot.index}):\n  TF_CONFIG='{json.dumps(tf_config(slots, slot.index))}'")
+    if refusal:
+        print(f"homegpu: {refusal}", file=sys.stderr)
+        return 1
     return 0
 
 
-async def _resolve_addresses(spec: ClusterSpec, names: list[str]) -> dict[str, tuple[str, str]]:
-    async with Cluster(spec, stream_stats=False) as cluster:
-        return await cluster.resolve_addresses(names)
+async def _ask_nodes(spec: ClusterSpec, names: list[str]) -> tuple[dict[str, tuple[str, str]], dict]:
+    """Each node's (cluster address, where it comes from), and its first stats (its GPUs; None for a
+    node that did not answer)."""
+    async with Cluster(spec) as cluster:
+        resolved = await cluster.resolve_addresses(names)
+        await asyncio.gather(*(_first_stats(cluster, name) for name in names))
+        return resolved, {name: cluster.node(name).latest for name in names}
+
+
+async def _first_stats(cluster: Cluster, name: str) -> None:
+    node = cluster.node(name)
+    if node.latest is None and node.state is NodeState.ONLINE:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await node.wait_for(lambda n: n.latest is not None, 3 * cluster.spec.stats_interval + 5)
 
 
 def list_jobs(args: argparse.Namespace) -> int:
@@ -130,6 +177,12 @@ def stop_job(args: argparse.Namespace) -> int:
     return asyncio.run(_stop(spec, job))
 
 
+def _cluster_for(spec: ClusterSpec, job) -> Cluster:
+    """A Cluster for acting on the job's runs; it streams stats only for a "per-gpu" job, whose
+    workers per node follow the nodes' GPUs (JobNodes lays them out from the first stats)."""
+    return Cluster(spec, stream_stats=job.workers_per_node == PER_GPU)
+
+
 async def _job_nodes(cluster: Cluster, job) -> JobNodes:
     """The job's runtimes, for commands that act on runs started elsewhere."""
     try:
@@ -139,7 +192,7 @@ async def _job_nodes(cluster: Cluster, job) -> JobNodes:
 
 
 async def _stop(spec: ClusterSpec, job) -> int:
-    async with Cluster(spec, stream_stats=False) as cluster:
+    async with _cluster_for(spec, job) as cluster:
         nodes = await _job_nodes(cluster, job)
         active = await nodes.find()
         if active is None:
@@ -163,7 +216,7 @@ def show_logs(args: argparse.Namespace) -> int:
 
 
 async def _logs(spec: ClusterSpec, job, node: str | None, follow: bool) -> int:
-    async with Cluster(spec, stream_stats=False) as cluster:
+    async with _cluster_for(spec, job) as cluster:
         nodes = await _job_nodes(cluster, job)
         latest = await nodes.find(running_only=False)
         if latest is None:

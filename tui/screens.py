@@ -19,11 +19,15 @@ from homegpu.remote.job_config import JobSpec
 from homegpu.remote.tfconfig import WorkerSlot, tf_config
 
 
-def launch_preview(job: JobSpec, slots: Sequence[WorkerSlot]) -> Text:
-    """What launching `job` starts: its settings, then each worker with the TF_CONFIG it will get."""
+def launch_preview(job: JobSpec, slots: Sequence[WorkerSlot], plan_lines: Sequence[str] = ()) -> Text:
+    """What launching `job` starts: its settings, the device plan (when the nodes' stats gave one),
+    then each worker with the TF_CONFIG it will get."""
     what = f"trainer: {job.model} on {job.data} data" if job.uses_trainer else f"script: {job.script}"
     out = Text.assemble((job.name, "bold"), f"  {what}, {job.epochs} epochs, batch {job.batch_size}, "
                         f"image {job.image}, restart {job.restart} (max {job.max_restarts})\n")
+    if plan_lines:
+        out.append("\nDevice plan\n", style="bold")
+        out.append("".join(f"  {line}\n" for line in plan_lines))
     for slot in slots:
         role = "chief" if slot.is_chief else "worker"
         out.append(f"\n{slot.label}", style="bold")
@@ -37,9 +41,10 @@ class LaunchScreen(ModalScreen[str | None]):
 
     BINDINGS = [Binding("escape", "dismiss_none", "Cancel")]
 
-    def __init__(self, jobs: Sequence[JobSpec], slots: Callable[[JobSpec], Sequence[WorkerSlot]]) -> None:
+    def __init__(self, jobs: Sequence[JobSpec], slots: Callable[[JobSpec], Sequence[WorkerSlot]],
+                 plan_lines: Callable[[JobSpec], Sequence[str]] | None = None) -> None:
         super().__init__()
-        self.jobs, self.slots = list(jobs), slots
+        self.jobs, self.slots, self.plan_lines = list(jobs), slots, plan_lines
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="wide"):
@@ -65,7 +70,8 @@ class LaunchScreen(ModalScreen[str | None]):
 
     def _preview(self, index: int) -> None:
         job = self.jobs[index]
-        self.query_one("#preview", Static).update(launch_preview(job, self.slots(job)))
+        lines = self.plan_lines(job) if self.plan_lines else ()
+        self.query_one("#preview", Static).update(launch_preview(job, self.slots(job), lines))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "launch":
