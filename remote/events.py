@@ -145,10 +145,11 @@ class EventHub:
         for queue in self._queues:
             if queue.full():
                 queue.get_nowait()
+                queue.dropped += 1
             queue.put_nowait(event)
 
     def subscribe(self) -> "Subscription":
-        queue: asyncio.Queue = asyncio.Queue(self._max_queue)
+        queue = _Queue(self._max_queue)
         self._queues.append(queue)
         return Subscription(self, queue)
 
@@ -157,11 +158,24 @@ class EventHub:
             self._queues.remove(queue)
 
 
+class _Queue(asyncio.Queue):
+    """A subscriber's queue, counting the events it lost to a full queue."""
+
+    def __init__(self, maxsize: int) -> None:
+        super().__init__(maxsize)
+        self.dropped = 0
+
+
 class Subscription:
     """An async iterator over events published after it was created; close() to stop."""
 
-    def __init__(self, hub: EventHub, queue: asyncio.Queue) -> None:
+    def __init__(self, hub: EventHub, queue: _Queue) -> None:
         self._hub, self._queue = hub, queue
+
+    @property
+    def dropped(self) -> int:
+        """Events this subscriber lost because it read slower than they came (a flood of output)."""
+        return self._queue.dropped
 
     def __aiter__(self) -> AsyncIterator[object]:
         return self

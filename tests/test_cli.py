@@ -173,3 +173,10 @@ def test_report_writes_the_latest_runs_page_and_names_a_missing_run(tmp_path):
     assert (run_dir / "report.html").read_text().startswith("<!DOCTYPE html>")
     unknown = homegpu("report", "nope", "--experiments", str(runs))
     assert unknown.returncode == 2 and "no run 'nope'" in unknown.stderr
+
+
+def test_init_takes_the_nodes_runtime(tmp_path):
+    result = homegpu("init", "--node", "box0=box0", "--node", "box1=box1", "--runtime", "process", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    spec = load_cluster(tmp_path / "cluster.toml")
+    assert [node.runtime for node in spec.nodes] == ["process", "process"] and "demo" in spec.jobs

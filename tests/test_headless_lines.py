@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from pathlib import Path
+from types import SimpleNamespace
 
 from homegpu.remote.console import ConsoleLines
-from homegpu.remote.events import JobState, Metric, NodeState, NodeStateChanged, Straggler
+from homegpu.remote.events import EventHub, JobState, Metric, NodeState, NodeStateChanged, Straggler
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.job_run import RunOutcome
 from homegpu.remote.log_lines import LineClassifier
 from homegpu.remote.logtail import LogLine
 from homegpu.remote.outputs import FetchedOutputs, plan_fetch
 from homegpu.remote.runtime import WorkerStatus
-from homegpu.tui.headless import LinePrinter, record_line, summary
+from homegpu.tui.headless import LinePrinter, _pump, record_line, summary
 
 KERAS = Path(__file__).parent / "fixtures" / "keras"
 
@@ -91,3 +93,17 @@ def test_outputs_skip_temp_saves_and_stop_at_the_cap(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("")
     outcome = RunOutcome(JobState.SUCCEEDED, "", (), outputs=FetchedOutputs(("keras-model",), 800, ()))
     assert record_line(tmp_path, outcome) == f"logs, the chief's output (keras-model): {tmp_path}"
+
+
+async def test_a_flood_that_outruns_the_terminal_is_said_with_where_every_line_is():
+    hub = EventHub(max_queue=5)
+    events = hub.subscribe()
+    for n in range(20):
+        hub.publish(log(f"line {n}"))
+    out = io.StringIO()
+    pump = asyncio.create_task(_pump(events, LinePrinter(JobSpec(name="demo"), out), SimpleNamespace(experiment=None)))
+    await asyncio.sleep(0.05)
+    pump.cancel()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("== 15 lines and events were not shown here") and "homegpu logs" in lines[0]
+    assert lines[1:] == [f"      n1 | line {n}" for n in range(15, 20)]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from homegpu.remote.config import DEFAULT_CONFIG_NAME, DEMO_JOB, LOCAL_HOST, ConfigError, NodeSpec, parse_cluster
 from homegpu.remote.config_writer import cluster_to_toml, starter_cluster
+from homegpu.remote.node_config import RUNTIMES
 from homegpu.tui.cli_common import UserError, load_spec
 from homegpu.tui.text import format_cluster
 
@@ -28,6 +29,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     init.add_argument("--node", action="append", default=[], metavar="NAME=HOST[:PORT]",
                       help="a node to include (repeatable); HOST may be an ~/.ssh/config alias or 'local'")
     init.add_argument("--user", help="SSH user for all nodes (default: your ~/.ssh/config or login name)")
+    init.add_argument("--runtime", choices=RUNTIMES, default="docker",
+                      help="how the nodes run workers: docker (containers with the GPUs passed through; "
+                           "the default) or process (a plain Python with TensorFlow on the node)")
     init.add_argument("--name", default="home", help="cluster name (default: home)")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.set_defaults(handler=run_init)
@@ -42,7 +46,8 @@ def run_init(args: argparse.Namespace) -> int:
     target = Path(args.config) if args.config else Path(DEFAULT_CONFIG_NAME)
     if target.exists() and not args.force:
         raise UserError(f"{target} already exists; pass --force to overwrite it, or --config FILE to write elsewhere")
-    spec = starter_cluster(tuple(parse_node_option(value) for value in args.node), args.user, args.name)
+    spec = starter_cluster(tuple(parse_node_option(value, args.runtime) for value in args.node), args.user,
+                           args.name)
     text = cluster_to_toml(spec)
     try:  # the options get the same validation as a hand-written file
         parse_cluster(text, "homegpu init")
@@ -55,15 +60,15 @@ def run_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_node_option(value: str) -> NodeSpec:
-    """`NAME=HOST[:PORT]` (HOST may be `[v6addr]`) into a NodeSpec; `local` nodes use processes."""
+def parse_node_option(value: str, runtime: str = "docker") -> NodeSpec:
+    """`NAME=HOST[:PORT]` (HOST may be `[v6addr]`) into a NodeSpec with `runtime`; `local` nodes use processes."""
     name, sep, endpoint = value.partition("=")
     if not sep or not name or not endpoint:
         raise UserError(f"--node {value!r}: expected NAME=HOST[:PORT], e.g. --node desktop=192.168.1.20")
     host, port = _split_endpoint(endpoint)
     if port is not None and not port.isdigit():
         raise UserError(f"--node {value!r}: port {port!r} is not a number")
-    runtime = "process" if host == LOCAL_HOST else "docker"
+    runtime = "process" if host == LOCAL_HOST else runtime
     return NodeSpec(name=name, host=host, port=int(port) if port else None, runtime=runtime)
 
 

@@ -140,7 +140,7 @@ async def run_headless(spec: ClusterSpec, job: JobSpec, experiments: Path, detac
         run = JobRun(cluster, job, experiments)
         printer.width = max(len(slot.label) for slot in run.slots)
         with cluster.subscribe() as events:
-            pump = asyncio.create_task(_pump(events, printer))
+            pump = asyncio.create_task(_pump(events, printer, run))
             try:
                 return await _drive(run, detach, out)
             finally:
@@ -202,6 +202,12 @@ def record_line(run_dir: Path, outcome: RunOutcome) -> str:
     return line
 
 
-async def _pump(events, printer: LinePrinter) -> None:
+async def _pump(events, printer: LinePrinter, run: JobRun) -> None:
+    shown_drops = 0
     async for event in events:
+        if events.dropped > shown_drops:  # a flood outran this terminal: say so, once per batch
+            where = run.experiment.logs_dir if run.experiment else "the nodes (homegpu logs)"
+            print(f"== {events.dropped - shown_drops} lines and events were not shown here (output faster "
+                  f"than this terminal reads it); every line is in {where}", file=printer.out, flush=True)
+            shown_drops = events.dropped
         printer.show(event)
