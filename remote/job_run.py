@@ -381,18 +381,25 @@ class JobRun:
                 for t in self.tracks.values()]
 
     async def _check_workers(self) -> str | None:
-        """Poll every worker; a description of the first failure or stall, else None."""
+        """Poll every worker; a description of the failure or stall that ends this generation, else None.
+
+        Every status is noted first, and a worker killed by a signal is named before one that failed
+        by itself: when one worker is killed, its peers fail too, and the kill is the cause.
+        """
         tracks, statuses = await self._poll_workers()
-        now = time.monotonic()
         for track, status in zip(tracks, statuses):
             if isinstance(status, BaseException):
                 if not isinstance(status, (*NODE_GONE, RuntimeError_)):
                     raise status
-                status = None  # node unreachable right now: the stall clock keeps running
-            if status is not None:
+            else:  # node unreachable right now: the stall clock keeps running
                 self._note_status(track, status)
-            if track.status and track.status.state in ("exited", "vanished") and track.status.exit_status != 0:
-                return f"{track.label}: {classify_exit(track.status.exit_status)}"
+        failed = [t for t in tracks if t.status and t.status.state in ("exited", "vanished")
+                  and t.status.exit_status != 0]
+        if failed:
+            cause = min(failed, key=lambda t: not _killed(t.status.exit_status))
+            return f"{cause.label}: {classify_exit(cause.status.exit_status)}"
+        now = time.monotonic()
+        for track in tracks:
             finished = track.status is not None and track.status.state == "exited"
             if not finished and now - track.last_activity > self.job.stall_timeout:
                 return f"{track.label}: no progress for {self.job.stall_timeout:g}s (stalled)"
@@ -585,6 +592,11 @@ async def _attach_once_started(run: JobRun, holder: LockHolder) -> bool:
             return True
     raise LaunchError(f"{run.job.name} is being started by {holder.describe()}, whose workers did not "
                       f"appear within {LOCK_WAIT_SECONDS:g} s; wait for it, or stop it: homegpu stop {run.job.name}")
+
+
+def _killed(exit_status: int | None) -> bool:
+    """Ended by a signal: a negative status (a process), or 128 + N (a container's shell)."""
+    return exit_status is not None and (exit_status < 0 or 128 < exit_status < 160)
 
 
 def _describe_failure(launch: WorkerLaunch, error: BaseException) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +14,7 @@ from homegpu.remote.log_lines import LineClassifier
 from homegpu.remote.logtail import LogLine
 from homegpu.remote.outputs import FetchedOutputs, plan_fetch
 from homegpu.remote.runtime import WorkerStatus
-from homegpu.tui.headless import LinePrinter, _pump, record_line, summary
+from homegpu.tui.headless import LinePrinter, Pump, record_line, summary
 
 KERAS = Path(__file__).parent / "fixtures" / "keras"
 
@@ -95,15 +94,13 @@ def test_outputs_skip_temp_saves_and_stop_at_the_cap(tmp_path):
     assert record_line(tmp_path, outcome) == f"logs, the chief's output (keras-model): {tmp_path}"
 
 
-async def test_a_flood_that_outruns_the_terminal_is_said_with_where_every_line_is():
+def test_a_flood_that_outruns_the_terminal_is_said_with_where_every_line_is():
     hub = EventHub(max_queue=5)
     events = hub.subscribe()
     for n in range(20):
         hub.publish(log(f"line {n}"))
     out = io.StringIO()
-    pump = asyncio.create_task(_pump(events, LinePrinter(JobSpec(name="demo"), out), SimpleNamespace(experiment=None)))
-    await asyncio.sleep(0.05)
-    pump.cancel()
+    Pump(events, LinePrinter(JobSpec(name="demo"), out), SimpleNamespace(experiment=None)).flush()
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("== 15 lines and events were not shown here") and "homegpu logs" in lines[0]
     assert lines[1:] == [f"      n1 | line {n}" for n in range(15, 20)]

@@ -77,7 +77,7 @@ def test_launch_and_stop_a_two_node_job_with_the_keys_then_quit(sim_cluster, tmp
     term.keys("l")
     term.wait_for("Launch a job", 10)
     screen = term.wait_for("node1 (chief, index 0) on node1 [process]", 10)  # the preview fills in after
-    assert "TF_CONFIG=" in screen and "Device plan" in screen and "collective RING" in screen
+    assert "TF_CONFIG=" in screen
     term.keys("Enter")
     term.wait_for("running  generation 1", 120)
     screen = term.wait_for("examples/s:", 180)

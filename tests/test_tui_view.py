@@ -316,7 +316,7 @@ def test_leaving_a_job_running_names_the_commands_that_come_back_to_it() -> None
     assert "demo-20261122-1" in note and "homegpu run demo" in note and "homegpu stop demo" in note
 
 
-def test_the_launch_dialog_shows_the_device_plan_before_the_tf_configs():
+def test_the_launch_dialog_shows_the_tf_configs_then_the_device_plan():
     from homegpu.remote.tfconfig import job_device_plan, plan_counts, worker_slots
     from homegpu.tui.screens import launch_preview
 
@@ -329,6 +329,7 @@ def test_the_launch_dialog_shows_the_device_plan_before_the_tf_configs():
     text = launch_preview(job, slots, plan.lines([s.endpoint for s in slots])).plain
     plan_at = text.index("Device plan")
     assert "worker 1  box#1   10.0.0.2:23457  GPU 1 RTX 3090" in text[plan_at:]
-    assert "collective RING (a worker runs on CPU)" in text and text.index("TF_CONFIG") > plan_at
+    assert "collective RING (a worker runs on CPU)" in text[plan_at:]
+    assert text.index("box (chief, index 0)") < text.rindex("TF_CONFIG") < plan_at  # the workers come first
     assert text.count("TF_CONFIG=") == 3
     assert "Device plan" not in launch_preview(job, slots).plain  # no stats, no plan section

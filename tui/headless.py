@@ -10,12 +10,13 @@ import asyncio
 import signal
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, TextIO
 
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.events import (
-    JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, PreflightResult, Straggler, WorkerExited,
+    JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, PreflightResult, Straggler, Subscription,
+    WorkerExited,
 )
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome, launch_or_attach
@@ -140,15 +141,16 @@ async def run_headless(spec: ClusterSpec, job: JobSpec, experiments: Path, detac
         run = JobRun(cluster, job, experiments)
         printer.width = max(len(slot.label) for slot in run.slots)
         with cluster.subscribe() as events:
-            pump = asyncio.create_task(_pump(events, printer, run))
+            pump = Pump(events, printer, run)
+            task = asyncio.create_task(pump.run())
             try:
-                return await _drive(run, detach, out)
+                return await _drive(run, detach, out, pump.flush)
             finally:
-                await asyncio.sleep(0.1)  # print what the last events said
-                pump.cancel()
+                task.cancel()
+                pump.flush()
 
 
-async def _drive(run: JobRun, detach: bool, out: TextIO) -> int:
+async def _drive(run: JobRun, detach: bool, out: TextIO, flush: Callable[[], None]) -> int:
     try:
         if await launch_or_attach(run):
             print(f"{run.job.name} is already running (run {run.run_id}): attaching, nothing new is started",
@@ -169,6 +171,7 @@ async def _drive(run: JobRun, detach: bool, out: TextIO) -> int:
     finally:
         loop.remove_signal_handler(signal.SIGINT)
         loop.remove_signal_handler(signal.SIGTERM)
+    flush()  # every event before the summary, even what a flood left queued
     print(summary(outcome), file=out, flush=True)
     if run.experiment:
         print(record_line(run.experiment.dir, outcome), file=out, flush=True)
@@ -202,12 +205,32 @@ def record_line(run_dir: Path, outcome: RunOutcome) -> str:
     return line
 
 
-async def _pump(events, printer: LinePrinter, run: JobRun) -> None:
-    shown_drops = 0
-    async for event in events:
-        if events.dropped > shown_drops:  # a flood outran this terminal: say so, once per batch
-            where = run.experiment.logs_dir if run.experiment else "the nodes (homegpu logs)"
-            print(f"== {events.dropped - shown_drops} lines and events were not shown here (output faster "
-                  f"than this terminal reads it); every line is in {where}", file=printer.out, flush=True)
-            shown_drops = events.dropped
-        printer.show(event)
+class Pump:
+    """Prints one subscription's events as they come, and says when a flood of output made the
+    subscription drop some (the hub keeps a bounded queue per subscriber)."""
+
+    def __init__(self, events: Subscription, printer: LinePrinter, run: JobRun) -> None:
+        self.events, self.printer, self.run = events, printer, run
+        self._dropped_said = 0
+
+    async def run(self) -> None:
+        async for event in self.events:
+            self._show(event)
+
+    def flush(self) -> None:
+        """Print what is still queued, then say what was dropped, if anything."""
+        for event in self.events.drain(1_000_000):
+            self._show(event)
+        self._say_dropped()
+
+    def _show(self, event: object) -> None:
+        self._say_dropped()
+        self.printer.show(event)
+
+    def _say_dropped(self) -> None:
+        dropped = self.events.dropped - self._dropped_said
+        if dropped:
+            where = self.run.experiment.logs_dir if self.run.experiment else "the nodes (homegpu logs)"
+            print(f"== {dropped} lines and events were not shown here (output faster than this terminal "
+                  f"reads it); every line is in {where}", file=self.printer.out, flush=True)
+            self._dropped_said = self.events.dropped

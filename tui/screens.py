@@ -20,19 +20,19 @@ from homegpu.remote.tfconfig import WorkerSlot, tf_config
 
 
 def launch_preview(job: JobSpec, slots: Sequence[WorkerSlot], plan_lines: Sequence[str] = ()) -> Text:
-    """What launching `job` starts: its settings, the device plan (when the nodes' stats gave one),
-    then each worker with the TF_CONFIG it will get."""
+    """What launching `job` starts: its settings, each worker with the TF_CONFIG it will get, then
+    the device plan (when the nodes' stats gave one)."""
     what = f"trainer: {job.model} on {job.data} data" if job.uses_trainer else f"script: {job.script}"
     out = Text.assemble((job.name, "bold"), f"  {what}, {job.epochs} epochs, batch {job.batch_size}, "
                         f"image {job.image}, restart {job.restart} (max {job.max_restarts})\n")
-    if plan_lines:
-        out.append("\nDevice plan\n", style="bold")
-        out.append("".join(f"  {line}\n" for line in plan_lines))
     for slot in slots:
         role = "chief" if slot.is_chief else "worker"
         out.append(f"\n{slot.label}", style="bold")
         out.append(f" ({role}, index {slot.index}) on {slot.node.name} [{slot.node.runtime}]\n")
         out.append(f"  TF_CONFIG={json.dumps(tf_config(slots, slot.index))}\n", style="cyan")
+    if plan_lines:
+        out.append("\nDevice plan\n", style="bold")
+        out.append("".join(f"  {line}\n" for line in plan_lines))
     return out
 
 
