@@ -210,7 +210,7 @@ class Pump:
     subscription drop some (the hub keeps a bounded queue per subscriber)."""
 
     def __init__(self, events: Subscription, printer: LinePrinter, run: JobRun) -> None:
-        self.events, self.printer, self.run = events, printer, run
+        self.events, self.printer, self.job_run = events, printer, run
         self._dropped_said = 0
 
     async def run(self) -> None:
@@ -230,7 +230,7 @@ class Pump:
     def _say_dropped(self) -> None:
         dropped = self.events.dropped - self._dropped_said
         if dropped:
-            where = self.run.experiment.logs_dir if self.run.experiment else "the nodes (homegpu logs)"
+            where = self.job_run.experiment.logs_dir if self.job_run.experiment else "the nodes (homegpu logs)"
             print(f"== {dropped} lines and events were not shown here (output faster than this terminal "
                   f"reads it); every line is in {where}", file=self.printer.out, flush=True)
             self._dropped_said = self.events.dropped
