@@ -169,7 +169,8 @@ def login_name(cluster: ClusterSpec, node: NodeSpec) -> str:
         return user
     options = {key: value for key, value in connect_options(cluster, node).items() if key in ("config", "port")}
     try:
-        return asyncssh.SSHClientConnectionOptions(host=node.host, known_hosts=None, **options).username
+        # Options only (no connection is made): what the ssh config says the user is.
+        return asyncssh.SSHClientConnectionOptions(host=node.host, **options).username
     except (OSError, ValueError, asyncssh.Error):
         return "your login name"
 
