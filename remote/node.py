@@ -113,14 +113,8 @@ class NodeSession:
     async def list_tree(self, remote_dir: str, skip: frozenset[str]) -> dict[str, tuple[int, int]]:
         return await self._connected().list_tree(remote_dir, skip)
 
-    async def remove_files(self, paths: Sequence[str]) -> None:
-        await self._connected().remove_files(paths)
-
     async def makedirs(self, path: str) -> None:
         await self._connected().makedirs(path)
-
-    async def put_files(self, pairs: Sequence[tuple[Path, str]]) -> None:
-        await self._connected().put_files(pairs)
 
     async def get_tree(self, remote_dir: str, local_dir: Path) -> None:
         await self._connected().get_tree(remote_dir, local_dir)

@@ -121,16 +121,8 @@ class NodeTransport(abc.ABC):
         leaving out directories named in `skip`."""
 
     @abc.abstractmethod
-    async def remove_files(self, paths: Sequence[str]) -> None:
-        """Delete files (absolute paths) on the node."""
-
-    @abc.abstractmethod
     async def makedirs(self, path: str) -> None:
         """Create a directory (absolute path) and its parents on the node, as the node's user."""
-
-    @abc.abstractmethod
-    async def put_files(self, pairs: Sequence[tuple[Path, str]]) -> None:
-        """Copy local files to absolute paths on the node, creating parent directories."""
 
     @abc.abstractmethod
     async def get_tree(self, remote_dir: str, local_dir: Path) -> None:
@@ -270,30 +262,12 @@ class SshTransport(NodeTransport):
             raise TransportError(f"cannot list {remote_dir}: {exc}") from exc
         return files
 
-    async def remove_files(self, paths: Sequence[str]) -> None:
-        try:
-            async with self._sftp() as sftp:
-                for path in paths:
-                    await sftp.remove(path)
-        except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"cannot remove files: {exc}") from exc
-
     async def makedirs(self, path: str) -> None:
         try:
             async with self._sftp() as sftp:
                 await sftp.makedirs(path, exist_ok=True)
         except (asyncssh.Error, OSError) as exc:
             raise TransportError(f"cannot create {path}: {exc}") from exc
-
-    async def put_files(self, pairs: Sequence[tuple[Path, str]]) -> None:
-        try:
-            async with self._sftp() as sftp:
-                for parent in sorted({posixpath.dirname(remote) for _, remote in pairs}):
-                    await sftp.makedirs(parent, exist_ok=True)
-                for local, remote in pairs:
-                    await sftp.put(str(local), remote, preserve=True)  # mtime: the next sync's quick check
-        except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"file transfer failed: {exc}") from exc
 
     async def get_tree(self, remote_dir: str, local_dir: Path) -> None:
         local_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -385,15 +359,8 @@ class LocalTransport(NodeTransport):
     async def list_tree(self, remote_dir: str, skip: frozenset[str]) -> dict[str, tuple[int, int]]:
         return await asyncio.to_thread(local_tree, Path(remote_dir), skip)
 
-    async def remove_files(self, paths: Sequence[str]) -> None:
-        for path in paths:
-            os.unlink(path)
-
     async def makedirs(self, path: str) -> None:
         await asyncio.to_thread(os.makedirs, path, exist_ok=True)
-
-    async def put_files(self, pairs: Sequence[tuple[Path, str]]) -> None:
-        await asyncio.to_thread(_copy_files, pairs)
 
     async def get_tree(self, remote_dir: str, local_dir: Path) -> None:
         try:
@@ -420,12 +387,6 @@ def local_tree(root: Path, skip: frozenset[str]) -> dict[str, tuple[int, int]]:
             stat = path.stat()
             files[path.relative_to(root).as_posix()] = (stat.st_size, int(stat.st_mtime))
     return files
-
-
-def _copy_files(pairs: Sequence[tuple[Path, str]]) -> None:
-    for local, remote in pairs:
-        Path(remote).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(local, remote)
 
 
 async def _spawn(argv: Sequence[str]) -> asyncio.subprocess.Process:
