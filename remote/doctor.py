@@ -26,16 +26,18 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
+from homegpu.remote.check import Check
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import NodeSpec
 from homegpu.remote.connect import connect_wait
+from homegpu.remote.doctor_network import reach_checks
 from homegpu.remote.events import NodeState
 from homegpu.remote.job_config import DEFAULT_JOB_PORT
-from homegpu.remote.node import NodeSession
+from homegpu.remote.node import NodeOffline, NodeSession
 from homegpu.remote.port_probe import parse_probe, probe_argv
 from homegpu.remote.stats import NodeStats, StatsParseError, describe_gpus, parse_agent_line
 from homegpu.remote.stats_agent_bundle import agent_command, agent_payload
-from homegpu.remote.transport import CommandResult
+from homegpu.remote.transport import CommandResult, TransportError
 
 MIN_PYTHON = (3, 8)
 MIN_FREE_DISK_MIB = 5 * 1024
@@ -47,11 +49,24 @@ NOT_FOUND = 127
 NO_ANSWER = -2  # pseudo exit statuses for a command that timed out / could not be sent
 NOT_SENT = -3
 
-CHECK_NAMES = ("ssh", "host key", "python3", "docker", "nvidia container runtime", "gpus", "iperf3",
-               "disk", "clock", "job port", "address")
+CHECK_NAMES = ("ssh", "host key", "python3", "tensorflow", "docker", "nvidia container runtime", "gpus",
+               "iperf3", "disk", "clock", "job port", "address", "reachable")
 NOT_REACHABLE = "node not reachable"
 
 PYTHON_VERSION_SCRIPT = "import sys; print('%d.%d.%d' % tuple(sys.version_info[:3]))"
+# The installed versions, not an import: importing TensorFlow costs seconds of CPU per node.
+TF_VERSIONS_SCRIPT = """\
+import json
+from importlib import metadata
+def version(*names):
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+print(json.dumps({"tensorflow": version("tensorflow", "tensorflow-cpu"), "tf_keras": version("tf-keras")}))
+"""
+TF_INSTALL = "'tensorflow==2.21.*' 'tf-keras==2.21.*'"
 CLOCK_PINGS = 3
 # Answers each line on stdin with its clock: started first and pinged once ready, so neither SSH
 # channel setup nor Python's start-up (half a second behind pyenv shims) lands in a round trip.
@@ -61,17 +76,6 @@ sys.stdout.write("ready\\n"); sys.stdout.flush()
 while sys.stdin.readline():
     sys.stdout.write(repr(time.time()) + "\\n"); sys.stdout.flush()
 """
-@dataclass(frozen=True)
-class Check:
-    """One line of the report. ok: True passed, False needs fixing, None not applicable / info."""
-
-    node: str
-    name: str
-    ok: bool | None
-    detail: str
-    fix: str = ""
-
-
 @dataclass(frozen=True)
 class NodeFacts:
     """Everything the probes learned about one online node; the checks are pure functions of it."""
@@ -89,6 +93,7 @@ class NodeFacts:
     iperf3: CommandResult
     clock: tuple[float, CommandResult, float]
     port_probe: CommandResult
+    tensorflow: CommandResult | None = None  # process nodes only: docker workers use the job's image
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -112,24 +117,46 @@ async def diagnose(cluster: Cluster, job_port: int = DEFAULT_JOB_PORT, *,
         return await _diagnose_node(session, job_port)
 
     results = await asyncio.gather(*(one(session) for session in sessions), return_exceptions=True)
+    ready = [session for session, result in zip(sessions, results) if _port_free(result)]
+    reach = await reach_checks(ready, job_port)
     checks: list[Check] = []
     for session, result in zip(sessions, results):
         if isinstance(result, BaseException):
             checks.append(Check(session.name, "doctor", False, f"checking failed: {result!r}",
                                 "Run `homegpu doctor` again, and report a bug if this repeats."))
+        elif session.name in reach:
+            checks.extend(result + [reach[session.name]])
         else:
-            checks.extend(result)
+            skipped = NOT_REACHABLE if result[-1].detail == NOT_REACHABLE else "skipped: see job port"
+            checks.extend(result + [Check(session.name, "reachable", None, skipped)])
     return checks
+
+
+def _port_free(result: list[Check] | BaseException) -> bool:
+    """Whether the node's own checks leave its job port free for the reach test's listener."""
+    return not isinstance(result, BaseException) and any(c.name == "job port" and c.ok for c in result)
 
 
 async def _diagnose_node(session: NodeSession, job_port: int) -> list[Check]:
     state, reason = session.state, session.reason  # snapshot: a retry would reset it to CONNECTING
     head = connection_checks(session.name, session.spec, session.cluster.ssh.known_hosts, state, reason)
     if state is not NodeState.ONLINE:
-        rest = [Check(session.name, name, None, NOT_REACHABLE) for name in CHECK_NAMES[2:]]
+        rest = [Check(session.name, name, None, NOT_REACHABLE) for name in CHECK_NAMES[2:-1]]
         return head + rest
     facts = await gather_facts(session, job_port)
-    return head + node_checks(facts, alone=len(session.cluster.nodes) == 1)
+    return await _sftp_check(session, head) + node_checks(facts, alone=len(session.cluster.nodes) == 1)
+
+
+async def _sftp_check(session: NodeSession, head: list[Check]) -> list[Check]:
+    """`head` with the ssh row failed if the node's SSH server cannot do SFTP (homegpu's file transfers)."""
+    try:
+        await session.home_dir()
+    except TransportError as exc:
+        detail, _, fix = str(exc).partition("; ")
+        return [Check(session.name, "ssh", False, f"connected, but {detail}", fix[:1].upper() + fix[1:]), *head[1:]]
+    except NodeOffline:
+        pass  # the other probes say so
+    return head
 
 
 async def _run(session: NodeSession, argv: Sequence[str], *, input: bytes | None = None,
@@ -190,8 +217,10 @@ async def gather_facts(session: NodeSession, job_port: int) -> NodeFacts:
 
     docker_argv = ["docker", "info", "--format", "{{json .}}"]
     docker = _run(session, docker_argv) if spec.runtime == "docker" else _none()
-    version, nvml, smi, iperf3, port, docker_info = await asyncio.gather(
+    tensorflow = _run(session, [python, "-c", TF_VERSIONS_SCRIPT]) if spec.runtime == "process" else _none()
+    version, tf_versions, nvml, smi, iperf3, port, docker_info = await asyncio.gather(
         _run(session, [python, "-c", PYTHON_VERSION_SCRIPT]),
+        tensorflow,
         agent("nvml"),
         agent("nvidia-smi"),
         _run(session, ["iperf3", "--version"]),
@@ -199,7 +228,7 @@ async def gather_facts(session: NodeSession, job_port: int) -> NodeFacts:
         docker,
     )
     return NodeFacts(spec.name, spec.runtime, python, work_dir, session.address, job_port,
-                     version, docker_info, nvml, smi, iperf3, clock, port)
+                     version, docker_info, nvml, smi, iperf3, clock, port, tf_versions)
 
 
 async def _none() -> None:
@@ -254,6 +283,7 @@ def node_checks(facts: NodeFacts, alone: bool = False) -> list[Check]:
                      containers=facts.runtime == "docker")
     return [
         python,
+        tensorflow_check(facts, python_ok),
         docker_check(facts),
         container_runtime_check(facts, _gpu_count(facts)),
         gpus,
@@ -294,6 +324,25 @@ def python_check(facts: NodeFacts) -> Check:
     if version[:2] < MIN_PYTHON:
         return Check(facts.name, name, False, f"{facts.python} is Python {text}, too old", fix)
     return Check(facts.name, name, True, f"Python {text} ({facts.python})")
+
+
+def tensorflow_check(facts: NodeFacts, python_ok: bool) -> Check:
+    name = "tensorflow"
+    if facts.runtime != "process":
+        return Check(facts.name, name, None, "not needed here: workers run in the job's image")
+    if not python_ok:
+        return _needs_python(facts, name)
+    try:
+        found = json.loads(facts.tensorflow.stdout)
+    except (AttributeError, ValueError):
+        return Check(facts.name, name, False, f"cannot ask {facts.python}: {_failure(facts.tensorflow)}",
+                     _timeout_fix(f"{facts.python} -m pip show tensorflow"))
+    missing = [label for key, label in (("tensorflow", "TensorFlow"), ("tf_keras", "tf-keras")) if not found.get(key)]
+    if missing:
+        return Check(facts.name, name, False, f"{' and '.join(missing)} not installed for {facts.python}",
+                     f"Run `{facts.python} -m pip install {TF_INSTALL}` on the node, or set python = "
+                     f'"/path/to/python" with TensorFlow for {facts.name} (or the job) in cluster.toml.')
+    return Check(facts.name, name, True, f"TensorFlow {found['tensorflow']}, tf-keras {found['tf_keras']}")
 
 
 def parse_version(text: str) -> tuple[int, ...] | None:

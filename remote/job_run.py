@@ -31,6 +31,7 @@ from homegpu.remote.logtail import LogLine, LogTail
 from homegpu.remote.node import NODE_GONE, NodeSession
 from homegpu.remote.outputs import FetchedOutputs, fetch_outputs
 from homegpu.remote.preflight import node_preflight, port_problems
+from homegpu.remote.reach import Endpoint, reach_problems
 from homegpu.remote.run_lock import LockHolder, RunLockError, acquire, refresh, release
 from homegpu.remote.run_record import RunRecord
 from homegpu.remote.runs import JobNodes, LaunchError
@@ -209,6 +210,8 @@ class JobRun:
             node_preflight(self.tracks[slot.label].runtime, self.launch_for(slot), self.job, self._local_code(),
                            ports[name])
             for name, slot in first.items()))
+        if not any(results):  # each node ready by itself: now prove the network between them
+            results = await self._reach_problems(first, ports, results)
         problems = []
         for slot, found in zip(first.values(), results):
             stats = self.cluster.node(slot.node.name).latest
@@ -218,6 +221,14 @@ class JobRun:
         if problems:
             self._publish(JobState.FAILED, "preflight failed")
             raise LaunchError("; ".join(problems))
+
+    async def _reach_problems(self, first: dict[str, WorkerSlot], ports: dict[str, list[int]],
+                              results: list[list[str]]) -> list[list[str]]:
+        """`results` with what keeps each node's job ports from being reached by its peers."""
+        ends = [Endpoint(self.cluster.node(name), slot.address, tuple(ports[name])) for name, slot in first.items()]
+        found = await reach_problems(ends)
+        return [found_here + [p.text for p in found if p.node == name]
+                for name, found_here in zip(first, results)]
 
     async def _port_problems(self) -> list[str]:
         """The job ports each node cannot bind now (the stopped generation's, say, not yet free)."""

@@ -44,7 +44,7 @@ async def open_runtime(cluster: Cluster, node: NodeSession, timeout: float) -> t
     try:
         work = await expand_path(node, cluster.spec.work_dir_of(node.spec))
     except (RuntimeError_, *NODE_GONE) as exc:
-        raise LaunchError(str(exc)) from None
+        raise LaunchError(f"{node.name}: {exc}") from None
     return make_runtime(node, f"{work}/runs"), work
 
 

@@ -19,9 +19,15 @@ from pathlib import Path
 from typing import AsyncIterator, Sequence
 
 import asyncssh
+from asyncssh.constants import OPEN_REQUEST_SESSION_FAILED
 
 
 CHUNK_SIZE = 64 * 1024
+
+
+# homegpu reads and writes a node's files (work dir, logs, outputs) over SFTP, as scp does by default.
+NO_SFTP = ("its SSH server offers no SFTP subsystem, which homegpu needs for files; add "
+           "`Subsystem sftp internal-sftp` to /etc/ssh/sshd_config there and restart sshd")
 
 
 class TransportError(Exception):
@@ -204,7 +210,7 @@ class SshTransport(NodeTransport):
         call opens a fresh one; asyncssh and OSError errors pass through to the caller."""
         async with self._sftp_lock:
             if self._sftp_client is None:
-                self._sftp_client = await self.conn.start_sftp_client()
+                self._sftp_client = await self._start_sftp()
             sftp = self._sftp_client
         try:
             yield sftp
@@ -215,6 +221,14 @@ class SshTransport(NodeTransport):
                 self._sftp_client = None
                 sftp.exit()
             raise
+
+    async def _start_sftp(self) -> asyncssh.SFTPClient:
+        try:
+            return await self.conn.start_sftp_client()
+        except asyncssh.ChannelOpenError as exc:
+            if exc.code != OPEN_REQUEST_SESSION_FAILED:
+                raise
+            raise TransportError(NO_SFTP) from None
 
     async def run(self, argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None) -> CommandResult:

@@ -493,6 +493,16 @@ class SimNode:
         """Let packets through again after cut_link()."""
         simnet.set_link(self._namespace, self.address, up=True)
 
+    @contextlib.contextmanager
+    def firewall(self, port: int, target: str = "DROP") -> Iterator[None]:
+        """Block TCP `port` on the node for the block, as `ufw deny` (DROP) or a REJECT rule would."""
+        rule = ["INPUT", "-p", "tcp", "--dport", str(port), "-j", target]
+        subprocess.run(self.in_namespace(["iptables", "-I", *rule]), check=True)
+        try:
+            yield
+        finally:
+            subprocess.run(self.in_namespace(["iptables", "-D", *rule]), check=False)
+
     def in_namespace(self, argv: list[str]) -> list[str]:
         """argv that runs `argv` in the node's network namespace (e.g. its own iptables)."""
         return ["ip", "netns", "exec", self._namespace, *argv]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -21,12 +22,12 @@ import pytest
 from helpers import homegpu
 
 from gpu_replay import FIXTURES, write_replay_nvidia_smi
-from simcluster import SimCluster, free_port
+from simcluster import SimCluster, free_job_port, free_port
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import load_cluster, parse_cluster
 from homegpu.remote.doctor import (
-    CHECK_NAMES, NOT_REACHABLE, Check, NodeFacts, address_check, address_kind, clock_check, clock_skew,
-    diagnose, disk_check, gpu_check, is_public_address, node_checks, python_check, split_reason,
+    CHECK_NAMES, NOT_REACHABLE, Check, NodeFacts, address_check, address_kind, clock_check, clock_skew, diagnose,
+    disk_check, gpu_check, is_public_address, node_checks, python_check, split_reason, tensorflow_check,
 )
 from homegpu.remote.stats import parse_agent_line
 from homegpu.remote.stats_agent import parse_nvidia_smi_gpus
@@ -38,7 +39,16 @@ REPLAY_GPUS = FIXTURES / "gpus_2x_h100nvl_idle.csv"
 REPLAY_APPS = FIXTURES / "apps_none.csv"
 # Checks that must pass on every healthy node here; docker and the NVIDIA runtime are not needed
 # by runtime "process".
-MUST_PASS = ("ssh", "host key", "python3", "gpus", "iperf3", "disk", "clock", "job port", "address")
+MUST_PASS = ("ssh", "host key", "python3", "tensorflow", "gpus", "iperf3", "disk", "clock", "job port", "address",
+             "reachable")
+
+
+def with_tensorflow(sim: SimCluster, path: Path, **changes) -> Path:
+    """A cluster.toml whose nodes use this test's Python, which has TensorFlow (the nodes' python3 has not)."""
+    overrides = {node.name: {"python": sys.executable} for node in sim.nodes}
+    for name, table in changes.pop("node_overrides", {}).items():
+        overrides[name].update(table)
+    return sim.write_cluster_toml(path, node_overrides=overrides, **changes)
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -99,8 +109,8 @@ def nvml_loads_here() -> bool:
 # -- against the simulated cluster -----------------------------------------------------------------
 
 @pytest.mark.cluster
-async def test_healthy_process_cluster_passes_every_check(cpu_only_node3, cluster_toml):
-    report = await doctor(cluster_toml, free_port("127.0.0.2"))
+async def test_healthy_process_cluster_passes_every_check(cpu_only_node3, tmp_path):
+    report = await doctor(with_tensorflow(cpu_only_node3, tmp_path / "cluster.toml"), free_job_port())
     assert set(report) == {"node1", "node2", "node3"}
     for node, rows in report.items():
         failed = {name: row for name, row in rows.items() if row.ok is not True and name in MUST_PASS}
@@ -111,11 +121,29 @@ async def test_healthy_process_cluster_passes_every_check(cpu_only_node3, cluste
         assert rows["disk"].detail.endswith(" GiB free in ~/.homegpu")
         # The address its SSH connection reached: the node's own on the LAN.
         assert rows["address"].detail == f"{cpu_only_node3.node(node).address} is private"
+        assert rows["tensorflow"].detail.startswith("TensorFlow 2.21.")
+        peers = ", ".join(name for name in ("node1", "node2", "node3") if name != node)
+        assert rows["reachable"].detail.endswith(f" answers {peers}")
 
 
 @pytest.mark.cluster
-async def test_replayed_gpus_without_nvml_are_reported_as_a_disagreement(replaying_node3, cluster_toml):
-    report = await doctor(cluster_toml, free_port("127.0.0.2"))
+async def test_a_python_without_tensorflow_and_a_firewalled_job_port_are_named(cpu_only_node3, cluster_toml):
+    port = free_job_port()
+    with cpu_only_node3.node("node2").firewall(port):
+        report = await doctor(cluster_toml, port)
+    tensorflow = report["node1"]["tensorflow"]
+    assert tensorflow.ok is False and tensorflow.detail == "TensorFlow and tf-keras not installed for python3"
+    assert "python3 -m pip install 'tensorflow==2.21.*' 'tf-keras==2.21.*'" in tensorflow.fix
+    reach = report["node2"]["reachable"]
+    assert reach.ok is False, reach
+    assert reach.detail.startswith(f"node1, node3 cannot reach node2's job port {cpu_only_node3.node('node2').address}")
+    assert f"sudo ufw allow {port}/tcp" in reach.fix
+    assert report["node1"]["reachable"].ok is True and report["node3"]["reachable"].ok is True
+
+
+@pytest.mark.cluster
+async def test_replayed_gpus_without_nvml_are_reported_as_a_disagreement(replaying_node3, tmp_path):
+    report = await doctor(with_tensorflow(replaying_node3, tmp_path / "cluster.toml"), free_job_port())
     gpus = report["node3"]["gpus"]
     assert gpus.ok is False
     assert "NVIDIA H100 NVL" in gpus.detail and "2 GPUs" in gpus.detail
@@ -131,8 +159,7 @@ async def test_replayed_gpus_without_nvml_are_reported_as_a_disagreement(replayi
 
 @pytest.mark.cluster
 def test_unreachable_node_fails_ssh_skips_the_rest_and_cli_exits_1(cpu_only_node3, tmp_path):
-    toml = cpu_only_node3.write_cluster_toml(tmp_path / "cluster.toml",
-                                             node_overrides={"node2": {"host": "127.0.0.99"}})
+    toml = with_tensorflow(cpu_only_node3, tmp_path / "cluster.toml", node_overrides={"node2": {"host": "127.0.0.99"}})
     port = str(free_port("127.0.0.2"))
     as_json = homegpu("--config", str(toml), "doctor", "--json", "--port", port, cwd=tmp_path)
     text = homegpu("--config", str(toml), "doctor", "--port", port, cwd=tmp_path)
@@ -202,6 +229,7 @@ def facts(**changes) -> NodeFacts:
         smi=agent, iperf3=CommandResult(0, "iperf 3.12 (cJSON 1.7.15)\n", ""),
         clock=(100.0, CommandResult(0, "100.05", ""), 100.1),
         port_probe=CommandResult(0, json.dumps({"status": "free", "ip": "192.168.1.20", "error": ""}), ""),
+        tensorflow=CommandResult(0, json.dumps({"tensorflow": "2.21.0", "tf_keras": "2.21.0"}), ""),
     )
     values.update(changes)
     return NodeFacts(**values)
@@ -218,6 +246,20 @@ def facts(**changes) -> NodeFacts:
 def test_address_kind(address, kind):
     assert address_kind(address) == kind
     assert is_public_address(address) is (kind == "public")
+
+
+@pytest.mark.parametrize("runtime, found, ok, expected", [
+    ("process", {"tensorflow": "2.21.0", "tf_keras": "2.21.0"}, True, "TensorFlow 2.21.0, tf-keras 2.21.0"),
+    ("process", {"tensorflow": "2.21.0", "tf_keras": None}, False, "tf-keras not installed for python3"),
+    ("process", {"tensorflow": None, "tf_keras": None}, False, "TensorFlow and tf-keras not installed for python3"),
+    ("docker", None, None, "not needed here: workers run in the job's image"),
+])
+def test_tensorflow_check_names_what_is_missing_and_the_install_command(runtime, found, ok, expected):
+    result = CommandResult(0, json.dumps(found), "") if found is not None else None
+    row = tensorflow_check(facts(runtime=runtime, tensorflow=result), python_ok=True)
+    assert (row.ok, row.detail) == (ok, expected)
+    if ok is False:
+        assert "python3 -m pip install 'tensorflow==2.21.*' 'tf-keras==2.21.*'" in row.fix
 
 
 def test_public_address_is_a_warning_with_a_fix():
