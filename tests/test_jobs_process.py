@@ -1,7 +1,7 @@
 """Jobs on the process runtime: real sshd nodes, real TensorFlow MultiWorkerMirroredStrategy.
 
 Every run goes through the `homegpu` command as a user would type it. The workers are plain
-processes on the simulated nodes (127.0.0.2 and 127.0.0.3), started by homegpu over SSH.
+processes on the simulated machines (node1 and node2 of tests/simcluster.py), started by homegpu over SSH.
 """
 
 from __future__ import annotations
