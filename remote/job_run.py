@@ -29,7 +29,7 @@ from homegpu.remote.job_plan import (
 )
 from homegpu.remote.logtail import LogLine, LogTail
 from homegpu.remote.node import NODE_GONE, NodeSession
-from homegpu.remote.outputs import FetchedOutputs, fetch_outputs
+from homegpu.remote.outputs import FetchedOutputs, fetch_outputs, remove_backups
 from homegpu.remote.preflight import node_preflight, port_problems
 from homegpu.remote.reach import Endpoint, reach_problems
 from homegpu.remote.run_lock import LockHolder, RunLockError, acquire, refresh, release
@@ -322,6 +322,9 @@ class JobRun:
             raise
         incomplete = await self._finish_tails()
         outputs = await self._fetch_outputs()
+        if state is JobState.SUCCEEDED and self.job.uses_trainer and not outputs.error:
+            await remove_backups([(t.runtime.node, t.runtime.out_dir(self.run_id, t.label))
+                                  for t in self.tracks.values()])
         self._close_experiment()
         outcome = self._finish(state, detail, incomplete, outputs)
         await self.release_lock()

@@ -1,11 +1,14 @@
 """Bring home what the chief wrote in its output dir: a saved model, TensorBoard logs, anything.
 
-Backups are left on the node (they are how a restart resumes, and can be large), and so is what
+Backups are not fetched (they are how a restart resumes, and can be large), and neither is what
 goes past a size cap; what was left out is said, so the run's last line lists only what is here.
+Once a built-in trainer's run succeeded and its outputs are home, the workers' backups have no use
+left and are removed from the nodes (a user's own script keeps its backups where it put them).
 """
 
 from __future__ import annotations
 
+import asyncio
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,3 +60,15 @@ async def fetch_outputs(node: NodeSession, remote_dir: str, local_dir: Path,
     except NODE_GONE as exc:
         return FetchedOutputs(error=f"{node.name}: could not fetch the outputs from {remote_dir}: {exc}")
     return FetchedOutputs(tuple(fetch), total, tuple(left))
+
+
+async def remove_backups(places: list[tuple[NodeSession, str]]) -> list[str]:
+    """Delete `backup/` in each (node, worker output dir); "NODE: why" for each that could not be."""
+    async def remove(node: NodeSession, out_dir: str) -> str:
+        try:
+            result = await node.run(["rm", "-rf", "--", posixpath.join(out_dir, "backup")], timeout=60)
+        except (asyncio.TimeoutError, *NODE_GONE) as exc:
+            return f"{node.name}: {exc or 'no answer'}"
+        return "" if result.ok else f"{node.name}: {result.stderr.strip()}"
+
+    return [why for why in await asyncio.gather(*(remove(*place) for place in places)) if why]

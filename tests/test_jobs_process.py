@@ -49,6 +49,9 @@ def test_demo_job_trains_across_two_nodes(sim_cluster, tmp_path):
     assert (run_dir / "logs" / "node2.log").stat().st_size > 0
     assert any((run_dir / "output" / "model").iterdir()), "the chief's model was not fetched"
     assert not worker_processes(sim_cluster)
+    for node in ("node1", "node2"):  # the model is home: the workers' backups are gone from their disks
+        outs = list(sim_cluster.node(node).work_dir.glob(f"runs/{run_dir.name}/out/*"))
+        assert outs and not any((out / "backup").exists() for out in outs), outs
 
 
 def run_and_strike(config: Path, cwd: Path, cue: str, strike) -> tuple[int, str]:
