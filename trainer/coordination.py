@@ -5,7 +5,8 @@ a worker that sends no heartbeat for 10 seconds counts as dead and every collect
 ("The following tasks are unhealthy (stopped sending heartbeats)"). On a home network a laptop's
 Wi-Fi drops for 20-30 s and comes back with its TCP connections intact, so that default turns a
 hiccup into a restart. homegpu watches the worker processes itself (exit statuses, stalls), so a
-longer wait here loses nothing: a worker that really died is seen by homegpu at once.
+longer wait here loses nothing: a worker that really died is seen by homegpu at once. gRPC's own
+20 s limit on the connections is the other half (link_patience.py).
 """
 
 from __future__ import annotations

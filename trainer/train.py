@@ -32,6 +32,7 @@ from homegpu.trainer import data, models
 from homegpu.trainer.backup import NodeLocalBackup, all_done, clear_done, mark_done, read_json, write_json
 from homegpu.trainer.cluster import WorkerRole
 from homegpu.trainer.coordination import peer_timeout, tolerate_quiet_peers
+from homegpu.trainer.link_patience import keep_links_through_drops
 from homegpu.trainer.progress import MetricLines, emit
 
 LAST_EPOCH_FILE = "last_epoch.json"  # in backup/
@@ -40,9 +41,11 @@ LAST_EPOCH_FILE = "last_epoch.json"  # in backup/
 def run(args: argparse.Namespace, role: WorkerRole) -> None:
     """Train, back up every epoch, save the model. Raises on any failure (cli.py turns it into
     an error line and exit status)."""
-    # Before any other TF op, as MWMS needs.
+    # Before any other TF op, as MWMS needs. A Wi-Fi drop as long as the peer timeout then ends
+    # neither the coordination service's patience nor gRPC's connections (link_patience.py).
     if role.multi_worker:
         tolerate_quiet_peers(peer_timeout())
+        keep_links_through_drops(peer_timeout())
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication_options(args.collective))
     _exit_on_sigterm()
     keras.utils.set_random_seed(args.seed)
