@@ -13,7 +13,7 @@ import contextlib
 import os
 import signal
 import string
-import time
+from datetime import datetime
 
 from homegpu.remote.events import Alert, AlertState
 
@@ -35,7 +35,7 @@ def alert_values(alert: Alert, cluster: str) -> dict[str, str]:
         "node": alert.node, "gpu": "" if alert.gpu is None else str(alert.gpu), "worker": alert.worker,
         "job": alert.job, "run_id": alert.run_id, "value": _number(alert.value),
         "threshold": _number(alert.threshold), "cluster": cluster,
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(alert.at)),
+        "time": datetime.fromtimestamp(alert.at).astimezone().isoformat(timespec="seconds"),
     }
 
 

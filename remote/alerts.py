@@ -27,7 +27,7 @@ from typing import Callable
 
 from homegpu.remote.alert_config import AlertRules
 from homegpu.remote.events import (
-    Alert, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated, Straggler,
+    RUN_ALERTS, Alert, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated, Straggler,
 )
 from homegpu.remote.failure import PROGRESS_EVENTS
 
@@ -73,7 +73,8 @@ class AlertEvaluator:
         fired = self._firing.pop(key, None)
         if fired is None:
             return []
-        return [replace(fired, state=AlertState.CLEARED, message=message, at=at,
+        job, run_id = (fired.job, fired.run_id) if fired.kind in RUN_ALERTS else self._run
+        return [replace(fired, state=AlertState.CLEARED, message=message, at=at, job=job, run_id=run_id,
                         value=fired.value if value is None else value)]
 
     def _once(self, alert: Alert) -> list[Alert]:

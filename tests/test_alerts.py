@@ -69,6 +69,18 @@ def test_gpu_temperature_alert_says_where_and_how_hot_and_its_clear_matches_it()
     assert evaluator.firing == ()
 
 
+def test_a_gpu_alert_names_the_run_going_on_when_it_fires_and_when_it_clears():
+    evaluator = AlertEvaluator(AlertRules(gpu_temperature=85))
+    (fired,) = evaluator.take(NodeStatsUpdated("desk", hot(91), at=T0))
+    assert (fired.job, fired.run_id) == ("", "")  # hot before any run
+    evaluator.take(JobStateChanged("train", "train-1", JobState.PREFLIGHT, 1, 0, at=T0 + 1))
+    (cleared,) = evaluator.take(NodeStatsUpdated("desk", hot(60), at=T0 + 2))
+    assert (cleared.job, cleared.run_id) == ("train", "train-1")
+    evaluator.take(JobStateChanged("train", "train-1", JobState.SUCCEEDED, 1, 0, at=T0 + 3))
+    (again,) = evaluator.take(NodeStatsUpdated("desk", hot(91), at=T0 + 4))
+    assert again.run_id == ""  # the run is over
+
+
 def test_each_gpu_and_each_node_has_its_own_alert():
     evaluator = AlertEvaluator(AlertRules(gpu_temperature=80))
     both_hot = hot(90, stats=hot(95, stats=TWO_GPUS, gpu=1), gpu=0)
