@@ -347,3 +347,14 @@ def test_check_shows_the_alert_rules_and_whether_the_command_is_found(tmp_path, 
     path.write_text(NODE)
     assert main(["--config", str(path), "check"]) == 0
     assert "Alerts: none" in capsys.readouterr().out
+
+
+def test_the_readmes_alert_examples_are_valid():
+    import re
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### `[alerts]`"):readme.index("### Mixed clusters")]
+    blocks = re.findall(r"```toml\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
+    commands = [parse_cluster(NODE + block).alerts.command[0] for block in blocks]
+    assert commands == ["notify-send", "curl"]
