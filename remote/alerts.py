@@ -111,8 +111,7 @@ class AlertEvaluator:
             return self._fire(self._alert(kind, words(where, value, threshold, True), event.at, node=event.node,
                                           gpu=gpu, value=float(value), threshold=threshold))
         if value <= threshold - margin:
-            key = (kind, event.node, gpu, "", "")
-            return self._clear(key, event.at, words(where, value, threshold - margin, False), float(value))
+            return self._clear(_key(kind, node=event.node, gpu=gpu), event.at, words(where, value, threshold - margin, False), float(value))
         return []
 
     # -- nodes -----------------------------------------------------------------------------------
@@ -122,7 +121,7 @@ class AlertEvaluator:
         if event.state is NodeState.ONLINE:
             self._online_once.add(node)
             since, _ = self._offline.pop(node, (event.at, ""))
-            return self._clear(("node_offline", node, None, "", ""), event.at,
+            return self._clear(_key("node_offline", node=node), event.at,
                                f"{node} is back online after {_duration(event.at - since)}", event.at - since)
         if node not in self._online_once:
             return []
@@ -166,8 +165,8 @@ class AlertEvaluator:
         """Clear the alerts of `kinds` still firing about the run that ended; forget its stragglers."""
         if self._run[1] == event.run_id:
             self._run = ("", "")
-        self._flagged = {key: epoch for key, epoch in self._flagged.items() if key[4] != event.run_id}
-        ended = [key for key, alert in self._firing.items() if alert.kind in kinds and key[4] == event.run_id]
+        self._flagged = {key: epoch for key, epoch in self._flagged.items() if key[-1] != event.run_id}
+        ended = [key for key, alert in self._firing.items() if alert.kind in kinds and alert.run_id == event.run_id]
         return [cleared for key in ended
                 for cleared in self._clear(key, event.at, f"{event.job} (run {event.run_id}) {event.state.value}")]
 
@@ -175,10 +174,10 @@ class AlertEvaluator:
         kind = event.data.get("event")
         if kind not in PROGRESS_EVENTS:
             return []
-        alerts = self._clear(("job_stalled", "", None, "", event.run_id), event.at,
+        alerts = self._clear(_key("job_stalled", run_id=event.run_id), event.at,
                              f"{event.job} (run {event.run_id}) makes progress again: {event.worker} "
                              f"reported {kind} {event.data.get('step') or event.data.get('epoch') or ''}".rstrip())
-        key = ("straggler", "", None, event.worker, event.run_id)
+        key = _key("straggler", worker=event.worker, run_id=event.run_id)
         epoch = event.data.get("epoch")
         if kind == "epoch" and key in self._flagged and _is_number(epoch) and epoch >= self._flagged[key] + 2:
             del self._flagged[key]  # the epoch after the flagged one passed without a flag
@@ -188,7 +187,7 @@ class AlertEvaluator:
     def _straggler(self, event: Straggler) -> list[Alert]:
         if not self.rules.straggler:
             return []
-        key = ("straggler", "", None, event.worker, event.run_id)
+        key = _key("straggler", worker=event.worker, run_id=event.run_id)
         epoch = event.epoch if event.epoch is not None else 0
         self._flagged[key] = max(self._flagged.get(key, epoch), epoch)
         message = (f"{event.worker} is a straggler in {event.job} (run {event.run_id}): "
@@ -204,6 +203,11 @@ _HANDLERS = {
     Metric: AlertEvaluator._metric,
     Straggler: AlertEvaluator._straggler,
 }
+
+
+def _key(kind: str, node: str = "", gpu: int | None = None, worker: str = "", run_id: str = "") -> tuple:
+    """The key of the alert these would make (Alert.key), to find it while it fires."""
+    return Alert(kind, AlertState.FIRING, "", node=node, gpu=gpu, worker=worker, run_id=run_id, at=0.0).key
 
 
 def _is_number(value: object) -> bool:
