@@ -16,14 +16,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
+from homegpu.remote.alert_config import AlertRules, parse_alerts
 from homegpu.remote.config_check import TOP_KEYS, ConfigError, Limits, Validator, display, show
 from homegpu.remote.job_config import JobSpec, parse_jobs
 from homegpu.remote.node_config import LOCAL_HOST, RUNTIMES, NodeSpec, parse_nodes
 from homegpu.remote.toml_lines import LineIndex
 
 __all__ = [
-    "DEFAULT_CLUSTER_NAME", "DEFAULT_CONFIG_NAME", "EMBEDDED_DEFAULT", "LOCAL_HOST", "RUNTIMES", "ClusterSpec",
-    "ConfigError", "NodeSpec", "SshDefaults", "embedded_default", "find_config", "load_cluster", "parse_cluster",
+    "DEFAULT_CLUSTER_NAME", "DEFAULT_CONFIG_NAME", "EMBEDDED_DEFAULT", "LOCAL_HOST", "RUNTIMES", "AlertRules",
+    "ClusterSpec", "ConfigError", "NodeSpec", "SshDefaults", "embedded_default", "find_config", "load_cluster",
+    "parse_cluster",
 ]
 
 DEFAULT_CONFIG_NAME = "cluster.toml"
@@ -65,6 +67,7 @@ class ClusterSpec:
     work_dir: str = "~/.homegpu"
     jobs: Mapping[str, JobSpec] = field(default_factory=lambda: MappingProxyType({}))
     source: str = EMBEDDED_DEFAULT
+    alerts: AlertRules = field(default_factory=AlertRules)
 
     def work_dir_of(self, node: NodeSpec) -> str:
         """The node's own work dir, else the cluster's."""
@@ -204,11 +207,11 @@ _CLUSTER_KEYS = {"name", "user", "identity_file", "known_hosts", "work_dir", *LI
 def _check_top_keys(v: Validator, data: dict) -> None:
     for key in data:
         if key not in TOP_KEYS:
-            raise v.fail((key,), f"unknown key {show(key)}", "use only [cluster], [[nodes]] and [jobs.NAME] tables")
+            raise v.fail((key,), f"unknown key {show(key)}", "use only [cluster], [[nodes]], [jobs.NAME] and [alerts] tables")
 
 
 def _cluster(v: Validator, data: dict) -> ClusterSpec:
-    """The whole file: [cluster], then [[nodes]], then [jobs.NAME]. Raises ConfigError."""
+    """The whole file: [cluster], then [[nodes]], then [jobs.NAME], then [alerts]. Raises ConfigError."""
     table = v.table(data, ("cluster",))
     v.unknown_keys(table, ("cluster",), _CLUSTER_KEYS, "see the cluster.toml reference in README.md")
     get = v.getter(table, ("cluster",), LIMITS)
@@ -229,4 +232,5 @@ def _cluster(v: Validator, data: dict) -> ClusterSpec:
         work_dir=get("work_dir", str, ClusterSpec.work_dir, v.check_path),
         jobs=parse_jobs(v, data, tuple(node.name for node in nodes)),
         source=v.file,
+        alerts=parse_alerts(v, data),
     )

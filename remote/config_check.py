@@ -22,7 +22,7 @@ HOST_RE = re.compile(r"[A-Za-z0-9_.:%\[\]-]+")
 PATH_RE = re.compile(r"[A-Za-z0-9_./~+@=,:-]+")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # names, tags, users: up to 64 characters
 SHELL_META = frozenset(";&|`$<>()\\\"' \t\n*?!{}#")
-TOP_KEYS = ("cluster", "nodes", "jobs")
+TOP_KEYS = ("cluster", "nodes", "jobs", "alerts")
 MAX_PORT = 65535
 _MAX_SHOWN_PARTS = 6  # of a key path in a message
 

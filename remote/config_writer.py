@@ -8,7 +8,9 @@ from typing import Any
 
 import tomli_w
 
-from homegpu.remote.config import DEFAULT_CLUSTER_NAME, DEMO_JOB, LOCAL_HOST, ClusterSpec, NodeSpec, SshDefaults
+from homegpu.remote.config import (
+    DEFAULT_CLUSTER_NAME, DEMO_JOB, LOCAL_HOST, AlertRules, ClusterSpec, NodeSpec, SshDefaults,
+)
 from homegpu.remote.job_config import JobSpec
 
 STARTER_HEADER = """\
@@ -19,6 +21,25 @@ STARTER_HEADER = """\
 # [jobs.demo] trains the built-in model on synthetic data across every node: `homegpu run demo`.
 # Check it with `homegpu check`, then `homegpu doctor`; the full reference is in README.md.
 
+"""
+
+# Written commented out when a cluster has no [alerts]: what the table looks like, ready to enable.
+ALERTS_EXAMPLE = """\
+# Alerts (see "[alerts]" in README.md): uncomment to be told when something needs you. Each fires once
+# and says "cleared" when its condition is over. The command runs here, without a shell, with the alert
+# in HOMEGPU_ALERT* variables and its {placeholders} filled in.
+# [alerts]
+# gpu_temperature = 85          # °C, at or above (cleared 5 °C below)
+# gpu_memory_percent = 95       # % of a GPU's memory used (cleared 5 points below)
+# node_offline_seconds = 60     # a node that was online is unreachable this long
+# job_failed = true
+# job_stalled = true
+# straggler = true
+# job_succeeded = true
+# command = ["notify-send", "{title}", "{message}"]    # a desktop notification; or, instead,
+# a phone push through ntfy (install its app and subscribe to your topic):
+# command = ["curl", "-s", "-d", "{message}", "-H", "Title: {title}", "https://ntfy.sh/YOUR-TOPIC"]
+# command_timeout = 30.0        # seconds before the command is killed
 """
 
 
@@ -46,6 +67,9 @@ def cluster_to_dict(spec: ClusterSpec) -> dict[str, Any]:
     document: dict[str, Any] = {"cluster": cluster, "nodes": [_node_dict(node) for node in spec.nodes]}
     if spec.jobs:
         document["jobs"] = {name: _job_dict(job) for name, job in spec.jobs.items()}
+    alerts = _non_default(spec.alerts, AlertRules())
+    if alerts:
+        document["alerts"] = alerts
     return document
 
 
@@ -54,10 +78,12 @@ def cluster_to_toml(spec: ClusterSpec, header: str = STARTER_HEADER) -> str:
     document = cluster_to_dict(spec)
     nodes = document.pop("nodes")
     jobs = document.pop("jobs", {})
+    alerts = document.pop("alerts", {})
     parts = [tomli_w.dumps(document)]
     parts += [f"[[nodes]]\n{tomli_w.dumps(node)}" for node in nodes]
     if jobs:
         parts.append(tomli_w.dumps({"jobs": jobs}))
+    parts.append(tomli_w.dumps({"alerts": alerts}) if alerts else ALERTS_EXAMPLE)
     return header + "\n".join(parts)
 
 

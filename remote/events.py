@@ -10,7 +10,7 @@ import asyncio
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable, Iterable
 
 from homegpu.remote.stats import NodeStats
 
@@ -128,6 +128,51 @@ class Straggler:
     others_median: float
     at: float = field(default_factory=time.time)
     unit: str = "examples/s"
+    epoch: int | None = None  # the epoch whose rates showed it
+
+
+class AlertState(str, enum.Enum):
+    FIRING = "firing"
+    CLEARED = "cleared"
+
+
+# Alerts about a run: the run is part of what they are about (others are about a node or a GPU).
+RUN_ALERTS = ("job_failed", "job_stalled", "straggler", "job_succeeded")
+
+
+@dataclass(frozen=True)
+class Alert:
+    """A rule of [alerts] met (FIRING), or no longer met (CLEARED); remote/alerts.py decides.
+
+    `kind` names the rule (gpu_temperature, gpu_memory, node_offline, job_failed, job_stalled,
+    straggler, job_succeeded); `value` and `threshold` are in its unit (°C, %, seconds).
+    `job` and `run_id` name the run it is about, or for node and GPU alerts the run going on."""
+
+    kind: str
+    state: AlertState
+    message: str
+    node: str = ""
+    gpu: int | None = None
+    worker: str = ""
+    job: str = ""
+    run_id: str = ""
+    value: float | None = None
+    threshold: float | None = None
+    at: float = field(default_factory=time.time)
+
+    @property
+    def key(self) -> tuple:
+        """What the alert is about: its CLEARED has the FIRING's key."""
+        return self.kind, self.node, self.gpu, self.worker, self.run_id if self.kind in RUN_ALERTS else ""
+
+
+@dataclass(frozen=True)
+class AlertCommandFailed:
+    """The [alerts] command failed (said once, until it works again)."""
+
+    command: str
+    reason: str
+    at: float = field(default_factory=time.time)
 
 
 class EventHub:
@@ -140,6 +185,7 @@ class EventHub:
     def __init__(self, max_queue: int = 10_000) -> None:
         self._queues: list[asyncio.Queue] = []
         self._max_queue = max_queue
+        self._derivers: list[Callable[[object], Iterable[object]]] = []
 
     def publish(self, event: object) -> None:
         for queue in self._queues:
@@ -147,6 +193,22 @@ class EventHub:
                 queue.get_nowait()
                 queue.dropped += 1
             queue.put_nowait(event)
+        for derive in self._derivers:
+            for derived in derive(event):
+                self.publish(derived)
+
+    def derive(self, deriver: Callable[[object], Iterable[object]]) -> None:
+        """Call `deriver` with every event as it is published, and publish what it returns right after.
+
+        Derived events (alerts) follow their cause in every subscriber's stream, before any later
+        event, so the timeline records a run's last alert before the run's recorder closes. A
+        deriver runs on every event, floods of log lines included: it must be cheap, and must not
+        derive from what it derived itself."""
+        self._derivers.append(deriver)
+
+    def underive(self, deriver: Callable[[object], Iterable[object]]) -> None:
+        if deriver in self._derivers:
+            self._derivers.remove(deriver)
 
     def subscribe(self) -> "Subscription":
         queue = _Queue(self._max_queue)

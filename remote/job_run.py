@@ -532,7 +532,8 @@ class JobRun:
                      if t.last_metric.get("epoch") == epoch and isinstance(t.last_metric.get(key), (int, float))}
             if len(rates) == len(self.tracks):
                 for worker, median in find_stragglers(rates):
-                    self.hub.publish(Straggler(self.job.name, self.run_id, worker, rates[worker], median, unit=unit))
+                    self.hub.publish(Straggler(self.job.name, self.run_id, worker, rates[worker], median, unit=unit,
+                                               epoch=epoch))
                 return
 
     async def _stop_tails(self) -> None:

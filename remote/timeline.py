@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterable
 
 from homegpu.remote.events import (
-    JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
+    Alert, AlertCommandFailed, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
     PreflightResult, Straggler, WorkerExited,
 )
 from homegpu.remote.stats import NA
@@ -229,6 +229,17 @@ class TimelineRecorder:
     def _stats_unavailable(self, event: NodeStatsUnavailable) -> None:
         self.record_event("stats_unavailable", event.at, event.reason, node=event.node)
 
+    def _alert(self, event: Alert) -> None:
+        if event.node and self.nodes is not None and event.node not in self.nodes:
+            return  # about a node this run does not use
+        self.record_event("alert", event.at, f"{event.state.value}: {event.message}", node=event.node,
+                          worker=event.worker, details={"alert": event.kind, "state": event.state.value,
+                                                        "gpu": event.gpu, "value": event.value,
+                                                        "threshold": event.threshold})
+
+    def _alert_command_failed(self, event: AlertCommandFailed) -> None:
+        self.record_event("alert_command_failed", event.at, event.reason, details={"command": event.command})
+
     # -- downsampling -----------------------------------------------------------------------------
 
     def _read_compacted_until(self) -> float:
@@ -271,6 +282,8 @@ _HANDLERS = {
     Straggler: TimelineRecorder._straggler,
     NodeStateChanged: TimelineRecorder._node_state,
     NodeStatsUnavailable: TimelineRecorder._stats_unavailable,
+    Alert: TimelineRecorder._alert,
+    AlertCommandFailed: TimelineRecorder._alert_command_failed,
 }
 
 

@@ -36,6 +36,7 @@ ANSWERS = {answers!r}
 LOOP_MODE = {loop_mode!r}
 LOG = {log!r}
 IGNORE_CLOSED_STDOUT = {ignore_closed_stdout!r}
+REREAD = {reread!r}
 
 if LOG:
     import json
@@ -58,6 +59,10 @@ if path:
         recorded = handle.read()
 
 def show():
+    global recorded
+    if REREAD and path:
+        with open(path, "rb") as handle:
+            recorded = handle.read()
     try:
         sys.stdout.buffer.write(recorded)
         sys.stdout.buffer.flush()
@@ -89,6 +94,7 @@ def write_replay_nvidia_smi(
     loop_mode: bool = True,
     log: Path | None = None,
     ignore_closed_stdout: bool = False,
+    reread: bool = False,
 ) -> Path:
     """Write an executable ``nvidia-smi`` into ``dir`` and return ``dir`` (to prepend to PATH).
 
@@ -104,6 +110,8 @@ def write_replay_nvidia_smi(
             :func:`replay_calls`), so tests can count and find the nvidia-smi processes.
         ignore_closed_stdout: keep looping when stdout is gone instead of dying of EPIPE, so only
             a kill can end the process (for testing that the agent's kill is what ends it).
+        reread: read the fixture again for every answer (each loop too), so a test that replaces the
+            file (os.replace) changes what the GPU reports from the next sample on.
     """
     answers = {
         (GPU_QUERY, FORMAT): _answer(gpus_fixture),
@@ -115,7 +123,7 @@ def write_replay_nvidia_smi(
     script = dir / "nvidia-smi"
     script.write_text(_SCRIPT.format(
         python=sys.executable, answers=answers, loop_mode=loop_mode,
-        log=str(log) if log else None, ignore_closed_stdout=ignore_closed_stdout,
+        log=str(log) if log else None, ignore_closed_stdout=ignore_closed_stdout, reread=reread,
     ))
     script.chmod(0o755)
     return dir

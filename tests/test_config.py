@@ -9,7 +9,7 @@ from types import MappingProxyType
 import pytest
 
 from homegpu.remote.config import (
-    ClusterSpec, ConfigError, NodeSpec, SshDefaults, embedded_default, find_config, load_cluster,
+    AlertRules, ClusterSpec, ConfigError, NodeSpec, SshDefaults, embedded_default, find_config, load_cluster,
     parse_cluster,
 )
 from homegpu.remote.config_writer import cluster_to_toml, starter_cluster
@@ -114,7 +114,9 @@ def test_repository_example_is_valid():
                 ssh=SshDefaults(known_hosts="/kh", keepalive_count_max=5), stats_interval=0.5, work_dir="/d",
                 jobs=MappingProxyType({"t": JobSpec(name="t", image="me/tf:1", script="s/train.py", args=("-x",),
                                                     env=MappingProxyType({"A": "1"}), nodes=("n",), epochs=5,
-                                                    restart="never", stall_timeout=60.0)})),
+                                                    restart="never", stall_timeout=60.0)}),
+                alerts=AlertRules(gpu_temperature=85.0, node_offline_seconds=60.0, job_failed=True,
+                                  command=("curl", "-d", "{message}", "https://ntfy.sh/t"), command_timeout=5.0)),
 ])
 def test_writer_round_trip(spec):
     text = cluster_to_toml(spec)
@@ -168,6 +170,8 @@ def test_missing_file_is_a_config_error(tmp_path):
         load_cluster(tmp_path / "nope.toml")
     assert "nope.toml" in str(err.value) and "homegpu init" in str(err.value)
 
+
+ALERTS = NODE + "[alerts]\n"
 
 # (toml text, expected line, expected key, a phrase of the problem, a phrase of the hint)
 BAD_INPUTS = [
@@ -246,6 +250,30 @@ BAD_INPUTS = [
     ('[jobs.' + '.'.join('j' * 9) + ']\n' + NODE, 1, "[jobs.j].j.j.j.j.j.j.…", "key of 10 dotted parts", "at most 8"),
     ('[cluster]\nname = "home\\n"\n' + NODE, 2, "[cluster].name", "invalid name 'home\\n'", "up to 64"),
     (NODE + '"a\\nb" = 1\n', 1, "[[nodes]] #1.'a\\nb'", "unknown key 'a\\nb'", "[[nodes]] reference"),
+    (NODE + 'alerts = 1\n', 4, "[[nodes]] #1.alerts", "unknown key 'alerts'", "[[nodes]] reference"),
+    ('alerts = 3\n' + NODE, 1, "[alerts]", "must be a table", "[alerts] table"),
+    (ALERTS + 'gpu_temp = 80\n', 5, "[alerts].gpu_temp", "unknown key 'gpu_temp'", "did you mean 'gpu_temperature'?"),
+    (ALERTS + 'gpu_temperature = "hot"\n', 5, "[alerts].gpu_temperature", "expected a number, got a string",
+     "gpu_temperature = 1.5"),
+    (ALERTS + 'gpu_temperature = 500\n', 5, "[alerts].gpu_temperature", "must be from 1 to 150 °C, got 500.0",
+     "in that range"),
+    (ALERTS + 'gpu_memory_percent = 101\n', 5, "[alerts].gpu_memory_percent", "from 1 to 100%", "in that range"),
+    (ALERTS + 'node_offline_seconds = nan\n', 5, "[alerts].node_offline_seconds", "got nan", "in that range"),
+    (ALERTS + 'node_offline_seconds = true\n', 5, "[alerts].node_offline_seconds", "got a boolean", "= 1.5"),
+    (ALERTS + 'job_failed = "yes"\n', 5, "[alerts].job_failed", "expected true or false", "job_failed = true"),
+    (ALERTS + 'command = []\n', 5, "[alerts].command", "the command is empty", 'command = ["notify-send"'),
+    (ALERTS + 'command = "notify-send hi"\n', 5, "[alerts].command", "expected a list, got a string",
+     'command = ["a", "b"]'),
+    (ALERTS + 'command = ["notify-send", 3]\n', 5, "[alerts].command", "3 is not a string", "in quotes"),
+    (ALERTS + 'command = ["", "x"]\n', 5, "[alerts].command", "'' is not a program", "start with the program"),
+    (ALERTS + 'command = ["-x"]\n', 5, "[alerts].command", "'-x' is not a program", "start with the program"),
+    (ALERTS + 'command = ["curl", "-d", "{mesage}"]\n', 5, "[alerts].command",
+     "unknown placeholder '{mesage}' in '{mesage}'", "{message}"),
+    (ALERTS + 'command = ["curl", "{message!r}"]\n', 5, "[alerts].command", "may not have a format", "{name}"),
+    (ALERTS + 'command = ["curl", "{message"]\n', 5, "[alerts].command", "argument '{message'", "{{ and }}"),
+    (ALERTS + 'command = ["{node}.sh"]\n', 5, "[alerts].command", "holds a placeholder", "name the program"),
+    (ALERTS + 'command = ["a\\u0000b"]\n', 5, "[alerts].command", "holds a NUL", "remove it"),
+    (ALERTS + 'command_timeout = 0\n', 5, "[alerts].command_timeout", "from 1 to 3600 seconds", "in that range"),
 ]
 
 
@@ -285,3 +313,48 @@ def test_workers_per_node_takes_per_gpu_and_share_gpus_a_boolean(tmp_path):
     path.write_text(base + 'workers_per_node = "per-gpu"\nport = 65530\n')
     with pytest.raises(ConfigError, match="use a port of at most 65520"):
         load_cluster(path)
+
+
+def test_repository_example_has_every_alert_on():
+    alerts = load_cluster(REPO / "cluster.toml").alerts
+    assert alerts.enabled and alerts.command[0] == "notify-send"
+    assert (alerts.gpu_temperature, alerts.gpu_memory_percent, alerts.node_offline_seconds) == (85, 95, 60)
+    assert alerts.job_failed and alerts.job_stalled and alerts.straggler and alerts.job_succeeded
+
+
+def test_init_writes_alerts_commented_out_ready_to_enable(tmp_path):
+    text = cluster_to_toml(starter_cluster())
+    assert parse_cluster(text).alerts == AlertRules()  # off until the user says
+    example = [line for line in text.splitlines() if line.startswith("# ") and "=" in line
+               and line.split("=")[0][2:].strip() in ("gpu_temperature", "node_offline_seconds", "job_failed",
+                                                       "command_timeout")]
+    ntfy = next(line for line in text.splitlines() if "ntfy.sh" in line)
+    enabled = text + "\n[alerts]\n" + "\n".join(line[2:] for line in [*example, ntfy]) + "\n"
+    alerts = parse_cluster(enabled).alerts
+    assert alerts.gpu_temperature == 85 and alerts.job_failed and alerts.command[:2] == ("curl", "-s")
+
+
+def test_check_shows_the_alert_rules_and_whether_the_command_is_found(tmp_path, capsys):
+    from homegpu.tui.cli import main
+
+    path = tmp_path / "cluster.toml"
+    path.write_text(NODE + '[alerts]\ngpu_temperature = 85\njob_failed = true\n'
+                           f'command = ["{tmp_path}/nope", "{{message}}"]\n')
+    assert main(["--config", str(path), "check"]) == 0
+    out = capsys.readouterr().out
+    assert "Alerts: GPU at 85 °C or more, job failed" in out
+    assert f"command: {tmp_path}/nope '{{message}}'  (not found: {tmp_path}/nope is not on this machine's PATH)" in out
+    path.write_text(NODE)
+    assert main(["--config", str(path), "check"]) == 0
+    assert "Alerts: none" in capsys.readouterr().out
+
+
+def test_the_readmes_alert_examples_are_valid():
+    import re
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### `[alerts]`"):readme.index("### Mixed clusters")]
+    blocks = re.findall(r"```toml\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
+    commands = [parse_cluster(NODE + block).alerts.command[0] for block in blocks]
+    assert commands == ["notify-send", "curl"]

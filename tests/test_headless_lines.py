@@ -104,3 +104,15 @@ def test_a_flood_that_outruns_the_terminal_is_said_with_where_every_line_is():
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("== 15 lines and events were not shown here") and "homegpu logs" in lines[0]
     assert lines[1:] == [f"      n1 | line {n}" for n in range(15, 20)]
+
+
+def test_alerts_are_lines_and_a_failing_command_says_so():
+    from homegpu.remote.events import Alert, AlertCommandFailed, AlertState
+
+    lines = printed([Alert("gpu_temperature", AlertState.FIRING, "n1 GPU 0 is at 91 °C (alert at 85 °C)"),
+                     Alert("gpu_temperature", AlertState.CLEARED, "n1 GPU 0 cooled to 70 °C (at or below 80 °C)"),
+                     AlertCommandFailed("notify-send '{title}'", "cannot run notify-send: No such file")])
+    assert lines == ["== alert: n1 GPU 0 is at 91 °C (alert at 85 °C)",
+                     "== alert cleared: n1 GPU 0 cooled to 70 °C (at or below 80 °C)",
+                     "== alert command failed: cannot run notify-send: No such file (command: notify-send "
+                     "'{title}'; said once until it works again)"]

@@ -159,3 +159,23 @@ def test_only_the_jobs_nodes_are_recorded_when_asked(tmp_path):
     timeline = load_timeline(path)
     assert [node.name for node in timeline.nodes] == ["gpu1"]
     assert not timeline.events_of("node_offline") and timeline.events_of("straggler")  # worker events stay
+
+
+def test_alerts_and_a_failing_alert_command_are_events_of_the_timeline(tmp_path):
+    from homegpu.remote.events import Alert, AlertCommandFailed, AlertState
+
+    path = tmp_path / "timeline.sqlite"
+    fired = Alert("gpu_temperature", AlertState.FIRING, "gpu1 GPU 0 is at 91 °C (alert at 85 °C)", node="gpu1",
+                  gpu=0, value=91.0, threshold=85.0, at=100.0)
+    record(path, [fired, AlertCommandFailed("notify-send '{title}'", "cannot run notify-send: No such file",
+                                            at=100.5),
+                  Alert("gpu_temperature", AlertState.FIRING, "elsewhere", node="gpu9", gpu=0, at=100.7),
+                  Alert("gpu_temperature", AlertState.CLEARED, "gpu1 GPU 0 cooled to 70 °C", node="gpu1", gpu=0,
+                        value=70.0, threshold=85.0, at=110.0)], nodes=["gpu1"])
+    events = load_timeline(path).events
+    assert [(e.kind, e.summary) for e in events] == [
+        ("alert", "firing: gpu1 GPU 0 is at 91 °C (alert at 85 °C)"),
+        ("alert_command_failed", "cannot run notify-send: No such file"),
+        ("alert", "cleared: gpu1 GPU 0 cooled to 70 °C")]  # gpu9 is not the run's node
+    assert events[0].details == {"alert": "gpu_temperature", "state": "firing", "gpu": 0, "value": 91.0,
+                                 "threshold": 85.0}

@@ -138,3 +138,48 @@ async def test_the_log_filter_and_wrap_apply_to_every_tab_of_the_recorded_run() 
         await pilot.pause()
         assert closet.wrap and merged.wrap
         assert "wrap on" in app.query_one("#logs").border_title and "epoch 2/2" in app.query_one("#logs").border_title
+
+
+def alert_events() -> list[object]:
+    """Two alerts firing over the recorded run: the H100 made hot (its real sample says 53 °C) and a straggler."""
+    from homegpu.remote.events import Alert, AlertState
+
+    return [Alert("gpu_temperature", AlertState.FIRING, "desktop GPU 0 is at 91 °C (alert at 85 °C)", node="desktop",
+                  gpu=0, job="demo", run_id=RUN_ID, value=91.0, threshold=85.0, at=NOW - 30),
+            Alert("straggler", AlertState.FIRING, "closet is a straggler in demo (run demo-20261122-030416-1749): "
+                  "410 examples/s against 1221 for the others", worker="closet", job="demo", run_id=RUN_ID,
+                  at=NOW - 10)]
+
+
+def test_main_screen_with_alerts(snap_compare) -> None:
+    async def show_alerts(pilot) -> None:
+        pilot.app.take(recorded_events() + alert_events())
+        pilot.app.redraw()
+        await pilot.pause()
+
+    assert snap_compare(recorded_app(), terminal_size=(160, 48), run_before=show_alerts)
+
+
+async def test_the_alert_banner_shows_while_alerts_fire_and_a_clear_is_a_toast() -> None:
+    """Not a picture: the banner appears with the first alert, and goes when the last one clears."""
+    import dataclasses
+
+    from homegpu.remote.events import AlertState
+
+    app = recorded_app()
+    hot, slow = alert_events()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await show_recording(pilot)
+        banner = app.query_one("#alerts")
+        assert not banner.display
+        app.take([hot, slow])
+        app.redraw()
+        await pilot.pause()
+        assert banner.display and "desktop GPU 0 is at 91 °C" in str(banner.render())
+        app.take([dataclasses.replace(hot, state=AlertState.CLEARED, message="desktop GPU 0 cooled to 70 °C"),
+                  dataclasses.replace(slow, state=AlertState.CLEARED, message="closet keeps pace again")])
+        app.redraw()
+        await pilot.pause()
+        assert not banner.display
+        assert [n.message for n in app._notifications] == ["cleared: desktop GPU 0 cooled to 70 °C",
+                                                            "cleared: closet keeps pace again"]

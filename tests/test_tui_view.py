@@ -333,3 +333,37 @@ def test_the_launch_dialog_shows_the_tf_configs_then_the_device_plan():
     assert text.index("box (chief, index 0)") < text.rindex("TF_CONFIG") < plan_at  # the workers come first
     assert text.count("TF_CONFIG=") == 3
     assert "Device plan" not in launch_preview(job, slots).plain  # no stats, no plan section
+
+
+def test_the_alert_banner_holds_what_fires_and_a_clear_becomes_a_toast():
+    from homegpu.remote.events import Alert, AlertCommandFailed, AlertState
+    from homegpu.tui.render import alert_banner
+    from homegpu.tui.state import ALERTS
+
+    view = ClusterView(parse_cluster(THREE_NODES))
+    hot = Alert("gpu_temperature", AlertState.FIRING, "big GPU 0 is at 91 °C (alert at 85 °C)", node="big", gpu=0)
+    slow = Alert("straggler", AlertState.FIRING, "small is a straggler", worker="small", job="j", run_id="r1")
+    assert view.apply(hot) == {ALERTS} and view.apply(slow) == {ALERTS}
+    assert alert_banner(list(view.alerts.values()), 80).plain == "⚠ small is a straggler\n" \
+                                                                  "⚠ big GPU 0 is at 91 °C (alert at 85 °C)"
+    view.apply(Alert("gpu_temperature", AlertState.CLEARED, "big GPU 0 cooled to 70 °C", node="big", gpu=0))
+    assert list(view.alerts.values()) == [slow]
+    view.apply(AlertCommandFailed("notify-send", "cannot run notify-send: No such file"))
+    assert list(view.notices) == [("cleared: big GPU 0 cooled to 70 °C", "information"),
+                                  ("alert command failed: cannot run notify-send: No such file", "error")]
+    # a new run takes the screen: the last run's alerts go, a node's stay
+    view.apply(hot)
+    view.apply(JobStateChanged("j", "r2", JobState.PREFLIGHT, 1, 0))
+    assert list(view.alerts.values()) == [hot]
+
+
+def test_the_alert_banner_fits_its_width_and_counts_the_rest():
+    from homegpu.remote.events import Alert, AlertState
+    from homegpu.tui.render import alert_banner
+
+    alerts = [Alert("node_offline", AlertState.FIRING, f"node{i} has been offline for 2 min", node=f"node{i}")
+              for i in range(5)]
+    text = alert_banner(alerts, 20).plain.splitlines()
+    assert text == ["⚠ node4 has been of…", "⚠ node3 has been of…", "⚠ node2 has been of…", "  and 2 more"]
+    done = alert_banner([Alert("job_succeeded", AlertState.FIRING, "train (run r) succeeded")], 80)
+    assert done.plain == "✓ train (run r) succeeded"

@@ -29,9 +29,11 @@ from homegpu.remote.tfconfig import job_nodes
 from homegpu.tui.controller import Busy, Controller
 from homegpu.tui.logview import LogView
 from homegpu.tui.panel import Panel
-from homegpu.tui.render import NODE_COLUMNS, bandwidth_summary, job_summary, key_bar, node_cells, node_detail
+from homegpu.tui.render import (
+    NODE_COLUMNS, alert_banner, bandwidth_summary, job_summary, key_bar, node_cells, node_detail,
+)
 from homegpu.tui.screens import ConfirmScreen, LaunchScreen, QuitScreen, TextScreen
-from homegpu.tui.state import BANDWIDTH, JOB, LOGS, NODES, ClusterView, LogBuffers
+from homegpu.tui.state import ALERTS, BANDWIDTH, JOB, LOGS, NODES, ClusterView, LogBuffers
 from homegpu.tui.text import format_report
 
 REFRESH_SECONDS = 0.25
@@ -69,7 +71,7 @@ class HomegpuApp(App[int]):
         self.spec, self.controller, self.launch_job, self.clock = spec, controller, launch, clock
         self.view = ClusterView(spec)
         self.sub_title = f"cluster {spec.name} · {len(spec.nodes)} node{'s' if len(spec.nodes) != 1 else ''}"
-        self._dirty = {NODES, JOB, LOGS, BANDWIDTH}
+        self._dirty = {NODES, JOB, LOGS, BANDWIDTH, ALERTS}
         self._row_heights: dict[str, int] = {}
         self._cells: dict[str, list[Text]] = {}
         self._log_views: dict[str, LogView] = {}  # by the id of the tab that holds it
@@ -80,6 +82,7 @@ class HomegpuApp(App[int]):
 
     def compose(self) -> ComposeResult:
         yield Header()
+        yield Static(id="alerts")
         with Horizontal(id="top"):
             yield DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
             yield Panel(id="detail", classes="panel")
@@ -104,6 +107,7 @@ class HomegpuApp(App[int]):
                              ("#logs", "logs · follow on")):
             self.query_one(panel).border_title = title
         self.query_one("#filter", Input).display = False
+        self.query_one("#alerts").display = False
         keys = [(binding.key_display or binding.key, binding.description) for binding in self.BINDINGS]
         self.query_one("#keys", Panel).show(lambda width: key_bar(keys, width))
         self.redraw()
@@ -151,6 +155,17 @@ class HomegpuApp(App[int]):
                 self._job_nodes()))
         if LOGS in dirty:
             self._active_log().sync(self.view.logs.version)
+        if ALERTS in dirty:
+            self._draw_alerts()
+
+    def _draw_alerts(self) -> None:
+        """The banner of what fires (hidden when nothing does), and a toast for each notice."""
+        banner = self.query_one("#alerts", Static)
+        banner.display = bool(self.view.alerts)
+        banner.update(alert_banner(list(self.view.alerts.values()), self.size.width - 2))
+        while self.view.notices:
+            text, severity = self.view.notices.popleft()
+            self.notify(text, severity=severity, timeout=10)
 
     def _age_matrix(self) -> None:
         if self.view.bandwidth.matrix is not None:  # its "measured N s ago" moves on

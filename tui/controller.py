@@ -34,7 +34,7 @@ class Controller:
 
     def __init__(self, spec: ClusterSpec, experiments: Path) -> None:
         self.spec, self.experiments = spec, experiments
-        self.cluster = Cluster(spec)
+        self.cluster = Cluster(spec, watch_alerts=True)
         self.run: JobRun | None = None
         self.outcome: RunOutcome | None = None
         self._watching: asyncio.Task | None = None

@@ -15,7 +15,7 @@ from typing import Callable, TextIO
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.events import (
-    JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, PreflightResult, Straggler, Subscription,
+    Alert, AlertCommandFailed, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, PreflightResult, Straggler, Subscription,
     WorkerExited,
 )
 from homegpu.remote.job_config import JobSpec
@@ -69,6 +69,11 @@ class LinePrinter:
                     f"the others {event.others_median:.0f}")
         if isinstance(event, NodeStateChanged):
             return self._node_state(event)
+        if isinstance(event, Alert):
+            return f"== alert{' cleared' if event.state is AlertState.CLEARED else ''}: {event.message}"
+        if isinstance(event, AlertCommandFailed):
+            return (f"== alert command failed: {event.reason} (command: {event.command}; "
+                    "said once until it works again)")
         return None
 
     def _node_state(self, event: NodeStateChanged) -> str | None:
@@ -137,7 +142,7 @@ async def run_headless(spec: ClusterSpec, job: JobSpec, experiments: Path, detac
                        out: TextIO = sys.stdout) -> int:
     """Launch (or attach to) `job` and print it to the end. Returns the process exit status."""
     printer = LinePrinter(job, out)
-    async with Cluster(spec) as cluster:
+    async with Cluster(spec, watch_alerts=True) as cluster:
         run = JobRun(cluster, job, experiments)
         printer.width = max(len(slot.label) for slot in run.slots)
         with cluster.subscribe() as events:
@@ -147,6 +152,8 @@ async def run_headless(spec: ClusterSpec, job: JobSpec, experiments: Path, detac
                 return await _drive(run, detach, out, pump.flush)
             finally:
                 task.cancel()
+                if cluster.alerts is not None:
+                    await cluster.alerts.close()  # the last alerts' commands, and whether they worked
                 pump.flush()
 
 

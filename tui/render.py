@@ -11,7 +11,7 @@ from typing import Sequence
 from rich.text import Text
 
 from homegpu.remote.bandwidth import RESNET50_PARAMS, BandwidthMatrix, advice
-from homegpu.remote.events import JobState, NodeState
+from homegpu.remote.events import Alert, JobState, NodeState
 from homegpu.remote.stats import NA, GpuStats
 from homegpu.tui.plot import braille_plot, progress_bar, sparkline
 from homegpu.tui.state import BandwidthView, JobView, NodeView, history_key
@@ -255,6 +255,23 @@ def bandwidth_summary(view: BandwidthView, names: Sequence[str], params: int | N
     else:
         out.append(advice(RESNET50_PARAMS, matrix) + " (ResNet-50's size; the job's own count shows "
                    "once it starts)", style="dim")
+    return out
+
+
+def alert_banner(alerts: Sequence[Alert], width: int, shown: int = 3) -> Text:
+    """One line per alert firing, the latest first, up to `shown`, then how many more."""
+    out = Text()
+    latest = list(reversed(alerts))
+    for alert in latest[:shown]:
+        good = alert.kind == "job_succeeded"
+        line = Text("✓ " if good else "⚠ ", style="bold green" if good else "bold red")
+        line.append(alert.message, style="" if good else "bold")
+        line.truncate(max(width, 10), overflow="ellipsis")
+        out.append_text(line)
+        out.append("\n")
+    if len(latest) > shown:
+        out.append(f"  and {len(latest) - shown} more", style="dim")
+    out.rstrip()
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Iterable
 from homegpu.remote.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.events import (
-    JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
+    RUN_ALERTS, Alert, AlertCommandFailed, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
     PreflightResult, Straggler, WorkerExited,
 )
 from homegpu.remote.logtail import LogLine
@@ -27,7 +27,8 @@ LOG_LINES = 5_000  # per buffer (each node, and the merged view)
 MAX_LINE = 2_000  # characters kept of one log line; a container printing megabyte lines stays bounded
 
 # The parts of the screen an event can change (ClusterView.apply returns a set of them).
-NODES, JOB, LOGS, BANDWIDTH = "nodes", "job", "logs", "bandwidth"
+NODES, JOB, LOGS, BANDWIDTH, ALERTS = "nodes", "job", "logs", "bandwidth", "alerts"
+NOTICES = 20  # toasts waiting for the app to show them
 
 
 def history_key(gpu: GpuStats) -> int:
@@ -189,9 +190,11 @@ class ClusterView:
         self.job: JobView | None = None
         self.logs = LogBuffers(self.nodes)
         self.bandwidth = BandwidthView()
+        self.alerts: dict[tuple, Alert] = {}  # firing now, in the order they fired (the banner)
+        self.notices: collections.deque[tuple[str, str]] = collections.deque(maxlen=NOTICES)  # (text, severity)
 
     def apply(self, event: object) -> set[str]:
-        """Take one event; returns the parts of the screen it changed (NODES, JOB, LOGS, BANDWIDTH)."""
+        """Take one event; returns the parts of the screen it changed (NODES, JOB, LOGS, BANDWIDTH, ALERTS)."""
         if isinstance(event, LogLine):
             if event.metric is not None:
                 return set()  # shown in the job panel, from its Metric event
@@ -206,7 +209,19 @@ class ClusterView:
         if isinstance(event, BandwidthMeasured):
             self.bandwidth.matrix = event.matrix
             return {BANDWIDTH}
+        if isinstance(event, (Alert, AlertCommandFailed)):
+            return self._alert(event)
         return self._job_event(event)
+
+    def _alert(self, event: Alert | AlertCommandFailed) -> set[str]:
+        """The banner holds what fires; a cleared alert leaves it with a toast saying so."""
+        if isinstance(event, AlertCommandFailed):
+            self.notices.append((f"alert command failed: {event.reason}", "error"))
+        elif event.state is AlertState.FIRING:
+            self.alerts[event.key] = event
+        elif self.alerts.pop(event.key, None) is not None:
+            self.notices.append((f"cleared: {event.message}", "information"))
+        return {ALERTS}
 
     def _node_event(self, event: NodeStateChanged | NodeStatsUnavailable) -> set[str]:
         node = self.nodes.get(event.node)
@@ -245,3 +260,5 @@ class ClusterView:
         """Another run took the screen: its logs and figures start afresh."""
         self.logs.clear()
         self.job = JobView(name, run_id)
+        self.alerts = {key: alert for key, alert in self.alerts.items()  # an earlier run's end is old news
+                       if alert.kind not in RUN_ALERTS or alert.run_id == run_id}

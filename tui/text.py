@@ -4,9 +4,12 @@ the bandwidth matrix and doctor's report."""
 from __future__ import annotations
 
 import dataclasses
+import shlex
+import shutil
 from itertools import groupby
-from typing import Sequence
+from typing import Callable, Sequence
 
+from homegpu.remote.alert_config import SWITCHES, AlertRules
 from homegpu.remote.bandwidth import BandwidthMatrix, format_gbits
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.doctor import Check
@@ -46,8 +49,30 @@ def format_cluster(spec: ClusterSpec) -> str:
         for node in spec.nodes
     ]
     lines.append(table(("NODE", "HOST", "PORT", "USER", "ADDRESS", "RUNTIME", "WORK DIR", "TAGS"), rows))
-    lines += ["", *_format_jobs(spec)]
+    lines += ["", *_format_jobs(spec), "", *format_alerts(spec.alerts)]
     return "\n".join(lines)
+
+
+def format_alerts(rules: AlertRules, which: Callable[[str], str | None] = shutil.which) -> list[str]:
+    """The [alerts] rules as `check` shows them, and whether the command's program is found here."""
+    if not rules.enabled and not rules.command:
+        return ["Alerts: none ([alerts] in README.md: a GPU too hot, a node offline, a job that failed ...)."]
+    on = []
+    if rules.gpu_temperature is not None:
+        on.append(f"GPU at {rules.gpu_temperature:g} °C or more")
+    if rules.gpu_memory_percent is not None:
+        on.append(f"GPU memory {rules.gpu_memory_percent:g}% used or more")
+    if rules.node_offline_seconds is not None:
+        on.append(f"node offline {rules.node_offline_seconds:g}s")
+    on += [key.replace("_", " ") for key in SWITCHES if getattr(rules, key)]
+    lines = [f"Alerts: {', '.join(on) if on else 'no rule is on'}"]
+    if not rules.command:
+        lines.append("  shown in the TUI and `run` output only (no command)")
+        return lines
+    found = "" if which(rules.command[0]) else f"  (not found: {rules.command[0]} is not on this machine's PATH)"
+    lines.append(f"  command: {shlex.join(rules.command)}{found}")
+    lines.append(f"  runs here for each alert and each clear, killed after {rules.command_timeout:g}s")
+    return lines
 
 
 def _format_jobs(spec: ClusterSpec) -> list[str]:

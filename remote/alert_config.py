@@ -1,0 +1,130 @@
+"""`[alerts]`: the thresholds that raise an alert and the command that delivers it, as frozen AlertRules.
+
+Validated with config_check's Validator, like the rest of cluster.toml. The command is an argument
+list run without a shell; its arguments may hold `{placeholders}` (PLACEHOLDERS), filled in per
+alert, and are checked here so that a typo in one is refused before anything runs.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+
+from homegpu.remote.config_check import Check, Limits, Validator, show
+
+# (lowest, highest, unit) of each number
+LIMITS: Limits = {
+    "gpu_temperature": (1.0, 150.0, " °C"),
+    "gpu_memory_percent": (1.0, 100.0, "%"),
+    "node_offline_seconds": (1.0, 604_800.0, " seconds (a week)"),
+    "command_timeout": (1.0, 3600.0, " seconds"),
+}
+SWITCHES = ("job_failed", "job_stalled", "straggler", "job_succeeded")
+ALERT_KEYS = {*LIMITS, *SWITCHES, "command"}
+MAX_ARGS = 100
+
+# What `{name}` in a command argument becomes (remote/alert_action.py fills them in).
+PLACEHOLDERS = {
+    "title": "a short headline: homegpu CLUSTER: what happened (cleared)",
+    "message": "one sentence: what happened, with the figures",
+    "alert": "the rule: " + ", ".join(("gpu_temperature", "gpu_memory", "node_offline", *SWITCHES)),
+    "state": '"firing", or "cleared" when the condition is over',
+    "node": "the node (empty for job alerts)",
+    "gpu": "the GPU index (empty unless a GPU alert)",
+    "worker": "the worker (straggler alerts)",
+    "job": "the job of the run, if one runs",
+    "run_id": "the run's id, if one runs",
+    "value": "the measured value (°C, %, seconds offline)",
+    "threshold": "the rule's threshold",
+    "cluster": "[cluster].name",
+    "time": "when, as 2026-11-22T12:00:00+01:00",
+}
+
+
+@dataclass(frozen=True)
+class AlertRules:
+    """The [alerts] table; a threshold of None and a switch of False are off."""
+
+    gpu_temperature: float | None = None  # °C: a GPU at or above it fires; 5 °C below clears
+    gpu_memory_percent: float | None = None  # % of a GPU's memory used; 5 points below clears
+    node_offline_seconds: float | None = None  # a node that was online, unreachable this long
+    job_failed: bool = False
+    job_stalled: bool = False
+    straggler: bool = False
+    job_succeeded: bool = False
+    command: tuple[str, ...] = ()
+    command_timeout: float = 30.0
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any rule is on (else nothing needs watching)."""
+        thresholds = (self.gpu_temperature, self.gpu_memory_percent, self.node_offline_seconds)
+        return any(value is not None for value in thresholds) or any(getattr(self, key) for key in SWITCHES)
+
+
+def template_fields(template: str) -> list[str]:
+    """The `{names}` of a command argument, in order.
+
+    Raises:
+        ValueError: a brace without its pair, or a field with a conversion or format (`{a!r}`, `{a:5}`).
+    """
+    names = []
+    for _, name, spec, conversion in string.Formatter().parse(template):
+        if name is None:
+            continue
+        if spec or conversion:
+            raise ValueError(f"{{{name}}} may not have a format or conversion")
+        names.append(name)
+    return names
+
+
+def parse_alerts(v: Validator, data: dict) -> AlertRules:
+    """The `[alerts]` table of the parsed file, validated (AlertRules() when there is none). Raises ConfigError."""
+    path = ("alerts",)
+    table = v.table(data, path)
+    v.unknown_keys(table, path, ALERT_KEYS, "see the [alerts] reference in README.md")
+    get = v.getter(table, path, LIMITS)
+    return AlertRules(
+        gpu_temperature=get("gpu_temperature", float, None),
+        gpu_memory_percent=get("gpu_memory_percent", float, None),
+        node_offline_seconds=get("node_offline_seconds", float, None),
+        **{key: get(key, bool, False) for key in SWITCHES},
+        command=tuple(get("command", list, [], _check_command(v))),
+        command_timeout=get("command_timeout", float, AlertRules.command_timeout),
+    )
+
+
+_EXAMPLE = 'command = ["notify-send", "{title}", "{message}"]'
+
+
+def _check_command(v: Validator) -> Check:
+    def check(path: tuple, value: list) -> None:
+        if not value:
+            raise v.fail(path, "the command is empty", f"write it like {_EXAMPLE}, or leave it out")
+        if len(value) > MAX_ARGS:
+            raise v.fail(path, f"{len(value)} arguments", f"an alert command needs at most {MAX_ARGS}")
+        for index, item in enumerate(value):
+            if not isinstance(item, str):
+                raise v.fail(path, f"{show(item)} is not a string", f"write every argument in quotes: {_EXAMPLE}")
+            if "\0" in item:
+                raise v.fail(path, f"argument {index + 1} holds a NUL character", "remove it")
+            _check_template(v, path, index, item)
+        if not value[0].strip() or value[0].startswith("-"):
+            raise v.fail(path, f"{show(value[0])} is not a program",
+                         f"start with the program to run, then its arguments: {_EXAMPLE}")
+    return check
+
+
+def _check_template(v: Validator, path: tuple, index: int, item: str) -> None:
+    try:
+        names = template_fields(item)
+    except ValueError as exc:
+        raise v.fail(path, f"argument {show(item)}: {exc}",
+                     "write {{ and }} for a literal brace, and {name} for a placeholder") from None
+    unknown = [name for name in names if name not in PLACEHOLDERS]
+    if unknown:
+        raise v.fail(path, f"unknown placeholder {show('{' + unknown[0] + '}')} in {show(item)}",
+                     "use " + ", ".join(f"{{{name}}}" for name in PLACEHOLDERS))
+    if index == 0 and names:
+        raise v.fail(path, f"the program {show(item)} holds a placeholder",
+                     "name the program itself; placeholders go in its arguments")

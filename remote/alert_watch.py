@@ -1,0 +1,107 @@
+"""AlertWatcher: [alerts] applied to a cluster's live events, and the command run for each alert.
+
+The evaluator (remote/alerts.py) sees every event as it is published (EventHub.derive) and its
+alerts are published right after their cause, for the TUI, the headless output and the timeline
+alike. A timer ticks the offline clock. Commands run one at a time, in order, in a task of their
+own, so the event loop never waits on one; each has a timeout. A failing command is said once
+(AlertCommandFailed), and again only after it has worked in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+import time
+from typing import Callable
+
+from homegpu.remote.alert_action import alert_argv, alert_env, alert_values, run_command
+from homegpu.remote.alerts import AlertEvaluator
+from homegpu.remote.config import ClusterSpec
+from homegpu.remote.events import Alert, AlertCommandFailed, EventHub
+
+TICK_SECONDS = 1.0
+MAX_QUEUED = 1_000  # alerts waiting for the command; past it the oldest are not sent (still shown)
+CLOSE_GRACE_SECONDS = 5.0  # on top of the command's timeout, for the last alerts' commands at exit
+
+
+class AlertWatcher:
+    """Watches `hub` for `spec.alerts` from start() until close().
+
+    Args:
+        clock: the time the offline clock ticks with (the hub's events carry time.time()).
+    """
+
+    def __init__(self, spec: ClusterSpec, hub: EventHub, clock: Callable[[], float] = time.time) -> None:
+        self.spec, self.hub, self.clock = spec, hub, clock
+        self.rules = spec.alerts
+        self.evaluator = AlertEvaluator(spec.alerts)
+        self._queue: asyncio.Queue[Alert] = asyncio.Queue()
+        self._tasks: list[asyncio.Task] = []
+        self._failing = False  # the command's last run failed (and that was said)
+
+    def start(self) -> "AlertWatcher":
+        self.hub.derive(self._derive)
+        self._tasks.append(asyncio.create_task(self._tick(), name="alert clock"))
+        if self.rules.command:
+            self._tasks.append(asyncio.create_task(self._deliver(), name="alert command"))
+        return self
+
+    def _derive(self, event: object) -> list[Alert]:
+        alerts = self.evaluator.take(event)
+        self._send(alerts)
+        return alerts
+
+    def _send(self, alerts: list[Alert]) -> None:
+        if not self.rules.command:
+            return
+        for alert in alerts:
+            if self._queue.qsize() >= MAX_QUEUED:
+                self._queue.get_nowait()
+            self._queue.put_nowait(alert)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            alerts = self.evaluator.tick(self.clock())
+            self._send(alerts)
+            for alert in alerts:
+                self.hub.publish(alert)
+
+    async def _deliver(self) -> None:
+        while True:
+            alert = await self._queue.get()
+            try:
+                await self.run(alert)
+            except Exception as exc:  # noqa: BLE001 - an alert must never take the controller down
+                self._said_failure(f"{type(exc).__name__}: {exc}")
+            finally:
+                self._queue.task_done()
+
+    async def run(self, alert: Alert) -> str | None:
+        """Run the command for one alert; returns why it failed, or None."""
+        values = alert_values(alert, self.spec.name)
+        argv = alert_argv(self.rules.command, values)
+        problem = await run_command(argv, alert_env(values), self.rules.command_timeout)
+        if problem is None:
+            self._failing = False
+        else:
+            self._said_failure(problem)
+        return problem
+
+    def _said_failure(self, problem: str) -> None:
+        if not self._failing:
+            self._failing = True
+            self.hub.publish(AlertCommandFailed(shlex.join(self.rules.command), problem))
+
+    async def close(self) -> None:
+        """Stop watching; the commands of alerts already given still run (within their timeout).
+        Closing again does nothing."""
+        self.hub.underive(self._derive)
+        if self.rules.command and self._tasks:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._queue.join(), self.rules.command_timeout + CLOSE_GRACE_SECONDS)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
