@@ -207,8 +207,11 @@ class TimelineRecorder:
 
     def _preflight(self, event: PreflightResult) -> None:
         summary = "; ".join(event.problems) if event.problems else f"ready ({event.gpus or 'no GPU'})"
+        if event.warnings:
+            summary += "; warning: " + "; ".join(event.warnings)
         self.record_event("preflight", event.at, summary, node=event.node,
-                          details={"problems": list(event.problems), "gpus": event.gpus, "ok": not event.problems})
+                          details={"problems": list(event.problems), "gpus": event.gpus, "ok": not event.problems,
+                                   "warnings": list(event.warnings)})
 
     def _worker_exit(self, event: WorkerExited) -> None:
         self.record_event("worker_exit", event.at, f"exit {event.exit_status}: {event.meaning}", worker=event.worker,

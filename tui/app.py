@@ -190,7 +190,8 @@ class HomegpuApp(App[int]):
 
     def _draw_detail(self) -> None:
         node = self.selected_node()
-        self.query_one("#detail", Panel).show(lambda width: node_detail(node, width))
+        run_id = self.view.job.run_id if self.view.job else ""
+        self.query_one("#detail", Panel).show(lambda width: node_detail(node, width, run_id))
 
     def on_data_table_row_highlighted(self) -> None:
         self._draw_detail()

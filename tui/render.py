@@ -12,6 +12,7 @@ from rich.text import Text
 
 from homegpu.remote.bandwidth import RESNET50_PARAMS, BandwidthMatrix, advice
 from homegpu.remote.events import JobState, NodeState
+from homegpu.remote.gpu_owners import is_run_worker, owner_text
 from homegpu.remote.stats import NA, GpuStats
 from homegpu.tui.plot import braille_plot, progress_bar, sparkline
 from homegpu.tui.state import BandwidthView, JobView, NodeView, history_key
@@ -138,8 +139,9 @@ def _lines(gpus: Sequence[GpuStats], column) -> Text:
 # -- node detail ---------------------------------------------------------------------------------
 
 
-def node_detail(node: NodeView | None, width: int = 40) -> Text:
-    """The selected node: versions and stats source, per-GPU history sparklines, GPU processes."""
+def node_detail(node: NodeView | None, width: int = 40, run_id: str = "") -> Text:
+    """The selected node: versions and stats source, per-GPU history sparklines, GPU processes and
+    who owns each (the workers of `run_id`, the run on screen, read as "this job's")."""
     if node is None:
         return Text("no node selected", style="dim")
     out = Text.assemble((node.name, "bold"), f"  {node.host}  ",
@@ -169,6 +171,9 @@ def node_detail(node: NodeView | None, width: int = 40) -> Text:
         for proc in gpu.processes:
             memory = f"{gib(proc.mem)} GiB" if proc.mem is not NA else "memory n/a"
             out.append(f"\n  pid {proc.pid} {proc.name} ({memory})", style="cyan")
+            if proc.owner is not None:
+                ours = is_run_worker(proc, run_id)
+                out.append(f" {owner_text(proc.owner, run_id)}", style="bold green" if ours else "yellow")
         if not gpu.processes:
             out.append("\n  no processes", style="dim")
     return out
@@ -189,6 +194,8 @@ def job_summary(job: JobView | None, width: int = 60, plot_height: int = 4) -> T
     for result in job.preflight.values():
         if result.problems:
             out.append("\n✗ " + "; ".join(result.problems), style="red")
+        for warning in result.warnings:
+            out.append("\n⚠ " + warning, style="yellow")
     if job.epochs is None and not job.loss:
         if job.active:
             out.append("\nwaiting for the first metrics …", style="dim")
