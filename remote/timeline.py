@@ -17,6 +17,7 @@ import sqlite3
 from pathlib import Path
 from typing import Iterable
 
+from homegpu.remote.downsample import bucket_time_sql
 from homegpu.remote.events import (
     JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
     PreflightResult, Straggler, WorkerExited,
@@ -248,7 +249,7 @@ class TimelineRecorder:
         with self._db:
             self._db.execute("BEGIN")
             for table, (keys, aggregates, only) in _COMPACT.items():
-                bucket = f"(CAST(t / {size} AS INTEGER) * {size} + {size / 2})"
+                bucket = bucket_time_sql("t", size)
                 rows = self._db.execute(
                     f"SELECT {bucket} AS b, {keys}, {aggregates} FROM {table} "
                     f"WHERE t >= ? AND t < ? {only} GROUP BY b, {keys}", (since, until)).fetchall()
