@@ -9,9 +9,10 @@ nothing from homegpu: the controller ships its source over the SSH session (see
      "cpu":..,"load":[1,5,15],"mem_used":..,"mem_total":..,"disk_free":..,"errors":[...]}
 
 each GPU with its compute ``processes`` (pid, name, mem and, where ``process_owners.py`` could be
-loaded, the ``owner`` it describes), with memory in MiB (``mem_used`` as nvidia-smi shows it: without the driver's reservation, which
-the NVML source reports as ``mem_reserved``), power in W, clocks in MHz, temperatures in C. A value
-the node cannot measure is ``null``; nothing that goes wrong while measuring stops the stream, it lands in ``errors``.
+loaded, the ``owner`` it describes), with memory in MiB (``mem_used`` as nvidia-smi shows it:
+without the driver's reservation, which the NVML source reports as ``mem_reserved``), power in W,
+clocks in MHz, temperatures in C. A value the node cannot measure is ``null``; nothing that goes
+wrong while measuring stops the stream, it lands in ``errors``.
 
 The agent exits when its stdin reaches EOF (the SSH session closed), on SIGTERM/SIGHUP/SIGINT and
 when stdout is gone (SIGPIPE), and kills its ``nvidia-smi`` children first; on Linux the kernel

@@ -120,7 +120,8 @@ def test_node_detail_draws_the_window_it_is_given() -> None:
     hours_of_node(node, 2)
     drawn = {label: node_detail(node, 60, window=i).plain for i, (label, _) in enumerate(WINDOWS)}
     assert "history: 5 min (h: 5 min · 1 h · all)" in drawn["5 min"]
-    util = {label: next(line for line in text.splitlines() if line.startswith(" util")) for label, text in drawn.items()}
+    util = {label: next(line for line in text.splitlines() if line.startswith(" util"))
+            for label, text in drawn.items()}
     assert "▁" not in util["5 min"] and "▁" not in util["1 h"]  # busy throughout the last hour
     assert "▁" in util["all"] and util["all"].rstrip().endswith("%")  # the idle first hour shows
 
