@@ -82,12 +82,14 @@ class JobStateChanged:
 
 @dataclass(frozen=True)
 class PreflightResult:
-    """One node's preflight: empty `problems` means ready."""
+    """One node's preflight: empty `problems` means ready; `warnings` do not stop the launch
+    (another process holding much of a GPU the job will use, say)."""
 
     job: str
     node: str
     problems: tuple[str, ...]
     gpus: str = ""
+    warnings: tuple[str, ...] = ()
     at: float = field(default_factory=time.time)
 
 

@@ -9,6 +9,7 @@ import time
 from pathlib import PurePosixPath
 
 from homegpu.remote.job_config import JobSpec
+from homegpu.remote.process_owners import MARKER_INDEX, MARKER_JOB, MARKER_RUN
 from homegpu.remote.runtime import NodePaths
 
 TRAINER_PACKAGE_DIR = "_homegpu"  # under the synced code root: holds homegpu/trainer for PYTHONPATH
@@ -53,6 +54,12 @@ def worker_env(job: JobSpec, paths: NodePaths) -> dict[str, str]:
     if job.uses_trainer:
         env["PYTHONPATH"] = posixpath.join(paths.code_dir, TRAINER_PACKAGE_DIR)
     return env
+
+
+def worker_markers(job: str, run_id: str, index: int) -> dict[str, str]:
+    """Environment that marks a worker's processes as this run's, for whoever looks at the node's
+    GPU processes (the stats agent, through remote/process_owners.py); children inherit it."""
+    return {MARKER_JOB: job, MARKER_RUN: run_id, MARKER_INDEX: str(index)}
 
 
 def classify_exit(status: int | None) -> str:

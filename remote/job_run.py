@@ -23,9 +23,10 @@ from homegpu.remote.device_plan import DevicePlan, DevicePlanError, docker_devic
 from homegpu.remote.events import JobState, JobStateChanged, Metric, PreflightResult, Straggler, WorkerExited
 from homegpu.remote.experiment import ExperimentLog, find_stragglers
 from homegpu.remote.failure import PROGRESS_EVENTS, Verdict, WorkerEnd, judge, might_be_script_error
+from homegpu.remote.gpu_owners import foreign_memory_warnings
 from homegpu.remote.job_config import PER_GPU, JobSpec
 from homegpu.remote.job_plan import (
-    TRAINER_PACKAGE_DIR, classify_exit, new_run_id, worker_argv, worker_cwd, worker_env,
+    TRAINER_PACKAGE_DIR, classify_exit, new_run_id, worker_argv, worker_cwd, worker_env, worker_markers,
 )
 from homegpu.remote.logtail import LogLine, LogTail
 from homegpu.remote.node import NODE_GONE, NodeSession
@@ -147,6 +148,7 @@ class JobRun:
         env = worker_env(self.job, paths)
         if devices is not None:  # the job's own env may still override what the plan sets
             env = {**runtime.device_env(self.plan, devices), **env}
+        env.update(worker_markers(self.job.name, self.run_id, slot.index))  # not the job's to override
         return WorkerLaunch(
             job=self.job.name, run_id=self.run_id, generation=self.generation, slot=slot,
             tf_config=tf_config_json(self.slots, slot.index),
@@ -216,7 +218,8 @@ class JobRun:
         for slot, found in zip(first.values(), results):
             stats = self.cluster.node(slot.node.name).latest
             gpus = describe_gpus(stats) + (f" ({stats.source})" if stats and stats.gpus else "")
-            self.hub.publish(PreflightResult(self.job.name, slot.node.name, tuple(found), gpus))
+            warnings = foreign_memory_warnings(slot.node.name, stats, self._job_gpus(slot.node.name), self.run_id)
+            self.hub.publish(PreflightResult(self.job.name, slot.node.name, tuple(found), gpus, tuple(warnings)))
             problems += found
         if problems:
             self._publish(JobState.FAILED, "preflight failed")
@@ -229,6 +232,12 @@ class JobRun:
         found = await reach_problems(ends)
         return [found_here + [p.text for p in found if p.node == name]
                 for name, found_here in zip(first, results)]
+
+    def _job_gpus(self, node: str) -> list[int] | None:
+        """The GPU indices the device plan gives the job's workers on `node`; None (all) without a plan."""
+        if self.plan is None:
+            return None
+        return [gpu for worker in self.plan.workers_on(node) for gpu in worker.gpus]
 
     async def _port_problems(self) -> list[str]:
         """The job ports each node cannot bind now (the stopped generation's, say, not yet free)."""

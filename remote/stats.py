@@ -89,13 +89,37 @@ def _percent(part: Number, whole: Number) -> float | NotAvailable:
     return 100.0 * part / whole
 
 
+OWNER_KINDS = ("worker", "container", "process", "unknown")
+
+
+@dataclass(frozen=True)
+class ProcessOwner:
+    """Who a GPU process belongs to, as the node's agent found out (remote/process_owners.py).
+
+    ``kind``: "worker" (a homegpu worker: ``run_id``, ``job``, ``index``), "container" (another
+    container: ``container``, ``container_name``), "process" (a user's process) or "unknown" (the
+    agent could not see it). ``user`` is the process's user name wherever it was readable.
+    """
+
+    kind: str
+    user: Text = NA
+    uid: Number = NA
+    run_id: Text = NA
+    job: Text = NA
+    index: Number = NA
+    container: Text = NA
+    container_name: Text = NA
+
+
 @dataclass(frozen=True)
 class GpuProcess:
-    """A compute process on a GPU; ``mem`` in MiB (NA on Windows/WDDM and in some containers)."""
+    """A compute process on a GPU; ``mem`` in MiB (NA on Windows/WDDM and in some containers).
+    ``owner`` is None where the agent did not say (an older agent, or none could be looked up)."""
 
     pid: Number
     name: Text
     mem: Number
+    owner: ProcessOwner | None = None
 
 
 @dataclass(frozen=True)
@@ -195,10 +219,24 @@ def _object(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
+def _owner(value: Any, where: str) -> ProcessOwner | None:
+    if value is None:
+        return None
+    obj = _object(value, where)
+    dot = where + "."
+    kind = obj.get("kind")
+    if kind not in OWNER_KINDS:
+        raise _fail(dot + "kind", " or ".join(map(repr, OWNER_KINDS)), kind)
+    return ProcessOwner(
+        kind, **{key: _text(obj, key, dot) for key in ("user", "run_id", "job", "container", "container_name")},
+        **{key: _number(obj, key, dot) for key in ("uid", "index")})
+
+
 def _process(value: Any, where: str) -> GpuProcess:
     obj = _object(value, where)
     where += "."
-    return GpuProcess(_number(obj, "pid", where), _text(obj, "name", where), _number(obj, "mem", where))
+    return GpuProcess(_number(obj, "pid", where), _text(obj, "name", where), _number(obj, "mem", where),
+                      _owner(obj.get("owner"), where + "owner"))
 
 
 def _gpu(value: Any, where: str) -> GpuStats:

@@ -8,9 +8,11 @@ nothing from homegpu: the controller ships its source over the SSH session (see
     {"v":1,"t":...,"source":"nvml"|"nvidia-smi"|"none","gpus":[...],"driver":..,"cuda":..,
      "cpu":..,"load":[1,5,15],"mem_used":..,"mem_total":..,"disk_free":..,"errors":[...]}
 
-with memory in MiB (``mem_used`` as nvidia-smi shows it: without the driver's reservation, which
-the NVML source reports as ``mem_reserved``), power in W, clocks in MHz, temperatures in C. A value
-the node cannot measure is ``null``; nothing that goes wrong while measuring stops the stream, it lands in ``errors``.
+each GPU with its compute ``processes`` (pid, name, mem and, where ``process_owners.py`` could be
+loaded, the ``owner`` it describes), with memory in MiB (``mem_used`` as nvidia-smi shows it:
+without the driver's reservation, which the NVML source reports as ``mem_reserved``), power in W,
+clocks in MHz, temperatures in C. A value the node cannot measure is ``null``; nothing that goes
+wrong while measuring stops the stream, it lands in ``errors``.
 
 The agent exits when its stdin reaches EOF (the SSH session closed), on SIGTERM/SIGHUP/SIGINT and
 when stdout is gone (SIGPIPE), and kills its ``nvidia-smi`` children first; on Linux the kernel
@@ -39,6 +41,9 @@ SOURCES = ("auto", "nvml", "nvidia-smi", "none")
 # The controller's pynvml source, put in this module's globals by the bundle's bootstrap
 # (stats_agent_bundle.py); run as a script, the agent has none and uses the node's own pynvml.
 SHIPPED_PYNVML = globals().get("SHIPPED_PYNVML", b"")
+# process_owners.py as a module, put in this module's globals by the bundle's bootstrap; run as a
+# script or imported, the agent loads it from its own folder (see ``load_process_owners``).
+SHIPPED_OWNERS = globals().get("PROCESS_OWNERS")
 MIB = 1024 * 1024
 SMI_TIMEOUT_S = 10.0
 SMI_FORMAT = "--format=csv,noheader,nounits"
@@ -440,8 +445,9 @@ class SmiReader:
 
     source = "nvidia-smi"
 
-    def __init__(self, path, interval=None, apps_every=1):
+    def __init__(self, path, interval=None, apps_every=1, owners=None):
         self.path = path
+        self.owners = owners
         self.loop_ms = max(1, int(round(interval * 1000))) if interval else None
         self.max_age = 2 * interval + STALE_GRACE_S if interval else 0.0
         self.silent_limit = max(SILENT_MIN_S, 10 * interval) if interval else 0.0
@@ -509,6 +515,8 @@ class SmiReader:
         if self._apps is None or self._reads_since_apps >= self.apps_every:
             out = self._query("--query-compute-apps=", APP_QUERY, errors)
             self._apps = parse_nvidia_smi_apps(out or "", errors)
+            if self.owners is not None:  # once per new pid, on this slower cadence only
+                self.owners.annotate(self._apps.values())
             self._reads_since_apps = 0
         self._reads_since_apps += 1
         return self._apps
@@ -672,7 +680,7 @@ class NvmlReader:
 
     source = "nvml"
 
-    def __init__(self, nvml, clock=time.monotonic, apps_every=1):
+    def __init__(self, nvml, clock=time.monotonic, apps_every=1, owners=None):
         nvml.nvmlInit()  # raises when there is no driver: the caller falls back
         self.nvml = nvml
         self.driver, self.cuda = read_nvml_versions(nvml)
@@ -681,6 +689,7 @@ class NvmlReader:
         self.cached_at = clock()
         self.apps_every = max(1, apps_every)
         self._reads_since_apps = self.apps_every  # the first read asks
+        self.owners = owners
 
     def read(self, errors):
         if self.clock() - self.cached_at > STATIC_REFRESH_S:
@@ -688,7 +697,10 @@ class NvmlReader:
             self.cached_at = self.clock()
         apps = self._reads_since_apps >= self.apps_every
         self._reads_since_apps = 1 if apps else self._reads_since_apps + 1
-        return read_nvml(self.nvml, errors, self.cache, apps), self.driver, self.cuda
+        gpus = read_nvml(self.nvml, errors, self.cache, apps)
+        if apps and self.owners is not None:  # the lists are kept between asks, owners with them
+            self.owners.annotate(gpu["processes"] for gpu in gpus)
+        return gpus, self.driver, self.cuda
 
 
 class NoGpuReader:
@@ -749,13 +761,14 @@ def compile_pynvml(source):
     return module
 
 
-def open_reader(source, nvml, smi_path, interval=None, apps_every=1):
+def open_reader(source, nvml, smi_path, interval=None, apps_every=1, owners=None):
     """Pick the GPU reader for ``source``, returning (reader, notes on sources that were skipped).
 
     ``auto`` tries NVML, then ``nvidia-smi``, then none; an explicit source that cannot work
     gives the "none" reader, so the node still streams its CPU and memory. ``interval`` (None for
-    an agent that samples once) is passed on to ``SmiReader``, ``apps_every`` to both readers. ``nvml`` is a
-    pynvml-like module or why there is none (see ``load_pynvml``).
+    an agent that samples once) is passed on to ``SmiReader``, ``apps_every`` and ``owners`` (a
+    ``process_owners.ProcessOwners``, or None to leave processes without owners) to both readers.
+    ``nvml`` is a pynvml-like module or why there is none (see ``load_pynvml``).
     """
     notes = []
     if source in ("auto", "nvml"):
@@ -763,14 +776,36 @@ def open_reader(source, nvml, smi_path, interval=None, apps_every=1):
             notes.append(f"nvml: {nvml}")
         else:
             try:
-                return NvmlReader(nvml, apps_every=apps_every), notes
+                return NvmlReader(nvml, apps_every=apps_every, owners=owners), notes
             except Exception as exc:  # noqa: BLE001 - NVMLError, OSError, ... all mean "no NVML"
                 notes.append(f"nvml: {describe(exc)}")
     if source in ("auto", "nvidia-smi"):
         if smi_path:
-            return SmiReader(smi_path, interval, apps_every), notes
+            return SmiReader(smi_path, interval, apps_every, owners), notes
         notes.append("nvidia-smi: not found on PATH")
     return NoGpuReader(), notes
+
+
+def load_process_owners(shipped=SHIPPED_OWNERS):
+    """The ``process_owners`` module (who owns each GPU process); None where it cannot be had.
+
+    The bundle ships it; an agent run as a script or imported finds it next to its own file.
+    """
+    if shipped is not None:
+        return shipped
+    here = globals().get("__file__")
+    if not here:
+        return None
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(here)), "process_owners.py")
+    try:
+        spec = importlib.util.spec_from_file_location("process_owners", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except (OSError, ImportError, SyntaxError):
+        return None
+    return module
 
 
 # --- CPU, memory, disk ---------------------------------------------------------------------------
@@ -973,8 +1008,10 @@ def stream(args):
     nvml = load_pynvml(SHIPPED_PYNVML) if args.source in ("auto", "nvml") else None
     smi = shutil.which("nvidia-smi") if args.source in ("auto", "nvidia-smi") else None
     apps_every = max(1, int(round(args.apps_interval / args.interval)))
+    owners_module = load_process_owners()
+    owners = owners_module.ProcessOwners() if owners_module is not None else None
     reader, notes = open_reader(args.source, nvml, smi, interval=None if args.once else args.interval,
-                                apps_every=apps_every)
+                                apps_every=apps_every, owners=owners)
     cpu_before = read_cpu([])
     # The first line comes after a short CPU window, the next ones on the interval's beat from it.
     due = time.monotonic() + min(args.interval, FIRST_WINDOW_S)

@@ -1,10 +1,11 @@
 """Send the stats agent to a node through one SSH session, writing nothing on the node.
 
 The node runs ``python3 -c BOOTSTRAP ...``; the controller writes :func:`agent_payload` to its stdin
-and then keeps stdin open. The payload is two length-prefixed parts (``b"<n>\\n"`` then n bytes):
-the controller's own ``pynvml`` source, so nodes need nothing installed to use NVML, and the agent
-source. The bootstrap runs the agent with the pynvml source in its globals, and the agent's
-stdin-EOF watch then covers the rest of stdin: closing the session stops the agent.
+and then keeps stdin open. The payload is three length-prefixed parts (``b"<n>\\n"`` then n bytes):
+the controller's own ``pynvml`` source, so nodes need nothing installed to use NVML, the
+``process_owners`` source (who owns each GPU process) and the agent source. The bootstrap makes a
+module of the second, runs the agent with the pynvml source and that module in its globals, and the
+agent's stdin-EOF watch then covers the rest of stdin: closing the session stops the agent.
 """
 
 from __future__ import annotations
@@ -20,17 +21,25 @@ AGENT_SOURCES = ("auto", *SOURCES)
 # Python 3.8+ on the node. The agent compiles the shipped pynvml only where the NVML library
 # loads; one the node's Python cannot run is dropped, and the agent then falls back to nvidia-smi.
 BOOTSTRAP = """\
-import sys
+import sys, types
 def part():
     return sys.stdin.buffer.read(int(sys.stdin.buffer.readline()))
 nvml = part()
-exec(compile(part(), "stats_agent.py", "exec"), {"__name__": "__main__", "SHIPPED_PYNVML": nvml})
+owners = types.ModuleType("process_owners")
+exec(compile(part(), "process_owners.py", "exec"), owners.__dict__)
+exec(compile(part(), "stats_agent.py", "exec"),
+     {"__name__": "__main__", "SHIPPED_PYNVML": nvml, "PROCESS_OWNERS": owners})
 """
 
 
 def agent_source() -> bytes:
     """The agent script as shipped (it runs on the node, so it is read, never imported here)."""
     return resources.files("homegpu.remote").joinpath("stats_agent.py").read_bytes()
+
+
+def owners_source() -> bytes:
+    """process_owners.py as shipped next to the agent."""
+    return resources.files("homegpu.remote").joinpath("process_owners.py").read_bytes()
 
 
 def pynvml_source() -> bytes:
@@ -46,8 +55,8 @@ def _part(data: bytes) -> bytes:
 
 
 def agent_payload() -> bytes:
-    """What to write to the bootstrap's stdin first: pynvml, then the agent, length-prefixed."""
-    return _part(pynvml_source()) + _part(agent_source())
+    """What to write to the bootstrap's stdin first: pynvml, process_owners, the agent, length-prefixed."""
+    return _part(pynvml_source()) + _part(owners_source()) + _part(agent_source())
 
 
 def agent_command(

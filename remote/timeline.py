@@ -17,6 +17,7 @@ import sqlite3
 from pathlib import Path
 from typing import Iterable
 
+from homegpu.remote.downsample import bucket_time_sql
 from homegpu.remote.events import (
     Alert, AlertCommandFailed, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
     PreflightResult, Straggler, WorkerExited,
@@ -207,8 +208,11 @@ class TimelineRecorder:
 
     def _preflight(self, event: PreflightResult) -> None:
         summary = "; ".join(event.problems) if event.problems else f"ready ({event.gpus or 'no GPU'})"
+        if event.warnings:
+            summary += "; warning: " + "; ".join(event.warnings)
         self.record_event("preflight", event.at, summary, node=event.node,
-                          details={"problems": list(event.problems), "gpus": event.gpus, "ok": not event.problems})
+                          details={"problems": list(event.problems), "gpus": event.gpus, "ok": not event.problems,
+                                   "warnings": list(event.warnings)})
 
     def _worker_exit(self, event: WorkerExited) -> None:
         self.record_event("worker_exit", event.at, f"exit {event.exit_status}: {event.meaning}", worker=event.worker,
@@ -256,7 +260,7 @@ class TimelineRecorder:
         with self._db:
             self._db.execute("BEGIN")
             for table, (keys, aggregates, only) in _COMPACT.items():
-                bucket = f"(CAST(t / {size} AS INTEGER) * {size} + {size / 2})"
+                bucket = bucket_time_sql("t", size)
                 rows = self._db.execute(
                     f"SELECT {bucket} AS b, {keys}, {aggregates} FROM {table} "
                     f"WHERE t >= ? AND t < ? {only} GROUP BY b, {keys}", (since, until)).fetchall()

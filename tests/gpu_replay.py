@@ -8,10 +8,14 @@ query drifts from the fixtures' field order fails its test instead of parsing sh
 A query followed by ``--loop-ms=N`` is answered as nvidia-smi's loop mode is: the recorded rows
 at once, then again every N ms, flushed each time, until the process is killed. A fixture with a
 non-zero exit code (no driver, no devices) is printed once and ends the process, loop or not.
+
+A fixture is read afresh at every call. :func:`write_apps_with_pids` makes a variant of a recorded
+process list whose pids are real processes of this machine, for tests of who owns a GPU process.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -140,3 +144,18 @@ def replay_calls(log: Path) -> list[tuple[int, tuple[str, ...]]]:
 def is_loop(args: tuple[str, ...]) -> bool:
     """Whether a replay run was asked for loop mode."""
     return bool(args) and args[-1].startswith("--loop-ms=")
+
+
+def write_apps_with_pids(fixture: Path, pids: list[int], out: Path) -> Path:
+    """Write to ``out`` a recorded ``--query-compute-apps`` fixture with its pids replaced by real ones.
+
+    The recording's pids were the recording machine's and mean nothing here; a test that checks
+    who owns a GPU process starts real processes and maps the recorded entries onto them: row i
+    gets ``pids[i]``, and with more pids than rows the rows are used again in order (one recorded
+    training process stands for several). Every other cell stays as recorded. Returns ``out``,
+    which the replaying nvidia-smi reads afresh at every call, so a test may rewrite it later.
+    """
+    rows = [line.split(", ") for line in fixture.read_text().splitlines() if line.strip()]
+    lines = [", ".join([row[0], str(pid), *row[2:]]) for row, pid in zip(itertools.cycle(rows), pids)]
+    out.write_text("".join(line + "\n" for line in lines))
+    return out

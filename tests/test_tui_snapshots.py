@@ -10,6 +10,7 @@ new pictures and accept them with `pytest tests/test_tui_snapshots.py --snapshot
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from homegpu.remote.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult, parse_iperf3_json
@@ -67,7 +68,8 @@ def recorded_events() -> list[object]:
     events: list[object] = []
     for node, recording in (("desktop", "h100_mig_load"), ("closet", "h100nvl_idle"), ("laptop", "cpu_only")):
         events.append(NodeStateChanged(node, NodeState.ONLINE))
-        events += [NodeStatsUpdated(node, stats(recording))] * 30
+        line = stats(recording)  # five minutes of it, a second apart: the node detail's first window
+        events += [NodeStatsUpdated(node, replace(line, timestamp=line.timestamp - 299 + s)) for s in range(300)]
     events.append(NodeStateChanged("attic", NodeState.HOST_KEY_UNKNOWN, reason="host key not in known_hosts",
                                    fingerprint="SHA256:Jv3rk0Xc4ZT2yq4tU0k5i1T7pZ6Q6oAq9yJ1wz0Xb2c"))
     events.append(JobStateChanged("demo", RUN_ID, JobState.RUNNING, 1, 0))

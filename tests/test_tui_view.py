@@ -4,6 +4,7 @@ recorded real-GPU nvidia-smi output (see record.py there)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from homegpu.tui.render import (
     age, bandwidth_summary, job_summary, level_style, node_cells, node_detail, short_gpu_name,
 )
 from homegpu.tui.app import left_running_note
-from homegpu.tui.state import HISTORY, JOB, LOGS, MAX_LINE, NODES, ClusterView, LogBuffers, LogEntry
+from homegpu.tui.state import JOB, LOGS, MAX_LINE, NODES, ClusterView, LogBuffers, LogEntry
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tui"
 
@@ -67,13 +68,13 @@ def metric(worker: str, index: int, **data) -> Metric:
 def test_stats_fill_the_node_and_its_gpu_history(view: ClusterView) -> None:
     assert view.apply(NodeStateChanged("big", NodeState.ONLINE)) == {NODES}
     stats = recorded("h100nvl_idle")
-    for _ in range(HISTORY + 5):
-        view.apply(NodeStatsUpdated("big", stats))
+    for second in range(700):
+        view.apply(NodeStatsUpdated("big", replace(stats, timestamp=stats.timestamp + second)))
     node = view.nodes["big"]
-    assert node.online and node.stats is stats
-    assert sorted(node.util_history) == [0, 1]
-    assert len(node.util_history[0]) == HISTORY  # bounded however long it runs
-    assert list(node.mem_history[1])[-1] == 0.0
+    assert node.online and node.stats.timestamp == stats.timestamp + 699
+    assert sorted(node.history) == [0, 1]
+    assert len(node.history[0].util.tiers[0].values) == 600  # the 1 s tier keeps 10 minutes however long it runs
+    assert node.history[1].mem.window(300, 10)[-1] == 0.0
 
 
 def test_events_for_unknown_nodes_or_jobs_change_nothing(view: ClusterView) -> None:

@@ -27,6 +27,7 @@ from homegpu.remote.job_run import LaunchError
 from homegpu.remote.node import NODE_GONE
 from homegpu.remote.tfconfig import job_nodes
 from homegpu.tui.controller import Busy, Controller
+from homegpu.tui.history import WINDOWS
 from homegpu.tui.logview import LogView
 from homegpu.tui.panel import Panel
 from homegpu.tui.render import (
@@ -63,6 +64,7 @@ class HomegpuApp(App[int]):
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("w", "wrap", "Wrap"),
         Binding("e", "save_log", "Save log"),
+        Binding("h", "history", "History"),
     ]
 
     def __init__(self, spec: ClusterSpec, controller: Controller | None = None, *, launch: str | None = None,
@@ -76,6 +78,7 @@ class HomegpuApp(App[int]):
         self._cells: dict[str, list[Text]] = {}
         self._log_views: dict[str, LogView] = {}  # by the id of the tab that holds it
         self._quitting = False
+        self.history_window = 0  # which of history.WINDOWS the node detail shows (h cycles)
         self.farewell = ""  # printed after the app closes: how to come back to a job left running
 
     # -- layout ------------------------------------------------------------------------------------
@@ -205,7 +208,8 @@ class HomegpuApp(App[int]):
 
     def _draw_detail(self) -> None:
         node = self.selected_node()
-        self.query_one("#detail", Panel).show(lambda width: node_detail(node, width))
+        run_id, window = self.view.job.run_id if self.view.job else "", self.history_window
+        self.query_one("#detail", Panel).show(lambda width: node_detail(node, width, run_id, window))
 
     def on_data_table_row_highlighted(self) -> None:
         self._draw_detail()
@@ -392,6 +396,11 @@ class HomegpuApp(App[int]):
 
     # -- help and quit -----------------------------------------------------------------------------
 
+    def action_history(self) -> None:
+        """The node detail's sparklines span the next window: 5 min, 1 h, all since the TUI opened."""
+        self.history_window = (self.history_window + 1) % len(WINDOWS)
+        self._draw_detail()
+
     def action_help(self) -> None:
         self.push_screen(TextScreen("keys", HELP))
 
@@ -424,6 +433,7 @@ class HomegpuApp(App[int]):
 HELP = """\
 Nodes
   ↑/↓      select a node (its GPUs' history and processes show on the right)
+  h        the history's window: 5 min, 1 h, or all since the TUI opened (up to 24 h)
   r        reconnect the selected node now
   t        trust the selected node's unknown host key, after showing its fingerprint
   d        run doctor on every node

@@ -55,9 +55,11 @@ class LinePrinter:
         if isinstance(event, Metric):
             return self._progress(event)
         if isinstance(event, PreflightResult):
+            lines = [f"preflight {event.node}: ✗ {problem}" for problem in event.problems]
+            lines += [f"preflight {event.node}: ⚠ {warning}" for warning in event.warnings]
             if not event.problems:
-                return f"preflight {event.node}: ready" + (f", {event.gpus}" if event.gpus else "")
-            return "\n".join(f"preflight {event.node}: ✗ {problem}" for problem in event.problems)
+                lines.insert(0, f"preflight {event.node}: ready" + (f", {event.gpus}" if event.gpus else ""))
+            return "\n".join(lines)
         if isinstance(event, JobStateChanged):
             detail = f": {event.detail}" if event.detail else ""
             return f"== {event.job} {event.state.value} (run {event.run_id}, generation {event.generation}, " \

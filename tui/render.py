@@ -12,7 +12,9 @@ from rich.text import Text
 
 from homegpu.remote.bandwidth import RESNET50_PARAMS, BandwidthMatrix, advice
 from homegpu.remote.events import Alert, JobState, NodeState
+from homegpu.remote.gpu_owners import is_run_worker, owner_text
 from homegpu.remote.stats import NA, GpuStats
+from homegpu.tui.history import WINDOWS, GpuHistory
 from homegpu.tui.plot import braille_plot, progress_bar, sparkline
 from homegpu.tui.state import BandwidthView, JobView, NodeView, history_key
 from homegpu.tui.text import STATE_MARKS, format_matrix
@@ -138,8 +140,14 @@ def _lines(gpus: Sequence[GpuStats], column) -> Text:
 # -- node detail ---------------------------------------------------------------------------------
 
 
-def node_detail(node: NodeView | None, width: int = 40) -> Text:
-    """The selected node: versions and stats source, per-GPU history sparklines, GPU processes."""
+def node_detail(node: NodeView | None, width: int = 40, run_id: str = "", window: int = 0) -> Text:
+    """The selected node: versions and stats source, per-GPU history sparklines, GPU processes and
+    who owns each.
+
+    Args:
+        run_id: the run on screen, if any: its workers read as "this job's".
+        window: which of history.WINDOWS the sparklines span (the h key cycles them).
+    """
     if node is None:
         return Text("no node selected", style="dim")
     out = Text.assemble((node.name, "bold"), f"  {node.host}  ",
@@ -158,17 +166,22 @@ def node_detail(node: NodeView | None, width: int = 40) -> Text:
         out.append("\nCPU only: no GPU found (it can still train on its CPU)", style="dim")
         return out
     out.append(f"\nGPUs via {stats.source} · driver {stats.driver} · CUDA {stats.cuda}")
+    label, seconds = WINDOWS[window % len(WINDOWS)]
+    out.append(f"\nhistory: {label} (h: {' · '.join(name for name, _ in WINDOWS)})", style="dim")
     spark = max(8, width - 16)
     for gpu in stats.gpus:
-        index = history_key(gpu)
+        history = node.history.get(history_key(gpu)) or GpuHistory()
         out.append(f"\n[{gpu.index}] {gpu.name}", style="bold")
-        out.append(f"\n util {sparkline(node.util_history.get(index, ()), spark)} ")
+        out.append(f"\n util {sparkline(history.util.window(seconds, spark), spark)} ")
         out.append(pct(gpu.util), style=level_style(gpu.util, UTIL_LEVELS))
-        out.append(f"\n mem  {sparkline(node.mem_history.get(index, ()), spark)} ")
+        out.append(f"\n mem  {sparkline(history.mem.window(seconds, spark), spark)} ")
         out.append(pct(gpu.mem_percent), style=level_style(gpu.mem_percent, MEM_LEVELS))
         for proc in gpu.processes:
             memory = f"{gib(proc.mem)} GiB" if proc.mem is not NA else "memory n/a"
             out.append(f"\n  pid {proc.pid} {proc.name} ({memory})", style="cyan")
+            if proc.owner is not None:
+                ours = is_run_worker(proc, run_id)
+                out.append(f" {owner_text(proc.owner, run_id)}", style="bold green" if ours else "yellow")
         if not gpu.processes:
             out.append("\n  no processes", style="dim")
     return out
@@ -189,6 +202,8 @@ def job_summary(job: JobView | None, width: int = 60, plot_height: int = 4) -> T
     for result in job.preflight.values():
         if result.problems:
             out.append("\n✗ " + "; ".join(result.problems), style="red")
+        for warning in result.warnings:
+            out.append("\n⚠ " + warning, style="yellow")
     if job.epochs is None and not job.loss:
         if job.active:
             out.append("\nwaiting for the first metrics …", style="dim")

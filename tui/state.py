@@ -20,8 +20,8 @@ from homegpu.remote.events import (
 )
 from homegpu.remote.logtail import LogLine
 from homegpu.remote.stats import GpuStats, NodeStats
+from homegpu.tui.history import GpuHistory
 
-HISTORY = 300  # samples per GPU series: five minutes at the default 1 s stats interval
 LOSS_POINTS = 2_000
 LOG_LINES = 5_000  # per buffer (each node, and the merged view)
 MAX_LINE = 2_000  # characters kept of one log line; a container printing megabyte lines stays bounded
@@ -38,7 +38,7 @@ def history_key(gpu: GpuStats) -> int:
 
 @dataclass
 class NodeView:
-    """One node as the screen knows it: state, latest stats and the recent GPU history."""
+    """One node as the screen knows it: state, latest stats and its GPUs' history since the TUI opened."""
 
     name: str
     host: str
@@ -47,8 +47,7 @@ class NodeView:
     fingerprint: str = ""
     stats: NodeStats | None = None
     stats_problem: str = ""
-    util_history: dict[int, collections.deque] = field(default_factory=dict)
-    mem_history: dict[int, collections.deque] = field(default_factory=dict)
+    history: dict[int, GpuHistory] = field(default_factory=dict)  # by history_key; bounded (tui/history.py)
 
     @property
     def online(self) -> bool:
@@ -57,9 +56,7 @@ class NodeView:
     def take_stats(self, stats: NodeStats) -> None:
         self.stats, self.stats_problem = stats, ""
         for gpu in stats.gpus:
-            index = history_key(gpu)
-            self.util_history.setdefault(index, collections.deque(maxlen=HISTORY)).append(gpu.util)
-            self.mem_history.setdefault(index, collections.deque(maxlen=HISTORY)).append(gpu.mem_percent)
+            self.history.setdefault(history_key(gpu), GpuHistory()).add(stats.timestamp, gpu.util, gpu.mem_percent)
 
 
 @dataclass

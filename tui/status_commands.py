@@ -27,9 +27,15 @@ JSON_HELP = """\
                                "gpus": [{"index", "name", "uuid", "util": %, "mem_used": MiB,
                                          "mem_total": MiB, "temp": C, "power": W,
                                          "power_limit": W, "sm_clock": MHz,
-                                         "processes": [{"pid", "name", "mem": MiB}]}]}}]}
-A value the node cannot report is null. state is one of: connecting, online, offline,
-auth failed, host key unknown, host key changed."""
+                                         "processes": [{"pid", "name", "mem": MiB,
+                                                        "owner": null | OWNER}]}]}}]}
+OWNER is who the process belongs to, as the node's agent found out:
+  {"kind": "worker", "run_id", "job", "index", "user", "uid"}     a homegpu worker (or its child)
+  {"kind": "container", "container", "container_name", "user", "uid"}  another container
+  {"kind": "process", "user", "uid"}                               any other user's process
+  {"kind": "unknown"}                                              not visible to the agent
+(keys it could not find are null). A value the node cannot report is null. state is one of:
+connecting, online, offline, auth failed, host key unknown, host key changed."""
 
 
 def register(commands: argparse._SubParsersAction) -> None:

@@ -13,6 +13,7 @@ from homegpu.remote.alert_config import SWITCHES, AlertRules
 from homegpu.remote.bandwidth import BandwidthMatrix, format_gbits
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.doctor import Check
+from homegpu.remote.gpu_owners import owner_text
 from homegpu.remote.stats import NA
 
 DIAGONAL = "—"
@@ -119,7 +120,9 @@ def _node_block(node) -> str:
     if not stats.gpus:
         return f"{head}\n    CPU only (no GPU found)"
     lines = [head, f"    GPUs via {stats.source}, driver {stats.driver}, CUDA {stats.cuda}"]
-    lines += [_gpu_line(gpu) for gpu in stats.gpus]
+    for gpu in stats.gpus:
+        lines.append(_gpu_line(gpu))
+        lines += [_process_line(process) for process in gpu.processes]
     return "\n".join(lines)
 
 
@@ -127,6 +130,12 @@ def _gpu_line(gpu) -> str:
     return (f"    [{gpu.index}] {str(gpu.name)[:28]:<28} util {gpu.util:3.0f}%  "
             f"mem {_gib(gpu.mem_used)}/{_gib(gpu.mem_total)} GiB  {gpu.temp:3.0f}°C  "
             f"{gpu.power:5.0f}/{gpu.power_limit:3.0f} W  procs {len(gpu.processes)}")
+
+
+def _process_line(process) -> str:
+    """`        pid 4242  python3              19.6 GiB  homegpu worker 0 of job demo run R`."""
+    return (f"        pid {process.pid:<7} {str(process.name)[-20:]:<20} {_gib(process.mem)} GiB  "
+            f"{owner_text(process.owner)}")
 
 
 def _gib(mib) -> str:
