@@ -93,7 +93,9 @@ class DevicePlan:
         rows = [f"worker {w.index}  {w.label:<{width}}  {a:<{wide}}{w.device_text}"
                 for w, a in zip(self.workers, at)]
         why = "every worker has a GPU" if self.collective == NCCL else "a worker runs on CPU"
-        return rows + [f"collective {self.collective} ({why})", self.batch.text, *self.pace.sentences]
+        source = ["speeds from the job's last run (its examples/s and how busy each worker's GPUs were)"
+                  ] if self.pace.measured and self.pace.sentences else []
+        return rows + [f"collective {self.collective} ({why})", self.batch.text, *source, *self.pace.sentences]
 
 
 def gpu_inventory(source: Any) -> tuple[Gpu, ...]:

@@ -28,6 +28,7 @@ from homegpu.remote.job_config import PER_GPU, JobSpec
 from homegpu.remote.job_plan import (
     TRAINER_PACKAGE_DIR, classify_exit, new_run_id, worker_argv, worker_cwd, worker_env, worker_markers,
 )
+from homegpu.remote.last_run import last_timeline
 from homegpu.remote.logtail import LogLine, LogTail
 from homegpu.remote.node import NODE_GONE, NodeSession
 from homegpu.remote.outputs import FetchedOutputs, fetch_outputs, remove_backups
@@ -136,7 +137,8 @@ class JobRun:
         if self.job.workers_per_node != PER_GPU and not all(s.streams_stats for s in sessions):
             return None
         try:
-            return job_device_plan(self.cluster.spec, self.job, {s.name: s.latest for s in sessions})
+            return job_device_plan(self.cluster.spec, self.job, {s.name: s.latest for s in sessions},
+                                   last_timeline(self.experiments_root, self.job.name))
         except DevicePlanError as exc:
             raise LaunchError(f"job {self.job.name}: {exc}") from None
 

@@ -15,6 +15,8 @@ from typing import Any, Mapping
 from homegpu.remote.config import ClusterSpec, NodeSpec
 from homegpu.remote.device_plan import DevicePlan, plan_devices
 from homegpu.remote.job_config import JobSpec
+from homegpu.remote.last_run import own_speeds
+from homegpu.remote.timeline_schema import Timeline
 
 
 class JobConfigError(ValueError):
@@ -105,18 +107,25 @@ def worker_slots(cluster: ClusterSpec, job: JobSpec, addresses: Mapping[str, str
     return tuple(slots)
 
 
-def job_device_plan(cluster: ClusterSpec, job: JobSpec, gpus: Mapping[str, Any]) -> DevicePlan:
+def job_device_plan(cluster: ClusterSpec, job: JobSpec, gpus: Mapping[str, Any],
+                    last_run: Timeline | None = None) -> DevicePlan:
     """The job's device plan on its nodes, in TF_CONFIG order.
 
     Args:
         gpus: node name -> its GPUs (NodeStats, or see device_plan.gpu_inventory); a node missing
             from it, or None, has unknown GPUs and makes the plan refuse.
+        last_run: the job's last run's timeline (last_run.last_timeline): each worker's speed for
+            the pace advice comes from it when it covers every worker, else from the GPU models.
 
     Raises:
         DevicePlanError: the layout cannot run on these nodes (one line naming node and fix).
     """
     nodes = {node.name: gpus.get(node.name) for node in job_nodes(cluster, job)}
-    return plan_devices(nodes, job.workers_per_node, job.batch_size, job.share_gpus)
+    plan = plan_devices(nodes, job.workers_per_node, job.batch_size, job.share_gpus)
+    speeds = own_speeds(last_run, plan.workers) if last_run else {}
+    if not speeds:
+        return plan
+    return plan_devices(nodes, job.workers_per_node, job.batch_size, job.share_gpus, measured=speeds)
 
 
 def plan_counts(plan: DevicePlan) -> dict[str, int]:

@@ -20,6 +20,7 @@ from homegpu.remote.doctor import Check, diagnose
 from homegpu.remote.events import Subscription
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome, attach_if_running, launch_or_attach
+from homegpu.remote.last_run import last_timeline
 from homegpu.remote.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, worker_slots
 
 BANDWIDTH_SECONDS = 1.0
@@ -74,7 +75,7 @@ class Controller:
         if silent:
             return None, f"no device plan yet: no stats from {', '.join(silent)}"
         try:
-            return job_device_plan(self.spec, job, gpus), ""
+            return job_device_plan(self.spec, job, gpus, last_timeline(self.experiments, job.name)), ""
         except DevicePlanError as exc:
             return None, f"launch would be refused: {exc}"
 

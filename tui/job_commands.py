@@ -15,6 +15,7 @@ from homegpu.remote.config import ClusterSpec
 from homegpu.remote.device_plan import DevicePlanError
 from homegpu.remote.events import NodeState
 from homegpu.remote.job_config import PER_GPU
+from homegpu.remote.last_run import last_timeline
 from homegpu.remote.runs import JobNodes, LaunchError, list_workers
 from homegpu.remote.tfconfig import (
     JobConfigError, find_job, job_device_plan, job_nodes, plan_counts, tf_config, worker_slots,
@@ -111,7 +112,7 @@ def print_tfconfig(args: argparse.Namespace) -> int:
     silent = [name for name in names if gpus.get(name) is None]
     if not args.offline and not silent:
         try:
-            plan = job_device_plan(spec, job, gpus)
+            plan = job_device_plan(spec, job, gpus, last_timeline(EXPERIMENTS, job.name))
         except DevicePlanError as exc:
             refusal = f"job {job.name}: {exc}"
     slots = worker_slots(spec, job, addresses, plan_counts(plan) if plan else None)

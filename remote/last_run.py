@@ -1,0 +1,72 @@
+"""What a job's last run says about each worker's own speed, for the pace advice.
+
+Under MultiWorkerMirroredStrategy every worker steps together, so the examples/s each worker
+reports is the job's pace, not its own: a GPU worker beside a slow CPU worker reports the CPU's
+rate. What tells them apart is how busy each one's device was meanwhile: a GPU busy 7% of the time
+could have gone about 14× faster alone. So a worker's own speed is estimated as its examples/s
+divided by its GPUs' mean utilisation while it trained; a CPU worker counts as always busy (it is
+what the others wait for). A worker whose GPUs left no utilisation in the timeline gets no
+estimate, and then the GPU table decides for the whole job (device_pace.advise_pace).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Sequence
+
+from homegpu.remote.timeline import load_timeline
+from homegpu.remote.timeline_schema import NodeTimeline, Timeline, WorkerTimeline
+from homegpu.remote.worker_devices import WorkerDevices
+
+TIMELINE = "timeline.sqlite"
+MIN_BUSY = 0.02  # below this a GPU's utilisation says "idle", not "50× faster": no estimate
+
+
+def last_timeline(experiments: Path, job: str) -> Timeline | None:
+    """The timeline of `job`'s most recent run under `experiments` that trained; None without one."""
+    runs = sorted(Path(experiments).glob(f"*/{TIMELINE}"), key=_mtime, reverse=True)
+    for path in runs:
+        try:
+            timeline = load_timeline(path)
+        except Exception:  # noqa: BLE001 - a damaged or foreign file is just not the last run
+            continue
+        if timeline.meta.get("job") == job and any(w.examples_per_sec.measured for w in timeline.workers):
+            return timeline
+    return None
+
+
+def own_speeds(timeline: Timeline, workers: Sequence[WorkerDevices]) -> dict[str, float]:
+    """Worker label -> estimated examples/s of its own, for the workers the timeline can speak for."""
+    nodes = {node.name: node for node in timeline.nodes}
+    ran = {worker.name: worker for worker in timeline.workers}
+    speeds = {}
+    for worker in workers:
+        record = ran.get(worker.label)
+        rates = record.examples_per_sec.measured if record else ()
+        if not rates:
+            continue
+        busy = 1.0 if worker.on_cpu else _gpu_busy(nodes.get(worker.node), worker.gpus, record)
+        if busy is not None:
+            speeds[worker.label] = statistics.median(rates) / busy
+    return speeds
+
+
+def _gpu_busy(node: NodeTimeline | None, gpus: Sequence[int], record: WorkerTimeline) -> float | None:
+    """The worker's GPUs' mean utilisation (0..1) while it reported throughput; None when unknown."""
+    if node is None:
+        return None
+    start, end = min(record.examples_per_sec.times), max(record.examples_per_sec.times)
+    utils = [value for gpu in node.gpus if gpu.index in gpus
+             for t, value in zip(gpu.util.times, gpu.util.values) if value is not None and start <= t <= end]
+    if not utils:
+        return None
+    busy = statistics.fmean(utils) / 100
+    return busy if busy >= MIN_BUSY else None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

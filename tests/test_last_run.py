@@ -1,0 +1,103 @@
+"""The pace advice from a job's last run (remote/last_run.py): real timeline files, written with the
+recorder's own schema, read back the way the planner reads them.
+
+Under MultiWorkerMirroredStrategy both workers of a run report the same examples/s (they step
+together), so the run shows who held the other back only through how busy each one's GPU was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from homegpu.remote.config import parse_cluster
+from homegpu.remote.last_run import last_timeline, own_speeds
+from homegpu.remote.tfconfig import job_device_plan
+from homegpu.remote.timeline_schema import SCHEMA
+
+RTX3090 = "NVIDIA GeForce RTX 3090"
+CLUSTER = """
+[cluster]
+name = "home"
+[[nodes]]
+name = "desktop"
+host = "192.168.1.20"
+[[nodes]]
+name = "closet"
+host = "192.168.1.21"
+[jobs.demo]
+nodes = ["desktop", "closet"]
+workers_per_node = "per-gpu"
+"""
+GPUS = {"desktop": [(0, RTX3090)], "closet": [(0, RTX3090)]}
+
+
+def write_run(experiments: Path, run_id: str, job: str, rate: float, util: dict[str, float],
+              cpu_workers: tuple[str, ...] = ()) -> Path:
+    """A finished run: 20 step lines per worker at `rate` examples/s, each node's GPU 0 at util[node] %."""
+    run = experiments / run_id
+    run.mkdir(parents=True)
+    db = sqlite3.connect(run / "timeline.sqlite")
+    db.executescript(SCHEMA)
+    db.executemany("INSERT INTO meta VALUES (?, ?)", [("job", json.dumps(job)), ("run_id", json.dumps(run_id))])
+    for t in range(100, 120):
+        for node in ("desktop", "closet"):
+            db.execute("INSERT INTO worker_samples (t, worker, event, examples_per_sec) VALUES (?, ?, 'step', ?)",
+                       (t, node, rate))
+            if node not in cpu_workers:
+                db.execute("INSERT INTO gpu_samples (t, node, gpu, util) VALUES (?, ?, 0, ?)", (t, node, util[node]))
+    db.commit()
+    db.close()
+    return run
+
+
+def test_same_cards_are_evenly_matched_by_the_table_but_the_run_shows_the_slow_one(tmp_path):
+    """Two RTX 3090s: the table says nothing, but desktop's GPU was busy 95% and closet's 30%: closet
+    waited on desktop (a throttling card, a x1 riser) and would train faster alone."""
+    spec = parse_cluster(CLUSTER)
+    table = job_device_plan(spec, spec.jobs["demo"], GPUS)
+    assert table.pace.sentences == () and not table.pace.measured
+    write_run(tmp_path, "demo-20261122-100000-1", "demo", 100.0, {"desktop": 95.0, "closet": 30.0})
+    plan = job_device_plan(spec, spec.jobs["demo"], GPUS, last_timeline(tmp_path, "demo"))
+    assert plan.pace.measured and plan.pace.leave_out == ("desktop",)
+    assert plan.pace.speeds == pytest.approx((100 / 0.95, 100 / 0.30))
+    assert "desktop (GPU 0 RTX 3090) would run at about 32% of the other workers' pace" in plan.pace.sentences[0]
+    assert "speeds from the job's last run" in "\n".join(plan.lines())
+
+
+def test_the_latest_run_of_this_job_counts_not_another_jobs(tmp_path):
+    old = write_run(tmp_path, "demo-1", "demo", 100.0, {"desktop": 95.0, "closet": 30.0})
+    other = write_run(tmp_path, "demo-big-1", "demo-big", 100.0, {"desktop": 30.0, "closet": 95.0})
+    newest = write_run(tmp_path, "demo-2", "demo", 100.0, {"desktop": 50.0, "closet": 50.0})
+    for age, run in enumerate((old, newest, other)):  # `other` is the newest file of all
+        os.utime(run / "timeline.sqlite", (1_000 + age, 1_000 + age))
+    timeline = last_timeline(tmp_path, "demo")
+    assert timeline is not None and timeline.meta["run_id"] == "demo-2"
+    assert last_timeline(tmp_path, "nothing-ran") is None
+
+
+def test_a_worker_without_gpu_figures_leaves_the_table_in_charge(tmp_path):
+    spec = parse_cluster(CLUSTER)
+    write_run(tmp_path, "demo-1", "demo", 100.0, {"desktop": 95.0, "closet": 30.0}, cpu_workers=("closet",))
+    timeline = last_timeline(tmp_path, "demo")
+    plan = job_device_plan(spec, spec.jobs["demo"], GPUS)
+    assert own_speeds(timeline, plan.workers) == {"desktop": pytest.approx(100 / 0.95)}
+    assert not job_device_plan(spec, spec.jobs["demo"], GPUS, timeline).pace.measured
+
+
+def test_a_cpu_worker_counts_as_always_busy(tmp_path):
+    """The laptop trains on CPU at the job's pace; the GPU beside it was busy 5%: about 20× faster alone."""
+    spec = parse_cluster(CLUSTER.replace('"closet"]', '"closet"]\n').replace("closet", "laptop"))
+    gpus = {"desktop": [(0, RTX3090)], "laptop": []}
+    run = write_run(tmp_path, "demo-1", "demo", 40.0, {"desktop": 5.0, "closet": 0.0}, cpu_workers=("closet",))
+    db = sqlite3.connect(run / "timeline.sqlite")
+    db.execute("UPDATE worker_samples SET worker = 'laptop' WHERE worker = 'closet'")
+    db.commit()
+    db.close()
+    plan = job_device_plan(spec, spec.jobs["demo"], gpus, last_timeline(tmp_path, "demo"))
+    assert plan.pace.speeds == pytest.approx((40 / 0.05, 40.0))
+    assert plan.pace.leave_out == ("laptop",) and "about 5% of the GPU workers' pace" in plan.pace.sentences[0]
