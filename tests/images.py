@@ -305,7 +305,7 @@ def busybox_image(request: pytest.FixtureRequest, docker_engine) -> str:
 
 def main() -> int:
     """`python tests/images.py`: build both images ahead of the tests (a CI step)."""
-    from simcluster import ensure_docker  # this file's directory is on sys.path when run as a script
+    from simdocker import ensure_docker  # this file's directory is on sys.path when run as a script
 
     engine = ensure_docker()
     client = docker.DockerClient(base_url=f"unix://{engine.socket_path}")
