@@ -37,6 +37,7 @@ LOAD_MARGIN = 600.0  # s: the engine's own work after the last byte, and setup
 PROGRESS_SECONDS = 5.0
 PROGRESS_BYTES = 256 << 20
 SECRET_BYTES = 32
+STOPPED = "stopped: the chain broke before it"
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class Relay:
     error: str = ""
     next_failed: str = ""
     in_chain: bool = False  # it started and got its place in the chain
+    stopped: bool = False  # by us: the chain broke before it
 
     @property
     def name(self) -> str:
@@ -128,7 +130,9 @@ async def copy_chain(image: str, image_bytes: int, source: NodeSession, targets:
             if not head.error:
                 for relay, after in zip([head, *chain], [*chain, None]):
                     relay.process.write(hop_line(after))
-                watching = asyncio.gather(*(_watch(relay, started, on_progress) for relay in [head, *chain]))
+                line = [head, *chain]
+                watching = asyncio.gather(*(_watch(relay, line[index + 1:], started, on_progress)
+                                            for index, relay in enumerate(line)))
                 try:  # the relays are killed on their nodes by then; a link gone silent may not say so
                     await asyncio.wait_for(watching, kill_after(image_bytes) + START_WAIT)
                 except asyncio.TimeoutError:
@@ -182,17 +186,32 @@ async def _next_event(process: RemoteProcess) -> dict | None:
         await lines.aclose()
 
 
-async def _watch(relay: Relay, started: float, on_progress: Callable[[CopyProgress], None]) -> None:
-    """Follow one relay's reports to its end (or its node's loss)."""
+async def _watch(relay: Relay, after: Sequence[Relay], started: float,
+                 on_progress: Callable[[CopyProgress], None]) -> None:
+    """Follow one relay's reports to its end (or its node's loss). When it fails before the whole
+    image went through it, the relays `after` it that are still waiting for it are stopped."""
     try:
         while (event := await _next_event(relay.process)) is not None:
             _apply(relay, event, time.monotonic() - started, on_progress)
+            if relay.next_failed:
+                # the next node speaks for itself once it got bytes (it may have died: its own
+                # watcher says); one that got none waits for a stream that will not come
+                _stop(after[1:] if after and after[0].bytes else after)
     except TransportError as exc:
         relay.error = relay.error or f"lost during the copy: {exc}"
-        return
     if not (relay.loaded or relay.error or relay.role == "source"):
         status = await relay.process.wait()
-        relay.error = f"the relay ended without a word (status {status})"
+        relay.error = STOPPED if relay.stopped else f"the relay ended without a word (status {status})"
+    if relay.error and not relay.received:
+        _stop(after)
+
+
+def _stop(relays: Sequence[Relay]) -> None:
+    """Stop the relays that wait for a stream that will not come (their stdin closes: they end)."""
+    for relay in relays:
+        if not (relay.received or relay.stopped):
+            relay.stopped = True
+            relay.process.terminate()
 
 
 def _apply(relay: Relay, event: dict, seconds: float, on_progress: Callable[[CopyProgress], None]) -> None:
@@ -219,17 +238,22 @@ def outcomes(head: Relay, relays: Sequence[Relay]) -> dict[str, tuple[bool, str]
     """
     results: dict[str, tuple[bool, str]] = {}
     broke_at = "" if not head.error else f"the source {head.name} failed: {head.error}"
+    upstream = head
     for relay in relays:
         if not relay.in_chain:
             results[relay.name] = (False, relay.error)
             continue
         if relay.loaded:
             results[relay.name] = (True, relay.loaded)
-            continue
-        if relay.received or not broke_at:
+        elif relay.received:
             results[relay.name] = (False, relay.error or "not loaded")
-        else:
+        elif broke_at:
             results[relay.name] = (False, f"not copied: {broke_at}")
-        if not relay.received and not broke_at:
-            broke_at = f"{relay.name} before it in the chain failed: {results[relay.name][1]}"
+        else:  # the chain broke here: on this node, or on the way to it
+            own = relay.error or "not loaded"
+            if relay.error in ("", STOPPED) and upstream.next_failed:
+                own = f"{upstream.name} could not pass the image on: {upstream.next_failed}"
+            results[relay.name] = (False, own)
+            broke_at = f"{relay.name} before it in the chain failed: {own}"
+        upstream = relay
     return results

@@ -59,3 +59,14 @@ def test_a_failed_source_is_named_by_every_target():
 def test_the_kill_bound_leaves_room_for_a_slow_link():
     assert kill_after(0) == 660
     assert kill_after(2_400_000_000) == 660 + 1200  # 2.4 GB at 16 Mbit/s
+
+
+def test_a_hop_that_could_not_be_reached_is_named_by_the_node_before_it():
+    head = relay("src", "source")
+    targets = [relay("a", received=True, loaded="Loaded image: x",
+                     next_failed="cannot reach b at 10.0.0.3:4000: Connection refused"),
+               relay("b", stopped=True, error="stopped: the chain broke before it"),
+               relay("c", stopped=True, error="stopped: the chain broke before it")]
+    why = "a could not pass the image on: cannot reach b at 10.0.0.3:4000: Connection refused"
+    assert outcomes(head, targets) == {"a": (True, "Loaded image: x"), "b": (False, why),
+                                       "c": (False, f"not copied: b before it in the chain failed: {why}")}

@@ -41,8 +41,9 @@ def docker_job(image: str, **overrides) -> dict:
 @pytest.fixture(scope="module")
 def engines(sim_cluster: SimCluster, docker_engine, tf_image, tmp_path_factory) -> dict[str, NodeEngine]:
     """node1 and node2 with engines of their own holding the TensorFlow image, copied by homegpu."""
-    toml = sim_cluster.write_cluster_toml(tmp_path_factory.mktemp("engines") / "cluster.toml", runtime="docker")
     with own_engines(sim_cluster, JOB_NODES) as engines:
+        # written now: nodes with engines of their own are written as any node (their own address)
+        toml = sim_cluster.write_cluster_toml(tmp_path_factory.mktemp("engines") / "cluster.toml", runtime="docker")
         copy = homegpu("--config", str(toml), "image", "copy", tf_image, "--from", "node3", "--to", "node1",
                        "--to", "node2", timeout=900)
         assert copy.returncode == 0, copy.stdout + copy.stderr
