@@ -1,10 +1,10 @@
 """Worker images on the nodes: build them there, or copy one from node to node.
 
 Home clusters rarely have a registry, so images move the way `docker save | ssh … docker load`
-would move them, but through the Docker API on the nodes' forwarded sockets: the source's export
-streams straight into each target's import, with no tar file on disk anywhere and at most a few
-MiB per target in memory (one reader thread, one bounded queue per target). The slowest target
-sets the pace; one that fails is dropped without stopping the others.
+would move them, but node to node in a chain (remote/image_chain.py): the source's export crosses
+every link once, each target loading it while passing it on, with no tar file on disk anywhere.
+The engines are asked through the nodes' forwarded sockets which targets need the image at all,
+and afterwards whether each now holds the source's image id.
 
 Builds run on every chosen node in parallel through the API (the node's engine pulls the base
 image itself when it can reach a registry).
@@ -17,24 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import queue
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import docker.errors
 
 from homegpu.remote.docker_link import DockerLink, DockerUnavailable, docker_client
+from homegpu.remote.image_chain import IDLE_SECONDS, CopyProgress, copy_chain
 from homegpu.remote.node import NODE_GONE, NodeSession
-
-CHUNK_BYTES = 1 << 20
-QUEUE_CHUNKS = 8  # per target: at most this many chunks wait in memory
-PROGRESS_EVERY_BYTES = 64 << 20
-PROGRESS_EVERY_SECONDS = 5.0
-_PUT_POLL_SECONDS = 0.5
-_END = object()
 
 LineCallback = Callable[[str, str], None]  # (node, line)
 
@@ -50,16 +41,6 @@ class NodeOutcome:
     node: str
     ok: bool
     detail: str
-
-
-@dataclass(frozen=True)
-class CopyProgress:
-    """Bytes of the image that reached one target so far; `done` on the last report."""
-
-    target: str
-    bytes_sent: int
-    seconds: float
-    done: bool = False
 
 
 # -- threads to the event loop ---------------------------------------------------------------------
@@ -121,45 +102,45 @@ def build_message_lines(message: dict) -> list[str]:
 
 
 async def copy_image(image: str, source: NodeSession, targets: Sequence[NodeSession],
-                     on_progress: Callable[[CopyProgress], None]) -> list[NodeOutcome]:
-    """Stream `image` from `source`'s engine into each target's engine (like docker save | docker load).
+                     on_progress: Callable[[CopyProgress], None], *, port: int = 0,
+                     idle: float = IDLE_SECONDS) -> list[NodeOutcome]:
+    """Copy `image` from `source`'s engine into each target's, node to node (remote/image_chain.py).
 
-    Targets that already hold the very same image (same id) are left alone.
+    Targets whose engine cannot be reached, or that already hold the very same image (same id),
+    are left out of the chain; each loaded target is checked to hold the source's image id.
 
     Raises:
         ImageError: the source does not have the image.
         DockerUnavailable: the source's engine cannot be reached.
     """
-    async with docker_client(source, timeout=None) as src:
+    async with docker_client(source) as src:
         try:
-            image_id = (await src.call(src.api.inspect_image, image))["Id"]
+            found = await src.call(src.api.inspect_image, image)
         except docker.errors.NotFound:
             raise ImageError(f"image {image} is not on {source.name}: build it there first "
                              f"(homegpu image build --node {source.name})") from None
-        return await _copy_to(image, image_id, src, targets, on_progress)
-
-
-async def _copy_to(image: str, image_id: str, src: DockerLink, targets: Sequence[NodeSession],
-                   on_progress: Callable[[CopyProgress], None]) -> list[NodeOutcome]:
-    """Open every target, leave out the up-to-date ones, then pump the export into all the rest."""
+    image_id, size = found["Id"], int(found.get("Size") or 0)
     async with contextlib.AsyncExitStack() as stack:
         opened = await asyncio.gather(*(_open_target(stack, node) for node in targets))
         outcomes = {outcome.node: outcome for outcome in opened if isinstance(outcome, NodeOutcome)}
-        wanted = {}
-        for link in (item for item in opened if isinstance(item, DockerLink)):
+        links = {link.node: link for link in opened if isinstance(link, DockerLink)}
+        for name, link in links.items():
             if await _has_image(link, image_id):
-                outcomes[link.node] = NodeOutcome(link.node, True, f"already has {image} ({_short_id(image_id)})")
-            else:
-                wanted[link.node] = link
+                outcomes[name] = NodeOutcome(name, True, f"already has {image} ({_short_id(image_id)})")
+        wanted = [node for node in targets if node.name not in outcomes]
         if wanted:
-            outcomes.update(await _stream(image, src, wanted, on_progress))
+            chained = await copy_chain(image, size, source, wanted, on_progress, port=port, idle=idle)
+            for name, (ok, detail) in chained.items():
+                if ok and not await _has_image(links[name], image_id):
+                    ok, detail = False, f"{detail}, but not as {_short_id(image_id)}: the stream was altered"
+                outcomes[name] = NodeOutcome(name, ok, detail)
     return [outcomes[node.name] for node in targets]
 
 
 async def _open_target(stack: contextlib.AsyncExitStack, node: NodeSession) -> DockerLink | NodeOutcome:
     """A link to the target kept open until `stack` closes, or its failure as an outcome."""
     try:
-        return await stack.enter_async_context(docker_client(node, timeout=None))
+        return await stack.enter_async_context(docker_client(node))
     except (DockerUnavailable, *NODE_GONE) as exc:
         return _outcome(node, exc)
 
@@ -170,103 +151,6 @@ async def _has_image(link: DockerLink, image_id: str) -> bool:
     except docker.errors.NotFound:
         return False
     return True
-
-
-async def _stream(image: str, src: DockerLink, targets: dict[str, DockerLink],
-                  on_progress: Callable[[CopyProgress], None]) -> dict[str, NodeOutcome]:
-    """One export from the source, fanned out to a load on every target; each target's outcome."""
-    fanout = Fanout(list(targets))
-    report = _on_loop(asyncio.get_running_loop(), on_progress)
-    pump = asyncio.ensure_future(asyncio.to_thread(fanout.pump, lambda: src.api.get_image(image, CHUNK_BYTES)))
-    results = await asyncio.gather(*(_load(link, name, fanout, report) for name, link in targets.items()),
-                                   return_exceptions=True)
-    await pump
-    outcomes = {}
-    for name, result in zip(targets, results):
-        if isinstance(result, BaseException) and fanout.error is not None:
-            result = ImageError(f"reading {image} from {src.node} failed: {fanout.error}")
-        outcomes[name] = _outcome_named(name, result)
-    return outcomes
-
-
-async def _load(link: DockerLink, name: str, fanout: "Fanout",
-                report: Callable[[CopyProgress], None]) -> NodeOutcome:
-    try:
-        loaded = await link.call(_run_load, link, fanout.consume(name, report))
-    finally:
-        fanout.drop(name)  # a load that ended early must not keep the pump waiting on its queue
-    return NodeOutcome(name, True, loaded)
-
-
-def _run_load(link: DockerLink, chunks: Iterator[bytes]) -> str:
-    """The blocking load; the engine's "Loaded image: …" line."""
-    loaded = ""
-    for message in link.api.load_image(chunks, quiet=True) or ():
-        if "error" in message:
-            raise ImageError(message.get("errorDetail", {}).get("message") or message["error"])
-        loaded = message.get("stream", "").strip() or loaded
-    return loaded or "loaded"
-
-
-class Fanout:
-    """Copies one stream of chunks to several consumers, each through its own bounded queue.
-
-    `pump` runs in one thread; each `consume` generator runs in its consumer's thread. A consumer
-    that stops early must be `drop`ped, after which its chunks are discarded instead of waited on.
-    """
-
-    def __init__(self, names: Iterable[str], depth: int = QUEUE_CHUNKS) -> None:
-        self.queues = {name: queue.Queue(depth) for name in names}
-        self._dropped: set[str] = set()
-        self._lock = threading.Lock()
-        self.error: BaseException | None = None
-
-    def drop(self, name: str) -> None:
-        with self._lock:
-            self._dropped.add(name)
-
-    def _live(self, name: str) -> bool:
-        with self._lock:
-            return name not in self._dropped
-
-    def pump(self, open_source: Callable[[], Iterable[bytes]]) -> None:
-        """Read the source to its end (or until every consumer dropped out), feeding every queue."""
-        source = open_source()
-        try:
-            for chunk in source:
-                if not any(self._live(name) for name in self.queues):
-                    break
-                for name in self.queues:
-                    self._put(name, chunk)
-        except BaseException as exc:  # handed to the consumers, whose loads then fail
-            self.error = exc
-        finally:
-            getattr(source, "close", lambda: None)()
-            for name in self.queues:
-                self._put(name, _END)
-
-    def _put(self, name: str, item: object) -> None:
-        while self._live(name):
-            try:
-                self.queues[name].put(item, timeout=_PUT_POLL_SECONDS)
-                return
-            except queue.Full:
-                continue
-
-    def consume(self, name: str, report: Callable[[CopyProgress], None]) -> Iterator[bytes]:
-        """The chunks for `name`, reporting progress; raises if the source failed mid-way."""
-        started = last_time = time.monotonic()
-        sent = last_sent = 0
-        while (item := self.queues[name].get()) is not _END:
-            sent += len(item)
-            yield item
-            now = time.monotonic()
-            if sent - last_sent >= PROGRESS_EVERY_BYTES or now - last_time >= PROGRESS_EVERY_SECONDS:
-                report(CopyProgress(name, sent, now - started))
-                last_sent, last_time = sent, now
-        if self.error is not None:
-            raise ImageError(f"the source stopped sending: {self.error}")
-        report(CopyProgress(name, sent, time.monotonic() - started, done=True))
 
 
 # -- outcomes --------------------------------------------------------------------------------------

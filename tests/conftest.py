@@ -19,8 +19,9 @@ import pytest
 
 import simnet
 from simcluster import (
-    DockerEngine, SimCluster, SimClusterError, alive, ensure_docker, require_root_tools, stop_all,
+    SimCluster, SimClusterError, alive, require_root_tools, stop_all,
 )
+from simdocker import DockerEngine, ensure_docker
 
 # Test images built locally (tests/images.py): busybox in seconds, Python + TensorFlow 2.21 in ~100 s.
 from images import busybox_image, tf_image  # noqa: E402,F401  (session fixtures)

@@ -130,6 +130,37 @@ def _build_busybox(client: docker.DockerClient, progress: Progress) -> None:
             raise ImageBuildError(f"building {BUSYBOX_TAG} failed: {chunk['error'].strip()}")
 
 
+# -- random data -----------------------------------------------------------------------------------
+
+
+def random_tag(megabytes: int, layers: int) -> str:
+    return f"homegpu-test/random:{megabytes}mb-{layers}l"
+
+
+def ensure_random_image(client: docker.DockerClient, megabytes: int, layers: int = 4,
+                        progress: Progress = _stderr) -> str:
+    """The tag of an image of `layers` layers of random bytes, `megabytes` in all, on top of busybox.
+
+    Random data does not compress, so no copy can go faster than the bytes themselves allow. Built
+    once per engine (the tag is the cache), in seconds.
+    """
+    tag = random_tag(megabytes, layers)
+    if has_image(client, tag):
+        return tag
+    base = ensure_busybox_image(client, progress)
+    each = megabytes * 1_000_000 // layers
+    files = {f"part{i}.bin": os.urandom(each) for i in range(layers)}
+    steps = "".join(f"COPY part{i}.bin /data/part{i}.bin\n" for i in range(layers))
+    files["Dockerfile"] = f"FROM {base}\n{steps}".encode()
+    progress(f"building {tag}")
+    with build_lock():
+        for chunk in client.api.build(fileobj=io.BytesIO(context_tar(files)), custom_context=True, tag=tag,
+                                      rm=True, forcerm=True, decode=True):
+            if "error" in chunk:
+                raise ImageBuildError(f"building {tag} failed: {chunk['error'].strip()}")
+    return tag
+
+
 # -- Python + TensorFlow ---------------------------------------------------------------------------
 
 
@@ -305,7 +336,7 @@ def busybox_image(request: pytest.FixtureRequest, docker_engine) -> str:
 
 def main() -> int:
     """`python tests/images.py`: build both images ahead of the tests (a CI step)."""
-    from simcluster import ensure_docker  # this file's directory is on sys.path when run as a script
+    from simdocker import ensure_docker  # this file's directory is on sys.path when run as a script
 
     engine = ensure_docker()
     client = docker.DockerClient(base_url=f"unix://{engine.socket_path}")

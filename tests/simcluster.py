@@ -34,7 +34,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
+from typing import Any, Iterable, Iterator, Mapping
 
 import tomli_w
 
@@ -241,6 +241,8 @@ class SimNode:
         self._authorized_keys = authorized_keys
         self._marker = f"{name}-{uuid.uuid4().hex[:12]}"
         self._proc: subprocess.Popen | None = None
+        # An engine of the node's own (tests/simdocker.py), or None: the node uses this machine's.
+        self.engine: Any = None
         for folder in (self._sshd_dir, self._work_dir, self._extra_path):
             if folder is not None:
                 folder.mkdir(parents=True, exist_ok=True)
@@ -330,6 +332,8 @@ class SimNode:
         os.makedirs(os.path.join(NODE_HOME, ".homegpu"), exist_ok=True)  # the mount point
         if self._namespace is None:
             self._namespace, self._veth = simnet.add_node(self._host, self._mbit)
+        if self.engine is not None:
+            self.engine.ensure_running()  # before sshd: its mount namespace binds the engine's socket
         if not self._launch(timeout):
             raise SimClusterError(f"{self.name}: sshd on {self.address}:{self.port} did not start:\n"
                                   f"{self._log_tail()}")
@@ -342,6 +346,8 @@ class SimNode:
         # A mount namespace of its own, where the node's work dir is ~/.homegpu. `ip netns exec`,
         # unshare and sh all exec, so the pid is sshd's.
         home = shlex.join(["mount", "--bind", str(self._work_dir), os.path.join(NODE_HOME, ".homegpu")])
+        if self.engine is not None:
+            home += " && " + shlex.join(self.engine.bind_argv())
         sshd = shlex.join([SSHD, "-D", "-f", str(self.config_path), "-E", str(self.log_path)])
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
@@ -472,6 +478,9 @@ class SimNode:
     def close(self) -> None:
         """Stop the node and delete its namespace and link: the machine is gone."""
         self.stop()
+        if self.engine is not None:
+            self.engine.remove()  # stop() ended its processes; its data goes
+            self.engine = None
         if self._namespace is not None:
             self.restore_link()  # its drop rules on this machine's firewall go with it
             simnet.remove_node(self._namespace)
@@ -679,7 +688,8 @@ class SimCluster:
         Nodes are named by their ssh alias, with no `address` and the default work dir: user, key
         and address come from the ssh config, as for a user. Docker nodes are the exception: this
         machine's one engine runs their containers (the note on Docker below says why), so they
-        take DOCKER_NODE_ADDRESS and name their work dir by its path on this machine.
+        take DOCKER_NODE_ADDRESS and name their work dir by its path on this machine, unless they
+        have an engine of their own (tests/simdocker.py): then they are written as any node.
         """
         cluster = {
             "name": self.name,
@@ -695,7 +705,7 @@ class SimCluster:
             table = {"name": node.name, "host": node.alias, "runtime": runtime}
             changes = (node_overrides or {}).get(node.name, {})
             _apply(table, changes)
-            if table["runtime"] == "docker":
+            if table["runtime"] == "docker" and node.engine is None:
                 docker_keys = {"address": DOCKER_NODE_ADDRESS, "work_dir": str(node.work_dir)}
                 table.update({key: value for key, value in docker_keys.items() if key not in changes})
             nodes.append(table)
@@ -722,78 +732,12 @@ def _apply(table: dict, overrides: Mapping[str, Any]) -> None:
 
 # -- Docker ----------------------------------------------------------------------------------------
 #
-# The nodes share this machine's one Docker engine. An engine of a node's own does run here: dockerd
-# started in the node's namespace with `nsenter --net=/var/run/netns/N unshare -m` (not `ip netns exec`,
-# which mounts a fresh /sys without the cgroup v1 hierarchies, so dockerd stops with "Devices cgroup
-# isn't mounted"), its own --data-root, --exec-root, --pidfile and -H unix socket, --iptables=false
-# --bridge=none, answers in a few seconds, and its --network host containers see the node's network
-# (tried 2026-11-22). What makes it costly is the images: every engine needs its own copy of the
-# 2.4 GB TensorFlow test image (docker save | load per engine and per run, or data roots kept between
-# runs), where the shared engine builds it once. So Docker nodes keep the shared engine, and with it
-# this machine's network and paths: their containers (--network host) share this machine's network
-# stack, where workers of several nodes reach each other on loopback with consecutive ports (as
-# homegpu plans for workers sharing a machine); each node's own loopback is free for preflight's
-# port check. cluster_dict gives Docker nodes that address and their work dir by its path here.
+# Nodes share this machine's one Docker engine unless a test gives them one of their own
+# (tests/simdocker.py, own_engines). Nodes on the shared engine keep this machine's network and
+# paths: their containers (--network host) share this machine's network stack, where workers of
+# several nodes reach each other on loopback with consecutive ports (as homegpu plans for workers
+# sharing a machine); cluster_dict gives them that address and their work dir by its path here.
 DOCKER_NODE_ADDRESS = "127.0.0.1"
-
-
-class DockerEngine(NamedTuple):
-    """A Docker engine usable by the tests; stop() ends it only if ensure_docker started it."""
-
-    socket_path: str
-    started_by_us: bool
-    stop: Callable[[], None]
-
-
-def docker_ping(socket_path: str = DOCKER_SOCKET, timeout: float = 2.0) -> bool:
-    """True if a Docker engine answers GET /_ping on the Unix socket (no docker CLI needed)."""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(timeout)
-            conn.connect(socket_path)
-            conn.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
-            reply = conn.recv(4096)
-    except OSError:
-        return False
-    return reply.startswith(b"HTTP/1.") and b" 200 " in reply.split(b"\r\n", 1)[0] + b" "
-
-
-def ensure_docker(timeout: float = 60.0, socket_path: str = DOCKER_SOCKET) -> DockerEngine:
-    """Use the running Docker engine, or start dockerd and wait for it.
-
-    Raises SimClusterError if dockerd is not installed or does not come up within `timeout`.
-    """
-    if docker_ping(socket_path):
-        return DockerEngine(socket_path, False, lambda: None)
-    # root's PATH normally has /usr/sbin, but pytest may run with a trimmed one
-    dockerd = shutil.which("dockerd", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"]))
-    if dockerd is None:
-        raise SimClusterError("no Docker engine: dockerd is not installed; run: apt-get install -y docker.io")
-    log_dir = Path(tempfile.mkdtemp(prefix="homegpu-dockerd-"))
-    log_path = log_dir / "dockerd.log"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen([dockerd], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True)
-
-    def stop() -> None:
-        _stop_process(proc, grace=30.0)
-        shutil.rmtree(log_dir, ignore_errors=True)
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if docker_ping(socket_path):
-            if proc.poll() is None:
-                return DockerEngine(socket_path, True, stop)
-            # Ours exited but an engine answers: someone else started one meanwhile. Use it,
-            # leave it running.
-            shutil.rmtree(log_dir, ignore_errors=True)
-            return DockerEngine(socket_path, False, lambda: None)
-        if proc.poll() is not None and "pid file found" not in log_path.read_text(errors="replace"):
-            break  # ours failed, and not because another dockerd is starting up
-        time.sleep(0.2)
-    tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
-    stop()
-    raise SimClusterError(f"dockerd did not answer on {socket_path} within {timeout} s:\n{tail}")
 
 
 def _wait_for_line(proc: subprocess.Popen, text: str, timeout: float) -> None:

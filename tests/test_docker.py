@@ -1,9 +1,9 @@
 """Docker over SSH: the forwarded socket, DockerRuntime, and `homegpu image build|copy`.
 
-Everything runs against real engines through real sshd nodes (tests/simcluster.py). All simulated
-nodes share this machine's Docker engine, which makes copying an image between them meaningless, so
-the copy and build tests start a second dockerd with its own socket and data root and point node2 at
-it. Containers run the busybox test image (tests/images.py), built here in seconds.
+Everything runs against real engines through real sshd nodes (tests/simcluster.py). The nodes here
+share this machine's Docker engine; the copy and build commands, which need engines apart, are
+tested on machines with engines of their own in tests/test_image_commands.py. Containers run the
+busybox test image (tests/images.py), built here in seconds.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import contextlib
 import os
 import socket
 import stat
-import subprocess
 import threading
 import time
 import uuid
@@ -23,17 +22,16 @@ from typing import AsyncIterator, Iterator
 import docker
 import docker.errors
 import pytest
-from helpers import homegpu
 
 from images import busybox_image  # noqa: F401  (fixture)
-from simcluster import SimCluster, docker_ping
+from simcluster import SimCluster
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import ClusterSpec, NodeSpec, load_cluster
 from homegpu.remote.docker_link import DockerUnavailable, SocketForwarder, docker_client, explain
 from homegpu.remote.docker_runtime import (
     CODE_DIR, DATA_DIR, OUT_DIR, DockerRuntime, container_args, container_name, logs_argv, status_from_attrs,
 )
-from homegpu.remote.images import CopyProgress, Fanout, build_message_lines, copy_image
+from homegpu.remote.images import build_message_lines
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.runtime import WorkerLaunch
 from homegpu.remote.runtime_errors import RuntimeError_
@@ -41,10 +39,6 @@ from homegpu.remote.tfconfig import tf_config_json, worker_slots
 from homegpu.remote.transport import SshTransport
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]
-
-ENGINE2_SOCKET = "/run/homegpu-test-docker2.sock"
-ENGINE2_DIRS = ("/var/lib/homegpu-test-docker2", "/run/homegpu-test-docker2-exec")
-ENGINE2_PIDFILE = "/run/homegpu-test-docker2.pid"
 
 
 # -- fixtures --------------------------------------------------------------------------------------
@@ -59,63 +53,9 @@ def engine(docker_engine) -> Iterator[docker.DockerClient]:
 
 
 @pytest.fixture(scope="module")
-def engine2(docker_engine) -> Iterator[docker.DockerClient]:
-    """A second, empty Docker engine on its own socket and data root; removed with its data after.
-
-    It runs in a network namespace of its own: a dockerd started with `--bridge none` deletes the
-    host's docker0 bridge at startup, which would break the first engine's default network.
-    """
-    _remove_engine2_leftovers()
-    log = open("/tmp/homegpu-test-docker2.log", "wb")
-    proc = subprocess.Popen(
-        ["unshare", "--net", "--", "dockerd", "--host", f"unix://{ENGINE2_SOCKET}", "--data-root", ENGINE2_DIRS[0],
-         "--exec-root", ENGINE2_DIRS[1], "--pidfile", ENGINE2_PIDFILE, "--bridge", "none",
-         "--iptables=false", "--ip-masq=false"],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not docker_ping(ENGINE2_SOCKET) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if not docker_ping(ENGINE2_SOCKET):
-        proc.kill()
-        pytest.fail(f"second dockerd did not come up: {Path('/tmp/homegpu-test-docker2.log').read_text()[-2000:]}",
-                    pytrace=False)
-    client = docker.DockerClient(base_url=f"unix://{ENGINE2_SOCKET}")
-    yield client
-    client.close()
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    log.close()
-    _remove_engine2_leftovers()
-    assert not any(os.path.exists(path) for path in (ENGINE2_SOCKET, *ENGINE2_DIRS)), "engine 2 left files"
-
-
-def _remove_engine2_leftovers() -> None:
-    """Data of a second engine that an earlier, killed run left behind (never a running one's)."""
-    if docker_ping(ENGINE2_SOCKET):
-        pytest.fail(f"a dockerd already serves {ENGINE2_SOCKET}; stop it (kill $(cat {ENGINE2_PIDFILE}))",
-                    pytrace=False)
-    for path in (ENGINE2_SOCKET, ENGINE2_PIDFILE):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-    for path in ENGINE2_DIRS:
-        subprocess.run(["rm", "-rf", "--one-file-system", path], check=True)
-
-
-@pytest.fixture(scope="module")
 def docker_toml(sim_cluster: SimCluster, tmp_path_factory) -> Path:
     """cluster.toml with every node on runtime "docker" and the default (shared) engine."""
     return sim_cluster.write_cluster_toml(tmp_path_factory.mktemp("docker") / "cluster.toml", runtime="docker")
-
-
-@pytest.fixture(scope="module")
-def two_engine_toml(sim_cluster: SimCluster, engine2, tmp_path_factory) -> Path:
-    """Like docker_toml, but node2's Docker socket is the second engine's."""
-    return sim_cluster.write_cluster_toml(tmp_path_factory.mktemp("docker2") / "cluster.toml", runtime="docker",
-                                          node_overrides={"node2": {"docker_socket": ENGINE2_SOCKET}})
 
 
 @contextlib.asynccontextmanager
@@ -487,68 +427,7 @@ async def test_preflight_reports_an_unreachable_engine(sim_cluster, tmp_path, ru
     assert problem.startswith("node1: no Docker socket at /nonexistent/d.sock")
 
 
-# -- image copy ------------------------------------------------------------------------------------
-
-
-def _drop_image(client: docker.DockerClient, tag: str) -> None:
-    with contextlib.suppress(docker.errors.ImageNotFound):
-        client.images.remove(tag, force=True)
-
-
-def test_image_copy_streams_an_image_into_another_engine(two_engine_toml, engine, engine2, busybox_image):
-    _drop_image(engine2, busybox_image)
-    result = homegpu("--config", str(two_engine_toml), "image", "copy", busybox_image, "--from", "node1",
-                     "--to", "node2")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert engine2.images.get(busybox_image).id == engine.images.get(busybox_image).id
-    lines = result.stdout.splitlines()
-    assert any(line.startswith("node2 | sent ") for line in lines), result.stdout
-    assert f"node2: ok: Loaded image: {busybox_image}" in lines
-
-    again = homegpu("--config", str(two_engine_toml), "image", "copy", busybox_image, "--from", "node1",
-                    "--to", "node2")
-    assert again.returncode == 0 and "node2: ok: already has" in again.stdout
-
-
-def test_image_copy_of_an_absent_image_fails_with_the_fix(two_engine_toml):
-    result = homegpu("--config", str(two_engine_toml), "image", "copy", "homegpu-test/absent:1", "--from", "node1")
-    assert result.returncode == 1
-    assert ("image homegpu-test/absent:1 is not on node1: build it there first "
-            "(homegpu image build --node node1)") in result.stdout
-
-
-async def test_copy_image_to_several_targets_reports_each(sim_cluster, engine2, busybox_image, tmp_path):
-    _drop_image(engine2, busybox_image)
-    toml = sim_cluster.write_cluster_toml(tmp_path / "cluster.toml", runtime="docker", node_overrides={
-        "node2": {"docker_socket": ENGINE2_SOCKET}, "node3": {"docker_socket": "/nonexistent/d.sock"}})
-    reports: list[CopyProgress] = []
-    async with online(toml) as cluster:
-        nodes = [cluster.node(name) for name in ("node2", "node3", "node1")]
-        outcomes = await copy_image(busybox_image, cluster.node("node1"), nodes, reports.append)
-    assert [(o.node, o.ok) for o in outcomes] == [("node2", True), ("node3", False), ("node1", True)]
-    assert outcomes[1].detail.startswith("no Docker socket at /nonexistent/d.sock")
-    assert outcomes[2].detail.startswith(f"already has {busybox_image}")  # the source's own engine
-    (done,) = [r for r in reports if r.done]
-    assert done.target == "node2" and done.bytes_sent > 1_000_000  # the busybox binary alone is ~2 MB
-    assert engine2.images.get(busybox_image)
-
-
-def test_fanout_keeps_feeding_the_others_when_one_consumer_quits():
-    import threading
-
-    fanout = Fanout(["fast", "quitter"], depth=2)
-    chunks = [bytes([i]) * 10 for i in range(50)]
-    pump = threading.Thread(target=fanout.pump, args=(lambda: iter(chunks),))
-    pump.start()
-    received = []
-    quitter = fanout.consume("quitter", lambda report: None)
-    next(quitter)
-    fanout.drop("quitter")  # it stops reading with its queue full
-    for chunk in fanout.consume("fast", lambda report: None):
-        received.append(chunk)
-        assert fanout.queues["fast"].qsize() <= 2
-    pump.join(timeout=10)
-    assert not pump.is_alive() and received == chunks
+# -- image build (the copy and build commands themselves: tests/test_image_commands.py) ----------
 
 
 def test_build_message_lines_keep_text_and_drop_progress_bars():
@@ -556,53 +435,3 @@ def test_build_message_lines_keep_text_and_drop_progress_bars():
     assert build_message_lines({"status": "Downloading", "id": "l1", "progressDetail": {"current": 1}}) == []
     assert build_message_lines({"status": "Pull complete", "id": "l1", "progressDetail": {}}) == ["l1: Pull complete"]
     assert build_message_lines({"aux": {"ID": "sha256:1"}}) == []
-
-
-# -- image build -----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def engine2_with_busybox(engine, engine2, busybox_image) -> str:
-    """The busybox image in engine 2 too (a build there starts FROM it and cannot pull)."""
-    try:
-        engine2.images.get(busybox_image)
-    except docker.errors.ImageNotFound:
-        engine2.images.load(b"".join(engine.images.get(busybox_image).save()))
-    return busybox_image
-
-
-def test_image_build_on_two_nodes_in_parallel(two_engine_toml, engine, engine2, engine2_with_busybox, tmp_path):
-    tag = f"homegpu-test/built:{uuid.uuid4().hex[:8]}"
-    dockerfile = tmp_path / "ctx" / "Dockerfile"
-    dockerfile.parent.mkdir()
-    (dockerfile.parent / "payload.txt").write_text("from the context\n")
-    dockerfile.write_text(f"FROM {engine2_with_busybox}\nCOPY payload.txt /payload.txt\nRUN echo built > /built.txt\n")
-    try:
-        result = homegpu("--config", str(two_engine_toml), "image", "build", "--node", "node1", "--node", "node2",
-                         "--file", str(dockerfile), "--tag", tag, timeout=300)
-        assert result.returncode == 0, result.stdout + result.stderr
-        lines = result.stdout.splitlines()
-        for name in ("node1", "node2"):
-            assert any(line.startswith(f"{name} | Step 3/3 : RUN echo built") for line in lines), result.stdout
-            assert any(line.startswith(f"{name}: ok: built {tag}") for line in lines), result.stdout
-        for client in (engine, engine2):
-            output = client.containers.run(tag, ["cat", "/payload.txt", "/built.txt"], remove=True)
-            assert output == b"from the context\nbuilt\n"
-    finally:
-        _drop_image(engine, tag)
-        _drop_image(engine2, tag)
-
-
-def test_image_build_failure_is_reported_per_node_with_exit_1(two_engine_toml, engine, engine2_with_busybox,
-                                                              tmp_path):
-    dockerfile = tmp_path / "Dockerfile"
-    dockerfile.write_text(f"FROM {engine2_with_busybox}\nRUN echo about to fail && false\n")
-    result = homegpu("--config", str(two_engine_toml), "image", "build", "--node", "node1", "--node", "node2",
-                     "--file", str(dockerfile), "--tag", "homegpu-test/broken:1", timeout=300)
-    assert result.returncode == 1
-    lines = result.stdout.splitlines()
-    for name in ("node1", "node2"):
-        assert f"{name} | about to fail" in lines, result.stdout
-        assert any(line.startswith(f"{name}: FAILED: ") and "returned a non-zero code: 1" in line
-                   for line in lines), result.stdout
-    assert "failed on node1, node2" in lines

@@ -23,7 +23,8 @@ from helpers import homegpu
 import simnet
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import load_cluster
-from simcluster import NODE_HOME, DockerEngine, SimCluster, SimNode, alive, iperf3_between, ssh_banner
+from simdocker import DockerEngine
+from simcluster import NODE_HOME, SimCluster, SimNode, alive, iperf3_between, ssh_banner
 
 pytestmark = pytest.mark.cluster
 

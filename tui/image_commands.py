@@ -1,8 +1,8 @@
 """`homegpu image build` and `homegpu image copy`: get the worker image onto the Docker nodes.
 
 Without a registry, an image is either built on each node (in parallel) or built once and copied
-node to node over the SSH sessions. Both print progress lines prefixed by the node, then one
-summary line per node, and exit 1 if any node failed.
+node to node in a chain (each target loads it while passing it on). Both print progress lines
+prefixed by the node, then one summary line per node, and exit 1 if any node failed.
 """
 
 from __future__ import annotations
@@ -49,15 +49,22 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     copy = actions.add_parser(
         "copy", help="copy an image from one node to others",
-        description="Stream an image from one node's Docker engine into the others' "
-                    "(docker save | docker load through the SSH sessions; nothing is written to disk "
-                    "on the way). Nodes that already hold the same image are skipped.",
+        description="Stream an image from one node's Docker engine into the others' in a chain: "
+                    "the source sends it to the first target, which loads it while passing it on to "
+                    "the next, so it crosses each node's link once (docker save | docker load, nothing "
+                    "written to disk on the way). Nodes talk over TCP, each connection opened with a "
+                    "one-time secret handed out over SSH. Nodes that already hold the same image are "
+                    "skipped.",
         epilog=f"example: homegpu image copy {DEFAULT_IMAGE} --from desktop --to closet",
     )
     copy.add_argument("image", metavar="IMAGE", help="image name or id on the source node")
     copy.add_argument("--from", dest="source", required=True, metavar="NODE", help="the node that has the image")
     copy.add_argument("--to", action="append", default=[], metavar="NODE",
-                      help="a node to copy to (repeatable; default: every other node with runtime docker)")
+                      help="a node to copy to (repeatable, in chain order; default: every other node with "
+                           "runtime docker)")
+    copy.add_argument("--port", type=int, default=0, metavar="PORT",
+                      help="the TCP port the targets listen on (default: any free port; set one that "
+                           "a firewall lets through, e.g. after `sudo ufw allow PORT/tcp`)")
     copy.set_defaults(handler=run_copy)
 
 
@@ -97,33 +104,39 @@ def _print_line(node: str, line: str) -> None:
 
 
 def run_copy(args: argparse.Namespace) -> int:
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port {args.port} is not a TCP port: give 1-65535, or 0 for any free port")
     spec = load_spec(args)
     _check_known(spec, [args.source])
     targets = _docker_nodes(spec, args.to, exclude=args.source)
     print(f"copying {args.image} from {args.source} to {', '.join(targets)}", flush=True)
     try:
-        outcomes = asyncio.run(_copy(spec, args.image, args.source, targets))
+        outcomes = asyncio.run(_copy(spec, args.image, args.source, targets, args.port))
     except (ImageError, DockerUnavailable) as exc:
         print(f"homegpu: {exc}", flush=True)
         return 1
     return _summarise(outcomes)
 
 
-async def _copy(spec: ClusterSpec, image: str, source: str, names: list[str]) -> list[NodeOutcome]:
+async def _copy(spec: ClusterSpec, image: str, source: str, names: list[str], port: int) -> list[NodeOutcome]:
     async with Cluster(spec, stream_stats=False) as cluster:
         online, offline = await _connect(cluster, [source, *names])
         if any(outcome.node == source for outcome in offline):
             raise ImageError(next(o.detail for o in offline if o.node == source))
         targets = [node for node in online if node.name != source]
-        copied = await copy_image(image, cluster.node(source), targets, _print_progress) if targets else []
+        copied = await copy_image(image, cluster.node(source), targets, _print_progress, port=port) if targets else []
     return _in_order(names, copied + offline)
 
 
 def _print_progress(progress: CopyProgress) -> None:
+    if progress.loaded:
+        print(f"{progress.target} | loaded ({progress.seconds:.0f} s)", flush=True)
+        return
     rate = progress.bytes_sent / progress.seconds / 1e6 if progress.seconds > 0 else 0.0
-    verb = "sent" if progress.done else "sending"
+    verb = "received" if progress.done else "receiving"
+    then = ", loading" if progress.done else ""
     print(f"{progress.target} | {verb} {format_bytes(progress.bytes_sent)} "
-          f"({progress.seconds:.0f} s, {rate:.0f} MB/s)", flush=True)
+          f"({progress.seconds:.0f} s, {rate:.0f} MB/s){then}", flush=True)
 
 
 def format_bytes(count: int) -> str:

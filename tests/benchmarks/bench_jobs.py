@@ -39,7 +39,8 @@ import docker  # noqa: E402
 
 from images import ensure_tf_image  # noqa: E402
 from helpers import homegpu_argv  # noqa: E402
-from simcluster import SimCluster, SimNode, ensure_docker, free_job_port  # noqa: E402
+from simcluster import SimCluster, SimNode, free_job_port  # noqa: E402
+from simdocker import ensure_docker  # noqa: E402
 
 from homegpu.remote.cluster import Cluster  # noqa: E402
 from homegpu.remote.config import load_cluster  # noqa: E402
