@@ -18,6 +18,8 @@ from __future__ import annotations
 import itertools
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
@@ -131,6 +133,25 @@ def write_replay_nvidia_smi(
     ))
     script.chmod(0o755)
     return dir
+
+
+@contextmanager
+def nvidia_smi_in(bin_dir: Path, gpus_fixture: Path | None, apps_fixture: Path | None = None,
+                  **options) -> Iterator[Path]:
+    """For the block, `bin_dir/nvidia-smi` replays `gpus_fixture` (see write_replay_nvidia_smi for
+    `options`), or is absent when that is None; whatever was there before is put back after."""
+    target = bin_dir / "nvidia-smi"
+    saved = target.read_bytes() if target.exists() else None
+    target.unlink(missing_ok=True)
+    if gpus_fixture is not None:
+        write_replay_nvidia_smi(bin_dir, gpus_fixture, apps_fixture, **options)
+    try:
+        yield bin_dir
+    finally:
+        target.unlink(missing_ok=True)
+        if saved is not None:
+            target.write_bytes(saved)
+            target.chmod(0o755)
 
 
 def replay_calls(log: Path) -> list[tuple[int, tuple[str, ...]]]:

@@ -604,8 +604,9 @@ class SimCluster:
             self.add_node(f"node{i + 1}", first_host + i, extra_path=f"node{i + 1}" in wanted_extra)
 
     def add_node(self, name: str, host: int, node_class: type[SimNode] = SimNode, **options: Any) -> SimNode:
-        """Add a (not yet started) node at 10.213.0.`host`; start() starts it with the others."""
-        alias = name if self.name == "testcluster" else f"{self.name}-{name}"
+        """Add a (not yet started) node at 10.213.0.`host`; start() starts it with the others. Its ssh
+        alias is `alias` when given, else NAME (or CLUSTER-NAME outside the test cluster)."""
+        alias = options.pop("alias", None) or (name if self.name == "testcluster" else f"{self.name}-{name}")
         node = node_class(name, host, self.root, self.authorized_keys_path, alias=alias, mbit=self.mbit,
                           **options)
         self.nodes.append(node)
@@ -677,7 +678,7 @@ class SimCluster:
             "ssh", "-F", "/dev/null", "-i", str(self.client_key_path), "-p", str(node.port),
             "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={self.known_hosts_path}",
             "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes",
-            "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", f"root@{node.address}", *command,
+            "-o", "BatchMode=yes", "-o", "ConnectTimeout=15", f"root@{node.address}", *command,
         ]
 
     def cluster_dict(self, runtime: str = "process", *, node_overrides: Mapping[str, Mapping] | None = None,

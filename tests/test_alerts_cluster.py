@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from gpu_replay import FIXTURES, write_replay_nvidia_smi
+from gpu_replay import FIXTURES, nvidia_smi_in
 from helpers import homegpu_argv, wait_for, worker_processes
 from simcluster import SimCluster, free_job_port
 
@@ -56,19 +56,10 @@ def hot_variant(recording: Path) -> bytes:
 @pytest.fixture
 def replayed_gpu(sim_cluster: SimCluster, tmp_path: Path) -> Iterator[Path]:
     """node3's nvidia-smi answers from a file the test can replace; returns that file (the recording at first)."""
-    target = sim_cluster.node("node3").extra_path / "nvidia-smi"
-    saved = target.read_bytes() if target.exists() else None
-    target.unlink(missing_ok=True)
     live = tmp_path / "gpu_now.csv"
     live.write_bytes(RECORDING.read_bytes())
-    write_replay_nvidia_smi(target.parent, live, FIXTURES / "apps_none.csv", reread=True)
-    try:
+    with nvidia_smi_in(sim_cluster.node("node3").extra_path, live, FIXTURES / "apps_none.csv", reread=True):
         yield live
-    finally:
-        target.unlink(missing_ok=True)
-        if saved is not None:
-            target.write_bytes(saved)
-            target.chmod(0o755)
 
 
 def replace_file(path: Path, data: bytes) -> None:

@@ -14,14 +14,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 from helpers import homegpu
 
-from gpu_replay import FIXTURES, write_replay_nvidia_smi
+from gpu_replay import FIXTURES, nvidia_smi_in
 from simcluster import SimCluster, free_job_port, free_port
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import load_cluster, parse_cluster
@@ -66,21 +65,9 @@ async def doctor(toml: Path, port: int) -> dict[str, dict[str, Check]]:
     return report
 
 
-@contextmanager
-def node3_nvidia_smi(sim: SimCluster, replay: bool) -> Iterator[None]:
+def node3_nvidia_smi(sim: SimCluster, replay: bool):
     """Put a replaying nvidia-smi on node3's PATH (or take any away); restore what was there after."""
-    target = sim.node("node3").extra_path / "nvidia-smi"
-    saved = target.read_bytes() if target.exists() else None
-    target.unlink(missing_ok=True)
-    if replay:
-        write_replay_nvidia_smi(target.parent, REPLAY_GPUS, REPLAY_APPS)
-    try:
-        yield
-    finally:
-        target.unlink(missing_ok=True)
-        if saved is not None:
-            target.write_bytes(saved)
-            target.chmod(0o755)
+    return nvidia_smi_in(sim.node("node3").extra_path, REPLAY_GPUS if replay else None, REPLAY_APPS)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from typing import Iterator
 
 import pytest
 
-from gpu_replay import FIXTURES, write_apps_with_pids, write_replay_nvidia_smi
+from gpu_replay import FIXTURES, nvidia_smi_in, write_apps_with_pids
 from helpers import homegpu, homegpu_argv, wait_for
 from simcluster import SimCluster, SimNode, free_job_port
 
@@ -39,20 +39,10 @@ RECORDED_MIB = 20076  # the recorded training process's memory (apps_load.csv)
 HOLD = "import time\nprint('holding GPU 0', flush=True)\ntime.sleep(600)\n"
 
 
-@contextmanager
-def replaying_node3(sim: SimCluster, apps: Path) -> Iterator[None]:
+def replaying_node3(sim: SimCluster, apps: Path):
     """node3's nvidia-smi replays the H100 under load with the compute apps in `apps`; restored after."""
-    target = sim.node("node3").extra_path / "nvidia-smi"
-    saved = target.read_bytes() if target.exists() else None
-    target.unlink(missing_ok=True)
-    write_replay_nvidia_smi(target.parent, H100 / "gpus_load.csv", apps, version_fixture=H100 / "smi_version.txt")
-    try:
-        yield
-    finally:
-        target.unlink(missing_ok=True)
-        if saved is not None:
-            target.write_bytes(saved)
-            target.chmod(0o755)
+    return nvidia_smi_in(sim.node("node3").extra_path, H100 / "gpus_load.csv", apps,
+                         version_fixture=H100 / "smi_version.txt")
 
 
 def uid_of(pid: int) -> int | None:

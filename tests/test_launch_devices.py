@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_replay import FIXTURES, write_replay_nvidia_smi
+from gpu_replay import FIXTURES, nvidia_smi_in
 from helpers import homegpu, worker_processes
 from simcluster import SimCluster, free_job_port
 
@@ -28,17 +28,9 @@ print("devices", os.environ["CUDA_VISIBLE_DEVICES"], os.environ["HOMEGPU_COLLECT
 @pytest.fixture
 def two_gpu_node3(sim_cluster: SimCluster) -> Iterator[SimCluster]:
     """node3 answers nvidia-smi with a 2-GPU recording for the test; what was there is put back."""
-    target = sim_cluster.node("node3").extra_path / "nvidia-smi"
-    saved = target.read_bytes() if target.exists() else None
-    target.unlink(missing_ok=True)
-    write_replay_nvidia_smi(target.parent, FIXTURES / "gpus_2x_h100nvl_idle.csv", FIXTURES / "apps_none.csv")
-    try:
+    with nvidia_smi_in(sim_cluster.node("node3").extra_path, FIXTURES / "gpus_2x_h100nvl_idle.csv",
+                       FIXTURES / "apps_none.csv"):
         yield sim_cluster
-    finally:
-        target.unlink(missing_ok=True)
-        if saved is not None:
-            target.write_bytes(saved)
-            target.chmod(0o755)
 
 
 def write_job(sim: SimCluster, tmp_path: Path, **job) -> Path:

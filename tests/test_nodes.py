@@ -139,7 +139,7 @@ async def test_unknown_key_refused_then_trusted_then_change_refused(lone_node, t
         offered = await cluster.offered_key("node1")
         assert offered.fingerprint.startswith("SHA256:")
         assert offered.fingerprint in node.reason
-        assert f"trust node1" in node.reason
+        assert "trust node1" in node.reason
         assert sim_node.host_public_key.split()[1] in offered.key.export_public_key().decode()
 
         cluster.trust("node1", offered)
