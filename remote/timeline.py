@@ -88,6 +88,7 @@ class TimelineRecorder:
         self._last_flush: float | None = None
         self._compacted_until = self._read_compacted_until()
         self._latest = 0.0
+        self._state: JobState | None = None  # the run's last state: a second one alike is a phase of it
 
     # -- recording ----------------------------------------------------------------------------
 
@@ -201,6 +202,9 @@ class TimelineRecorder:
         kind = _STATE_KINDS.get(event.state, "state")
         if event.state.finished:
             kind = "end"
+        elif event.state is self._state:
+            kind = "phase"  # "syncing code" during preflight, "saving the model" while running
+        self._state = event.state
         summary = event.state.value + (f": {event.detail}" if event.detail else "")
         self.record_event(kind, event.at, summary, details=details)
         if event.state is JobState.RESTARTING and "stalled" in event.detail:

@@ -39,6 +39,9 @@ def test_a_scripted_run_leaves_every_sample_and_every_kind_of_event(tmp_path):
                  "node_online", "restart", "stall", "worker_exit", "end"):
         assert kind in kinds, kind
     assert kinds[-1] == "end" and timeline.events[-1].details["state"] == "succeeded"
+    assert [e.summary for e in timeline.events_of("preflight_start", "phase")] == [
+        "preflight", "preflight: syncing code to 2 node(s)"]
+    assert [e.kind for e in timeline.events_of("preflight_start", "phase")] == ["preflight_start", "phase"]
     restart = timeline.events_of("restart")[0]
     assert "stalled" in restart.summary and restart.details["generation"] == 1
     resumed = [e for e in timeline.events_of("worker_start") if e.details.get("resumed")]

@@ -62,6 +62,7 @@ def scripted_run(t0: float = 1_795_316_000.0) -> list[object]:
         _state(JobState.PREFLIGHT, t0),
         PreflightResult(JOB, "gpu1", (), "1× NVIDIA H100 80GB HBM3", at=t0 + 0.2),
         PreflightResult(JOB, "gpu2", (), "2× NVIDIA H100 NVL", at=t0 + 0.3),
+        _state(JobState.PREFLIGHT, t0 + 0.4, detail="syncing code to 2 node(s)"),
         _state(JobState.STARTING, t0 + 0.5),
         _state(JobState.RUNNING, t0 + 1.0),
         *_metrics(t0, t0 + 2.0),
