@@ -161,11 +161,22 @@ def _events(db: sqlite3.Connection) -> tuple[TimelineEvent, ...]:
             "SELECT t, kind, node, worker, summary, details FROM events ORDER BY t, rowid"))
 
 
+def _reader(path: Path) -> sqlite3.Connection:
+    """A connection that only reads. Read-write where allowed: a read-only one that closes last
+    cannot fold the WAL back, and would leave timeline.sqlite-wal and -shm beside a finished run."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=rw", uri=True)
+        db.execute("PRAGMA query_only = ON")
+        return db
+    except sqlite3.OperationalError:  # a run folder we may not write: read it as it is
+        return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+
+
 def read_timeline(path: Path) -> Timeline:
     """Every row of the file as a :class:`Timeline` (see timeline.load_timeline)."""
     if not path.is_file():
         raise FileNotFoundError(f"no timeline at {path}")
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    db = _reader(path)
     try:
         meta = {key: json.loads(value) for key, value in db.execute("SELECT key, value FROM meta")}
         bounds = [db.execute(f"SELECT min(t), max(t) FROM {table}").fetchone()

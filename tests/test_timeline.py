@@ -182,3 +182,12 @@ def test_alerts_and_a_failing_alert_command_are_events_of_the_timeline(tmp_path)
         ("alert", "cleared: gpu1 GPU 0 cooled to 70 °C")]  # gpu9 is not the run's node
     assert events[0].details == {"alert": "gpu_temperature", "state": "firing", "gpu": 0, "value": 91.0,
                                  "threshold": 85.0}
+
+
+def test_reading_a_finished_timeline_leaves_no_wal_files_beside_it(tmp_path):
+    """A read-only connection closing last cannot fold the WAL back: the run folder would keep
+    timeline.sqlite-wal and -shm after `homegpu report` or the pace advice read it."""
+    path = tmp_path / "run" / "timeline.sqlite"
+    record(path, scripted_run())
+    assert load_timeline(path).events
+    assert sorted(p.name for p in path.parent.iterdir()) == ["timeline.sqlite"]
