@@ -16,6 +16,7 @@ import asyncio
 import ipaddress
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import asyncssh
@@ -92,8 +93,18 @@ def connect_wait(cluster: ClusterSpec, extra: float) -> float:
 
 
 def trust_command(cluster: ClusterSpec, node: NodeSpec) -> str:
-    config = "" if cluster.source in (DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT) else f" --config {cluster.source}"
+    """The command that trusts `node`'s key, naming the cluster file unless it is the one used by default here."""
+    config = "" if _is_default_config(cluster.source) else f" --config {cluster.source}"
     return f"homegpu{config} trust {node.name}"
+
+
+def _is_default_config(source: str) -> bool:
+    if source in (DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT):
+        return True
+    try:
+        return Path(source).resolve() == Path(DEFAULT_CONFIG_NAME).resolve()
+    except OSError:
+        return False
 
 
 def connect_options(cluster: ClusterSpec, node: NodeSpec) -> dict[str, Any]:

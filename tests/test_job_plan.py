@@ -7,7 +7,7 @@ import json
 import pytest
 
 from homegpu.remote.config import parse_cluster
-from homegpu.remote.connect import peer_address
+from homegpu.remote.connect import peer_address, trust_command
 from homegpu.remote.experiment import find_stragglers
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.job_plan import classify_exit, new_run_id, worker_argv, worker_cwd, worker_env
@@ -181,3 +181,12 @@ def test_containers_get_exactly_their_planned_gpus():
     assert "device_requests" not in cpu and cpu["environment"]["CUDA_VISIBLE_DEVICES"] == "-1"
     (every,) = args(0, None)["device_requests"]  # no plan: every GPU of the node, as before
     assert every["Count"] == -1
+
+
+def test_the_trust_hint_names_the_cluster_file_only_when_it_is_not_the_default_here(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    here = parse_cluster(CLUSTER, file=str(tmp_path / "cluster.toml"))
+    elsewhere = parse_cluster(CLUSTER, file=str(tmp_path / "lab" / "cluster.toml"))
+    assert trust_command(here, here.nodes[0]) == f"homegpu trust {here.nodes[0].name}"
+    assert trust_command(elsewhere, elsewhere.nodes[0]) == \
+        f"homegpu --config {tmp_path / 'lab' / 'cluster.toml'} trust {elsewhere.nodes[0].name}"
