@@ -12,11 +12,12 @@ from pathlib import Path
 
 from homegpu.remote import bandwidth_store
 from homegpu.remote.bandwidth import LinkCallback, BandwidthMatrix, link_timeout, measure, pairs
+from homegpu.remote.check import Check
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.connect import OfferedKey
 from homegpu.remote.device_plan import DevicePlan, DevicePlanError
-from homegpu.remote.doctor import Check, diagnose
+from homegpu.remote.doctor import diagnose
 from homegpu.remote.events import Subscription
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome, attach_if_running, launch_or_attach
