@@ -20,8 +20,9 @@ from homegpu.remote.device_plan import DevicePlan, DevicePlanError
 from homegpu.remote.doctor import diagnose
 from homegpu.remote.events import Subscription
 from homegpu.remote.job_config import JobSpec
-from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome, attach_if_running, launch_or_attach
+from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome
 from homegpu.remote.last_run import last_timeline
+from homegpu.remote.run_guard import attach_if_running, launch_or_attach
 from homegpu.remote.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, worker_slots
 
 BANDWIDTH_SECONDS = 1.0
