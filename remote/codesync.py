@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Sequence
 
 from homegpu.remote.node import NODE_GONE, NodeSession
 from homegpu.remote.sync_node import scan
@@ -122,6 +123,21 @@ async def sync_tree(node: NodeSession, local_root: Path, remote_root: str) -> Sy
         raise SyncError(f"{node.name}: code sync to {remote_root} with {node.spec.python} failed "
                         f"(status {status}): {detail or 'no listing came back'}")
     return SyncResult(node.name, tuple(sent), tuple(plan.remove), len(local[0]) - len(sent))
+
+
+async def sync_trees(local_root: Path, targets: Sequence[tuple[NodeSession, str]]) -> list[str]:
+    """Mirror `local_root` onto every (node, remote root) at once.
+
+    Returns:
+        A line for each node whose sync failed or that is gone; none: every node has the code.
+    """
+    results = await asyncio.gather(*(sync_tree(node, local_root, root) for node, root in targets),
+                                   return_exceptions=True)
+    problems = [str(r) for r in results if isinstance(r, (SyncError, *NODE_GONE))]
+    for result in results if not problems else ():
+        if isinstance(result, BaseException):  # not a sync's failure: a bug, not a node's line
+            raise result
+    return problems
 
 
 async def _converse(process: RemoteProcess, local_root: Path, local: Tree,

@@ -1,17 +1,11 @@
-"""`homegpu doctor`: check every node for what a training job will need, and say how to fix each gap.
+"""`homegpu doctor`: probe every node for what a training job will need, and say how to fix each gap.
 
 Each node is probed on its own task (all nodes at once, `asyncio.gather(return_exceptions=True)`), so
 a slow node costs only its own timeouts. Per node the probes run concurrently too; they only gather
-facts (:class:`NodeFacts`), and pure functions turn the facts into :class:`Check` rows in a fixed order.
-That split keeps every judgement (versions, GPU agreement, disk, skew, exposure) testable without a node.
-
-GPUs are read twice with the stats agent, once through NVML and once through `nvidia-smi`, and the two
-must agree on the GPUs and their memory sizes; memory used may differ only by what a moment apart
-explains (a steady gap is the driver's reservation, which NVML without version-2 memory info counts). When `nvidia-smi` lists GPUs but NVML does not load in the node's Python, that is a ✗,
-not a footnote: `nvidia-smi` is itself an NVML client, so the node has a driver whose library its
-Python cannot load (a half-finished install or upgrade, a library outside the loader path, or tools
-from another driver on PATH). Stats then come from the slower `nvidia-smi` fallback, and the NVIDIA
-container toolkit (which loads the same libnvidia-ml) will not give containers the GPUs either.
+facts (:class:`~homegpu.remote.doctor_checks.NodeFacts`), and the pure functions of
+remote/doctor_checks.py turn them into :class:`Check` rows in a fixed order; the ssh and host key rows
+come from the session's state (here), the reachable row from remote/doctor_network.py. GPUs are read
+twice with the stats agent, once through NVML and once through `nvidia-smi` (see remote/doctor_gpus.py).
 
 Every command is an argv list; the transport quotes it with shlex.join, so config values never reach
 a shell unquoted.
@@ -20,37 +14,24 @@ a shell unquoted.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
-import json
 import time
-from dataclasses import dataclass
 from typing import Sequence
 
 from homegpu.remote.check import Check
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import NodeSpec
 from homegpu.remote.connect import connect_wait
+from homegpu.remote.doctor_checks import CHECK_NAMES, NO_ANSWER, NOT_SENT, NodeFacts, node_checks
 from homegpu.remote.doctor_network import reach_checks
 from homegpu.remote.events import NodeState
 from homegpu.remote.job_config import DEFAULT_JOB_PORT
 from homegpu.remote.node import NodeOffline, NodeSession
-from homegpu.remote.port_probe import parse_probe, probe_argv
-from homegpu.remote.stats import NodeStats, StatsParseError, describe_gpus, parse_agent_line
+from homegpu.remote.port_probe import probe_argv
 from homegpu.remote.stats_agent_bundle import agent_command, agent_payload
 from homegpu.remote.transport import CommandResult, TransportError
 
-MIN_PYTHON = (3, 8)
-MIN_FREE_DISK_MIB = 5 * 1024
-MAX_CLOCK_SKEW_S = 2.0
 COMMAND_TIMEOUT_S = 15.0
-MEMORY_SLACK_MIB = 64  # NVML and nvidia-smi memory used may differ this much (read a moment apart)
 AGENT_TIMEOUT_S = 45.0  # nvidia-smi may take up to 10 s per call on a busy or wedged driver
-NOT_FOUND = 127
-NO_ANSWER = -2  # pseudo exit statuses for a command that timed out / could not be sent
-NOT_SENT = -3
-
-CHECK_NAMES = ("ssh", "host key", "python3", "tensorflow", "docker", "nvidia container runtime", "gpus",
-               "iperf3", "disk", "clock", "job port", "address", "reachable")
 NOT_REACHABLE = "node not reachable"
 
 PYTHON_VERSION_SCRIPT = "import sys; print('%d.%d.%d' % tuple(sys.version_info[:3]))"
@@ -66,7 +47,6 @@ def version(*names):
             pass
 print(json.dumps({"tensorflow": version("tensorflow", "tensorflow-cpu"), "tf_keras": version("tf-keras")}))
 """
-TF_INSTALL = "'tensorflow==2.21.*' 'tf-keras==2.21.*'"
 CLOCK_PINGS = 3
 # Answers each line on stdin with its clock: started first and pinged once ready, so neither SSH
 # channel setup nor Python's start-up (half a second behind pyenv shims) lands in a round trip.
@@ -76,24 +56,6 @@ sys.stdout.write("ready\\n"); sys.stdout.flush()
 while sys.stdin.readline():
     sys.stdout.write(repr(time.time()) + "\\n"); sys.stdout.flush()
 """
-@dataclass(frozen=True)
-class NodeFacts:
-    """Everything the probes learned about one online node; the checks are pure functions of it."""
-
-    name: str
-    runtime: str
-    python: str
-    work_dir: str
-    address: str
-    port: int
-    python_version: CommandResult
-    docker_info: CommandResult | None
-    nvml: CommandResult
-    smi: CommandResult
-    iperf3: CommandResult
-    clock: tuple[float, CommandResult, float]
-    port_probe: CommandResult
-    tensorflow: CommandResult | None = None  # process nodes only: docker workers use the job's image
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -271,358 +233,3 @@ def connection_checks(node: str, spec: NodeSpec, known_hosts: str, state: NodeSt
     return [Check(node, "ssh", False, detail, _OFFLINE_FIX.format(node=node)),
             Check(node, "host key", None, NOT_REACHABLE)]
 
-
-# -- the checks of an online node -------------------------------------------------------------------
-
-
-def node_checks(facts: NodeFacts, alone: bool = False) -> list[Check]:
-    """All rows after ssh and host key, in CHECK_NAMES order; `alone`: the cluster has this node only."""
-    python = python_check(facts)
-    python_ok = python.ok is True
-    gpus = gpu_check(facts.name, _agent_stats(facts.nvml), _agent_stats(facts.smi), python_ok,
-                     containers=facts.runtime == "docker")
-    return [
-        python,
-        tensorflow_check(facts, python_ok),
-        docker_check(facts),
-        container_runtime_check(facts, _gpu_count(facts)),
-        gpus,
-        iperf3_check(facts, alone),
-        disk_check(facts, python_ok),
-        clock_check(facts, python_ok),
-        port_check(facts, python_ok),
-        address_check(facts),
-    ]
-
-
-def _needs_python(facts: NodeFacts, name: str) -> Check:
-    return Check(facts.name, name, None, f"skipped: needs a working {facts.python}")
-
-
-def _failure(result: CommandResult) -> str:
-    """The most telling line of a failed command."""
-    lines = (result.stderr.strip() or result.stdout.strip()).splitlines()
-    return lines[-1] if lines else f"exit status {result.exit_status}"
-
-
-def _timeout_fix(argv: str) -> str:
-    return f"Log in to the node and run `{argv}` by hand to see why it hangs."
-
-
-def python_check(facts: NodeFacts) -> Check:
-    result, name = facts.python_version, "python3"
-    fix = (f"Install Python {MIN_PYTHON[0]}.{MIN_PYTHON[1]} or newer on the node, "
-           f'or set python = "/path/to/python3" for {facts.name} in cluster.toml.')
-    if result.exit_status == NOT_FOUND:
-        return Check(facts.name, name, False, f"{facts.python} not found on the node", fix)
-    if result.exit_status == NO_ANSWER:
-        return Check(facts.name, name, False, _failure(result), _timeout_fix(f"{facts.python} --version"))
-    version = parse_version(result.stdout) if result.ok else None
-    if version is None:
-        return Check(facts.name, name, False, f"{facts.python} failed: {_failure(result)}", fix)
-    text = ".".join(map(str, version))
-    if version[:2] < MIN_PYTHON:
-        return Check(facts.name, name, False, f"{facts.python} is Python {text}, too old", fix)
-    return Check(facts.name, name, True, f"Python {text} ({facts.python})")
-
-
-def tensorflow_check(facts: NodeFacts, python_ok: bool) -> Check:
-    name = "tensorflow"
-    if facts.runtime != "process":
-        return Check(facts.name, name, None, "not needed here: workers run in the job's image")
-    if not python_ok:
-        return _needs_python(facts, name)
-    try:
-        found = json.loads(facts.tensorflow.stdout)
-    except (AttributeError, ValueError):
-        return Check(facts.name, name, False, f"cannot ask {facts.python}: {_failure(facts.tensorflow)}",
-                     _timeout_fix(f"{facts.python} -m pip show tensorflow"))
-    missing = [label for key, label in (("tensorflow", "TensorFlow"), ("tf_keras", "tf-keras")) if not found.get(key)]
-    if missing:
-        return Check(facts.name, name, False, f"{' and '.join(missing)} not installed for {facts.python}",
-                     f"Run `{facts.python} -m pip install {TF_INSTALL}` on the node, or set python = "
-                     f'"/path/to/python" with TensorFlow for {facts.name} (or the job) in cluster.toml.')
-    return Check(facts.name, name, True, f"TensorFlow {found['tensorflow']}, tf-keras {found['tf_keras']}")
-
-
-def parse_version(text: str) -> tuple[int, ...] | None:
-    """"3.11.2" -> (3, 11, 2); None for anything else."""
-    parts = text.strip().split(".")
-    return tuple(int(p) for p in parts) if parts and all(p.isdigit() for p in parts) else None
-
-
-def _docker_info(facts: NodeFacts) -> dict | None:
-    result = facts.docker_info
-    if result is None or not result.ok:
-        return None
-    for line in result.stdout.splitlines():
-        if line.startswith("{"):
-            try:
-                info = json.loads(line)
-            except ValueError:
-                return None
-            return info if isinstance(info, dict) and info.get("ServerVersion") else None
-    return None
-
-
-def docker_check(facts: NodeFacts) -> Check:
-    name = "docker"
-    if facts.runtime != "docker":
-        return Check(facts.name, name, None, f'not needed (runtime "{facts.runtime}")')
-    info = _docker_info(facts)
-    if info is not None:
-        return Check(facts.name, name, True, f"Docker Engine {info['ServerVersion']}")
-    result = facts.docker_info
-    if result.exit_status == NOT_FOUND:
-        return Check(facts.name, name, False, "docker is not installed",
-                     "Install Docker Engine (https://docs.docker.com/engine/install/), "
-                     f'or set runtime = "process" for {facts.name} in cluster.toml.')
-    if result.exit_status == NO_ANSWER:
-        return Check(facts.name, name, False, f"docker info: {_failure(result)}", _timeout_fix("docker info"))
-    problem = _failure(result)
-    if "permission denied" in problem.lower():
-        fix = "Add the SSH user to the docker group (sudo usermod -aG docker $USER) and log in again."
-    else:
-        fix = "Start the Docker engine on the node (sudo systemctl enable --now docker)."
-    return Check(facts.name, name, False, f"the Docker engine does not answer: {problem}", fix)
-
-
-def container_runtime_check(facts: NodeFacts, gpu_count: int) -> Check:
-    """Docker nodes with GPUs need the NVIDIA runtime registered, or NVIDIA CDI devices."""
-    name = "nvidia container runtime"
-    if facts.runtime != "docker":
-        return Check(facts.name, name, None, f'not needed (runtime "{facts.runtime}")')
-    if gpu_count == 0:
-        return Check(facts.name, name, None, "not needed (no GPU)")
-    info = _docker_info(facts)
-    if info is None:
-        return Check(facts.name, name, None, "skipped: needs a working Docker engine")
-    if "nvidia" in (info.get("Runtimes") or {}):
-        return Check(facts.name, name, True, "nvidia runtime registered with Docker")
-    cdi = [d.get("ID", "") for d in info.get("DiscoveredDevices") or [] if isinstance(d, dict)]
-    cdi = [device for device in cdi if device.startswith("nvidia.com/gpu")]
-    if cdi:
-        return Check(facts.name, name, True, f"CDI devices {', '.join(cdi)}")
-    return Check(facts.name, name, False, "Docker has no nvidia runtime and no NVIDIA CDI devices, "
-                 "so containers cannot use the GPUs",
-                 "Install the NVIDIA Container Toolkit, then run "
-                 "`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`.")
-
-
-# -- GPUs ---------------------------------------------------------------------------------------------
-
-
-def _agent_stats(result: CommandResult) -> NodeStats | str:
-    """The agent's one line as NodeStats, or why there is none."""
-    for line in reversed(result.stdout.splitlines()):
-        try:
-            return parse_agent_line(line)
-        except StatsParseError:
-            continue
-    return _failure(result)
-
-
-def _gpu_count(facts: NodeFacts) -> int:
-    counts = [len(s.gpus) for s in map(_agent_stats, (facts.nvml, facts.smi)) if isinstance(s, NodeStats)]
-    return max(counts, default=0)
-
-
-def _source_note(stats: NodeStats, prefix: str) -> str:
-    notes = [e[len(prefix):].lstrip(": ") for e in stats.errors if e.startswith(prefix)]
-    return notes[0] if notes else "unknown reason"
-
-
-_MISMATCH_FIX = "Driver/library mismatch: reboot, or reinstall the NVIDIA driver if that does not help."
-_NO_NVML_FIX = ("Make the driver's libnvidia-ml.so.1 loadable for the node's python "
-                "(`ldconfig -p | grep nvidia-ml` shows it), or reinstall the NVIDIA driver.")
-_NO_PYNVML_FIX = "Install nvidia-ml-py where homegpu runs (pip install nvidia-ml-py); homegpu ships it to the nodes."
-
-
-def gpu_check(node: str, nvml: NodeStats | str, smi: NodeStats | str, python_ok: bool = True,
-              containers: bool = False) -> Check:
-    """Compare the GPUs NVML sees with those nvidia-smi sees (see the module docstring for why a
-    one-sided view is ✗). Each side is the agent's stats with that source, or why the agent failed;
-    `containers` says the node runs jobs in Docker, whose GPU hand-out needs NVML too."""
-    name = "gpus"
-    if isinstance(nvml, str) or isinstance(smi, str):
-        if not python_ok:
-            return Check(node, name, None, "skipped: needs a working python3")
-        return Check(node, name, False, f"the stats agent failed: {nvml if isinstance(nvml, str) else smi}",
-                     "Run `homegpu status` to see the agent's error, and report a bug if it persists.")
-    nvml_up, smi_up = nvml.source == "nvml", smi.source == "nvidia-smi"
-    if nvml_up and smi_up:
-        return _compare_gpu_lists(node, nvml, smi)
-    if nvml_up:
-        if not nvml.gpus:
-            return Check(node, name, True, "no GPU (CPU-only node: trains on CPU)")
-        return Check(node, name, True, f"{describe_gpus(nvml)} (NVML; nvidia-smi is not on PATH)")
-    if smi_up and smi.gpus:
-        why = _source_note(nvml, "nvml")
-        fix = _NO_PYNVML_FIX if "pynvml is not importable" in why else _NO_NVML_FIX
-        effect = "stats fall back to nvidia-smi" + (" and Docker cannot hand these GPUs to containers"
-                                                    if containers else "")
-        return Check(node, name, False, f"nvidia-smi sees {describe_gpus(smi)}, but NVML does not load "
-                     f"({why}); {effect}", fix)
-    if smi_up and smi.errors:
-        return Check(node, name, False, f"nvidia-smi cannot reach the driver: {smi.errors[0]}",
-                     "Load the driver: reboot, or reinstall the NVIDIA driver for the running kernel.")
-    return Check(node, name, True, "no GPU (CPU-only node: trains on CPU)")
-
-
-def _compare_gpu_lists(node: str, nvml: NodeStats, smi: NodeStats) -> Check:
-    """The same GPUs (by UUID), the same memory sizes, and memory used within MEMORY_SLACK_MIB:
-    the two readings are taken a moment apart, so a working GPU's usage may move in between."""
-    nvml_ids, smi_ids = sorted(map(str, (g.uuid for g in nvml.gpus))), sorted(map(str, (g.uuid for g in smi.gpus)))
-    if nvml_ids != smi_ids:
-        return Check(node, "gpus", False, f"NVML sees {len(nvml_ids)} GPUs {nvml_ids}, "
-                     f"nvidia-smi sees {len(smi_ids)} {smi_ids}", _MISMATCH_FIX)
-    if not nvml.gpus:
-        return Check(node, "gpus", True, "no GPU (CPU-only node: trains on CPU)")
-    totals, used = _memory_differences(nvml, smi)
-    if totals:
-        return Check(node, "gpus", False, f"NVML and nvidia-smi disagree on memory size: {'; '.join(totals)}",
-                     _MISMATCH_FIX)
-    if used:
-        return Check(node, "gpus", True, f"{describe_gpus(nvml)}; memory used differs: {'; '.join(used)} "
-                     "(a steady gap is the driver's reservation, which NVML without version-2 memory info "
-                     "counts as used: a newer NVIDIA driver shows nvidia-smi's figure)")
-    return Check(node, "gpus", True, f"{describe_gpus(nvml)} (NVML and nvidia-smi agree)")
-
-
-def _memory_differences(nvml: NodeStats, smi: NodeStats) -> tuple[list[str], list[str]]:
-    """Per GPU, where the two disagree on total memory, and where on memory used beyond the slack."""
-    theirs = {str(gpu.uuid): gpu for gpu in smi.gpus}
-    totals, used = [], []
-    for gpu in nvml.gpus:
-        other = theirs[str(gpu.uuid)]
-        if _numbers(gpu.mem_total, other.mem_total) and gpu.mem_total != other.mem_total:
-            totals.append(f"GPU {gpu.index} {gpu.mem_total} MiB (NVML), {other.mem_total} MiB (nvidia-smi)")
-        if _numbers(gpu.mem_used, other.mem_used) and abs(gpu.mem_used - other.mem_used) > MEMORY_SLACK_MIB:
-            used.append(f"GPU {gpu.index} {gpu.mem_used} MiB (NVML), {other.mem_used} MiB (nvidia-smi)")
-    return totals, used
-
-
-def _numbers(*values: object) -> bool:
-    return all(isinstance(v, (int, float)) for v in values)
-
-
-# -- tools, disk, clock, port, address ------------------------------------------------------------------
-
-
-def iperf3_check(facts: NodeFacts, alone: bool = False) -> Check:
-    """iperf3 measures the links between nodes; on a one-node cluster (`alone`) there is no link,
-    so its absence is a note, not a problem."""
-    result, name = facts.iperf3, "iperf3"
-    first = (result.stdout.strip().splitlines() or [""])[0]
-    if first.startswith("iperf 3"):  # some builds exit 1 after printing the version
-        return Check(facts.name, name, True, first.split(" (")[0])
-    if result.exit_status == NO_ANSWER:
-        return Check(facts.name, name, False, _failure(result), _timeout_fix("iperf3 --version"))
-    detail = "iperf3 not found on the node" if result.exit_status == NOT_FOUND else f"iperf3: {_failure(result)}"
-    if alone:
-        return Check(facts.name, name, None, f"{detail}; not needed on a one-node cluster (no link to measure): "
-                     "install it (sudo apt install iperf3) before adding nodes")
-    return Check(facts.name, name, False, detail,
-                 "Install iperf3 on the node (sudo apt install iperf3); homegpu measures bandwidth with it.")
-
-
-def disk_check(facts: NodeFacts, python_ok: bool) -> Check:
-    stats = next((s for s in map(_agent_stats, (facts.nvml, facts.smi)) if isinstance(s, NodeStats)), None)
-    if stats is None or not isinstance(stats.disk_free, (int, float)):
-        if not python_ok:
-            return _needs_python(facts, "disk")
-        return Check(facts.name, "disk", None, f"free space in {facts.work_dir} could not be measured")
-    free = f"{stats.disk_free / 1024:.1f} GiB free in {facts.work_dir}"
-    if stats.disk_free < MIN_FREE_DISK_MIB:
-        return Check(facts.name, "disk", False, f"only {free}, under {MIN_FREE_DISK_MIB // 1024} GiB",
-                     f"Free space on that disk, or set work_dir for {facts.name} to a larger disk in cluster.toml.")
-    return Check(facts.name, "disk", True, free)
-
-
-def clock_skew(sent: float, remote: float, received: float) -> tuple[float, float]:
-    """(node clock − ours, uncertainty): the node read its clock somewhere in our round trip, so it
-    is compared with the midpoint, and can be off by at most half the round trip."""
-    return remote - (sent + received) / 2, (received - sent) / 2
-
-
-def _seconds(value: float, sign: bool = False) -> str:
-    text = f"{value * 1000:{'+' if sign else ''}.1f} ms" if abs(value) < 1 else f"{value:{'+' if sign else ''}.2f} s"
-    return text.replace("-0.0 ms", "+0.0 ms")
-
-
-def clock_check(facts: NodeFacts, python_ok: bool) -> Check:
-    sent, result, received = facts.clock
-    try:
-        remote = float(result.stdout.strip())
-    except ValueError:
-        if not python_ok:
-            return _needs_python(facts, "clock")
-        return Check(facts.name, "clock", False, f"could not read the node's clock: {_failure(result)}",
-                     _timeout_fix(f"{facts.python} -c 'import time; print(time.time())'"))
-    skew, error = clock_skew(sent, remote, received)
-    # ✗ only when the node is surely more than the limit off, however the round trip split.
-    detail = f"{_seconds(skew, sign=True)} against this machine (±{_seconds(error)})"
-    if abs(skew) - error > MAX_CLOCK_SKEW_S:
-        return Check(facts.name, "clock", False, detail,
-                     "Enable time sync on the node (sudo timedatectl set-ntp true, or install chrony).")
-    return Check(facts.name, "clock", True, detail)
-
-
-def _port_result(facts: NodeFacts) -> dict:
-    binds = parse_probe(facts.port_probe.stdout)
-    return binds[-1] if binds else {}
-
-
-def port_check(facts: NodeFacts, python_ok: bool) -> Check:
-    where, out = f"{facts.address}:{facts.port}", _port_result(facts)
-    status, error = out.get("status"), out.get("error", "")
-    if status == "free":
-        return Check(facts.name, "job port", True, f"{where} is free")
-    if status == "in use":
-        return Check(facts.name, "job port", False, f"something listens on {where}",
-                     f"Stop what listens on {where}, or set port in the job to a free one.")
-    if status in ("not local", "unresolved"):
-        return Check(facts.name, "job port", False, f"{facts.address} is not an address of this node ({error})",
-                     f"Set address for {facts.name} in cluster.toml to the node's LAN IP.")
-    if not python_ok:
-        return _needs_python(facts, "job port")
-    problem = error or _failure(facts.port_probe)
-    return Check(facts.name, "job port", False, f"cannot bind {where}: {problem}",
-                 "Use a job port above 1024 that no firewall or other program holds.")
-
-
-def address_kind(text: str) -> str | None:
-    """"loopback", "link-local", "private" or "public" for an IP; None for a host name.
-
-    Shared (CGNAT, 100.64/10, e.g. Tailscale) and other reserved ranges are not reachable from the
-    internet, so only globally routable addresses count as public.
-    """
-    try:
-        ip = ipaddress.ip_address(text.strip("[]").split("%")[0])
-    except ValueError:
-        return None
-    if ip.is_loopback:
-        return "loopback"
-    if ip.is_link_local:
-        return "link-local"
-    return "public" if ip.is_global else "private"
-
-
-def is_public_address(text: str) -> bool:
-    return address_kind(text) == "public"
-
-
-def address_check(facts: NodeFacts) -> Check:
-    ip = _port_result(facts).get("ip") or facts.address
-    kind = address_kind(ip)
-    shown = facts.address if ip == facts.address else f"{facts.address} ({ip})"
-    if kind is None:
-        return Check(facts.name, "address", None, f"cannot tell whether {facts.address} is public "
-                     "(it did not resolve on the node)")
-    if kind == "public":
-        return Check(facts.name, "address", False,
-                     f"WARNING: {shown} is a public IP; TensorFlow's worker port has no authentication; "
-                     "keep jobs on a trusted LAN",
-                     f"Set address for {facts.name} in cluster.toml to its LAN IP, "
-                     f"or firewall port {facts.port} to the cluster's machines.")
-    return Check(facts.name, "address", True, f"{shown} is {kind}")

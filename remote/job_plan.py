@@ -1,4 +1,5 @@
-"""Pure planning for a run: run ids, each worker's command line, and what an exit status means."""
+"""Planning for a run, with no node involved: run ids, where the job's code is here, each worker's launch
+(command line, environment, TF_CONFIG, devices), and what an exit status means."""
 
 from __future__ import annotations
 
@@ -6,11 +7,16 @@ import posixpath
 import secrets
 import signal
 import time
-from pathlib import PurePosixPath
+from importlib import resources
+from pathlib import Path, PurePosixPath
+from typing import Sequence
 
+from homegpu.remote.config import EMBEDDED_DEFAULT
+from homegpu.remote.device_plan import DevicePlan, docker_device_ids
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.process_owners import MARKER_INDEX, MARKER_JOB, MARKER_RUN
-from homegpu.remote.runtime import NodePaths
+from homegpu.remote.runtime import NodePaths, Runtime, WorkerLaunch
+from homegpu.remote.tfconfig import WorkerSlot, tf_config_json
 
 TRAINER_PACKAGE_DIR = "_homegpu"  # under the synced code root: holds homegpu/trainer for PYTHONPATH
 
@@ -60,6 +66,46 @@ def worker_markers(job: str, run_id: str, index: int) -> dict[str, str]:
     """Environment that marks a worker's processes as this run's, for whoever looks at the node's
     GPU processes (the stats agent, through remote/process_owners.py); children inherit it."""
     return {MARKER_JOB: job, MARKER_RUN: run_id, MARKER_INDEX: str(index)}
+
+
+def local_code(job: JobSpec, config_source: str) -> Path:
+    """The job's code on this machine: the built-in trainer's package, else its code_dir (or its
+    script's folder), relative to the cluster file's folder (`config_source`'s)."""
+    if job.uses_trainer:
+        return Path(str(resources.files("homegpu.trainer")))
+    return (_config_dir(config_source) / (job.code_dir or Path(job.script).parent)).expanduser().resolve()
+
+
+def script_rel(job: JobSpec, config_source: str) -> str:
+    """The job's script relative to its local code ("" for the built-in trainer)."""
+    if job.uses_trainer:
+        return ""
+    script = (_config_dir(config_source) / job.script).expanduser().resolve()
+    return script.relative_to(local_code(job, config_source)).as_posix()
+
+
+def _config_dir(config_source: str) -> Path:
+    """Where the job's relative paths start: the cluster file's folder (the embedded default: here)."""
+    return Path.cwd() if config_source == EMBEDDED_DEFAULT else Path(config_source).parent
+
+
+def worker_launch(job: JobSpec, run_id: str, generation: int, slots: Sequence[WorkerSlot], slot: WorkerSlot,
+                  runtime: Runtime, code_dir: str, plan: DevicePlan | None, script: str) -> WorkerLaunch:
+    """How `runtime` starts `slot`'s worker: `code_dir` is the job's synced code on its node,
+    `script` the script relative to it (script_rel), `plan` every worker's devices (None: all)."""
+    paths = runtime.worker_paths(run_id, slot.label, code_dir, job.data_dir, job.python)
+    devices = plan.workers[slot.index] if plan else None
+    env = worker_env(job, paths)
+    if devices is not None:  # the job's own env may still override what the plan sets
+        env = {**runtime.device_env(plan, devices), **env}
+    env.update(worker_markers(job.name, run_id, slot.index))  # not the job's to override
+    return WorkerLaunch(
+        job=job.name, run_id=run_id, generation=generation, slot=slot, tf_config=tf_config_json(slots, slot.index),
+        argv=worker_argv(job, paths, script), cwd=worker_cwd(paths), python=paths.python,
+        code_dir=code_dir, output_dir=runtime.out_dir(run_id, slot.label),
+        env=env, image=job.image, data_dir=job.data_dir,
+        device_ids=tuple(docker_device_ids(devices)) if devices else None,
+    )
 
 
 def classify_exit(status: int | None) -> str:

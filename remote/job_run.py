@@ -1,72 +1,46 @@
-"""JobRun: one run of a job across its nodes — preflight, launch, watch, restart, stop.
+"""JobRun: one run of a job across its nodes — launch, watch, restart, stop — and the state it owns.
 
-Launch is all-or-nothing: every node passes preflight before anything starts, and if one start
-fails the workers that did start are stopped again. While the run lives, each worker's log is
-followed (LogLine events, experiments/RUN-ID/logs/), its metric lines become Metric events, and its
-state is polled on the node. A worker that fails or stalls makes the whole run restart with the
-same TF_CONFIG and the next generation (the trainer's BackupAndRestore resumes the epoch).
+Launch is all-or-nothing: every node passes preflight (remote/run_preflight.py) before anything
+starts, and if one start fails the workers that did start are stopped again. While the run lives,
+each worker's log is followed (remote/worker_logs.py) and its state is polled on the node
+(remote/worker_watch.py). A worker that fails or stalls makes the whole run restart with the same
+TF_CONFIG and the next generation (the trainer's BackupAndRestore resumes the epoch), unless it is a
+script error (remote/failure.py). The run holds its job's run lock (remote/run_guard.py, which also
+launches or attaches to a run) while it lives; at the end every log is read to its end and the
+chief's outputs come home.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from dataclasses import dataclass, field, replace
-from importlib import resources
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from homegpu.remote.cluster import Cluster
-from homegpu.remote.codesync import SyncError, sync_tree
-from homegpu.remote.config import EMBEDDED_DEFAULT
-from homegpu.remote.device_plan import DevicePlan, DevicePlanError, docker_device_ids
-from homegpu.remote.events import JobState, JobStateChanged, Metric, PreflightResult, Straggler, WorkerExited
-from homegpu.remote.experiment import ExperimentLog, find_stragglers
-from homegpu.remote.failure import PROGRESS_EVENTS, Verdict, WorkerEnd, judge, might_be_script_error
-from homegpu.remote.gpu_owners import foreign_memory_warnings
+from homegpu.remote.codesync import sync_trees
+from homegpu.remote.device_plan import DevicePlan, DevicePlanError
+from homegpu.remote.events import JobState, JobStateChanged
+from homegpu.remote.experiment import ExperimentLog
+from homegpu.remote.failure import Verdict, judge, might_be_script_error
 from homegpu.remote.job_config import PER_GPU, JobSpec
-from homegpu.remote.job_plan import (
-    TRAINER_PACKAGE_DIR, classify_exit, new_run_id, worker_argv, worker_cwd, worker_env, worker_markers,
-)
+from homegpu.remote.job_plan import TRAINER_PACKAGE_DIR, local_code, new_run_id, script_rel, worker_launch
 from homegpu.remote.last_run import last_timeline
-from homegpu.remote.logtail import LogLine, LogTail
-from homegpu.remote.node import NODE_GONE, NodeSession
+from homegpu.remote.node import NodeSession
 from homegpu.remote.outputs import FetchedOutputs, fetch_outputs, remove_backups
-from homegpu.remote.preflight import node_preflight, port_problems
-from homegpu.remote.reach import Endpoint, reach_problems
-from homegpu.remote.run_lock import LockHolder, RunLockError, acquire, refresh, release
+from homegpu.remote.run_guard import RunGuard
+from homegpu.remote.run_lock import LockHolder
+from homegpu.remote.run_preflight import restart_port_problems, run_preflight
 from homegpu.remote.run_record import RunRecord
 from homegpu.remote.runs import JobNodes, LaunchError
-from homegpu.remote.runtime import STOP_GRACE_SECONDS, Runtime, WorkerLaunch, WorkerStatus
-from homegpu.remote.runtime_errors import RuntimeError_
-from homegpu.remote.stats import describe_gpus
-from homegpu.remote.tfconfig import (
-    WorkerSlot, job_device_plan, job_nodes, plan_counts, tf_config_json, worker_slots,
-)
+from homegpu.remote.runtime import STOP_GRACE_SECONDS, WorkerLaunch, WorkerStatus
+from homegpu.remote.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, tf_config_json, worker_slots
+from homegpu.remote.worker_logs import WorkerLines, finish_tails, stop_tails
+from homegpu.remote.worker_watch import WorkerTrack, WorkerWatch, all_succeeded, retry_is_pointless, worker_ends
 
 POLL_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0
 SCRIPT_ERROR_WAIT = 10.0  # for the other workers to fail by themselves too (a script error fails them all)
-LOCK_WAIT_SECONDS = 90.0  # for another controller's launch (preflight, sync) to show its workers
-HEARTBEAT_SECONDS = 20.0  # the run lock's, so another controller sees this one is alive
-LOG_DRAIN_SECONDS = 60.0  # to read an ended worker's log to its end (a flood of megabytes over SSH)
-
-
-@dataclass
-class WorkerTrack:
-    """What the controller knows of one worker right now."""
-
-    slot: WorkerSlot
-    runtime: Runtime
-    last_activity: float = field(default_factory=time.monotonic)
-    status: WorkerStatus | None = None
-    tail: LogTail | None = None
-    last_metric: dict = field(default_factory=dict)
-    progressed: bool = False  # this generation trained (a step, epoch or end metric line came)
-
-    @property
-    def label(self) -> str:
-        return self.slot.label
 
 
 @dataclass(frozen=True)
@@ -100,8 +74,8 @@ class JobRun:
         self.plan: DevicePlan | None = None  # every worker's devices, once prepare() saw the nodes' GPUs
         self.experiment: ExperimentLog | None = None
         self.record: RunRecord | None = None
-        self._locked = False  # this run holds the job's run lock (remote/run_lock.py)
-        self._last_heartbeat = 0.0
+        self._guard: RunGuard | None = None  # the job's run lock, once take_lock() was called
+        self._watch = WorkerWatch(job.name, self.hub, self.tracks)  # polls and notes the tracks' statuses
         self._stop_requested = asyncio.Event()
 
     # -- setup -------------------------------------------------------------------------------
@@ -143,38 +117,8 @@ class JobRun:
             raise LaunchError(f"job {self.job.name}: {exc}") from None
 
     def launch_for(self, slot: WorkerSlot) -> WorkerLaunch:
-        runtime = self.tracks[slot.label].runtime
-        code_dir = self.code_dir(slot.node.name)
-        paths = runtime.worker_paths(self.run_id, slot.label, code_dir, self.job.data_dir, self.job.python)
-        devices = self.plan.workers[slot.index] if self.plan else None
-        env = worker_env(self.job, paths)
-        if devices is not None:  # the job's own env may still override what the plan sets
-            env = {**runtime.device_env(self.plan, devices), **env}
-        env.update(worker_markers(self.job.name, self.run_id, slot.index))  # not the job's to override
-        return WorkerLaunch(
-            job=self.job.name, run_id=self.run_id, generation=self.generation, slot=slot,
-            tf_config=tf_config_json(self.slots, slot.index),
-            argv=worker_argv(self.job, paths, self._script_rel()), cwd=worker_cwd(paths), python=paths.python,
-            code_dir=code_dir, output_dir=runtime.out_dir(self.run_id, slot.label),
-            env=env, image=self.job.image, data_dir=self.job.data_dir,
-            device_ids=tuple(docker_device_ids(devices)) if devices else None,
-        )
-
-    def _config_dir(self) -> Path:
-        """Where the job's relative paths start: the cluster file's folder (the embedded default: here)."""
-        source = self.cluster.spec.source
-        return Path.cwd() if source == EMBEDDED_DEFAULT else Path(source).parent
-
-    def _local_code(self) -> Path:
-        if self.job.uses_trainer:
-            return Path(str(resources.files("homegpu.trainer")))
-        return (self._config_dir() / (self.job.code_dir or Path(self.job.script).parent)).expanduser().resolve()
-
-    def _script_rel(self) -> str:
-        if self.job.uses_trainer:
-            return ""
-        script = (self._config_dir() / self.job.script).expanduser().resolve()
-        return script.relative_to(self._local_code()).as_posix()
+        return worker_launch(self.job, self.run_id, self.generation, self.slots, slot, self.tracks[slot.label].runtime,
+                             self.code_dir(slot.node.name), self.plan, script_rel(self.job, self.cluster.spec.source))
 
     # -- launch --------------------------------------------------------------------------------
 
@@ -208,53 +152,11 @@ class JobRun:
                                 self.job.name).start()
 
     async def _preflight(self) -> None:
-        first = {slot.node.name: slot for slot in reversed(self.slots)}
-        ports = {name: [s.port for s in self.slots if s.node.name == name] for name in first}
-        results = await asyncio.gather(*(
-            node_preflight(self.tracks[slot.label].runtime, self.launch_for(slot), self.job, self._local_code(),
-                           ports[name])
-            for name, slot in first.items()))
-        if not any(results):  # each node ready by itself: now prove the network between them
-            results = await self._reach_problems(first, ports, results)
-        problems = []
-        for slot, found in zip(first.values(), results):
-            stats = self.cluster.node(slot.node.name).latest
-            gpus = describe_gpus(stats) + (f" ({stats.source})" if stats and stats.gpus else "")
-            warnings = foreign_memory_warnings(slot.node.name, stats, self._job_gpus(slot.node.name), self.run_id)
-            self.hub.publish(PreflightResult(self.job.name, slot.node.name, tuple(found), gpus, tuple(warnings)))
-            problems += found
+        problems = await run_preflight(self.cluster, self.job, self.run_id, self.slots, self.nodes.runtime,
+                                       self.launch_for, local_code(self.job, self.cluster.spec.source), self.plan)
         if problems:
             self._publish(JobState.FAILED, "preflight failed")
             raise LaunchError("; ".join(problems))
-
-    async def _reach_problems(self, first: dict[str, WorkerSlot], ports: dict[str, list[int]],
-                              results: list[list[str]]) -> list[list[str]]:
-        """`results` with what keeps each node's job ports from being reached by its peers."""
-        ends = [Endpoint(self.cluster.node(name), slot.address, tuple(ports[name])) for name, slot in first.items()]
-        found = await reach_problems(ends)
-        return [found_here + [p.text for p in found if p.node == name]
-                for name, found_here in zip(first, results)]
-
-    def _job_gpus(self, node: str) -> list[int] | None:
-        """The GPU indices the device plan gives the job's workers on `node`; None (all) without a plan."""
-        if self.plan is None:
-            return None
-        return [gpu for worker in self.plan.workers_on(node) for gpu in worker.gpus]
-
-    async def _port_problems(self) -> list[str]:
-        """The job ports each node cannot bind now (the stopped generation's, say, not yet free)."""
-        first = {slot.node.name: slot for slot in reversed(self.slots)}
-        found = await asyncio.gather(*(
-            port_problems(self.tracks[slot.label].runtime, slot.address,
-                          [s.port for s in self.slots if s.node.name == name]) for name, slot in first.items()),
-            return_exceptions=True)
-        return [p for item in found for p in ([str(item)] if isinstance(item, BaseException) else item)]
-
-    # -- the run lock ---------------------------------------------------------------------------
-
-    def _lock_place(self) -> tuple[NodeSession, str]:
-        chief = self.slots[0].node.name
-        return self.cluster.node(chief), self.nodes.work_dirs[chief]
 
     async def take_lock(self) -> LockHolder | None:
         """Take the job's run lock on the chief's node; the holder when another controller has it.
@@ -262,40 +164,21 @@ class JobRun:
         Raises:
             LaunchError: the lock could not be read or written (node gone, no python there).
         """
-        node, work_dir = self._lock_place()
-        try:
-            result = await acquire(node, work_dir, self.job.name, self.run_id)
-        except (RunLockError, *NODE_GONE) as exc:
-            raise LaunchError(str(exc)) from None
-        self._locked = result.acquired
-        return None if result.acquired else result.holder
+        chief = self.slots[0].node.name
+        self._guard = RunGuard(self.cluster.node(chief), self.nodes.work_dirs[chief], self.job.name, self.run_id)
+        return await self._guard.take()
 
     async def release_lock(self) -> None:
-        if self._locked:
-            self._locked = False
-            with contextlib.suppress(RunLockError, *NODE_GONE):
-                await release(*self._lock_place(), self.job.name, self.run_id)
-
-    async def _heartbeat(self) -> None:
-        if self._locked and time.monotonic() - self._last_heartbeat > HEARTBEAT_SECONDS:
-            self._last_heartbeat = time.monotonic()
-            with contextlib.suppress(RunLockError, *NODE_GONE):
-                await refresh(*self._lock_place(), self.job.name, self.run_id)
+        if self._guard is not None:
+            await self._guard.release()
 
     async def _sync_code(self) -> None:
-        local = self._local_code()
-        async def one(node: NodeSession) -> None:
-            target = self.code_dir(node.name)
-            if self.job.uses_trainer:  # ship homegpu/trainer so nodes need no homegpu install
-                target = f"{target}/{TRAINER_PACKAGE_DIR}/homegpu/trainer"
-            await sync_tree(node, local, target)
-        results = await asyncio.gather(*(one(node) for node in self._nodes()), return_exceptions=True)
-        problems = [str(r) for r in results if isinstance(r, (SyncError, *NODE_GONE))]
+        # the built-in trainer ships homegpu/trainer, so nodes need no homegpu install
+        under = f"/{TRAINER_PACKAGE_DIR}/homegpu/trainer" if self.job.uses_trainer else ""
+        problems = await sync_trees(local_code(self.job, self.cluster.spec.source),
+                                    [(node, self.code_dir(node.name) + under) for node in self._nodes()])
         if problems:
             raise LaunchError("code sync failed: " + "; ".join(problems))
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
 
     async def _start_generation(self) -> None:
         self._publish(JobState.STARTING, f"starting TensorFlow on {len(self.slots)} worker(s)")
@@ -308,6 +191,10 @@ class JobRun:
             raise LaunchError("; ".join(_describe_failure(l, r) for l, r in failed))
         self._follow_logs()
         self._publish(JobState.RUNNING)
+
+    def _follow_logs(self) -> None:
+        lines = WorkerLines(self.job.name, self.run_id, self.hub, self.tracks, self.experiment)
+        lines.follow(self.generation, self.job.batch_size if self.job.uses_trainer else None)
 
     # -- reattach ------------------------------------------------------------------------------
 
@@ -327,11 +214,11 @@ class JobRun:
         try:
             state, detail = await self._follow_to_end()
         except BaseException:
-            await self._stop_tails()
+            await stop_tails(self.tracks.values())
             self._close_experiment()
             await self._close_record(report=False)
             raise
-        incomplete = await self._finish_tails()
+        incomplete = await finish_tails(self.tracks.values(), self.run_id)
         outputs = await self._fetch_outputs()
         if state is JobState.SUCCEEDED and self.job.uses_trainer and not outputs.error:
             await remove_backups([(t.runtime.node, t.runtime.out_dir(self.run_id, t.label))
@@ -347,14 +234,14 @@ class JobRun:
                 self._publish(JobState.STOPPING, f"TERM to every worker, KILL after {STOP_GRACE_SECONDS:g} s")
                 await self._stop_workers()
                 return JobState.STOPPED, "stopped"
-            failure = await self._check_workers()
+            failure = await self._watch.check(self.run_id, self.generation, self.job.stall_timeout)
             if failure is None:
-                if all(t.status and t.status.state == "exited" and t.status.exit_status == 0
-                       for t in self.tracks.values()):
+                if all_succeeded(self.tracks.values()):
                     return JobState.SUCCEEDED, "every worker succeeded"
             elif (failure := await self._restart(failure)) is not None:
                 return JobState.FAILED, failure
-            await self._heartbeat()
+            if self._guard is not None:
+                await self._guard.heartbeat()
             await self._sleep(POLL_SECONDS)
 
     def _close_experiment(self) -> None:
@@ -369,7 +256,7 @@ class JobRun:
 
     async def detach(self) -> None:
         """Leave the run going on its nodes and stop following it here."""
-        await self._stop_tails()
+        await stop_tails(self.tracks.values())
         self._close_experiment()
         await self._close_record(report=False)
 
@@ -387,78 +274,14 @@ class JobRun:
         """A script error (every worker failed by itself before any progress, with the same error) is
         not a fault: restarting cannot fix it. The other workers get SCRIPT_ERROR_WAIT seconds to end
         by themselves first, since stopping them would hide their own error. None: a fault."""
-        if not any(might_be_script_error(end) for end in self._worker_ends()):
+        if not any(might_be_script_error(end) for end in worker_ends(self.tracks.values())):
             return None
         deadline = time.monotonic() + SCRIPT_ERROR_WAIT
-        while time.monotonic() < deadline and not all(
-                t.status and t.status.state in ("exited", "vanished") for t in self.tracks.values()):
+        while time.monotonic() < deadline and not all(t.ended for t in self.tracks.values()):
             await self._sleep(POLL_SECONDS)
-            for track, status in zip(*await self._poll_workers()):
-                if isinstance(status, WorkerStatus):
-                    self._note_status(track, status)
-        await self._finish_tails()  # every worker's own last lines, to compare their errors
-        return judge(self._worker_ends())
-
-    def _worker_ends(self) -> list[WorkerEnd]:
-        return [WorkerEnd(t.label, t.status.exit_status if t.status else None,
-                          progressed=t.progressed, last_lines=tuple(line.text for line in t.tail.lines)[-60:]
-                          if t.tail else (), stopped=not (t.status and t.status.state in ("exited", "vanished")))
-                for t in self.tracks.values()]
-
-    async def _check_workers(self) -> str | None:
-        """Poll every worker; a description of the failure or stall that ends this generation, else None.
-
-        Every status is noted first, and a worker killed by a signal is named before one that failed
-        by itself: when one worker is killed, its peers fail too, and the kill is the cause.
-        """
-        tracks, statuses = await self._poll_workers()
-        for track, status in zip(tracks, statuses):
-            if isinstance(status, BaseException):
-                if not isinstance(status, (*NODE_GONE, RuntimeError_)):
-                    raise status
-            else:  # node unreachable right now: the stall clock keeps running
-                self._note_status(track, status)
-        failed = [t for t in tracks if t.status and t.status.state in ("exited", "vanished")
-                  and t.status.exit_status != 0]
-        if failed:
-            cause = min(failed, key=lambda t: not _killed(t.status.exit_status))
-            return f"{cause.label}: {classify_exit(cause.status.exit_status)}"
-        now = time.monotonic()
-        for track in tracks:
-            finished = track.status is not None and track.status.state == "exited"
-            if not finished and now - track.last_activity > self.job.stall_timeout:
-                return f"{track.label}: no progress for {self.job.stall_timeout:g}s (stalled)"
-        return None
-
-    async def _poll_workers(self) -> tuple[list[WorkerTrack], list[WorkerStatus | BaseException]]:
-        """Every worker's status, one round trip per node; a node's failure stands for each of its
-        workers."""
-        by_runtime: dict[Runtime, list[WorkerTrack]] = {}
-        for track in self.tracks.values():
-            by_runtime.setdefault(track.runtime, []).append(track)
-        groups = list(by_runtime.values())
-        replies = await asyncio.gather(*(group[0].runtime.statuses(self.run_id, [t.label for t in group])
-                                         for group in groups), return_exceptions=True)
-        tracks, statuses = [], []
-        for group, reply in zip(groups, replies):
-            tracks += group
-            statuses += [reply] * len(group) if isinstance(reply, BaseException) else reply
-        return tracks, statuses
-
-    def _note_status(self, track: WorkerTrack, status: WorkerStatus) -> None:
-        if status.generation not in (None, self.generation):
-            return  # a previous generation's leftovers
-        changed = track.status is None or track.status.state != status.state
-        track.status = status
-        if changed and status.state in ("exited", "vanished"):
-            self.hub.publish(WorkerExited(self.job.name, self.run_id, track.label, self.generation,
-                                          status.exit_status, classify_exit(status.exit_status)))
-
-    def _retry_is_pointless(self) -> bool:
-        """The built-in trainer exits 2 (bad options, TF_CONFIG or data) or 3 (backups disagree)
-        for what a restart cannot fix."""
-        return self.job.uses_trainer and any(
-            t.status and t.status.exit_status in (2, 3) for t in self.tracks.values())
+            await self._watch.poll(self.run_id, self.generation)
+        await finish_tails(self.tracks.values(), self.run_id)  # every worker's own last lines, to compare errors
+        return judge(worker_ends(self.tracks.values()))
 
     async def _restart(self, failure: str) -> str | None:
         """Restart every worker with the next generation, with backoff, while restarts are left.
@@ -472,18 +295,18 @@ class JobRun:
             return verdict.summary
         while True:
             if self.job.restart != "on-failure" or self.restarts >= self.job.max_restarts \
-                    or self._retry_is_pointless():
+                    or retry_is_pointless(self.job, self.tracks.values()):
                 await self._stop_workers()
                 return failure
             self.restarts += 1
             self._publish(JobState.RESTARTING, failure)
             await self._stop_workers()
-            await self._finish_tails()  # the failed generation's whole log, before a removed container's is gone
+            await finish_tails(self.tracks.values(), self.run_id)  # the failed generation's whole log, first
             await self._remove_workers()
             await self._sleep(min(2.0 ** (self.restarts - 1), MAX_BACKOFF_SECONDS))
             if self._stop_requested.is_set():
                 return None  # watch() stops what is left
-            problems = await self._port_problems()
+            problems = await restart_port_problems(self.slots, self.nodes.runtime)
             if problems:
                 failure = f"restart failed: {'; '.join(problems)}"
                 continue
@@ -508,57 +331,6 @@ class JobRun:
         await asyncio.gather(*(t.runtime.remove(self.run_id, t.label) for t in self.tracks.values()),
                              return_exceptions=True)
 
-    # -- logs and metrics ----------------------------------------------------------------------
-
-    def _follow_logs(self) -> None:
-        for track in self.tracks.values():
-            track.last_activity = time.monotonic()
-            track.tail = track.runtime.tail(self.run_id, track.label, self.generation, hub=self.hub,
-                                            on_line=self._on_line(track), worker=track.label,
-                                            batch_size=self.job.batch_size if self.job.uses_trainer else None).start()
-
-    def _on_line(self, track: WorkerTrack):
-        def take(line: LogLine) -> None:
-            track.last_activity = time.monotonic()
-            if self.experiment:
-                self.experiment.log_line(track.label, line.text)
-            data = line.metric
-            if data is not None and data.get("event") in PROGRESS_EVENTS:
-                track.progressed = True
-            if data is not None:
-                if data.get("event") in ("epoch", "end"):  # the summary's figures: the latest of each
-                    track.last_metric = {**track.last_metric, **data}
-                if self.experiment:
-                    self.experiment.metric(track.label, data)
-                self.hub.publish(Metric(self.job.name, self.run_id, track.label, track.slot.index, data))
-                if data.get("event") == "epoch" and data.get("epoch", 0) >= 2:  # epoch 1 includes warm-up
-                    self._check_stragglers(data["epoch"])
-        return take
-
-    def _check_stragglers(self, epoch: int) -> None:
-        """Compare the workers' rates for `epoch` once every worker has reported it: examples/s,
-        else steps/s (Keras's own output gives steps; examples need the script's batch size)."""
-        for key, unit in (("examples_per_sec", "examples/s"), ("steps_per_sec", "steps/s")):
-            rates = {t.label: float(t.last_metric[key]) for t in self.tracks.values()
-                     if t.last_metric.get("epoch") == epoch and isinstance(t.last_metric.get(key), (int, float))}
-            if len(rates) == len(self.tracks):
-                for worker, median in find_stragglers(rates):
-                    self.hub.publish(Straggler(self.job.name, self.run_id, worker, rates[worker], median, unit=unit,
-                                               epoch=epoch))
-                return
-
-    async def _stop_tails(self) -> None:
-        await asyncio.sleep(0.3)  # let the last lines of an ended worker arrive
-        await asyncio.gather(*(t.tail.stop() for t in self.tracks.values() if t.tail))
-
-    async def _finish_tails(self) -> tuple[str, ...]:
-        """Read every ended worker's log to its last byte; "WORKER: where the full log is" for each
-        that could not be (its node gone)."""
-        tracks = [t for t in self.tracks.values() if t.tail]
-        done = await asyncio.gather(*(t.tail.finish(LOG_DRAIN_SECONDS) for t in tracks))
-        return tuple(f"{t.label}: the full log is on {t.slot.node.name} in "
-                     f"{t.runtime.run_dir(self.run_id)}" for t, complete in zip(tracks, done) if not complete)
-
     # -- end -----------------------------------------------------------------------------------
 
     async def _fetch_outputs(self) -> FetchedOutputs:
@@ -579,50 +351,6 @@ class JobRun:
     def _publish(self, state: JobState, detail: str = "") -> None:
         self.state = state
         self.hub.publish(JobStateChanged(self.job.name, self.run_id, state, self.generation, self.restarts, detail))
-
-
-async def attach_if_running(run: JobRun) -> bool:
-    """Attach `run` to its job if that already runs on its nodes; True when it did. Raises LaunchError."""
-    await run.prepare()
-    active = await run.nodes.find()
-    if active:
-        run.adopt(*active)
-    return bool(active)
-
-
-async def launch_or_attach(run: JobRun) -> bool:
-    """Attach `run` to its job if that already runs on its nodes, else launch it.
-
-    Returns True when it attached (nothing new was started). Raises LaunchError.
-    """
-    if await attach_if_running(run):
-        return True
-    holder = await run.take_lock()
-    if holder is not None:
-        return await _attach_once_started(run, holder)
-    try:
-        await run.launch()
-    except BaseException:
-        await run.release_lock()
-        raise
-    return False
-
-
-async def _attach_once_started(run: JobRun, holder: LockHolder) -> bool:
-    """Another controller holds the job's lock: its launch is under way. Attach to it once its
-    workers run, rather than start the job a second time. Raises LaunchError when none appear."""
-    deadline = time.monotonic() + LOCK_WAIT_SECONDS
-    while time.monotonic() < deadline:
-        await asyncio.sleep(1.0)
-        if await attach_if_running(run):
-            return True
-    raise LaunchError(f"{run.job.name} is being started by {holder.describe()}, whose workers did not "
-                      f"appear within {LOCK_WAIT_SECONDS:g} s; wait for it, or stop it: homegpu stop {run.job.name}")
-
-
-def _killed(exit_status: int | None) -> bool:
-    """Ended by a signal: a negative status (a process), or 128 + N (a container's shell)."""
-    return exit_status is not None and (exit_status < 0 or 128 < exit_status < 160)
 
 
 def _describe_failure(launch: WorkerLaunch, error: BaseException) -> str:

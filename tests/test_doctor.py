@@ -24,10 +24,13 @@ from gpu_replay import FIXTURES, nvidia_smi_in
 from simcluster import SimCluster, free_job_port, free_port
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import load_cluster, parse_cluster
-from homegpu.remote.doctor import (
-    CHECK_NAMES, NOT_REACHABLE, Check, NodeFacts, address_check, address_kind, clock_check, clock_skew, diagnose,
-    disk_check, gpu_check, is_public_address, node_checks, python_check, split_reason, tensorflow_check,
+from homegpu.remote.check import Check
+from homegpu.remote.doctor import NOT_REACHABLE, diagnose, split_reason
+from homegpu.remote.doctor_checks import (
+    CHECK_NAMES, NodeFacts, address_check, address_kind, clock_check, clock_skew, disk_check, is_public_address,
+    node_checks, python_check, tensorflow_check,
 )
+from homegpu.remote.doctor_gpus import gpu_check
 from homegpu.remote.stats import parse_agent_line
 from homegpu.remote.stats_agent import parse_nvidia_smi_gpus
 from homegpu.remote.transport import CommandResult

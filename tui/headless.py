@@ -19,8 +19,9 @@ from homegpu.remote.events import (
     WorkerExited,
 )
 from homegpu.remote.job_config import JobSpec
-from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome, launch_or_attach
+from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome
 from homegpu.remote.logtail import LogLine
+from homegpu.remote.run_guard import launch_or_attach
 from homegpu.remote.tf_notices import is_harmless_tf_notice
 from homegpu.tui.text import table
 

@@ -11,8 +11,8 @@ from typing import Callable, Sequence
 
 from homegpu.remote.alert_config import SWITCHES, AlertRules
 from homegpu.remote.bandwidth import BandwidthMatrix, format_gbits
+from homegpu.remote.check import Check
 from homegpu.remote.config import ClusterSpec
-from homegpu.remote.doctor import Check
 from homegpu.remote.gpu_owners import owner_text
 from homegpu.remote.stats import NA
 

@@ -1,0 +1,76 @@
+"""A run's preflight across its nodes, before anything starts, and the port check before each restart.
+
+Each node runs its own checks (remote/preflight.py); once every node is ready by itself, reach
+(remote/reach.py) proves that its peers can connect to its job ports. Each node's result is
+published as a PreflightResult, with its GPUs and the memory other processes hold on the job's GPUs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Callable, Sequence
+
+from homegpu.remote.cluster import Cluster
+from homegpu.remote.device_plan import DevicePlan
+from homegpu.remote.events import PreflightResult
+from homegpu.remote.gpu_owners import foreign_memory_warnings
+from homegpu.remote.job_config import JobSpec
+from homegpu.remote.preflight import node_preflight, port_problems
+from homegpu.remote.reach import Endpoint, reach_problems
+from homegpu.remote.runtime import Runtime, WorkerLaunch
+from homegpu.remote.stats import describe_gpus
+from homegpu.remote.tfconfig import WorkerSlot
+
+RuntimeOf = Callable[[WorkerSlot], Runtime]
+
+
+async def run_preflight(cluster: Cluster, job: JobSpec, run_id: str, slots: Sequence[WorkerSlot],
+                        runtime_of: RuntimeOf, launch_for: Callable[[WorkerSlot], WorkerLaunch],
+                        local_code: Path, plan: DevicePlan | None) -> list[str]:
+    """Check every node of the run and publish each one's PreflightResult.
+
+    Returns:
+        Every problem found, one line each naming its node and the fix; none: ready to start.
+    """
+    first = _first_slots(slots)
+    ports = {name: _ports_on(slots, name) for name in first}
+    results = await asyncio.gather(*(
+        node_preflight(runtime_of(slot), launch_for(slot), job, local_code, ports[name])
+        for name, slot in first.items()))
+    if not any(results):  # each node ready by itself: now prove the network between them
+        ends = [Endpoint(cluster.node(name), slot.address, tuple(ports[name])) for name, slot in first.items()]
+        found = await reach_problems(ends)
+        results = [found_here + [p.text for p in found if p.node == name] for name, found_here in zip(first, results)]
+    problems = []
+    for name, found in zip(first, results):
+        stats = cluster.node(name).latest
+        gpus = describe_gpus(stats) + (f" ({stats.source})" if stats and stats.gpus else "")
+        warnings = foreign_memory_warnings(name, stats, _job_gpus(plan, name), run_id)
+        cluster.hub.publish(PreflightResult(job.name, name, tuple(found), gpus, tuple(warnings)))
+        problems += found
+    return problems
+
+
+async def restart_port_problems(slots: Sequence[WorkerSlot], runtime_of: RuntimeOf) -> list[str]:
+    """The job ports each node cannot bind now (the stopped generation's, say, not yet free)."""
+    first = _first_slots(slots)
+    found = await asyncio.gather(*(port_problems(runtime_of(slot), slot.address, _ports_on(slots, name))
+                                   for name, slot in first.items()), return_exceptions=True)
+    return [p for item in found for p in ([str(item)] if isinstance(item, BaseException) else item)]
+
+
+def _first_slots(slots: Sequence[WorkerSlot]) -> dict[str, WorkerSlot]:
+    """Each node's first worker slot (whose address its workers bind), by node name."""
+    return {slot.node.name: slot for slot in reversed(slots)}
+
+
+def _ports_on(slots: Sequence[WorkerSlot], node: str) -> list[int]:
+    return [s.port for s in slots if s.node.name == node]
+
+
+def _job_gpus(plan: DevicePlan | None, node: str) -> list[int] | None:
+    """The GPU indices the device plan gives the job's workers on `node`; None (all) without a plan."""
+    if plan is None:
+        return None
+    return [gpu for worker in plan.workers_on(node) for gpu in worker.gpus]

@@ -1,0 +1,134 @@
+"""What the watch loop knows and judges of each worker: its track, polling them all (one round trip
+per node, WorkerExited published once one ends), and the failure or stall that ends a generation.
+
+A worker killed by a signal is named before one that failed by itself: when one worker is killed,
+its peers fail too, and the kill is the cause. A worker that prints nothing for the job's
+stall_timeout has stalled (the watchdog); its node being unreachable does not stop that clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from homegpu.remote.events import EventHub, WorkerExited
+from homegpu.remote.failure import WorkerEnd
+from homegpu.remote.job_config import JobSpec
+from homegpu.remote.job_plan import classify_exit
+from homegpu.remote.logtail import LogTail
+from homegpu.remote.node import NODE_GONE
+from homegpu.remote.runtime import Runtime, WorkerStatus
+from homegpu.remote.runtime_errors import RuntimeError_
+from homegpu.remote.tfconfig import WorkerSlot
+
+ENDED = ("exited", "vanished")
+
+
+@dataclass
+class WorkerTrack:
+    """What the controller knows of one worker right now."""
+
+    slot: WorkerSlot
+    runtime: Runtime
+    last_activity: float = field(default_factory=time.monotonic)
+    status: WorkerStatus | None = None
+    tail: LogTail | None = None
+    last_metric: dict = field(default_factory=dict)
+    progressed: bool = False  # this generation trained (a step, epoch or end metric line came)
+
+    @property
+    def label(self) -> str:
+        return self.slot.label
+
+    @property
+    def ended(self) -> bool:
+        return self.status is not None and self.status.state in ENDED
+
+
+class WorkerWatch:
+    """Polls one run's workers (`tracks`) and notes each status in its track."""
+
+    def __init__(self, job: str, hub: EventHub, tracks: dict[str, WorkerTrack]) -> None:
+        self.job, self.hub, self.tracks = job, hub, tracks
+
+    async def check(self, run_id: str, generation: int, stall_timeout: float) -> str | None:
+        """Poll every worker; the failure or stall that ends this generation, else None. A node that
+        does not answer right now fails nothing by itself; any other error is raised."""
+        tracks, statuses = await _poll_workers(self.tracks.values(), run_id)
+        for track, status in zip(tracks, statuses):
+            if isinstance(status, BaseException):
+                if not isinstance(status, (*NODE_GONE, RuntimeError_)):
+                    raise status
+            else:  # node unreachable right now: the stall clock keeps running
+                self.note(track, status, run_id, generation)
+        return generation_failure(tracks, stall_timeout, time.monotonic())
+
+    async def poll(self, run_id: str, generation: int) -> None:
+        """Poll every worker and note the statuses that came back."""
+        for track, status in zip(*await _poll_workers(self.tracks.values(), run_id)):
+            if isinstance(status, WorkerStatus):
+                self.note(track, status, run_id, generation)
+
+    def note(self, track: WorkerTrack, status: WorkerStatus, run_id: str, generation: int) -> None:
+        if status.generation not in (None, generation):
+            return  # a previous generation's leftovers
+        changed = track.status is None or track.status.state != status.state
+        track.status = status
+        if changed and status.state in ENDED:
+            self.hub.publish(WorkerExited(self.job, run_id, track.label, generation,
+                                          status.exit_status, classify_exit(status.exit_status)))
+
+
+async def _poll_workers(tracks: Iterable[WorkerTrack], run_id: str
+                       ) -> tuple[list[WorkerTrack], list[WorkerStatus | BaseException]]:
+    """Every worker's status, one round trip per node; a node's failure stands for each of its workers."""
+    by_runtime: dict[Runtime, list[WorkerTrack]] = {}
+    for track in tracks:
+        by_runtime.setdefault(track.runtime, []).append(track)
+    groups = list(by_runtime.values())
+    replies = await asyncio.gather(*(group[0].runtime.statuses(run_id, [t.label for t in group])
+                                     for group in groups), return_exceptions=True)
+    polled, statuses = [], []
+    for group, reply in zip(groups, replies):
+        polled += group
+        statuses += [reply] * len(group) if isinstance(reply, BaseException) else reply
+    return polled, statuses
+
+
+def generation_failure(tracks: Sequence[WorkerTrack], stall_timeout: float, now: float) -> str | None:
+    """What ends this generation, from the tracks' latest statuses: a failed worker (a killed one
+    first), else one silent for `stall_timeout` seconds; None while the workers are fine."""
+    failed = [t for t in tracks if t.ended and t.status.exit_status != 0]
+    if failed:
+        cause = min(failed, key=lambda t: not _killed(t.status.exit_status))
+        return f"{cause.label}: {classify_exit(cause.status.exit_status)}"
+    for track in tracks:
+        finished = track.status is not None and track.status.state == "exited"
+        if not finished and now - track.last_activity > stall_timeout:
+            return f"{track.label}: no progress for {stall_timeout:g}s (stalled)"
+    return None
+
+
+def all_succeeded(tracks: Iterable[WorkerTrack]) -> bool:
+    return all(t.status and t.status.state == "exited" and t.status.exit_status == 0 for t in tracks)
+
+
+def worker_ends(tracks: Iterable[WorkerTrack]) -> list[WorkerEnd]:
+    """How each worker ended, with its last log lines, for the script-error verdict (remote/failure.py)."""
+    return [WorkerEnd(t.label, t.status.exit_status if t.status else None, progressed=t.progressed,
+                      last_lines=tuple(line.text for line in t.tail.lines)[-60:] if t.tail else (),
+                      stopped=not t.ended)
+            for t in tracks]
+
+
+def retry_is_pointless(job: JobSpec, tracks: Iterable[WorkerTrack]) -> bool:
+    """The built-in trainer exits 2 (bad options, TF_CONFIG or data) or 3 (backups disagree)
+    for what a restart cannot fix."""
+    return job.uses_trainer and any(t.status and t.status.exit_status in (2, 3) for t in tracks)
+
+
+def _killed(exit_status: int | None) -> bool:
+    """Ended by a signal: a negative status (a process), or 128 + N (a container's shell)."""
+    return exit_status is not None and (exit_status < 0 or 128 < exit_status < 160)
