@@ -120,24 +120,25 @@ async def copy_chain(image: str, image_bytes: int, source: NodeSession, targets:
     started = time.monotonic()
     try:
         upstreams = [head.name, *(relay.name for relay in relays)]
-        await asyncio.gather(*(_start_target(relay, argv_of[relay.name], part_line(relay, up, image, port, idle))
+        # all at once, the source too: it asks its engine for the export as it starts, and the
+        # engine's wait before the first byte overlaps the targets' starts
+        await asyncio.gather(_start(head, argv_of[head.name], part_line(head, "", image, port, idle)),
+                             *(_start_target(relay, argv_of[relay.name], part_line(relay, up, image, port, idle))
                                for relay, up in zip(relays, upstreams)))
         chain = [relay for relay in relays if not relay.error]
         for relay in chain:
             relay.in_chain = True
-        if chain:
-            await _start(head, argv_of[head.name], part_line(head, "", image, port, idle))
-            if not head.error:
-                for relay, after in zip([head, *chain], [*chain, None]):
-                    relay.process.write(hop_line(after))
-                line = [head, *chain]
-                watching = asyncio.gather(*(_watch(relay, line[index + 1:], started, on_progress)
-                                            for index, relay in enumerate(line)))
-                try:  # the relays are killed on their nodes by then; a link gone silent may not say so
-                    await asyncio.wait_for(watching, kill_after(image_bytes) + START_WAIT)
-                except asyncio.TimeoutError:
-                    for relay in [head, *chain]:
-                        relay.error = relay.error or ("" if relay.loaded else "no word from the relay in time")
+        if chain and not head.error:
+            for relay, after in zip([head, *chain], [*chain, None]):
+                relay.process.write(hop_line(after))
+            line = [head, *chain]
+            watching = asyncio.gather(*(_watch(relay, line[index + 1:], started, on_progress)
+                                        for index, relay in enumerate(line)))
+            try:  # the relays are killed on their nodes by then; a link gone silent may not say so
+                await asyncio.wait_for(watching, kill_after(image_bytes) + START_WAIT)
+            except asyncio.TimeoutError:
+                for relay in [head, *chain]:
+                    relay.error = relay.error or ("" if relay.loaded else "no word from the relay in time")
     finally:
         await asyncio.gather(*(relay.process.close() for relay in [head, *relays] if relay.process))
     return outcomes(head, relays)

@@ -113,19 +113,20 @@ async def copy_image(image: str, source: NodeSession, targets: Sequence[NodeSess
         ImageError: the source does not have the image.
         DockerUnavailable: the source's engine cannot be reached.
     """
-    async with docker_client(source) as src:
-        try:
-            found = await src.call(src.api.inspect_image, image)
-        except docker.errors.NotFound:
-            raise ImageError(f"image {image} is not on {source.name}: build it there first "
-                             f"(homegpu image build --node {source.name})") from None
-    image_id, size = found["Id"], int(found.get("Size") or 0)
     async with contextlib.AsyncExitStack() as stack:
-        opened = await asyncio.gather(*(_open_target(stack, node) for node in targets))
+        # the source's image and the targets' engines at once; every task ends before the stack closes
+        found, *opened = await asyncio.gather(_source_image(source, image),
+                                              *(_open_target(stack, node) for node in targets),
+                                              return_exceptions=True)
+        for result in (found, *opened):
+            if isinstance(result, BaseException):
+                raise result
+        image_id, size = found["Id"], int(found.get("Size") or 0)
         outcomes = {outcome.node: outcome for outcome in opened if isinstance(outcome, NodeOutcome)}
         links = {link.node: link for link in opened if isinstance(link, DockerLink)}
-        for name, link in links.items():
-            if await _has_image(link, image_id):
+        held = await asyncio.gather(*(_has_image(link, image_id) for link in links.values()))
+        for name, has in zip(links, held):
+            if has:
                 outcomes[name] = NodeOutcome(name, True, f"already has {image} ({_short_id(image_id)})")
         wanted = [node for node in targets if node.name not in outcomes]
         if wanted:
@@ -135,6 +136,16 @@ async def copy_image(image: str, source: NodeSession, targets: Sequence[NodeSess
                     ok, detail = False, f"{detail}, but not as {_short_id(image_id)}: the stream was altered"
                 outcomes[name] = NodeOutcome(name, ok, detail)
     return [outcomes[node.name] for node in targets]
+
+
+async def _source_image(source: NodeSession, image: str) -> dict:
+    """The source engine's inspection of `image`. Raises ImageError, DockerUnavailable."""
+    async with docker_client(source) as src:
+        try:
+            return await src.call(src.api.inspect_image, image)
+        except docker.errors.NotFound:
+            raise ImageError(f"image {image} is not on {source.name}: build it there first "
+                             f"(homegpu image build --node {source.name})") from None
 
 
 async def _open_target(stack: contextlib.AsyncExitStack, node: NodeSession) -> DockerLink | NodeOutcome:

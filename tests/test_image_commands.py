@@ -223,6 +223,27 @@ def test_a_connection_without_the_secret_is_closed_unread(tmp_path):
         relay.wait()
 
 
+def test_a_source_without_its_engine_says_so_after_its_hop_and_exits_cleanly(tmp_path):
+    """The source asks its engine for the export as it starts, before it knows where to send it; a
+    failure is reported once the hop is known, and the relay exits with its own status: not the
+    interpreter's abort (SIGABRT), which a thread blocked reading stdin caused at every exit."""
+    part = {"role": "source", "name": "s", "socket": str(tmp_path / "none.sock"), "idle": 5, "image": "x:1",
+            "progress_seconds": 1, "progress_bytes": 1 << 20}
+    with socket.create_server(("127.0.0.1", 0)) as first_target:
+        hop = {"name": "t", "host": "127.0.0.1", "port": first_target.getsockname()[1], "secret": "ab" * 32}
+        relay = subprocess.Popen([sys.executable, "-c", image_chain.relay_source()], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+        try:
+            relay.stdin.write(json.dumps(part) + "\n" + json.dumps({"next": hop}) + "\n")
+            relay.stdin.flush()  # and kept open, as the controller does
+            event = json.loads(relay.stdout.readline())
+            assert event["event"] == "error" and "No such file or directory" in event["error"], event
+            assert relay.wait(timeout=10) == 1
+        finally:
+            relay.kill()
+            relay.wait()
+
+
 # -- build -----------------------------------------------------------------------------------------
 
 
