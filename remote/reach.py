@@ -219,27 +219,29 @@ def _grouped(results: list[tuple[str, str, dict]], listening: Sequence[Endpoint]
     return problems
 
 
+# What each connect result means and how to fix it; {where} and {allow} are filled in by describe().
+_CAUSES = {
+    "unresolved": "{sources} cannot resolve {target}'s address {host!r} ({strerror}); set address = "
+                  "\"<its LAN IP>\" for {target} in cluster.toml, or make the name resolvable on {sources}",
+    "timed out": "{sources} cannot reach {where}: no answer within {timeout:.0f} s, so a firewall on {target} or "
+                 "on the way drops it; {allow}, or set {target}'s address in cluster.toml to one {sources} can reach",
+    "refused": "{sources} cannot reach {where}: connection refused, so a firewall on {target} rejects it or "
+               "{host} is another machine; {allow}, or fix {target}'s address in cluster.toml",
+    "unreachable": "{sources} has no route to {target}'s address {host} ({strerror}); set {target}'s address in "
+                   "cluster.toml to one on {sources}'s network",
+    "other": "{sources} reached {host}:{port} but another program answered, not {target}: {host} is not "
+             "{target}'s address as {sources} sees it; set {target}'s address in cluster.toml",
+}
+
+
 def describe(sources: str, target: str, host: str, port: int, status: str, strerror: str = "",
              timeout: float = CONNECT_TIMEOUT_S) -> str:
     """One line: who cannot reach which worker port, the real cause, and the fix."""
     where = f"{target}'s job port {host}:{port}"
     allow = f"open it on {target} (e.g. `sudo ufw allow {port}/tcp`)"
-    if status == "unresolved":
-        return (f"{sources} cannot resolve {target}'s address {host!r} ({strerror}); set address = \"<its LAN IP>\" "
-                f"for {target} in cluster.toml, or make the name resolvable on {sources}")
-    if status == "timed out":
-        return (f"{sources} cannot reach {where}: no answer within {timeout:.0f} s, so a firewall on {target} or on "
-                f"the way drops it; {allow}, or set {target}'s address in cluster.toml to one {sources} can reach")
-    if status == "refused":
-        return (f"{sources} cannot reach {where}: connection refused, so a firewall on {target} rejects it or "
-                f"{host} is another machine; {allow}, or fix {target}'s address in cluster.toml")
-    if status == "unreachable":
-        return (f"{sources} has no route to {target}'s address {host} ({strerror}); set {target}'s address in "
-                f"cluster.toml to one on {sources}'s network")
-    if status == "other":
-        return (f"{sources} reached {host}:{port} but another program answered, not {target}: {host} is not "
-                f"{target}'s address as {sources} sees it; set {target}'s address in cluster.toml")
-    return f"{sources} cannot reach {where}: {strerror or status}"
+    template = _CAUSES.get(status, "{sources} cannot reach {where}: {reason}")
+    return template.format(sources=sources, target=target, host=host, port=port, strerror=strerror,
+                           timeout=timeout, where=where, allow=allow, reason=strerror or status)
 
 
 def _json(line: str) -> dict:
