@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from homegpu.remote.timeline import load_timeline
-from homegpu.remote.timeline_schema import NodeTimeline, Timeline, WorkerTimeline
+from homegpu.remote.timeline_schema import NodeTimeline, Timeline, WorkerTimeline, read_meta
 from homegpu.remote.worker_devices import WorkerDevices
 
 TIMELINE = "timeline.sqlite"
@@ -27,11 +27,11 @@ def last_timeline(experiments: Path, job: str) -> Timeline | None:
     """The timeline of `job`'s most recent run under `experiments` that trained; None without one."""
     runs = sorted(Path(experiments).glob(f"*/{TIMELINE}"), key=_mtime, reverse=True)
     for path in runs:
-        try:
-            timeline = load_timeline(path)
+        try:  # the meta table first: other jobs' runs are never read whole
+            timeline = load_timeline(path) if read_meta(path).get("job") == job else None
         except Exception:  # noqa: BLE001 - a damaged or foreign file is just not the last run
             continue
-        if timeline.meta.get("job") == job and any(w.examples_per_sec.measured for w in timeline.workers):
+        if timeline and any(w.examples_per_sec.measured for w in timeline.workers):
             return timeline
     return None
 

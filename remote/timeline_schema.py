@@ -172,13 +172,28 @@ def _reader(path: Path) -> sqlite3.Connection:
         return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
 
 
+def _meta(db: sqlite3.Connection) -> dict:
+    return {key: json.loads(value) for key, value in db.execute("SELECT key, value FROM meta")}
+
+
+def read_meta(path: Path) -> dict:
+    """The file's meta table alone (run id, job, ...): cheap, where a whole Timeline is not needed."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no timeline at {path}")
+    db = _reader(path)
+    try:
+        return _meta(db)
+    finally:
+        db.close()
+
+
 def read_timeline(path: Path) -> Timeline:
     """Every row of the file as a :class:`Timeline` (see timeline.load_timeline)."""
     if not path.is_file():
         raise FileNotFoundError(f"no timeline at {path}")
     db = _reader(path)
     try:
-        meta = {key: json.loads(value) for key, value in db.execute("SELECT key, value FROM meta")}
+        meta = _meta(db)
         bounds = [db.execute(f"SELECT min(t), max(t) FROM {table}").fetchone()
                   for table in ("node_samples", "gpu_samples", "worker_samples", "events")]
         starts = [low for low, _ in bounds if low is not None]

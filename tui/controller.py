@@ -66,7 +66,9 @@ class Controller:
     def slots(self, job: JobSpec) -> list[WorkerSlot]:
         """The workers `job` would start, in TF_CONFIG order (for the launch dialog): as the device
         plan lays them out when the nodes' stats allow one."""
-        plan, _ = self.device_plan(job)
+        return self._slots_of(job, self.device_plan(job)[0])
+
+    def _slots_of(self, job: JobSpec, plan: DevicePlan | None) -> list[WorkerSlot]:
         return list(worker_slots(self.spec, job, self.cluster.addresses(), plan_counts(plan) if plan else None))
 
     def device_plan(self, job: JobSpec) -> tuple[DevicePlan | None, str]:
@@ -84,7 +86,7 @@ class Controller:
     def plan_lines(self, job: JobSpec) -> list[str]:
         """The device plan as the launch dialog shows it (the `homegpu tfconfig` lines)."""
         plan, why = self.device_plan(job)
-        return plan.lines([slot.endpoint for slot in self.slots(job)]) if plan else [why]
+        return plan.lines([slot.endpoint for slot in self._slots_of(job, plan)]) if plan else [why]
 
     async def launch(self, job: JobSpec) -> bool:
         """Launch `job`, or attach if it already runs; then follow it in the background.
