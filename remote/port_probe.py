@@ -53,12 +53,13 @@ def parse_probe(stdout: str) -> list[dict]:
     """Returns: one dict per bind tried ({"host", "port", "status", "ip", "error", "strerror"});
     status is "free", "in use", "not local", "denied", "unresolved" or "error". Lines that are
     not such objects (a python that did not run) are left out."""
-    binds = []
-    for line in stdout.splitlines():
-        try:
-            found = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(found, dict):
-            binds.append(found)
-    return binds
+    return [found for line in stdout.splitlines() if (found := json_object(line)) is not None]
+
+
+def json_object(line: str) -> dict | None:
+    """The JSON object a node's script printed on `line`; None for anything else."""
+    try:
+        found = json.loads(line)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from homegpu.remote.node import NODE_GONE, NodeSession
+from homegpu.remote.port_probe import json_object
 from homegpu.remote.preflight import bind_problem
 from homegpu.remote.transport import RemoteProcess
 
@@ -154,7 +155,7 @@ async def _listen(stack: contextlib.AsyncExitStack, end: Endpoint, secret: str) 
     try:
         async with asyncio.timeout(_START_TIMEOUT_S):
             async for line in process.lines():
-                said = _json(line)
+                said = json_object(line) or {}
                 if said.get("ready"):
                     return problems
                 if said.get("status") not in (None, "listening"):
@@ -191,16 +192,19 @@ async def _connect(source: Endpoint, listening: Sequence[Endpoint], secrets_by_n
     try:
         result = await node.run(argv, timeout=timeout + _START_TIMEOUT_S)
     except (asyncio.TimeoutError, *NODE_GONE) as exc:
-        said = {"status": "error", "strerror": f"the test could not run on {node.name}: {exc or 'no answer'}"}
-        return [(node.name, owner[(t["host"], t["port"])], dict(said, host=t["host"], port=t["port"]))
-                for t in targets]
-    found = [_json(line) for line in result.stdout.splitlines()]
+        return _none_tested(node.name, targets, owner, f"the test could not run on {node.name}: {exc or 'no answer'}")
+    found = (json_object(line) or {} for line in result.stdout.splitlines())
     answered = [said for said in found if (said.get("host"), said.get("port")) in owner]
     if not answered:
         why = (result.stderr.strip().splitlines() or [f"exit status {result.exit_status}"])[-1]
-        said = {"status": "error", "strerror": f"the test could not run with {node.spec.python}: {why}"}
-        answered = [dict(said, host=t["host"], port=t["port"]) for t in targets]
+        return _none_tested(node.name, targets, owner, f"the test could not run with {node.spec.python}: {why}")
     return [(node.name, owner[(said["host"], said["port"])], said) for said in answered]
+
+
+def _none_tested(source: str, targets: list[dict], owner: dict, why: str) -> list[tuple[str, str, dict]]:
+    """An error result from `source` for every target, when its connect test did not run."""
+    return [(source, owner[(t["host"], t["port"])], {"host": t["host"], "port": t["port"], "status": "error",
+                                                      "strerror": why}) for t in targets]
 
 
 def _grouped(results: list[tuple[str, str, dict]], listening: Sequence[Endpoint],
@@ -242,11 +246,3 @@ def describe(sources: str, target: str, host: str, port: int, status: str, strer
     template = _CAUSES.get(status, "{sources} cannot reach {where}: {reason}")
     return template.format(sources=sources, target=target, host=host, port=port, strerror=strerror,
                            timeout=timeout, where=where, allow=allow, reason=strerror or status)
-
-
-def _json(line: str) -> dict:
-    try:
-        said = json.loads(line)
-    except ValueError:
-        return {}
-    return said if isinstance(said, dict) else {}
