@@ -27,6 +27,7 @@ from importlib import resources
 from typing import Callable, Sequence
 
 from homegpu.remote.node import NODE_GONE, NodeSession
+from homegpu.remote.port_probe import json_object
 from homegpu.remote.transport import RemoteProcess, TransportError
 
 IDLE_SECONDS = 60.0  # a hop silent this long has failed
@@ -176,11 +177,7 @@ async def _next_event(process: RemoteProcess) -> dict | None:
     lines = process.raw_lines()
     try:
         async for raw in lines:
-            try:
-                event = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(event, dict):
+            if (event := json_object(raw)) is not None:
                 return event
         return None
     finally:

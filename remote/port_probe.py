@@ -56,7 +56,7 @@ def parse_probe(stdout: str) -> list[dict]:
     return [found for line in stdout.splitlines() if (found := json_object(line)) is not None]
 
 
-def json_object(line: str) -> dict | None:
+def json_object(line: str | bytes) -> dict | None:
     """The JSON object a node's script printed on `line`; None for anything else."""
     try:
         found = json.loads(line)
