@@ -10,6 +10,7 @@ agent's stdin-EOF watch then covers the rest of stdin: closing the session stops
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from importlib import resources
 from pathlib import Path
@@ -54,6 +55,7 @@ def _part(data: bytes) -> bytes:
     return b"%d\n" % len(data) + data
 
 
+@functools.cache  # the same files for the process's life; read once, not once per node and reconnect
 def agent_payload() -> bytes:
     """What to write to the bootstrap's stdin first: pynvml, process_owners, the agent, length-prefixed."""
     return _part(pynvml_source()) + _part(owners_source()) + _part(agent_source())
