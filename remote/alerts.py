@@ -27,7 +27,8 @@ from typing import Callable
 
 from homegpu.remote.alert_config import AlertRules
 from homegpu.remote.events import (
-    RUN_ALERTS, Alert, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated, Straggler,
+    RUN_ALERTS, Alert, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated,
+    Straggler,
 )
 from homegpu.remote.failure import PROGRESS_EVENTS
 
@@ -111,7 +112,8 @@ class AlertEvaluator:
             return self._fire(self._alert(kind, words(where, value, threshold, True), event.at, node=event.node,
                                           gpu=gpu, value=float(value), threshold=threshold))
         if value <= threshold - margin:
-            return self._clear(_key(kind, node=event.node, gpu=gpu), event.at, words(where, value, threshold - margin, False), float(value))
+            return self._clear(_key(kind, node=event.node, gpu=gpu), event.at,
+                               words(where, value, threshold - margin, False), float(value))
         return []
 
     # -- nodes -----------------------------------------------------------------------------------

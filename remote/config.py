@@ -207,7 +207,8 @@ _CLUSTER_KEYS = {"name", "user", "identity_file", "known_hosts", "work_dir", *LI
 def _check_top_keys(v: Validator, data: dict) -> None:
     for key in data:
         if key not in TOP_KEYS:
-            raise v.fail((key,), f"unknown key {show(key)}", "use only [cluster], [[nodes]], [jobs.NAME] and [alerts] tables")
+            raise v.fail((key,), f"unknown key {show(key)}",
+                         "use only [cluster], [[nodes]], [jobs.NAME] and [alerts] tables")
 
 
 def _cluster(v: Validator, data: dict) -> ClusterSpec:

@@ -5,8 +5,9 @@ only, Python 3.8+, nothing written on the node), its life bounded by ``timeout -
 two JSON lines from stdin: its part (role, node names, Docker socket, the secret its upstream must
 send) and then where to pass the stream on. The source asks its engine for ``docker save`` at once
 and sends it on once it knows where to; every target loads what it receives into its own engine
-while passing it to the next node, so the image crosses every link once. It reports JSON lines on stdout (listening, progress, received, loaded,
-next_failed, error) and stops at once when its stdin closes: the controller gave up.
+while passing it to the next node, so the image crosses every link once. It reports JSON lines on
+stdout (listening, progress, received, loaded, next_failed, error) and stops at once when its stdin
+closes: the controller gave up.
 
 Between nodes the stream is plain TCP: the connection opens with a one-time secret that only the
 controller (over SSH) handed to both ends; a connection without it is closed unread. Frames are a

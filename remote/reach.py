@@ -216,11 +216,8 @@ def _grouped(results: list[tuple[str, str, dict]], listening: Sequence[Endpoint]
             key = (target, said["host"], said["port"], said["status"], said.get("strerror", ""))
             groups.setdefault(key, []).append(source)
     order = {end.node.name: i for i, end in enumerate(listening)}
-    problems = []
-    for (target, host, port, status, strerror), sources in sorted(groups.items(), key=lambda g: (order[g[0][0]], g[0][2])):
-        problems.append(ReachProblem(target, describe(", ".join(sorted(sources)), target, host, port, status,
-                                                      strerror, timeout)))
-    return problems
+    by_node_and_port = sorted(groups, key=lambda key: (order[key[0]], key[2]))
+    return [ReachProblem(key[0], describe(", ".join(sorted(groups[key])), *key, timeout)) for key in by_node_and_port]
 
 
 # What each connect result means and how to fix it; {where} and {allow} are filled in by describe().

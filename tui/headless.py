@@ -15,8 +15,8 @@ from typing import Callable, TextIO
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.events import (
-    Alert, AlertCommandFailed, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, PreflightResult, Straggler, Subscription,
-    WorkerExited,
+    Alert, AlertCommandFailed, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged,
+    PreflightResult, Straggler, Subscription, WorkerExited,
 )
 from homegpu.remote.job_config import JobSpec
 from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome

@@ -15,8 +15,8 @@ from typing import Iterable
 from homegpu.remote.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.events import (
-    RUN_ALERTS, Alert, AlertCommandFailed, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
-    PreflightResult, Straggler, WorkerExited,
+    RUN_ALERTS, Alert, AlertCommandFailed, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged,
+    NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,
 )
 from homegpu.remote.logtail import LogLine
 from homegpu.remote.stats import GpuStats, NodeStats
