@@ -134,9 +134,9 @@ async def sync_trees(local_root: Path, targets: Sequence[tuple[NodeSession, str]
     results = await asyncio.gather(*(sync_tree(node, local_root, root) for node, root in targets),
                                    return_exceptions=True)
     problems = [str(r) for r in results if isinstance(r, (SyncError, *NODE_GONE))]
-    for result in results if not problems else ():
-        if isinstance(result, BaseException):  # not a sync's failure: a bug, not a node's line
-            raise result
+    bug = next((r for r in results if isinstance(r, BaseException)), None)
+    if bug is not None and not problems:  # not a sync's failure: a bug, not a node's line
+        raise bug
     return problems
 
 

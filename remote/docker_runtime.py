@@ -28,6 +28,7 @@ from homegpu.remote.device_plan import DevicePlan, container_env
 from homegpu.remote.docker_link import DockerLink, DockerUnavailable, docker_client
 from homegpu.remote.logtail import LogTail
 from homegpu.remote.node import NodeSession
+from homegpu.remote.process_owners import LABEL_INDEX, LABEL_JOB, LABEL_RUN
 from homegpu.remote.transport import TransportError
 from homegpu.remote.runtime import (
     STOP_GRACE_SECONDS, NodePaths, Runtime, WorkerLaunch, WorkerStatus, expand_path,
@@ -63,10 +64,10 @@ def container_name(run_id: str, label: str, generation: int) -> str:
 
 def worker_labels(launch: WorkerLaunch) -> dict[str, str]:
     return {
-        f"{LABEL_PREFIX}job": launch.job,
-        f"{LABEL_PREFIX}run": launch.run_id,
+        LABEL_JOB: launch.job,  # the three the node's agent reads to tell a worker (process_owners.py)
+        LABEL_RUN: launch.run_id,
         f"{LABEL_PREFIX}node": launch.slot.node.name,
-        f"{LABEL_PREFIX}index": str(launch.slot.index),
+        LABEL_INDEX: str(launch.slot.index),
         f"{LABEL_PREFIX}generation": str(launch.generation),
         f"{LABEL_PREFIX}label": launch.label,
     }
