@@ -1,6 +1,6 @@
 """Mirror a local directory onto a node, as `rsync -a --delete` would, sending only what changed.
 
-One process per sync on the node, under the node's own Python (sync_node.py's source, nothing
+One process per sync on the node, under the node's own Python (node_side/tree_sync.py's source, nothing
 installed there): it lists the whole tree as one JSON line, we compare it with ours by size,
 modification second and mode bits (rsync's quick check), then stream the plan (removals, new
 directories) and every changed file down its stdin, in bounded chunks with flow control. The node
@@ -12,16 +12,14 @@ subprocess. Editing a training script therefore never needs a new image: the nex
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import time
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
 from homegpu.remote.node import NODE_GONE, NodeSession
-from homegpu.remote.sync_node import scan
+from homegpu.remote.node_side import scan, script
 from homegpu.remote.transport import RemoteProcess, TransportError
 
 SKIP_DIRS = frozenset({"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache"})
@@ -29,7 +27,7 @@ CHUNK = 1 << 20  # bytes read from a file and handed to the connection at a time
 SECOND = 10**9
 OUTCOME_WAIT = 30.0  # seconds for the node's process to finish once it has all its input
 
-# {relative path: [size, mtime_ns, mode bits]} and [relative directory], as sync_node.scan lists them
+# {relative path: [size, mtime_ns, mode bits]} and [relative directory], as tree_sync.scan lists them
 Tree = tuple[dict[str, list[int]], list[str]]
 
 
@@ -86,15 +84,9 @@ def settle_racy(files: dict[str, list[int]], scan_started: float) -> frozenset[s
     return racy
 
 
-@functools.cache
-def node_source() -> str:
-    """sync_node.py as shipped to the node (read, never imported there)."""
-    return resources.files("homegpu.remote").joinpath("sync_node.py").read_text()
-
-
 def node_command(python: str, remote_root: str) -> list[str]:
     """The argv that lists `remote_root` on the node and then applies what its stdin says."""
-    return [python, "-c", node_source(), remote_root, *sorted(SKIP_DIRS)]
+    return [python, "-c", script("tree_sync"), remote_root, *sorted(SKIP_DIRS)]
 
 
 async def sync_tree(node: NodeSession, local_root: Path, remote_root: str) -> SyncResult:

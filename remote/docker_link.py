@@ -31,6 +31,7 @@ import docker.errors
 import requests.exceptions
 
 from homegpu.remote.node import NODE_GONE, NodeSession
+from homegpu.remote.node_side import script
 from homegpu.remote.runtime_errors import RuntimeError_
 from homegpu.remote.transport import SshTransport
 
@@ -39,20 +40,7 @@ T = TypeVar("T")
 PING_REQUEST = b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n"
 PING_TIMEOUT = 10.0
 DEFAULT_TIMEOUT = 60.0
-# A socket the forward could not reach is diagnosed on the node: OpenSSH only says "open failed".
-_DIAGNOSE = """\
-import errno, os, socket, stat, sys
-path = sys.argv[1]
-try:
-    if not stat.S_ISSOCK(os.stat(path).st_mode):
-        sys.exit(print("notsocket"))
-    socket.socket(socket.AF_UNIX).connect(path)
-except OSError as e:
-    print({errno.ENOENT: "missing", errno.ENOTDIR: "missing", errno.EACCES: "denied", errno.EPERM: "denied",
-           errno.ECONNREFUSED: "refused"}.get(e.errno, "other " + str(e)))
-else:
-    print("ok")
-"""
+_DIAGNOSE = script("docker_socket")
 
 
 class DockerUnavailable(RuntimeError_):

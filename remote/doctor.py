@@ -26,6 +26,7 @@ from homegpu.remote.doctor_network import reach_checks
 from homegpu.remote.events import NodeState
 from homegpu.remote.job_config import DEFAULT_JOB_PORT
 from homegpu.remote.node import NodeOffline, NodeSession
+from homegpu.remote.node_side import script
 from homegpu.remote.port_probe import probe_argv
 from homegpu.remote.stats_agent_bundle import agent_command, agent_payload
 from homegpu.remote.transport import CommandResult, TransportError
@@ -35,27 +36,9 @@ AGENT_TIMEOUT_S = 45.0  # nvidia-smi may take up to 10 s per call on a busy or w
 NOT_REACHABLE = "node not reachable"
 
 PYTHON_VERSION_SCRIPT = "import sys; print('%d.%d.%d' % tuple(sys.version_info[:3]))"
-# The installed versions, not an import: importing TensorFlow costs seconds of CPU per node.
-TF_VERSIONS_SCRIPT = """\
-import json
-from importlib import metadata
-def version(*names):
-    for name in names:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-print(json.dumps({"tensorflow": version("tensorflow", "tensorflow-cpu"), "tf_keras": version("tf-keras")}))
-"""
+TF_VERSIONS_SCRIPT = script("tf_versions")
 CLOCK_PINGS = 3
-# Answers each line on stdin with its clock: started first and pinged once ready, so neither SSH
-# channel setup nor Python's start-up (half a second behind pyenv shims) lands in a round trip.
-CLOCK_SCRIPT = """\
-import sys, time
-sys.stdout.write("ready\\n"); sys.stdout.flush()
-while sys.stdin.readline():
-    sys.stdout.write(repr(time.time()) + "\\n"); sys.stdout.flush()
-"""
+CLOCK_SCRIPT = script("clock_echo")
 
 
 # -- running ------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """`image copy` as a chain: source → first target → second target → …, the image crossing every link once.
 
-The controller only sets the chain up and watches it: every node runs remote/image_relay.py (its
+The controller only sets the chain up and watches it: every node runs remote/node_side/image_relay.py (its
 source, under the node's python), which reads `docker save` from the source's engine or loads what
 it receives into its own while passing it on. A home LAN gives each machine one link, so N targets
 cost about one copy's time instead of N copies through one uplink, and nothing crosses the
@@ -18,15 +18,14 @@ before it finish their load, those after it are told where the chain broke.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import secrets
 import time
 from dataclasses import dataclass
-from importlib import resources
 from typing import Callable, Sequence
 
 from homegpu.remote.node import NODE_GONE, NodeSession
+from homegpu.remote.node_side import script
 from homegpu.remote.port_probe import json_object
 from homegpu.remote.transport import RemoteProcess, TransportError
 
@@ -74,19 +73,13 @@ class Relay:
         return self.node.name
 
 
-@functools.cache
-def relay_source() -> str:
-    """image_relay.py as shipped to the nodes (read, never imported there)."""
-    return resources.files("homegpu.remote").joinpath("image_relay.py").read_text()
-
-
 def kill_after(image_bytes: int) -> int:
     """Seconds after which a relay is killed on its node whatever it is doing."""
     return int(ACCEPT_WAIT + LOAD_MARGIN + image_bytes / MIN_RATE)
 
 
 def relay_argv(python: str, image_bytes: int) -> list[str]:
-    return ["timeout", "-s", "KILL", str(kill_after(image_bytes)), python, "-c", relay_source()]
+    return ["timeout", "-s", "KILL", str(kill_after(image_bytes)), python, "-c", script("image_relay")]
 
 
 def hop_line(target: Relay | None) -> bytes:

@@ -14,7 +14,7 @@ from typing import Sequence
 from homegpu.remote.config import EMBEDDED_DEFAULT
 from homegpu.remote.device_plan import DevicePlan, docker_device_ids
 from homegpu.remote.job_config import JobSpec
-from homegpu.remote.process_owners import MARKER_INDEX, MARKER_JOB, MARKER_RUN
+from homegpu.remote.node_side import MARKER_INDEX, MARKER_JOB, MARKER_RUN
 from homegpu.remote.runtime import NodePaths, Runtime, WorkerLaunch
 from homegpu.remote.tfconfig import WorkerSlot, tf_config_json
 
@@ -64,7 +64,7 @@ def worker_env(job: JobSpec, paths: NodePaths) -> dict[str, str]:
 
 def worker_markers(job: str, run_id: str, index: int) -> dict[str, str]:
     """Environment that marks a worker's processes as this run's, for whoever looks at the node's
-    GPU processes (the stats agent, through remote/process_owners.py); children inherit it."""
+    GPU processes (the stats agent, through remote/node_side/process_owners.py); children inherit it."""
     return {MARKER_JOB: job, MARKER_RUN: run_id, MARKER_INDEX: str(index)}
 
 

@@ -1,24 +1,24 @@
 """ProcessRuntime: each worker is a plain process on its node, started with setsid through
-proc_worker.py (shipped as a `python -c` script, so nodes need no homegpu install). For nodes
+node_side/worker_process.py (shipped as a `python -c` script, so nodes need no homegpu install). For nodes
 without Docker; the worker's state lives in files under the run directory.
 """
 
 from __future__ import annotations
 
 import json
-from importlib import resources
 from typing import Sequence
 
 from homegpu.remote.logtail import LogTail
+from homegpu.remote.node_side import script
 from homegpu.remote.runtime import STOP_GRACE_SECONDS, NodePaths, Runtime, WorkerLaunch, WorkerStatus
 from homegpu.remote.runtime_errors import RuntimeError_
 
 _TF_SCRIPT = "import tensorflow, tf_keras; print(tensorflow.__version__)"
-_WORKER_SCRIPT = resources.files("homegpu.remote").joinpath("proc_worker.py").read_text()
+_WORKER_SCRIPT = script("worker_process")
 
 
 class ProcessRuntime(Runtime):
-    """Plain processes started with setsid through proc_worker.py; for nodes without Docker."""
+    """Plain processes started with setsid through node_side/worker_process.py; for nodes without Docker."""
 
     def worker_paths(self, run_id: str, label: str, code_dir: str, data_dir: str, job_python: str) -> NodePaths:
         """The node's own paths; the interpreter is the job's `python`, else the node's."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from homegpu.remote.node import NODE_GONE, NodeSession
+from homegpu.remote.node_side import script
 from homegpu.remote.port_probe import json_object
 from homegpu.remote.preflight import bind_problem
 from homegpu.remote.transport import RemoteProcess
@@ -30,74 +31,9 @@ CONNECT_TIMEOUT_S = 5.0
 LISTENER_LIFETIME_S = 60.0
 _START_TIMEOUT_S = 20.0
 
-# argv: SECRET SECONDS PORT...; one JSON line per port, then {"ready": true}; ends on stdin EOF.
-LISTEN_SCRIPT = r"""
-import errno, json, os, select, socket, sys, time
-secret, deadline = sys.argv[1].encode() + b"\n", time.time() + float(sys.argv[2])
-def listen(port):
-    if socket.has_dualstack_ipv6():
-        try:
-            return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
-        except OSError:
-            pass
-    return socket.create_server(("", port))
-servers = []
-for port in map(int, sys.argv[3:]):
-    try:
-        servers.append(listen(port))
-        print(json.dumps({"port": port, "status": "listening"}))
-    except OSError as exc:
-        status = {errno.EADDRINUSE: "in use", errno.EACCES: "denied"}.get(exc.errno, "error")
-        print(json.dumps({"host": "*", "port": port, "status": status, "strerror": exc.strerror or str(exc)}))
-print(json.dumps({"ready": True}), flush=True)
-while time.time() < deadline:
-    readable = select.select(servers + [sys.stdin], [], [], max(0.0, deadline - time.time()))[0]
-    if sys.stdin in readable and not os.read(sys.stdin.fileno(), 1024):
-        break
-    for server in readable:
-        if server is not sys.stdin:
-            conn = server.accept()[0]
-            with conn:
-                conn.sendall(secret)
-"""
+LISTEN_SCRIPT = script("port_listen")
 
-# argv: SECONDS TARGETS_JSON ([{"host", "port", "secret"}]); one JSON line per target, any order.
-CONNECT_SCRIPT = r"""
-import errno, json, socket, sys, threading
-timeout, targets = float(sys.argv[1]), json.loads(sys.argv[2])
-UNREACHABLE = (errno.EHOSTUNREACH, errno.ENETUNREACH)
-def read_line(conn):
-    got = b""
-    try:  # connected: whatever answers without our listener's secret is another program
-        while not got.endswith(b"\n") and len(got) < 256:
-            chunk = conn.recv(256)
-            if not chunk:
-                break
-            got += chunk
-    except OSError:
-        pass
-    return got
-def reach(target):
-    out = {"host": target["host"], "port": target["port"], "status": "ok", "strerror": ""}
-    try:
-        with socket.create_connection((target["host"], target["port"]), timeout=timeout) as conn:
-            if read_line(conn) != target["secret"].encode() + b"\n":
-                out["status"] = "other"
-    except socket.gaierror as exc:
-        out.update(status="unresolved", strerror=exc.strerror or str(exc))
-    except ConnectionRefusedError:
-        out["status"] = "refused"
-    except socket.timeout:
-        out["status"] = "timed out"
-    except OSError as exc:
-        out.update(status="unreachable" if exc.errno in UNREACHABLE else "error", strerror=exc.strerror or str(exc))
-    print(json.dumps(out), flush=True)
-threads = [threading.Thread(target=reach, args=(t,)) for t in targets]
-for thread in threads:
-    thread.start()
-for thread in threads:
-    thread.join()
-"""
+CONNECT_SCRIPT = script("port_connect")
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 to that run instead of starting another. The lock is a file under the node's work dir,
 `WORK_DIR/locks/JOB.lock`, holding the run id, the controller's host and pid and the node's time
 of its last heartbeat. All the judging and writing happens on the node in one short stdlib script
-(run_lock_node.py) under a flock(), so two controllers racing for it cannot both win.
+(node_side/job_lock.py) under a flock(), so two controllers racing for it cannot both win.
 
 A lock left by a dead controller is taken over (atomically: the new owner is renamed over the old):
 - its controller ran on the node's own machine and that pid is gone: at once;
@@ -28,15 +28,15 @@ import json
 import os
 import socket
 from dataclasses import dataclass
-from importlib import resources
 
 from homegpu.remote.node import NodeSession
+from homegpu.remote.node_side import script
 
 STALE_AFTER_SECONDS = 120.0
 HEARTBEAT_SECONDS = 20.0
 COMMAND_TIMEOUT = 60.0
 
-_NODE_SCRIPT = resources.files("homegpu.remote").joinpath("run_lock_node.py").read_text()
+_NODE_SCRIPT = script("job_lock")
 
 
 class RunLockError(Exception):

@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-PROTOCOL_VERSION = 1
-SOURCES = ("nvml", "nvidia-smi", "none")
+from homegpu.remote.node_side import GPU_SOURCES, PROTOCOL_VERSION
+
 
 # A format spec: [[fill]align][sign][#][0][width][grouping][.precision][type]
 _SPEC = re.compile(
@@ -94,7 +94,7 @@ OWNER_KINDS = ("worker", "container", "process", "unknown")
 
 @dataclass(frozen=True)
 class ProcessOwner:
-    """Who a GPU process belongs to, as the node's agent found out (remote/process_owners.py).
+    """Who a GPU process belongs to, as the node's agent found out (remote/node_side/process_owners.py).
 
     ``kind``: "worker" (a homegpu worker: ``run_id``, ``job``, ``index``), "container" (another
     container: ``container``, ``container_name``), "process" (a user's process) or "unknown" (the
@@ -272,8 +272,8 @@ def _header(obj: dict[str, Any]) -> tuple[float, str]:
     if timestamp is NA:
         raise _fail("t", "a unix time", None)
     source = obj.get("source")
-    if source not in SOURCES:
-        raise _fail("source", " or ".join(map(repr, SOURCES)), source)
+    if source not in GPU_SOURCES:
+        raise _fail("source", " or ".join(map(repr, GPU_SOURCES)), source)
     return float(timestamp), source
 
 

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-from importlib import resources
 from pathlib import Path
 
-from homegpu.remote.stats import SOURCES
-
-AGENT_SOURCES = ("auto", *SOURCES)
+from homegpu.remote.node_side import AGENT_SOURCES, script_bytes
 
 # Python 3.8+ on the node. The agent compiles the shipped pynvml only where the NVML library
 # loads; one the node's Python cannot run is dropped, and the agent then falls back to nvidia-smi.
@@ -35,12 +32,12 @@ exec(compile(part(), "stats_agent.py", "exec"),
 
 def agent_source() -> bytes:
     """The agent script as shipped (it runs on the node, so it is read, never imported here)."""
-    return resources.files("homegpu.remote").joinpath("stats_agent.py").read_bytes()
+    return script_bytes("stats_agent")
 
 
 def owners_source() -> bytes:
     """process_owners.py as shipped next to the agent."""
-    return resources.files("homegpu.remote").joinpath("process_owners.py").read_bytes()
+    return script_bytes("process_owners")
 
 
 def pynvml_source() -> bytes:

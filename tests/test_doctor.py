@@ -32,7 +32,7 @@ from homegpu.remote.doctor_checks import (
 )
 from homegpu.remote.doctor_gpus import gpu_check
 from homegpu.remote.stats import parse_agent_line
-from homegpu.remote.stats_agent import parse_nvidia_smi_gpus
+from homegpu.remote.node_side.stats_agent import parse_nvidia_smi_gpus
 from homegpu.remote.transport import CommandResult
 from homegpu.tui.doctor_commands import job_port
 from homegpu.tui.text import format_check, format_report

@@ -31,6 +31,7 @@ from homegpu.remote import image_chain
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.config import load_cluster
 from homegpu.remote.images import copy_image
+from homegpu.remote.node_side import script
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]
 
@@ -203,7 +204,7 @@ def test_a_connection_without_the_secret_is_closed_unread(tmp_path):
     part = {"role": "target", "name": "t", "socket": str(tmp_path / "none.sock"), "idle": 5, "listen": "127.0.0.1",
             "port": 0, "secret": "ab" * 32, "upstream": "up", "accept_wait": 30, "progress_seconds": 1,
             "progress_bytes": 1 << 20}
-    relay = subprocess.Popen([sys.executable, "-c", image_chain.relay_source()], stdin=subprocess.PIPE,
+    relay = subprocess.Popen([sys.executable, "-c", script("image_relay")], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
     try:
         relay.stdin.write(json.dumps(part) + "\n" + json.dumps({"next": None}) + "\n")
@@ -232,7 +233,7 @@ def test_a_source_without_its_engine_says_so_after_its_hop_and_exits_cleanly(tmp
             "progress_seconds": 1, "progress_bytes": 1 << 20}
     with socket.create_server(("127.0.0.1", 0)) as first_target:
         hop = {"name": "t", "host": "127.0.0.1", "port": first_target.getsockname()[1], "secret": "ab" * 32}
-        relay = subprocess.Popen([sys.executable, "-c", image_chain.relay_source()], stdin=subprocess.PIPE,
+        relay = subprocess.Popen([sys.executable, "-c", script("image_relay")], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, text=True)
         try:
             relay.stdin.write(json.dumps(part) + "\n" + json.dumps({"next": hop}) + "\n")

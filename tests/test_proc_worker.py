@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from homegpu.remote import proc_worker
+from homegpu.remote.node_side import worker_process
 
-SCRIPT = Path(proc_worker.__file__).read_text()
+SCRIPT = Path(worker_process.__file__).read_text()
 
 
 def worker(*args: str) -> dict:

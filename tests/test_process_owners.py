@@ -1,4 +1,4 @@
-"""Who owns each GPU process: the node-side lookup (remote/process_owners.py), the words the
+"""Who owns each GPU process: the node-side lookup (remote/node_side/process_owners.py), the words the
 controller makes of it (remote/gpu_owners.py) and the agent shipping it.
 
 There is no GPU here. The parsers and the classification are table-tested; the lookup runs on this
@@ -19,10 +19,11 @@ import docker
 import pytest
 
 from gpu_replay import FIXTURES, write_apps_with_pids, write_replay_nvidia_smi
-from homegpu.remote import docker_runtime, process_owners
+from homegpu.remote import docker_runtime
+from homegpu.remote.node_side import process_owners
 from homegpu.remote.gpu_owners import foreign_memory_warnings, owner_text
 from homegpu.remote.job_plan import worker_markers
-from homegpu.remote.process_owners import (
+from homegpu.remote.node_side.process_owners import (
     ProcessOwners, classify, parse_cgroup_container, parse_container_reply, parse_markers,
     parse_status_uid,
 )
@@ -215,7 +216,7 @@ def test_the_shipped_agent_marks_replayed_gpu_processes_with_real_owners(real_pr
 
 def test_an_agent_without_its_owners_module_still_streams(tmp_path: Path) -> None:
     """Run as a script from a folder without process_owners.py: processes simply have no owner."""
-    from homegpu.remote import stats_agent
+    from homegpu.remote.node_side import stats_agent
 
     script = tmp_path / "stats_agent.py"
     script.write_bytes(Path(stats_agent.__file__).read_bytes())

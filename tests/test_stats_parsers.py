@@ -21,7 +21,7 @@ from homegpu.remote.stats import (
     StatsParseError,
     parse_agent_line,
 )
-from homegpu.remote.stats_agent import (
+from homegpu.remote.node_side.stats_agent import (
     LoopIterations,
     clean,
     number,

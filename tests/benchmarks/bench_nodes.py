@@ -63,7 +63,7 @@ import sys
 from types import SimpleNamespace
 sys.path.insert(0, sys.argv[1])
 import test_stats_agent as t
-from homegpu.remote import stats_agent
+from homegpu.remote.node_side import stats_agent
 gpu = t.recorded_gpu("status_load.json")
 [process] = gpu["processes"]
 handle = t.device(gpu["name"], gpu["uuid"], gpu["util"], gpu["mem_used"], gpu["mem_total"], gpu["temp"],

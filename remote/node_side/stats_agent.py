@@ -37,7 +37,8 @@ import time
 import types
 
 PROTOCOL_VERSION = 1
-SOURCES = ("auto", "nvml", "nvidia-smi", "none")
+GPU_SOURCES = ("nvml", "nvidia-smi", "none")  # what a line's "source" says
+SOURCES = ("auto", *GPU_SOURCES)  # what --source takes: "auto" tries them in order
 # The controller's pynvml source, put in this module's globals by the bundle's bootstrap
 # (stats_agent_bundle.py); run as a script, the agent has none and uses the node's own pynvml.
 SHIPPED_PYNVML = globals().get("SHIPPED_PYNVML", b"")
