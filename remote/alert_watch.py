@@ -17,7 +17,7 @@ from typing import Callable
 
 from homegpu.remote.alert_action import alert_argv, alert_env, alert_values, run_command
 from homegpu.remote.alerts import AlertEvaluator
-from homegpu.remote.config import ClusterSpec
+from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.events import Alert, AlertCommandFailed, EventHub
 
 TICK_SECONDS = 1.0

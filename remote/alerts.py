@@ -25,7 +25,7 @@ import re
 from dataclasses import replace
 from typing import Callable
 
-from homegpu.remote.alert_config import AlertRules
+from homegpu.remote.config.alert_rules import AlertRules
 from homegpu.remote.events import (
     RUN_ALERTS, Alert, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated,
     Straggler,

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from homegpu.remote.bandwidth import BandwidthMatrix, LinkResult
-from homegpu.remote.config import ClusterSpec
+from homegpu.remote.config.cluster_spec import ClusterSpec
 
 
 def store_path(spec: ClusterSpec) -> Path:

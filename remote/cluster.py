@@ -7,7 +7,7 @@ from typing import Iterable
 
 from homegpu.remote import hostkeys
 from homegpu.remote.alert_watch import AlertWatcher
-from homegpu.remote.config import ClusterSpec
+from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.connect import OfferedKey, fetch_offered_key
 from homegpu.remote.events import EventHub, NodeState, Subscription
 from homegpu.remote.node import NodeSession

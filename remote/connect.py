@@ -22,7 +22,7 @@ from typing import Any
 import asyncssh
 
 from homegpu.remote import hostkeys
-from homegpu.remote.config import ClusterSpec, NodeSpec, DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT
+from homegpu.remote.config.cluster_spec import ClusterSpec, NodeSpec, DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT
 from homegpu.remote.transport import LocalTransport, NodeTransport, SshTransport
 
 

@@ -19,12 +19,12 @@ from typing import Sequence
 
 from homegpu.remote.check import Check
 from homegpu.remote.cluster import Cluster
-from homegpu.remote.config import NodeSpec
+from homegpu.remote.config.cluster_spec import NodeSpec
 from homegpu.remote.connect import connect_wait
 from homegpu.remote.doctor_checks import CHECK_NAMES, NO_ANSWER, NOT_SENT, NodeFacts, node_checks
 from homegpu.remote.doctor_network import reach_checks
 from homegpu.remote.events import NodeState
-from homegpu.remote.job_config import DEFAULT_JOB_PORT
+from homegpu.remote.config.job_spec import DEFAULT_JOB_PORT
 from homegpu.remote.node import NodeOffline, NodeSession
 from homegpu.remote.node_side import script
 from homegpu.remote.port_probe import probe_argv

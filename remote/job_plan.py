@@ -11,9 +11,9 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Sequence
 
-from homegpu.remote.config import EMBEDDED_DEFAULT
+from homegpu.remote.config.cluster_spec import EMBEDDED_DEFAULT
 from homegpu.remote.device_plan import DevicePlan, docker_device_ids
-from homegpu.remote.job_config import JobSpec
+from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.node_side import MARKER_INDEX, MARKER_JOB, MARKER_RUN
 from homegpu.remote.runtime import NodePaths, Runtime, WorkerLaunch
 from homegpu.remote.tfconfig import WorkerSlot, tf_config_json

@@ -23,7 +23,7 @@ from homegpu.remote.device_plan import DevicePlan, DevicePlanError
 from homegpu.remote.events import JobState, JobStateChanged
 from homegpu.remote.experiment import ExperimentLog
 from homegpu.remote.failure import Verdict, judge, might_be_script_error
-from homegpu.remote.job_config import PER_GPU, JobSpec
+from homegpu.remote.config.job_spec import PER_GPU, JobSpec
 from homegpu.remote.job_plan import TRAINER_PACKAGE_DIR, local_code, new_run_id, script_rel, worker_launch
 from homegpu.remote.last_run import last_timeline
 from homegpu.remote.node import NodeSession

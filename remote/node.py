@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from homegpu.remote.backoff import Backoff
-from homegpu.remote.config import ClusterSpec, NodeSpec
+from homegpu.remote.config.cluster_spec import ClusterSpec, NodeSpec
 from homegpu.remote.connect import AuthFailed, HostKeyChanged, HostKeyUnknown, NodeError, open_transport
 from homegpu.remote.events import (
     EventHub, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,

@@ -13,7 +13,7 @@ import contextlib
 import time
 from typing import Protocol
 
-from homegpu.remote.job_config import JobSpec
+from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.node import NODE_GONE, NodeSession
 from homegpu.remote.run_lock import HEARTBEAT_SECONDS, LockHolder, RunLockError, acquire, refresh, release
 from homegpu.remote.runs import JobNodes, LaunchError

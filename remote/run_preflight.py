@@ -15,7 +15,7 @@ from homegpu.remote.cluster import Cluster
 from homegpu.remote.device_plan import DevicePlan
 from homegpu.remote.events import PreflightResult
 from homegpu.remote.gpu_owners import foreign_memory_warnings
-from homegpu.remote.job_config import JobSpec
+from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.preflight import node_preflight, port_problems
 from homegpu.remote.reach import Endpoint, reach_problems
 from homegpu.remote.runtime import Runtime, WorkerLaunch

@@ -14,7 +14,7 @@ from typing import Iterable, Mapping
 from homegpu.remote import bandwidth_store
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.experiment import write_run_manifest
-from homegpu.remote.job_config import JobSpec
+from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.report import ReportError, write_report
 from homegpu.remote.timeline import TimelineRecorder
 

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.connect import connect_wait
 from homegpu.remote.device_plan import DevicePlanError
-from homegpu.remote.job_config import JobSpec
+from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.logtail import LogLine, LogTail
 from homegpu.remote.node import NODE_GONE, NodeSession
 from homegpu.remote.runtime import Runtime, WorkerStatus, expand_path

@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from homegpu.remote.config import ClusterSpec, NodeSpec
+from homegpu.remote.config.cluster_spec import ClusterSpec, NodeSpec
 from homegpu.remote.device_plan import DevicePlan, plan_devices
-from homegpu.remote.job_config import JobSpec
+from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.last_run import own_speeds
 from homegpu.remote.timeline_schema import Timeline
 

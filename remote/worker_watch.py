@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 
 from homegpu.remote.events import EventHub, WorkerExited
 from homegpu.remote.failure import WorkerEnd
-from homegpu.remote.job_config import JobSpec
+from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.job_plan import classify_exit
 from homegpu.remote.logtail import LogTail
 from homegpu.remote.node import NODE_GONE

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from homegpu.remote.alert_action import alert_argv, alert_env, alert_values, fill, run_command
-from homegpu.remote.alert_config import AlertRules
+from homegpu.remote.config.alert_rules import AlertRules
 from homegpu.remote.alert_watch import AlertWatcher
-from homegpu.remote.config import parse_cluster
+from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.events import (
     Alert, AlertCommandFailed, AlertState, EventHub, NodeState, NodeStateChanged, NodeStatsUpdated,
 )

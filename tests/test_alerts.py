@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from homegpu.remote.alert_config import AlertRules
+from homegpu.remote.config.alert_rules import AlertRules
 from homegpu.remote.alerts import AlertEvaluator
 from homegpu.remote.events import (
     AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated, Straggler,

@@ -27,7 +27,7 @@ from homegpu.remote.bandwidth import (
     pairs, parse_iperf3_json,
 )
 from homegpu.remote.cluster import Cluster
-from homegpu.remote.config import load_cluster
+from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.tui import bandwidth_commands
 from homegpu.tui.bandwidth_commands import matrix_json
 from homegpu.tui.text import format_matrix

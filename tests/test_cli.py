@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import homegpu
 
-from homegpu.remote.config import load_cluster
+from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.tui.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ import pytest
 
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.codesync import SKIP_DIRS, SyncError, plan_sync, settle_racy, sync_tree
-from homegpu.remote.config import embedded_default, load_cluster
+from homegpu.remote.config.cluster_spec import embedded_default, load_cluster
 
 LONG_AGO = time.time() - 3600  # files saved well before the sync: not "racy"
 S = 10**9

@@ -23,7 +23,7 @@ from helpers import homegpu
 from gpu_replay import FIXTURES, nvidia_smi_in
 from simcluster import SimCluster, free_job_port, free_port
 from homegpu.remote.cluster import Cluster
-from homegpu.remote.config import load_cluster, parse_cluster
+from homegpu.remote.config.cluster_spec import load_cluster, parse_cluster
 from homegpu.remote.check import Check
 from homegpu.remote.doctor import NOT_REACHABLE, diagnose, split_reason
 from homegpu.remote.doctor_checks import (

@@ -27,7 +27,7 @@ from helpers import homegpu, homegpu_argv, wait_for
 from simcluster import SimCluster, SimNode, free_job_port
 
 from homegpu.remote.cluster import Cluster
-from homegpu.remote.config import load_cluster
+from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.tui.render import node_detail
 from homegpu.tui.state import NodeView
 

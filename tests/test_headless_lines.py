@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from homegpu.remote.console import ConsoleLines
 from homegpu.remote.events import EventHub, JobState, Metric, NodeState, NodeStateChanged, Straggler
-from homegpu.remote.job_config import JobSpec
+from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.job_run import RunOutcome
 from homegpu.remote.log_lines import LineClassifier
 from homegpu.remote.logtail import LogLine

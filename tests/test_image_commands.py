@@ -29,7 +29,7 @@ from simcluster import SimCluster, SimNode
 from simdocker import NodeEngine, image_id, own_engines
 from homegpu.remote import image_chain
 from homegpu.remote.cluster import Cluster
-from homegpu.remote.config import load_cluster
+from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.images import copy_image
 from homegpu.remote.node_side import script
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from homegpu.remote.config import parse_cluster
+from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.connect import peer_address, trust_command
 from homegpu.remote.experiment import find_stragglers
-from homegpu.remote.job_config import JobSpec
+from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.job_plan import classify_exit, new_run_id, worker_argv, worker_cwd, worker_env
 from homegpu.remote.runtime import NodePaths, WorkerLaunch
 from homegpu.remote.device_plan import DevicePlanError, container_env, docker_device_ids

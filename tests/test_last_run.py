@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from homegpu.remote.config import parse_cluster
+from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.last_run import last_timeline, own_speeds
 from homegpu.remote.tfconfig import job_device_plan
 from homegpu.remote.timeline_schema import SCHEMA

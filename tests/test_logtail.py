@@ -9,7 +9,7 @@ import time
 import pytest
 
 from homegpu.remote.cluster import Cluster
-from homegpu.remote.config import load_cluster
+from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.events import NodeState
 from homegpu.remote.logtail import LogTail
 

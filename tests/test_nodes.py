@@ -17,7 +17,7 @@ from helpers import wait_until
 from gpu_replay import write_replay_nvidia_smi
 from simcluster import SimCluster, generate_ed25519_key
 from homegpu.remote.cluster import Cluster
-from homegpu.remote.config import load_cluster
+from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.connect import HostKeyChanged, NodeError
 from homegpu.remote.events import NodeState, NodeStateChanged, NodeStatsUpdated
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from homegpu.remote.cluster import Cluster
-from homegpu.remote.config import load_cluster
+from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.run_lock import Controller, acquire, holder, refresh, release
 
 pytestmark = pytest.mark.cluster

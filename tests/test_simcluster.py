@@ -22,7 +22,7 @@ from helpers import homegpu
 
 import simnet
 from homegpu.remote.cluster import Cluster
-from homegpu.remote.config import load_cluster
+from homegpu.remote.config.cluster_spec import load_cluster
 from simdocker import DockerEngine
 from simcluster import NODE_HOME, SimCluster, SimNode, alive, iperf3_between, ssh_banner
 

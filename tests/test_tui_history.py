@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from homegpu.remote.config import parse_cluster
+from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.downsample import bucket_index, bucket_time, bucket_time_sql
 from homegpu.remote.events import NodeState, NodeStateChanged, NodeStatsUpdated
 from homegpu.remote.stats import parse_agent_line

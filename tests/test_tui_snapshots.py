@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from homegpu.remote.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult, parse_iperf3_json
-from homegpu.remote.config import parse_cluster
+from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.events import JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated
 from homegpu.remote.log_lines import classify
 from homegpu.remote.logtail import LogLine

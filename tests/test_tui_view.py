@@ -11,7 +11,7 @@ import pytest
 
 from homegpu.remote import bandwidth_store
 from homegpu.remote.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
-from homegpu.remote.config import embedded_default, parse_cluster
+from homegpu.remote.config.cluster_spec import embedded_default, parse_cluster
 from homegpu.remote.events import (
     JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler,
 )

@@ -21,7 +21,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Header, Input, Static, TabbedContent, TabPane
 
 from homegpu.remote.bandwidth import BandwidthError
-from homegpu.remote.config import ClusterSpec
+from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.events import NodeState, Subscription
 from homegpu.remote.job_run import LaunchError
 from homegpu.remote.node import NODE_GONE

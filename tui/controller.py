@@ -14,12 +14,12 @@ from homegpu.remote import bandwidth_store
 from homegpu.remote.bandwidth import LinkCallback, BandwidthMatrix, link_timeout, measure, pairs
 from homegpu.remote.check import Check
 from homegpu.remote.cluster import Cluster
-from homegpu.remote.config import ClusterSpec
+from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.connect import OfferedKey
 from homegpu.remote.device_plan import DevicePlan, DevicePlanError
 from homegpu.remote.doctor import diagnose
 from homegpu.remote.events import Subscription
-from homegpu.remote.job_config import JobSpec
+from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome
 from homegpu.remote.last_run import last_timeline
 from homegpu.remote.run_guard import attach_if_running, launch_or_attach

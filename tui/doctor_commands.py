@@ -9,9 +9,9 @@ from typing import Sequence
 
 from homegpu.remote.check import Check
 from homegpu.remote.cluster import Cluster
-from homegpu.remote.config import ClusterSpec
+from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.doctor import diagnose
-from homegpu.remote.job_config import DEFAULT_JOB_PORT
+from homegpu.remote.config.job_spec import DEFAULT_JOB_PORT
 from homegpu.tui.cli_common import load_spec
 from homegpu.tui.text import format_report
 

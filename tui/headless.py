@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from homegpu.remote.cluster import Cluster
-from homegpu.remote.config import ClusterSpec
+from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.events import (
     Alert, AlertCommandFailed, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged,
     PreflightResult, Straggler, Subscription, WorkerExited,
 )
-from homegpu.remote.job_config import JobSpec
+from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome
 from homegpu.remote.logtail import LogLine
 from homegpu.remote.run_guard import launch_or_attach

@@ -14,9 +14,9 @@ from typing import Sequence
 
 from homegpu.remote.cluster import Cluster
 from homegpu.remote.connect import connect_wait
-from homegpu.remote.config import ClusterSpec
+from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.images import CopyProgress, ImageError, NodeOutcome, build_on_nodes, copy_image
-from homegpu.remote.job_config import DEFAULT_IMAGE
+from homegpu.remote.config.job_spec import DEFAULT_IMAGE
 from homegpu.remote.node import NodeSession
 from homegpu.remote.docker_link import DockerUnavailable
 from homegpu.tui.cli_common import UserError, load_spec

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 from homegpu.remote.cluster import Cluster
-from homegpu.remote.config import ClusterSpec
+from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.device_plan import DevicePlanError
 from homegpu.remote.events import NodeState
-from homegpu.remote.job_config import PER_GPU
+from homegpu.remote.config.job_spec import PER_GPU
 from homegpu.remote.last_run import last_timeline
 from homegpu.remote.runs import JobNodes, LaunchError, list_workers
 from homegpu.remote.tfconfig import (

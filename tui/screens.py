@@ -15,7 +15,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, OptionList, Static
 
-from homegpu.remote.job_config import JobSpec
+from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.tfconfig import WorkerSlot, tf_config
 
 

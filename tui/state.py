@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from homegpu.remote.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
-from homegpu.remote.config import ClusterSpec
+from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.events import (
     RUN_ALERTS, Alert, AlertCommandFailed, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged,
     NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,

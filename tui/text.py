@@ -9,10 +9,10 @@ import shutil
 from itertools import groupby
 from typing import Callable, Sequence
 
-from homegpu.remote.alert_config import SWITCHES, AlertRules
+from homegpu.remote.config.alert_rules import SWITCHES, AlertRules
 from homegpu.remote.bandwidth import BandwidthMatrix, format_gbits
 from homegpu.remote.check import Check
-from homegpu.remote.config import ClusterSpec
+from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.gpu_owners import owner_text
 from homegpu.remote.stats import NA
 

@@ -137,7 +137,7 @@ async def live_cpu(config: Path, timeline: Path | None) -> tuple[float, float]:
     """(controller CPU s, the recorder's own CPU s) over LIVE_SECONDS with every node streaming,
     recording into `timeline` or not."""
     from homegpu.remote.cluster import Cluster
-    from homegpu.remote.config import load_cluster
+    from homegpu.remote.config.cluster_spec import load_cluster
 
     async with Cluster(load_cluster(config)) as cluster:
         await cluster.wait_settled(timeout=60)

@@ -36,7 +36,7 @@ sys.path.insert(0, str(TESTS))
 from helpers import homegpu_argv  # noqa: E402
 from simcluster import SimCluster, free_job_port  # noqa: E402
 
-from homegpu.remote.config import load_cluster  # noqa: E402
+from homegpu.remote.config.cluster_spec import load_cluster  # noqa: E402
 from homegpu.remote.events import JobState  # noqa: E402
 from homegpu.tui.app import HomegpuApp  # noqa: E402
 from homegpu.tui.controller import Controller  # noqa: E402

@@ -8,10 +8,10 @@ from typing import Any
 
 import tomli_w
 
-from homegpu.remote.config import (
+from homegpu.remote.config.cluster_spec import (
     DEFAULT_CLUSTER_NAME, DEMO_JOB, LOCAL_HOST, AlertRules, ClusterSpec, NodeSpec, SshDefaults,
 )
-from homegpu.remote.job_config import JobSpec
+from homegpu.remote.config.job_spec import JobSpec
 
 STARTER_HEADER = """\
 # homegpu cluster file, written by `homegpu init`.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass
 
-from homegpu.remote.config_check import Check, Limits, Validator, show
+from homegpu.remote.config.checks import Check, Limits, Validator, show
 
 # (lowest, highest, unit) of each number
 LIMITS: Limits = {

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from homegpu.remote.config_check import NAME_RE, Validator, show
+from homegpu.remote.config.checks import NAME_RE, Validator, show
 
 LOCAL_HOST = "local"
 RUNTIMES = ("docker", "process")

@@ -16,11 +16,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-from homegpu.remote.alert_config import AlertRules, parse_alerts
-from homegpu.remote.config_check import TOP_KEYS, ConfigError, Limits, Validator, display, show
-from homegpu.remote.job_config import JobSpec, parse_jobs
-from homegpu.remote.node_config import LOCAL_HOST, RUNTIMES, NodeSpec, parse_nodes
-from homegpu.remote.toml_lines import LineIndex
+from homegpu.remote.config.alert_rules import AlertRules, parse_alerts
+from homegpu.remote.config.checks import TOP_KEYS, ConfigError, Limits, Validator, display, show
+from homegpu.remote.config.job_spec import JobSpec, parse_jobs
+from homegpu.remote.config.node_spec import LOCAL_HOST, RUNTIMES, NodeSpec, parse_nodes
+from homegpu.remote.config.toml_lines import LineIndex
 
 __all__ = [
     "DEFAULT_CLUSTER_NAME", "DEFAULT_CONFIG_NAME", "EMBEDDED_DEFAULT", "LOCAL_HOST", "RUNTIMES", "AlertRules",

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from homegpu.remote.config_check import MAX_PORT, NAME_RE, Check, Limits, Validator, show
-from homegpu.remote.node_config import NodeSpec
+from homegpu.remote.config.checks import MAX_PORT, NAME_RE, Check, Limits, Validator, show
+from homegpu.remote.config.node_spec import NodeSpec
 
 DEFAULT_IMAGE = "homegpu/tensorflow:2.21"
 DEFAULT_JOB_PORT = 23456

@@ -14,7 +14,7 @@ import re
 import reprlib
 from typing import Any, Callable
 
-from homegpu.remote.toml_lines import LineIndex
+from homegpu.remote.config.toml_lines import LineIndex
 
 # Hosts and paths end up in argv lists sent to remote shells; shlex.join quotes them, and refusing
 # anything unusual up front means a typo can never become an option or a second command.
