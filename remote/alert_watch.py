@@ -18,7 +18,7 @@ from typing import Callable
 from homegpu.remote.alert_action import alert_argv, alert_env, alert_values, run_command
 from homegpu.remote.alerts import AlertEvaluator
 from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.events import Alert, AlertCommandFailed, EventHub
+from homegpu.remote.nodes.events import Alert, AlertCommandFailed, EventHub
 
 TICK_SECONDS = 1.0
 MAX_QUEUED = 1_000  # alerts waiting for the command; past it the oldest are not sent (still shown)

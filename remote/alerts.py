@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Callable
 
 from homegpu.remote.config.alert_rules import AlertRules
-from homegpu.remote.events import (
+from homegpu.remote.nodes.events import (
     RUN_ALERTS, Alert, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated,
     Straggler,
 )

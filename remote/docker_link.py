@@ -30,10 +30,10 @@ import docker
 import docker.errors
 import requests.exceptions
 
-from homegpu.remote.node import NODE_GONE, NodeSession
+from homegpu.remote.nodes.session import NODE_GONE, NodeSession
 from homegpu.remote.node_side import script
 from homegpu.remote.runtime_errors import RuntimeError_
-from homegpu.remote.transport import SshTransport
+from homegpu.remote.nodes.transport import SshTransport
 
 T = TypeVar("T")
 

@@ -27,9 +27,9 @@ from docker.types import DeviceRequest, Mount
 from homegpu.remote.device_plan import DevicePlan, container_env
 from homegpu.remote.docker_link import DockerLink, DockerUnavailable, docker_client
 from homegpu.remote.logtail import LogTail
-from homegpu.remote.node import NodeSession
+from homegpu.remote.nodes.session import NodeSession
 from homegpu.remote.node_side import LABEL_INDEX, LABEL_JOB, LABEL_RUN
-from homegpu.remote.transport import TransportError
+from homegpu.remote.nodes.transport import TransportError
 from homegpu.remote.runtime import (
     STOP_GRACE_SECONDS, NodePaths, Runtime, WorkerLaunch, WorkerStatus, expand_path,
 )

@@ -18,18 +18,18 @@ import time
 from typing import Sequence
 
 from homegpu.remote.check import Check
-from homegpu.remote.cluster import Cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import NodeSpec
-from homegpu.remote.connect import connect_wait
+from homegpu.remote.nodes.connect import connect_wait
 from homegpu.remote.doctor_checks import CHECK_NAMES, NO_ANSWER, NOT_SENT, NodeFacts, node_checks
 from homegpu.remote.doctor_network import reach_checks
-from homegpu.remote.events import NodeState
+from homegpu.remote.nodes.events import NodeState
 from homegpu.remote.config.job_spec import DEFAULT_JOB_PORT
-from homegpu.remote.node import NodeOffline, NodeSession
+from homegpu.remote.nodes.session import NodeOffline, NodeSession
 from homegpu.remote.node_side import script
 from homegpu.remote.port_probe import probe_argv
-from homegpu.remote.stats_agent_bundle import agent_command, agent_payload
-from homegpu.remote.transport import CommandResult, TransportError
+from homegpu.remote.nodes.agent_bundle import agent_command, agent_payload
+from homegpu.remote.nodes.transport import CommandResult, TransportError
 
 COMMAND_TIMEOUT_S = 15.0
 AGENT_TIMEOUT_S = 45.0  # nvidia-smi may take up to 10 s per call on a busy or wedged driver
@@ -46,7 +46,7 @@ CLOCK_SCRIPT = script("clock_echo")
 
 async def diagnose(cluster: Cluster, job_port: int = DEFAULT_JOB_PORT, *,
                    settle_timeout: float | None = None) -> list[Check]:
-    """Check every node of an open :class:`~homegpu.remote.cluster.Cluster`, all at once.
+    """Check every node of an open :class:`~homegpu.remote.nodes.cluster.Cluster`, all at once.
 
     Each node is probed as soon as its own connection settles (waiting at most `settle_timeout`,
     default the SSH connect timeout + 2 s), so a node that is slow to answer delays only itself.

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from homegpu.remote.check import Check
 from homegpu.remote.doctor_gpus import container_runtime_check, gpu_check
 from homegpu.remote.port_probe import parse_probe
-from homegpu.remote.stats import NodeStats, StatsParseError, parse_agent_line
-from homegpu.remote.transport import CommandResult
+from homegpu.remote.nodes.stats import NodeStats, StatsParseError, parse_agent_line
+from homegpu.remote.nodes.transport import CommandResult
 
 MIN_PYTHON = (3, 8)
 MIN_FREE_DISK_MIB = 5 * 1024

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from homegpu.remote.check import Check
-from homegpu.remote.node import NodeSession
+from homegpu.remote.nodes.session import NodeSession
 from homegpu.remote.reach import Endpoint, reach_problems
 
 NAME = "reachable"

@@ -25,7 +25,7 @@ import docker.errors
 
 from homegpu.remote.docker_link import DockerLink, DockerUnavailable, docker_client
 from homegpu.remote.image_chain import IDLE_SECONDS, CopyProgress, copy_chain
-from homegpu.remote.node import NODE_GONE, NodeSession
+from homegpu.remote.nodes.session import NODE_GONE, NodeSession
 
 LineCallback = Callable[[str, str], None]  # (node, line)
 

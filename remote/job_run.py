@@ -17,16 +17,16 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from homegpu.remote.cluster import Cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.codesync import sync_trees
 from homegpu.remote.device_plan import DevicePlan, DevicePlanError
-from homegpu.remote.events import JobState, JobStateChanged
+from homegpu.remote.nodes.events import JobState, JobStateChanged
 from homegpu.remote.experiment import ExperimentLog
 from homegpu.remote.failure import Verdict, judge, might_be_script_error
 from homegpu.remote.config.job_spec import PER_GPU, JobSpec
 from homegpu.remote.job_plan import TRAINER_PACKAGE_DIR, local_code, new_run_id, script_rel, worker_launch
 from homegpu.remote.last_run import last_timeline
-from homegpu.remote.node import NodeSession
+from homegpu.remote.nodes.session import NodeSession
 from homegpu.remote.outputs import FetchedOutputs, fetch_outputs, remove_backups
 from homegpu.remote.run_guard import RunGuard
 from homegpu.remote.run_lock import LockHolder

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from homegpu.remote.console import ConsoleLines
-from homegpu.remote.events import EventHub
+from homegpu.remote.nodes.events import EventHub
 from homegpu.remote.log_lines import LineClassifier
-from homegpu.remote.node import NODE_GONE, NodeSession
-from homegpu.remote.transport import tied_to_session
+from homegpu.remote.nodes.session import NODE_GONE, NodeSession
+from homegpu.remote.nodes.transport import tied_to_session
 
 DEFAULT_MAX_LINES = 5_000
 RETRY_SECONDS = 1.0

@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.node import NODE_GONE
+from homegpu.remote.nodes.session import NODE_GONE
 from homegpu.remote.port_probe import parse_probe, probe_argv
 from homegpu.remote.runtime import Runtime, WorkerLaunch
 

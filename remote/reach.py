@@ -21,11 +21,11 @@ import secrets
 from dataclasses import dataclass
 from typing import Sequence
 
-from homegpu.remote.node import NODE_GONE, NodeSession
+from homegpu.remote.nodes.session import NODE_GONE, NodeSession
 from homegpu.remote.node_side import script
 from homegpu.remote.port_probe import json_object
 from homegpu.remote.preflight import bind_problem
-from homegpu.remote.transport import RemoteProcess
+from homegpu.remote.nodes.transport import RemoteProcess
 
 CONNECT_TIMEOUT_S = 5.0
 LISTENER_LIFETIME_S = 60.0

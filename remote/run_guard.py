@@ -14,7 +14,7 @@ import time
 from typing import Protocol
 
 from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.node import NODE_GONE, NodeSession
+from homegpu.remote.nodes.session import NODE_GONE, NodeSession
 from homegpu.remote.run_lock import HEARTBEAT_SECONDS, LockHolder, RunLockError, acquire, refresh, release
 from homegpu.remote.runs import JobNodes, LaunchError
 

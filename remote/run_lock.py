@@ -29,7 +29,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from homegpu.remote.node import NodeSession
+from homegpu.remote.nodes.session import NodeSession
 from homegpu.remote.node_side import script
 
 STALE_AFTER_SECONDS = 120.0

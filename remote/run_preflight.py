@@ -11,15 +11,15 @@ import asyncio
 from pathlib import Path
 from typing import Callable, Sequence
 
-from homegpu.remote.cluster import Cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.device_plan import DevicePlan
-from homegpu.remote.events import PreflightResult
-from homegpu.remote.gpu_owners import foreign_memory_warnings
+from homegpu.remote.nodes.events import PreflightResult
+from homegpu.remote.nodes.owners import foreign_memory_warnings
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.preflight import node_preflight, port_problems
 from homegpu.remote.reach import Endpoint, reach_problems
 from homegpu.remote.runtime import Runtime, WorkerLaunch
-from homegpu.remote.stats import describe_gpus
+from homegpu.remote.nodes.stats import describe_gpus
 from homegpu.remote.tfconfig import WorkerSlot
 
 RuntimeOf = Callable[[WorkerSlot], Runtime]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from homegpu.remote import bandwidth_store
-from homegpu.remote.cluster import Cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.experiment import write_run_manifest
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.report import ReportError, write_report

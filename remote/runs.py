@@ -11,12 +11,12 @@ import asyncio
 import contextlib
 from typing import Callable, Sequence
 
-from homegpu.remote.cluster import Cluster
-from homegpu.remote.connect import connect_wait
+from homegpu.remote.nodes.cluster import Cluster
+from homegpu.remote.nodes.connect import connect_wait
 from homegpu.remote.device_plan import DevicePlanError
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.logtail import LogLine, LogTail
-from homegpu.remote.node import NODE_GONE, NodeSession
+from homegpu.remote.nodes.session import NODE_GONE, NodeSession
 from homegpu.remote.runtime import Runtime, WorkerStatus, expand_path
 from homegpu.remote.runtime_errors import RuntimeError_
 from homegpu.remote.runtime_factory import make_runtime

@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 
 from homegpu.remote.device_plan import DevicePlan, process_env
 from homegpu.remote.logtail import LogTail
-from homegpu.remote.node import NodeSession
+from homegpu.remote.nodes.session import NodeSession
 from homegpu.remote.tfconfig import WorkerSlot
 from homegpu.remote.worker_devices import WorkerDevices
 

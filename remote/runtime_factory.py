@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from homegpu.remote.docker_runtime import DockerRuntime
-from homegpu.remote.node import NodeSession
+from homegpu.remote.nodes.session import NodeSession
 from homegpu.remote.process_runtime import ProcessRuntime
 from homegpu.remote.runtime import Runtime
 

@@ -11,7 +11,7 @@ import asyncio
 import time
 from typing import Iterable
 
-from homegpu.remote.events import EventHub, Metric, Straggler
+from homegpu.remote.nodes.events import EventHub, Metric, Straggler
 from homegpu.remote.experiment import ExperimentLog, find_stragglers
 from homegpu.remote.failure import PROGRESS_EVENTS
 from homegpu.remote.logtail import LogLine

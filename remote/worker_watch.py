@@ -13,12 +13,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from homegpu.remote.events import EventHub, WorkerExited
+from homegpu.remote.nodes.events import EventHub, WorkerExited
 from homegpu.remote.failure import WorkerEnd
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.job_plan import classify_exit
 from homegpu.remote.logtail import LogTail
-from homegpu.remote.node import NODE_GONE
+from homegpu.remote.nodes.session import NODE_GONE
 from homegpu.remote.runtime import Runtime, WorkerStatus
 from homegpu.remote.runtime_errors import RuntimeError_
 from homegpu.remote.tfconfig import WorkerSlot

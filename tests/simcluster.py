@@ -48,7 +48,7 @@ BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Set in every SSH session of a node (and inherited by whatever it starts, detached or not),
 # so stop() can find processes that left the sshd process tree with setsid/nohup.
 MARKER_VAR = "HOMEGPU_SIMNODE"
-# homegpu reads the ssh config named here instead of ~/.ssh/config (remote/connect.py).
+# homegpu reads the ssh config named here instead of ~/.ssh/config (remote/nodes/connect.py).
 SSH_CONFIG_VAR = "HOMEGPU_SSH_CONFIG"
 NODE_HOME = pwd.getpwnam("root").pw_dir
 

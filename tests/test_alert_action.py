@@ -21,7 +21,7 @@ from homegpu.remote.alert_action import alert_argv, alert_env, alert_values, fil
 from homegpu.remote.config.alert_rules import AlertRules
 from homegpu.remote.alert_watch import AlertWatcher
 from homegpu.remote.config.cluster_spec import parse_cluster
-from homegpu.remote.events import (
+from homegpu.remote.nodes.events import (
     Alert, AlertCommandFailed, AlertState, EventHub, NodeState, NodeStateChanged, NodeStatsUpdated,
 )
 from timeline_events import recorded_stats

@@ -12,10 +12,10 @@ import pytest
 
 from homegpu.remote.config.alert_rules import AlertRules
 from homegpu.remote.alerts import AlertEvaluator
-from homegpu.remote.events import (
+from homegpu.remote.nodes.events import (
     AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated, Straggler,
 )
-from homegpu.remote.stats import NA
+from homegpu.remote.nodes.stats import NA
 from timeline_events import recorded_stats
 
 T0 = 1_795_316_000.0

@@ -26,7 +26,7 @@ from homegpu.remote.bandwidth import (
     describe_failure, format_duration, format_gbits, iperf3_seconds, measure, measure_link,
     pairs, parse_iperf3_json,
 )
-from homegpu.remote.cluster import Cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.tui import bandwidth_commands
 from homegpu.tui.bandwidth_commands import matrix_json

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from homegpu.remote.cluster import Cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.codesync import SKIP_DIRS, SyncError, plan_sync, settle_racy, sync_tree
 from homegpu.remote.config.cluster_spec import embedded_default, load_cluster
 

@@ -22,7 +22,7 @@ from homegpu.remote.device_plan import (
     process_env,
 )
 from homegpu.remote.gpu_speed import CPU_SPEED, UNKNOWN_GPU_SPEED, gpu_model, gpu_speed, short_gpu_name
-from homegpu.remote.stats import parse_agent_line
+from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.node_side.stats_agent import parse_nvidia_smi_gpus
 from gpu_replay import FIXTURES
 

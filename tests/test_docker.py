@@ -25,7 +25,7 @@ import pytest
 
 from images import busybox_image  # noqa: F401  (fixture)
 from simcluster import SimCluster
-from homegpu.remote.cluster import Cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import ClusterSpec, NodeSpec, load_cluster
 from homegpu.remote.docker_link import DockerUnavailable, SocketForwarder, docker_client, explain
 from homegpu.remote.docker_runtime import (
@@ -36,7 +36,7 @@ from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.runtime import WorkerLaunch
 from homegpu.remote.runtime_errors import RuntimeError_
 from homegpu.remote.tfconfig import tf_config_json, worker_slots
-from homegpu.remote.transport import SshTransport
+from homegpu.remote.nodes.transport import SshTransport
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]
 

@@ -22,7 +22,7 @@ from helpers import homegpu
 
 from gpu_replay import FIXTURES, nvidia_smi_in
 from simcluster import SimCluster, free_job_port, free_port
-from homegpu.remote.cluster import Cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster, parse_cluster
 from homegpu.remote.check import Check
 from homegpu.remote.doctor import NOT_REACHABLE, diagnose, split_reason
@@ -31,9 +31,9 @@ from homegpu.remote.doctor_checks import (
     node_checks, python_check, tensorflow_check,
 )
 from homegpu.remote.doctor_gpus import gpu_check
-from homegpu.remote.stats import parse_agent_line
+from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.node_side.stats_agent import parse_nvidia_smi_gpus
-from homegpu.remote.transport import CommandResult
+from homegpu.remote.nodes.transport import CommandResult
 from homegpu.tui.doctor_commands import job_port
 from homegpu.tui.text import format_check, format_report
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from homegpu.remote.console import ConsoleLines
-from homegpu.remote.events import EventHub, JobState, Metric, NodeState, NodeStateChanged, Straggler
+from homegpu.remote.nodes.events import EventHub, JobState, Metric, NodeState, NodeStateChanged, Straggler
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.job_run import RunOutcome
 from homegpu.remote.log_lines import LineClassifier
@@ -107,7 +107,7 @@ def test_a_flood_that_outruns_the_terminal_is_said_with_where_every_line_is():
 
 
 def test_alerts_are_lines_and_a_failing_command_says_so():
-    from homegpu.remote.events import Alert, AlertCommandFailed, AlertState
+    from homegpu.remote.nodes.events import Alert, AlertCommandFailed, AlertState
 
     lines = printed([Alert("gpu_temperature", AlertState.FIRING, "n1 GPU 0 is at 91 °C (alert at 85 °C)"),
                      Alert("gpu_temperature", AlertState.CLEARED, "n1 GPU 0 cooled to 70 °C (at or below 80 °C)"),

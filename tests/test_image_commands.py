@@ -28,7 +28,7 @@ from images import ensure_random_image
 from simcluster import SimCluster, SimNode
 from simdocker import NodeEngine, image_id, own_engines
 from homegpu.remote import image_chain
-from homegpu.remote.cluster import Cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.images import copy_image
 from homegpu.remote.node_side import script

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from homegpu.remote.cluster import Cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
-from homegpu.remote.events import NodeState
+from homegpu.remote.nodes.events import NodeState
 from homegpu.remote.logtail import LogTail
 
 pytestmark = pytest.mark.cluster

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from homegpu.remote.cluster import Cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.logtail import LogTail
 

@@ -1,5 +1,5 @@
 """Who owns each GPU process: the node-side lookup (remote/node_side/process_owners.py), the words the
-controller makes of it (remote/gpu_owners.py) and the agent shipping it.
+controller makes of it (remote/nodes/owners.py) and the agent shipping it.
 
 There is no GPU here. The parsers and the classification are table-tested; the lookup runs on this
 machine's real /proc against real processes (one with homegpu's worker markers, one run as
@@ -21,14 +21,14 @@ import pytest
 from gpu_replay import FIXTURES, write_apps_with_pids, write_replay_nvidia_smi
 from homegpu.remote import docker_runtime
 from homegpu.remote.node_side import process_owners
-from homegpu.remote.gpu_owners import foreign_memory_warnings, owner_text
+from homegpu.remote.nodes.owners import foreign_memory_warnings, owner_text
 from homegpu.remote.job_plan import worker_markers
 from homegpu.remote.node_side.process_owners import (
     ProcessOwners, classify, parse_cgroup_container, parse_container_reply, parse_markers,
     parse_status_uid,
 )
-from homegpu.remote.stats import GpuProcess, GpuStats, NodeStats, ProcessOwner, parse_agent_line
-from homegpu.remote.stats_agent_bundle import agent_command, agent_payload
+from homegpu.remote.nodes.stats import GpuProcess, GpuStats, NodeStats, ProcessOwner, parse_agent_line
+from homegpu.remote.nodes.agent_bundle import agent_command, agent_payload
 
 H100 = FIXTURES / "h100-80gb-hbm3"
 NOBODY = 65534

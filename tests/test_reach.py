@@ -17,7 +17,7 @@ import tomli_w
 from helpers import homegpu, job_table, worker_processes
 from simcluster import SimCluster, SimNode, free_job_port
 
-from homegpu.remote.cluster import Cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.doctor import diagnose
 from homegpu.remote.reach import Endpoint, describe, reach_problems

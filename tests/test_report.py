@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from homegpu.remote.events import Metric
+from homegpu.remote.nodes.events import Metric
 from homegpu.remote.experiment import ExperimentLog, write_run_manifest
 from homegpu.remote.report import REPORT_FILE, ReportError, write_report
 from homegpu.remote.report_svg import PLOT_BG, SERIES_COLOURS

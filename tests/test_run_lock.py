@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from homegpu.remote.cluster import Cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.run_lock import Controller, acquire, holder, refresh, release
 

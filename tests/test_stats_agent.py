@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 
 from homegpu.remote.node_side import stats_agent
-from homegpu.remote.stats import NA, GpuProcess, NodeStats, parse_agent_line
+from homegpu.remote.nodes.stats import NA, GpuProcess, NodeStats, parse_agent_line
 from homegpu.remote.node_side.stats_agent import (
     LoopIterations,
     NoGpuReader,
@@ -42,7 +42,7 @@ from homegpu.remote.node_side.stats_agent import (
     read_nvml,
     read_nvml_versions,
 )
-from homegpu.remote.stats_agent_bundle import (
+from homegpu.remote.nodes.agent_bundle import (
     BOOTSTRAP,
     agent_command,
     agent_payload,

@@ -12,7 +12,7 @@ import pickle
 
 import pytest
 
-from homegpu.remote.stats import (
+from homegpu.remote.nodes.stats import (
     NA,
     GpuProcess,
     GpuStats,

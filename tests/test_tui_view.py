@@ -12,12 +12,12 @@ import pytest
 from homegpu.remote import bandwidth_store
 from homegpu.remote.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
 from homegpu.remote.config.cluster_spec import embedded_default, parse_cluster
-from homegpu.remote.events import (
+from homegpu.remote.nodes.events import (
     JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler,
 )
 from homegpu.remote.log_lines import classify
 from homegpu.remote.logtail import LogLine
-from homegpu.remote.stats import parse_agent_line
+from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.trainer.metrics import format_metric
 from homegpu.tui.logview import clean, format_entries, matching, wrap_rows
 from homegpu.tui.plot import BRAILLE_BASE, braille_plot, progress_bar, sparkline
@@ -337,7 +337,7 @@ def test_the_launch_dialog_shows_the_tf_configs_then_the_device_plan():
 
 
 def test_the_alert_banner_holds_what_fires_and_a_clear_becomes_a_toast():
-    from homegpu.remote.events import Alert, AlertCommandFailed, AlertState
+    from homegpu.remote.nodes.events import Alert, AlertCommandFailed, AlertState
     from homegpu.tui.render import alert_banner
     from homegpu.tui.state import ALERTS
 
@@ -359,7 +359,7 @@ def test_the_alert_banner_holds_what_fires_and_a_clear_becomes_a_toast():
 
 
 def test_the_alert_banner_fits_its_width_and_counts_the_rest():
-    from homegpu.remote.events import Alert, AlertState
+    from homegpu.remote.nodes.events import Alert, AlertState
     from homegpu.tui.render import alert_banner
 
     alerts = [Alert("node_offline", AlertState.FIRING, f"node{i} has been offline for 2 min", node=f"node{i}")

@@ -22,9 +22,9 @@ from textual.widgets import DataTable, Header, Input, Static, TabbedContent, Tab
 
 from homegpu.remote.bandwidth import BandwidthError
 from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.events import NodeState, Subscription
+from homegpu.remote.nodes.events import NodeState, Subscription
 from homegpu.remote.job_run import LaunchError
-from homegpu.remote.node import NODE_GONE
+from homegpu.remote.nodes.session import NODE_GONE
 from homegpu.remote.tfconfig import job_nodes
 from homegpu.tui.controller import Busy, Controller
 from homegpu.tui.history import WINDOWS

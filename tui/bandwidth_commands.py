@@ -13,8 +13,8 @@ from homegpu.remote.bandwidth import (
 )
 from homegpu.remote import bandwidth_store
 from homegpu.remote.bandwidth_store import links_json
-from homegpu.remote.cluster import Cluster
-from homegpu.remote.connect import connect_wait
+from homegpu.remote.nodes.cluster import Cluster
+from homegpu.remote.nodes.connect import connect_wait
 from homegpu.tui.cli_common import UserError, load_spec
 from homegpu.tui.text import format_matrix
 

@@ -13,12 +13,12 @@ from pathlib import Path
 from homegpu.remote import bandwidth_store
 from homegpu.remote.bandwidth import LinkCallback, BandwidthMatrix, link_timeout, measure, pairs
 from homegpu.remote.check import Check
-from homegpu.remote.cluster import Cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.connect import OfferedKey
+from homegpu.remote.nodes.connect import OfferedKey
 from homegpu.remote.device_plan import DevicePlan, DevicePlanError
 from homegpu.remote.doctor import diagnose
-from homegpu.remote.events import Subscription
+from homegpu.remote.nodes.events import Subscription
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome
 from homegpu.remote.last_run import last_timeline

@@ -8,7 +8,7 @@ import json
 from typing import Sequence
 
 from homegpu.remote.check import Check
-from homegpu.remote.cluster import Cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.doctor import diagnose
 from homegpu.remote.config.job_spec import DEFAULT_JOB_PORT

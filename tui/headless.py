@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 from typing import Callable, TextIO
 
-from homegpu.remote.cluster import Cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.events import (
+from homegpu.remote.nodes.events import (
     Alert, AlertCommandFailed, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged,
     PreflightResult, Straggler, Subscription, WorkerExited,
 )

@@ -12,12 +12,12 @@ import asyncio
 from pathlib import Path
 from typing import Sequence
 
-from homegpu.remote.cluster import Cluster
-from homegpu.remote.connect import connect_wait
+from homegpu.remote.nodes.cluster import Cluster
+from homegpu.remote.nodes.connect import connect_wait
 from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.images import CopyProgress, ImageError, NodeOutcome, build_on_nodes, copy_image
 from homegpu.remote.config.job_spec import DEFAULT_IMAGE
-from homegpu.remote.node import NodeSession
+from homegpu.remote.nodes.session import NodeSession
 from homegpu.remote.docker_link import DockerUnavailable
 from homegpu.tui.cli_common import UserError, load_spec
 

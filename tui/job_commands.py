@@ -10,10 +10,10 @@ import signal
 import sys
 from pathlib import Path
 
-from homegpu.remote.cluster import Cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.device_plan import DevicePlanError
-from homegpu.remote.events import NodeState
+from homegpu.remote.nodes.events import NodeState
 from homegpu.remote.config.job_spec import PER_GPU
 from homegpu.remote.last_run import last_timeline
 from homegpu.remote.runs import JobNodes, LaunchError, list_workers

@@ -14,12 +14,12 @@ from typing import Iterable
 
 from homegpu.remote.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
 from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.events import (
+from homegpu.remote.nodes.events import (
     RUN_ALERTS, Alert, AlertCommandFailed, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged,
     NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,
 )
 from homegpu.remote.logtail import LogLine
-from homegpu.remote.stats import GpuStats, NodeStats
+from homegpu.remote.nodes.stats import GpuStats, NodeStats
 from homegpu.tui.history import GpuHistory
 
 LOSS_POINTS = 2_000

@@ -13,8 +13,8 @@ from homegpu.remote.config.alert_rules import SWITCHES, AlertRules
 from homegpu.remote.bandwidth import BandwidthMatrix, format_gbits
 from homegpu.remote.check import Check
 from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.gpu_owners import owner_text
-from homegpu.remote.stats import NA
+from homegpu.remote.nodes.owners import owner_text
+from homegpu.remote.nodes.stats import NA
 
 DIAGONAL = "—"
 NOT_MEASURED = "·"

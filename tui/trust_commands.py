@@ -6,8 +6,8 @@ import argparse
 import asyncio
 import sys
 
-from homegpu.remote import hostkeys
-from homegpu.remote.connect import NodeError, fetch_offered_key
+from homegpu.remote.nodes import hostkeys
+from homegpu.remote.nodes.connect import NodeError, fetch_offered_key
 from homegpu.tui.cli_common import UserError, load_spec
 
 

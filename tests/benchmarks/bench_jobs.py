@@ -42,7 +42,7 @@ from helpers import homegpu_argv  # noqa: E402
 from simcluster import SimCluster, SimNode, free_job_port  # noqa: E402
 from simdocker import ensure_docker  # noqa: E402
 
-from homegpu.remote.cluster import Cluster  # noqa: E402
+from homegpu.remote.nodes.cluster import Cluster  # noqa: E402
 from homegpu.remote.config.cluster_spec import load_cluster  # noqa: E402
 from homegpu.remote.job_run import JobRun  # noqa: E402
 from homegpu.trainer.metrics import parse_metric_line  # noqa: E402

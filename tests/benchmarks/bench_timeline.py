@@ -42,10 +42,10 @@ sys.path.insert(0, str(TESTS))
 
 from timeline_events import FIXTURES, RECORDED, synthetic_hour  # noqa: E402
 
-from homegpu.remote.events import EventHub, NodeStatsUpdated  # noqa: E402
+from homegpu.remote.nodes.events import EventHub, NodeStatsUpdated  # noqa: E402
 from homegpu.remote.experiment import write_run_manifest  # noqa: E402
 from homegpu.remote.report import write_report  # noqa: E402
-from homegpu.remote.stats import parse_agent_line  # noqa: E402
+from homegpu.remote.nodes.stats import parse_agent_line  # noqa: E402
 from homegpu.remote.timeline import TimelineRecorder, load_timeline  # noqa: E402
 
 NODES = 16
@@ -136,7 +136,7 @@ class MeteredRecorder(TimelineRecorder):
 async def live_cpu(config: Path, timeline: Path | None) -> tuple[float, float]:
     """(controller CPU s, the recorder's own CPU s) over LIVE_SECONDS with every node streaming,
     recording into `timeline` or not."""
-    from homegpu.remote.cluster import Cluster
+    from homegpu.remote.nodes.cluster import Cluster
     from homegpu.remote.config.cluster_spec import load_cluster
 
     async with Cluster(load_cluster(config)) as cluster:

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, Iterable
 
-from homegpu.remote.stats import NodeStats
+from homegpu.remote.nodes.stats import NodeStats
 
 
 class NodeState(str, enum.Enum):

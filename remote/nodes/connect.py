@@ -21,9 +21,9 @@ from typing import Any
 
 import asyncssh
 
-from homegpu.remote import hostkeys
+from homegpu.remote.nodes import hostkeys
 from homegpu.remote.config.cluster_spec import ClusterSpec, NodeSpec, DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT
-from homegpu.remote.transport import LocalTransport, NodeTransport, SshTransport
+from homegpu.remote.nodes.transport import LocalTransport, NodeTransport, SshTransport
 
 
 SSH_CONFIG_VAR = "HOMEGPU_SSH_CONFIG"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 from typing import Iterable
 
-from homegpu.remote import hostkeys
+from homegpu.remote.nodes import hostkeys
 from homegpu.remote.alert_watch import AlertWatcher
 from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.connect import OfferedKey, fetch_offered_key
-from homegpu.remote.events import EventHub, NodeState, Subscription
-from homegpu.remote.node import NodeSession
+from homegpu.remote.nodes.connect import OfferedKey, fetch_offered_key
+from homegpu.remote.nodes.events import EventHub, NodeState, Subscription
+from homegpu.remote.nodes.session import NodeSession
 
 
 class Cluster:
