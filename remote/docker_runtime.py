@@ -26,7 +26,7 @@ from docker.types import DeviceRequest, Mount
 
 from homegpu.remote.device_plan import DevicePlan, container_env
 from homegpu.remote.docker_link import DockerLink, DockerUnavailable, docker_client
-from homegpu.remote.logtail import LogTail
+from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.nodes.session import NodeSession
 from homegpu.remote.node_side import LABEL_INDEX, LABEL_JOB, LABEL_RUN
 from homegpu.remote.nodes.transport import TransportError

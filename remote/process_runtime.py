@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
-from homegpu.remote.logtail import LogTail
+from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.node_side import script
 from homegpu.remote.runtime import STOP_GRACE_SECONDS, NodePaths, Runtime, WorkerLaunch, WorkerStatus
 from homegpu.remote.runtime_errors import RuntimeError_

@@ -15,7 +15,7 @@ from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.nodes.connect import connect_wait
 from homegpu.remote.device_plan import DevicePlanError
 from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.logtail import LogLine, LogTail
+from homegpu.remote.logs.tail import LogLine, LogTail
 from homegpu.remote.nodes.session import NODE_GONE, NodeSession
 from homegpu.remote.runtime import Runtime, WorkerStatus, expand_path
 from homegpu.remote.runtime_errors import RuntimeError_

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Mapping, Sequence
 
 from homegpu.remote.device_plan import DevicePlan, process_env
-from homegpu.remote.logtail import LogTail
+from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.nodes.session import NodeSession
 from homegpu.remote.tfconfig import WorkerSlot
 from homegpu.remote.worker_devices import WorkerDevices

@@ -17,7 +17,7 @@ from homegpu.remote.nodes.events import EventHub, WorkerExited
 from homegpu.remote.failure import WorkerEnd
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.job_plan import classify_exit
-from homegpu.remote.logtail import LogTail
+from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.nodes.session import NODE_GONE
 from homegpu.remote.runtime import Runtime, WorkerStatus
 from homegpu.remote.runtime_errors import RuntimeError_

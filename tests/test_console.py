@@ -12,7 +12,7 @@ import tracemalloc
 
 import pytest
 
-from homegpu.remote.console import MAX_LINE, ConsoleLines
+from homegpu.remote.logs.console import MAX_LINE, ConsoleLines
 
 KERAS = pathlib.Path(__file__).parent / "fixtures" / "keras"
 RECORDINGS = sorted(KERAS.glob("*.txt"))

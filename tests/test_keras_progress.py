@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from homegpu.remote.console import ConsoleLines
-from homegpu.remote.keras_progress import KerasProgress
+from homegpu.remote.logs.console import ConsoleLines
+from homegpu.remote.logs.keras_progress import KerasProgress
 
 KERAS = pathlib.Path(__file__).parent / "fixtures" / "keras"
 RECORDINGS = sorted(KERAS.glob("*.txt"))

@@ -11,7 +11,7 @@ import pytest
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.nodes.events import NodeState
-from homegpu.remote.logtail import LogTail
+from homegpu.remote.logs.tail import LogTail
 
 pytestmark = pytest.mark.cluster
 

@@ -12,7 +12,7 @@ import pytest
 
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
-from homegpu.remote.logtail import LogTail
+from homegpu.remote.logs.tail import LogTail
 
 pytestmark = pytest.mark.cluster
 

@@ -7,8 +7,8 @@ import pathlib
 
 import pytest
 
-from homegpu.remote.console import ConsoleLines
-from homegpu.remote.tf_notices import is_harmless_tf_notice, tf_log_severity
+from homegpu.remote.logs.console import ConsoleLines
+from homegpu.remote.logs.tf_notices import is_harmless_tf_notice, tf_log_severity
 
 KERAS = pathlib.Path(__file__).parent / "fixtures" / "keras"
 RECORDINGS = sorted(KERAS.glob("*.txt"))

@@ -15,8 +15,8 @@ from homegpu.remote.config.cluster_spec import embedded_default, parse_cluster
 from homegpu.remote.nodes.events import (
     JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler,
 )
-from homegpu.remote.log_lines import classify
-from homegpu.remote.logtail import LogLine
+from homegpu.remote.logs.classify import classify
+from homegpu.remote.logs.tail import LogLine
 from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.trainer.metrics import format_metric
 from homegpu.tui.logview import clean, format_entries, matching, wrap_rows

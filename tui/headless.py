@@ -20,9 +20,9 @@ from homegpu.remote.nodes.events import (
 )
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome
-from homegpu.remote.logtail import LogLine
+from homegpu.remote.logs.tail import LogLine
 from homegpu.remote.run_guard import launch_or_attach
-from homegpu.remote.tf_notices import is_harmless_tf_notice
+from homegpu.remote.logs.tf_notices import is_harmless_tf_notice
 from homegpu.tui.text import table
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130

@@ -18,7 +18,7 @@ from homegpu.remote.nodes.events import (
     RUN_ALERTS, Alert, AlertCommandFailed, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged,
     NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,
 )
-from homegpu.remote.logtail import LogLine
+from homegpu.remote.logs.tail import LogLine
 from homegpu.remote.nodes.stats import GpuStats, NodeStats
 from homegpu.tui.history import GpuHistory
 

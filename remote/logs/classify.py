@@ -2,13 +2,13 @@
 plain log text. Classified once, where the line is read (LogTail), and carried on its LogLine.
 
 Two kinds of metric lines: the HOMEGPU_METRIC protocol (trainer/PROTOCOL.md), and Keras's own
-progress output (remote/keras_progress.py), which any unmodified script prints. Keras's lines are
+progress output (remote/logs/keras_progress.py), which any unmodified script prints. Keras's lines are
 read only from a log that has shown no protocol line, so a script printing both is not counted twice.
 """
 
 from __future__ import annotations
 
-from homegpu.remote.keras_progress import KerasProgress
+from homegpu.remote.logs.keras_progress import KerasProgress
 from homegpu.trainer.metrics import parse_metric_line
 
 

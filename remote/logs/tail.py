@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from homegpu.remote.console import ConsoleLines
+from homegpu.remote.logs.console import ConsoleLines
 from homegpu.remote.nodes.events import EventHub
-from homegpu.remote.log_lines import LineClassifier
+from homegpu.remote.logs.classify import LineClassifier
 from homegpu.remote.nodes.session import NODE_GONE, NodeSession
 from homegpu.remote.nodes.transport import tied_to_session
 
@@ -139,7 +139,7 @@ class LogTail:
     async def _stream_once(self) -> int | None:
         """Stream until the follower ends; its exit status, or None when the link dropped.
 
-        The bytes go through a console model (remote/console.py): what a terminal would finally
+        The bytes go through a console model (remote/logs/console.py): what a terminal would finally
         show, so a progress bar's redraws collapse into one line and no line grows unbounded.
         """
         process = await self.node.spawn(tied_to_session(self.resume.argv()))
