@@ -27,7 +27,7 @@ from homegpu.remote.nodes.events import NodeState
 from homegpu.remote.config.job_spec import DEFAULT_JOB_PORT
 from homegpu.remote.nodes.session import NodeOffline, NodeSession
 from homegpu.remote.node_side import script
-from homegpu.remote.port_probe import probe_argv
+from homegpu.remote.net.port_probe import probe_argv
 from homegpu.remote.nodes.agent_bundle import agent_command, agent_payload
 from homegpu.remote.nodes.transport import CommandResult, TransportError
 

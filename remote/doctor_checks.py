@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from homegpu.remote.check import Check
 from homegpu.remote.doctor_gpus import container_runtime_check, gpu_check
-from homegpu.remote.port_probe import parse_probe
+from homegpu.remote.net.port_probe import parse_probe
 from homegpu.remote.nodes.stats import NodeStats, StatsParseError, parse_agent_line
 from homegpu.remote.nodes.transport import CommandResult
 

@@ -1,6 +1,6 @@
 """doctor's checks that need more than one node: can each node's job port be reached by the others.
 
-The same proof as a launch's preflight (remote/reach.py): a one-shot listener on each node, a
+The same proof as a launch's preflight (remote/net/reach.py): a one-shot listener on each node, a
 bounded connect from every other one. Only nodes whose own checks let a listener start take part.
 """
 
@@ -10,7 +10,7 @@ from typing import Sequence
 
 from homegpu.remote.check import Check
 from homegpu.remote.nodes.session import NodeSession
-from homegpu.remote.reach import Endpoint, reach_problems
+from homegpu.remote.net.reach import Endpoint, reach_problems
 
 NAME = "reachable"
 

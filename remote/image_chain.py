@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 from homegpu.remote.nodes.session import NODE_GONE, NodeSession
 from homegpu.remote.node_side import script
-from homegpu.remote.port_probe import json_object
+from homegpu.remote.net.port_probe import json_object
 from homegpu.remote.nodes.transport import RemoteProcess, TransportError
 
 IDLE_SECONDS = 60.0  # a hop silent this long has failed

@@ -12,7 +12,7 @@ from datetime import datetime
 from html import escape
 from pathlib import Path
 
-from homegpu.remote.bandwidth import BandwidthMatrix, LinkResult, advice, format_gbits
+from homegpu.remote.net.bandwidth import BandwidthMatrix, LinkResult, advice, format_gbits
 from homegpu.remote.report_analysis import RunFigures, human_duration, run_figures, summary_text, what_limited
 from homegpu.remote.report_inputs import (
     ReportError, log_tails, matrix_from_json, read_manifest, workers_from_metrics,

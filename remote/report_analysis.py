@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from homegpu.remote.bandwidth import BandwidthMatrix, allreduce_seconds, format_duration, format_gbits
+from homegpu.remote.net.bandwidth import BandwidthMatrix, allreduce_seconds, format_duration, format_gbits
 from homegpu.remote.experiment import find_stragglers
 from homegpu.remote.report_svg import format_clock as _clock
 from homegpu.remote.timeline_schema import Series, Timeline, WorkerTimeline

@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from homegpu.remote import bandwidth_store
+from homegpu.remote.net import bandwidth_store
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.experiment import write_run_manifest
 from homegpu.remote.config.job_spec import JobSpec

@@ -20,8 +20,8 @@ from helpers import homegpu
 import tomli_w
 
 from simcluster import SimCluster, SimNode, free_port
-from homegpu.remote import bandwidth
-from homegpu.remote.bandwidth import (
+from homegpu.remote.net import bandwidth
+from homegpu.remote.net.bandwidth import (
     BandwidthError, BandwidthMatrix, BandwidthMeasured, LinkResult, advice, allreduce_seconds,
     describe_failure, format_duration, format_gbits, iperf3_seconds, measure, measure_link,
     pairs, parse_iperf3_json,

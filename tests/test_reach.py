@@ -1,4 +1,4 @@
-"""Preflight proves the network: every node reaches every worker's address:port (remote/reach.py).
+"""Preflight proves the network: every node reaches every worker's address:port (remote/net/reach.py).
 
 The cases run between namespaced sshd nodes of tests/simcluster.py, each its own machine on the
 test LAN: a firewall is a real iptables rule in the worker's namespace (DROP as `ufw deny` does,
@@ -20,7 +20,7 @@ from simcluster import SimCluster, SimNode, free_job_port
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.doctor import diagnose
-from homegpu.remote.reach import Endpoint, describe, reach_problems
+from homegpu.remote.net.reach import Endpoint, describe, reach_problems
 
 pytestmark = pytest.mark.cluster
 

@@ -143,7 +143,7 @@ def test_a_run_with_only_metrics_still_gets_a_report(tmp_path):
 
 
 def test_a_slow_link_is_named_when_the_all_reduce_takes_most_of_a_step(tmp_path):
-    from homegpu.remote.bandwidth import BandwidthMatrix, LinkResult
+    from homegpu.remote.net.bandwidth import BandwidthMatrix, LinkResult
 
     run_dir = make_run_dir(tmp_path / "experiments", scripted_run())
     slow = BandwidthMatrix((LinkResult("gpu1", "gpu2", 0.1), LinkResult("gpu2", "gpu1", 0.1)))

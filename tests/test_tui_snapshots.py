@@ -13,7 +13,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from homegpu.remote.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult, parse_iperf3_json
+from homegpu.remote.net.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult, parse_iperf3_json
 from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.nodes.events import JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated
 from homegpu.remote.logs.classify import classify

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from homegpu.remote import bandwidth_store
-from homegpu.remote.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
+from homegpu.remote.net import bandwidth_store
+from homegpu.remote.net.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
 from homegpu.remote.config.cluster_spec import embedded_default, parse_cluster
 from homegpu.remote.nodes.events import (
     JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler,

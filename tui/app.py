@@ -20,7 +20,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Header, Input, Static, TabbedContent, TabPane
 
-from homegpu.remote.bandwidth import BandwidthError
+from homegpu.remote.net.bandwidth import BandwidthError
 from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.nodes.events import NodeState, Subscription
 from homegpu.remote.job_run import LaunchError

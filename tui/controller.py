@@ -10,8 +10,8 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from homegpu.remote import bandwidth_store
-from homegpu.remote.bandwidth import LinkCallback, BandwidthMatrix, link_timeout, measure, pairs
+from homegpu.remote.net import bandwidth_store
+from homegpu.remote.net.bandwidth import LinkCallback, BandwidthMatrix, link_timeout, measure, pairs
 from homegpu.remote.check import Check
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import ClusterSpec

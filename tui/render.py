@@ -10,7 +10,7 @@ from typing import Sequence
 
 from rich.text import Text
 
-from homegpu.remote.bandwidth import RESNET50_PARAMS, BandwidthMatrix, advice
+from homegpu.remote.net.bandwidth import RESNET50_PARAMS, BandwidthMatrix, advice
 from homegpu.remote.nodes.events import Alert, JobState, NodeState
 from homegpu.remote.nodes.owners import is_run_worker, owner_text
 from homegpu.remote.nodes.stats import NA, GpuStats

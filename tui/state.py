@@ -12,7 +12,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from homegpu.remote.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
+from homegpu.remote.net.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
 from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.nodes.events import (
     RUN_ALERTS, Alert, AlertCommandFailed, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged,

@@ -10,7 +10,7 @@ from itertools import groupby
 from typing import Callable, Sequence
 
 from homegpu.remote.config.alert_rules import SWITCHES, AlertRules
-from homegpu.remote.bandwidth import BandwidthMatrix, format_gbits
+from homegpu.remote.net.bandwidth import BandwidthMatrix, format_gbits
 from homegpu.remote.check import Check
 from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.nodes.owners import owner_text

@@ -23,7 +23,7 @@ from typing import Sequence
 
 from homegpu.remote.nodes.session import NODE_GONE, NodeSession
 from homegpu.remote.node_side import script
-from homegpu.remote.port_probe import json_object
+from homegpu.remote.net.port_probe import json_object
 from homegpu.remote.preflight import bind_problem
 from homegpu.remote.nodes.transport import RemoteProcess
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, AsyncIterator, Callable, Sequence
 
 from homegpu.remote.nodes.connect import NodeError
 from homegpu.remote.nodes.session import NODE_GONE, NodeOffline, NodeSession
-from homegpu.remote.port_probe import parse_probe, probe_argv
+from homegpu.remote.net.port_probe import parse_probe, probe_argv
 from homegpu.remote.nodes.transport import RemoteProcess, TransportError
 
 if TYPE_CHECKING:

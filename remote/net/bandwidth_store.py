@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from homegpu.remote.bandwidth import BandwidthMatrix, LinkResult
+from homegpu.remote.net.bandwidth import BandwidthMatrix, LinkResult
 from homegpu.remote.config.cluster_spec import ClusterSpec
 
 
