@@ -15,8 +15,8 @@ import statistics
 from pathlib import Path
 from typing import Sequence
 
-from homegpu.remote.timeline import load_timeline
-from homegpu.remote.timeline_schema import NodeTimeline, Timeline, WorkerTimeline, read_meta
+from homegpu.remote.record.timeline import load_timeline
+from homegpu.remote.record.timeline_schema import NodeTimeline, Timeline, WorkerTimeline, read_meta
 from homegpu.remote.worker_devices import WorkerDevices
 
 TIMELINE = "timeline.sqlite"

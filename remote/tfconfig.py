@@ -16,7 +16,7 @@ from homegpu.remote.config.cluster_spec import ClusterSpec, NodeSpec
 from homegpu.remote.device_plan import DevicePlan, plan_devices
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.last_run import own_speeds
-from homegpu.remote.timeline_schema import Timeline
+from homegpu.remote.record.timeline_schema import Timeline
 
 
 class JobConfigError(ValueError):

@@ -12,7 +12,7 @@ import time
 from typing import Iterable
 
 from homegpu.remote.nodes.events import EventHub, Metric, Straggler
-from homegpu.remote.experiment import ExperimentLog, find_stragglers
+from homegpu.remote.record.experiment import ExperimentLog, find_stragglers
 from homegpu.remote.failure import PROGRESS_EVENTS
 from homegpu.remote.logs.tail import LogLine
 from homegpu.remote.worker_watch import WorkerTrack

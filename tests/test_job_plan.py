@@ -8,7 +8,7 @@ import pytest
 
 from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.nodes.connect import peer_address, trust_command
-from homegpu.remote.experiment import find_stragglers
+from homegpu.remote.record.experiment import find_stragglers
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.job_plan import classify_exit, new_run_id, worker_argv, worker_cwd, worker_env
 from homegpu.remote.runtime import NodePaths, WorkerLaunch

@@ -19,7 +19,7 @@ import pytest
 from helpers import homegpu, homegpu_argv, job_table, wait_for, worker_processes, write_config
 from simcluster import free_job_port
 
-from homegpu.remote.timeline import load_timeline
+from homegpu.remote.record.timeline import load_timeline
 
 pytestmark = pytest.mark.cluster
 

@@ -17,7 +17,7 @@ import pytest
 from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.last_run import last_timeline, own_speeds
 from homegpu.remote.tfconfig import job_device_plan
-from homegpu.remote.timeline_schema import SCHEMA
+from homegpu.remote.record.timeline_schema import SCHEMA
 
 RTX3090 = "NVIDIA GeForce RTX 3090"
 CLUSTER = """

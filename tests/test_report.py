@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from homegpu.remote.nodes.events import Metric
-from homegpu.remote.experiment import ExperimentLog, write_run_manifest
-from homegpu.remote.report import REPORT_FILE, ReportError, write_report
-from homegpu.remote.report_svg import PLOT_BG, SERIES_COLOURS
-from homegpu.remote.timeline import TimelineRecorder
+from homegpu.remote.record.experiment import ExperimentLog, write_run_manifest
+from homegpu.remote.record.report import REPORT_FILE, ReportError, write_report
+from homegpu.remote.record.report_svg import PLOT_BG, SERIES_COLOURS
+from homegpu.remote.record.timeline import TimelineRecorder
 from png_pixels import count_near, read_png
 from timeline_events import FIXTURES, scripted_run
 

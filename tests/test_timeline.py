@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from homegpu.remote.nodes.events import EventHub
-from homegpu.remote.timeline import TimelineRecorder, load_timeline
+from homegpu.remote.record.timeline import TimelineRecorder, load_timeline
 from timeline_events import recorded_stats, scripted_run, stats_stream
 
 

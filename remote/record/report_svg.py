@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from html import escape
 
-from homegpu.remote.timeline_schema import Series
+from homegpu.remote.record.timeline_schema import Series
 
 PLOT_BG = "#f6f7f9"
 GRID = "#e2e5ea"

@@ -13,10 +13,10 @@ from typing import Iterable, Mapping
 
 from homegpu.remote.net import bandwidth_store
 from homegpu.remote.nodes.cluster import Cluster
-from homegpu.remote.experiment import write_run_manifest
+from homegpu.remote.record.experiment import write_run_manifest
 from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.report import ReportError, write_report
-from homegpu.remote.timeline import TimelineRecorder
+from homegpu.remote.record.report import ReportError, write_report
+from homegpu.remote.record.timeline import TimelineRecorder
 
 TIMELINE = "timeline.sqlite"
 

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from homegpu.remote.net.bandwidth import BandwidthMatrix, LinkResult
-from homegpu.remote.experiment import RUN_MANIFEST
-from homegpu.remote.timeline_schema import Series, WorkerTimeline
+from homegpu.remote.record.experiment import RUN_MANIFEST
+from homegpu.remote.record.timeline_schema import Series, WorkerTimeline
 
 LOG_TAIL_LINES = 15
 

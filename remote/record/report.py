@@ -1,8 +1,8 @@
 """The run report: experiments/RUN-ID/report.html, one self-contained page (inline SVG and CSS, no script,
 no network) that shows what the GPUs, the network and the workers did, and why the run was slow.
 
-Inputs, all under the run's folder: timeline.sqlite (remote/timeline.py), metrics.jsonl and logs/
-(remote/experiment.py), and run.json (experiment.write_run_manifest: settings, TF_CONFIGs, bandwidth).
+Inputs, all under the run's folder: timeline.sqlite (remote/record/timeline.py), metrics.jsonl and logs/
+(remote/record/experiment.py), and run.json (experiment.write_run_manifest: settings, TF_CONFIGs, bandwidth).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from html import escape
 from pathlib import Path
 
 from homegpu.remote.net.bandwidth import BandwidthMatrix, LinkResult, advice, format_gbits
-from homegpu.remote.report_analysis import RunFigures, human_duration, run_figures, summary_text, what_limited
-from homegpu.remote.report_inputs import (
+from homegpu.remote.record.report_analysis import RunFigures, human_duration, run_figures, summary_text, what_limited
+from homegpu.remote.record.report_inputs import (
     ReportError, log_tails, matrix_from_json, read_manifest, workers_from_metrics,
 )
-from homegpu.remote.report_page import card, figure, page, table
-from homegpu.remote.report_svg import EVENT_COLOURS, SERIES_COLOURS, Line, Marker, format_clock, legend, line_chart
-from homegpu.remote.timeline_schema import Series, Timeline, WorkerTimeline, read_timeline
+from homegpu.remote.record.report_page import card, figure, page, table
+from homegpu.remote.record.report_svg import EVENT_COLOURS, SERIES_COLOURS, Line, Marker, format_clock, legend, line_chart
+from homegpu.remote.record.timeline_schema import Series, Timeline, WorkerTimeline, read_timeline
 
 REPORT_FILE = "report.html"
 MAX_EVENT_ROWS = 300
