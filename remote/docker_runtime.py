@@ -24,7 +24,7 @@ from typing import Mapping, NamedTuple
 import docker.errors
 from docker.types import DeviceRequest, Mount
 
-from homegpu.remote.device_plan import DevicePlan, container_env
+from homegpu.remote.plan.device_plan import DevicePlan, container_env
 from homegpu.remote.docker_link import DockerLink, DockerUnavailable, docker_client
 from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.nodes.session import NodeSession
@@ -34,7 +34,7 @@ from homegpu.remote.runtime import (
     STOP_GRACE_SECONDS, NodePaths, Runtime, WorkerLaunch, WorkerStatus, expand_path,
 )
 from homegpu.remote.runtime_errors import RuntimeError_
-from homegpu.remote.worker_devices import WorkerDevices
+from homegpu.remote.plan.worker_devices import WorkerDevices
 
 CODE_DIR = "/homegpu/code"
 OUT_DIR = "/homegpu/out"

@@ -19,13 +19,13 @@ from pathlib import Path
 
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.codesync import sync_trees
-from homegpu.remote.device_plan import DevicePlan, DevicePlanError
+from homegpu.remote.plan.device_plan import DevicePlan, DevicePlanError
 from homegpu.remote.nodes.events import JobState, JobStateChanged
 from homegpu.remote.record.experiment import ExperimentLog
 from homegpu.remote.failure import Verdict, judge, might_be_script_error
 from homegpu.remote.config.job_spec import PER_GPU, JobSpec
 from homegpu.remote.job_plan import TRAINER_PACKAGE_DIR, local_code, new_run_id, script_rel, worker_launch
-from homegpu.remote.last_run import last_timeline
+from homegpu.remote.plan.last_run import last_timeline
 from homegpu.remote.nodes.session import NodeSession
 from homegpu.remote.outputs import FetchedOutputs, fetch_outputs, remove_backups
 from homegpu.remote.run_guard import RunGuard
@@ -34,7 +34,7 @@ from homegpu.remote.run_preflight import restart_port_problems, run_preflight
 from homegpu.remote.record.recorder import RunRecord
 from homegpu.remote.runs import JobNodes, LaunchError
 from homegpu.remote.runtime import STOP_GRACE_SECONDS, WorkerLaunch, WorkerStatus
-from homegpu.remote.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, tf_config_json, worker_slots
+from homegpu.remote.plan.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, tf_config_json, worker_slots
 from homegpu.remote.worker_logs import WorkerLines, finish_tails, stop_tails
 from homegpu.remote.worker_watch import WorkerTrack, WorkerWatch, all_succeeded, retry_is_pointless, worker_ends
 

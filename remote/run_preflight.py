@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from homegpu.remote.nodes.cluster import Cluster
-from homegpu.remote.device_plan import DevicePlan
+from homegpu.remote.plan.device_plan import DevicePlan
 from homegpu.remote.nodes.events import PreflightResult
 from homegpu.remote.nodes.owners import foreign_memory_warnings
 from homegpu.remote.config.job_spec import JobSpec
@@ -20,7 +20,7 @@ from homegpu.remote.preflight import node_preflight, port_problems
 from homegpu.remote.net.reach import Endpoint, reach_problems
 from homegpu.remote.runtime import Runtime, WorkerLaunch
 from homegpu.remote.nodes.stats import describe_gpus
-from homegpu.remote.tfconfig import WorkerSlot
+from homegpu.remote.plan.tfconfig import WorkerSlot
 
 RuntimeOf = Callable[[WorkerSlot], Runtime]
 

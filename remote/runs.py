@@ -13,14 +13,14 @@ from typing import Callable, Sequence
 
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.nodes.connect import connect_wait
-from homegpu.remote.device_plan import DevicePlanError
+from homegpu.remote.plan.device_plan import DevicePlanError
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.logs.tail import LogLine, LogTail
 from homegpu.remote.nodes.session import NODE_GONE, NodeSession
 from homegpu.remote.runtime import Runtime, WorkerStatus, expand_path
 from homegpu.remote.runtime_errors import RuntimeError_
 from homegpu.remote.runtime_factory import make_runtime
-from homegpu.remote.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, worker_slots
+from homegpu.remote.plan.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, worker_slots
 
 
 class LaunchError(Exception):

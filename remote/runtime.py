@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
-from homegpu.remote.device_plan import DevicePlan, process_env
+from homegpu.remote.plan.device_plan import DevicePlan, process_env
 from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.nodes.session import NodeSession
-from homegpu.remote.tfconfig import WorkerSlot
-from homegpu.remote.worker_devices import WorkerDevices
+from homegpu.remote.plan.tfconfig import WorkerSlot
+from homegpu.remote.plan.worker_devices import WorkerDevices
 
 STOP_GRACE_SECONDS = 10.0
 

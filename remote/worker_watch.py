@@ -21,7 +21,7 @@ from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.nodes.session import NODE_GONE
 from homegpu.remote.runtime import Runtime, WorkerStatus
 from homegpu.remote.runtime_errors import RuntimeError_
-from homegpu.remote.tfconfig import WorkerSlot
+from homegpu.remote.plan.tfconfig import WorkerSlot
 
 ENDED = ("exited", "vanished")
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from homegpu.remote.device_pace import advise_pace, job_pace, worker_speed
-from homegpu.remote.device_plan import (
+from homegpu.remote.plan.pace import advise_pace, job_pace, worker_speed
+from homegpu.remote.plan.device_plan import (
     NCCL,
     RING,
     DevicePlanError,
@@ -21,7 +21,7 @@ from homegpu.remote.device_plan import (
     plan_devices,
     process_env,
 )
-from homegpu.remote.gpu_speed import CPU_SPEED, UNKNOWN_GPU_SPEED, gpu_model, gpu_speed, short_gpu_name
+from homegpu.remote.plan.gpu_speed import CPU_SPEED, UNKNOWN_GPU_SPEED, gpu_model, gpu_speed, short_gpu_name
 from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.node_side.stats_agent import parse_nvidia_smi_gpus
 from gpu_replay import FIXTURES

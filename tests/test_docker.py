@@ -35,7 +35,7 @@ from homegpu.remote.images import build_message_lines
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.runtime import WorkerLaunch
 from homegpu.remote.runtime_errors import RuntimeError_
-from homegpu.remote.tfconfig import tf_config_json, worker_slots
+from homegpu.remote.plan.tfconfig import tf_config_json, worker_slots
 from homegpu.remote.nodes.transport import SshTransport
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]

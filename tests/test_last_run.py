@@ -1,4 +1,4 @@
-"""The pace advice from a job's last run (remote/last_run.py): real timeline files, written with the
+"""The pace advice from a job's last run (remote/plan/last_run.py): real timeline files, written with the
 recorder's own schema, read back the way the planner reads them.
 
 Under MultiWorkerMirroredStrategy both workers of a run report the same examples/s (they step
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from homegpu.remote.config.cluster_spec import parse_cluster
-from homegpu.remote.last_run import last_timeline, own_speeds
-from homegpu.remote.tfconfig import job_device_plan
+from homegpu.remote.plan.last_run import last_timeline, own_speeds
+from homegpu.remote.plan.tfconfig import job_device_plan
 from homegpu.remote.record.timeline_schema import SCHEMA
 
 RTX3090 = "NVIDIA GeForce RTX 3090"

@@ -19,7 +19,7 @@ from homegpu.remote.nodes.events import JobState, JobStateChanged, Metric, NodeS
 from homegpu.remote.logs.classify import classify
 from homegpu.remote.logs.tail import LogLine
 from homegpu.remote.nodes.stats import parse_agent_line
-from homegpu.remote.tfconfig import worker_slots
+from homegpu.remote.plan.tfconfig import worker_slots
 from homegpu.tui.app import HomegpuApp
 from homegpu.tui.screens import LaunchScreen
 

@@ -318,7 +318,7 @@ def test_leaving_a_job_running_names_the_commands_that_come_back_to_it() -> None
 
 
 def test_the_launch_dialog_shows_the_tf_configs_then_the_device_plan():
-    from homegpu.remote.tfconfig import job_device_plan, plan_counts, worker_slots
+    from homegpu.remote.plan.tfconfig import job_device_plan, plan_counts, worker_slots
     from homegpu.tui.screens import launch_preview
 
     spec = parse_cluster('[[nodes]]\nname = "box"\nhost = "10.0.0.2"\n[[nodes]]\nname = "laptop"\nhost = "10.0.0.3"\n'

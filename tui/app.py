@@ -25,7 +25,7 @@ from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.nodes.events import NodeState, Subscription
 from homegpu.remote.job_run import LaunchError
 from homegpu.remote.nodes.session import NODE_GONE
-from homegpu.remote.tfconfig import job_nodes
+from homegpu.remote.plan.tfconfig import job_nodes
 from homegpu.tui.controller import Busy, Controller
 from homegpu.tui.history import WINDOWS
 from homegpu.tui.logview import LogView

@@ -16,14 +16,14 @@ from homegpu.remote.check import Check
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.nodes.connect import OfferedKey
-from homegpu.remote.device_plan import DevicePlan, DevicePlanError
+from homegpu.remote.plan.device_plan import DevicePlan, DevicePlanError
 from homegpu.remote.doctor import diagnose
 from homegpu.remote.nodes.events import Subscription
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome
-from homegpu.remote.last_run import last_timeline
+from homegpu.remote.plan.last_run import last_timeline
 from homegpu.remote.run_guard import attach_if_running, launch_or_attach
-from homegpu.remote.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, worker_slots
+from homegpu.remote.plan.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, worker_slots
 
 BANDWIDTH_SECONDS = 1.0
 

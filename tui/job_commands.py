@@ -12,12 +12,12 @@ from pathlib import Path
 
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.device_plan import DevicePlanError
+from homegpu.remote.plan.device_plan import DevicePlanError
 from homegpu.remote.nodes.events import NodeState
 from homegpu.remote.config.job_spec import PER_GPU
-from homegpu.remote.last_run import last_timeline
+from homegpu.remote.plan.last_run import last_timeline
 from homegpu.remote.runs import JobNodes, LaunchError, list_workers
-from homegpu.remote.tfconfig import (
+from homegpu.remote.plan.tfconfig import (
     JobConfigError, find_job, job_device_plan, job_nodes, plan_counts, tf_config, worker_slots,
 )
 from homegpu.tui.cli_common import EXPERIMENTS, UserError, load_spec

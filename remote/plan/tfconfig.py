@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from homegpu.remote.config.cluster_spec import ClusterSpec, NodeSpec
-from homegpu.remote.device_plan import DevicePlan, plan_devices
+from homegpu.remote.plan.device_plan import DevicePlan, plan_devices
 from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.last_run import own_speeds
+from homegpu.remote.plan.last_run import own_speeds
 from homegpu.remote.record.timeline_schema import Timeline
 
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from homegpu.remote.device_pace import PaceAdvice, advise_pace
-from homegpu.remote.worker_devices import WorkerDevices
+from homegpu.remote.plan.pace import PaceAdvice, advise_pace
+from homegpu.remote.plan.worker_devices import WorkerDevices
 
 PER_GPU = "per-gpu"
 NCCL, RING = "NCCL", "RING"

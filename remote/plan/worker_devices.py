@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from homegpu.remote.gpu_speed import short_gpu_name
+from homegpu.remote.plan.gpu_speed import short_gpu_name
 
 
 @dataclass(frozen=True)

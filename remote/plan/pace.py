@@ -15,8 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from homegpu.remote.gpu_speed import CPU_SPEED, gpu_speed
-from homegpu.remote.worker_devices import WorkerDevices
+from homegpu.remote.plan.gpu_speed import CPU_SPEED, gpu_speed
+from homegpu.remote.plan.worker_devices import WorkerDevices
 
 HOLD_BACK = 0.8  # a kept worker under this fraction of the fastest's pace is pointed out
 

@@ -17,7 +17,7 @@ from typing import Sequence
 
 from homegpu.remote.record.timeline import load_timeline
 from homegpu.remote.record.timeline_schema import NodeTimeline, Timeline, WorkerTimeline, read_meta
-from homegpu.remote.worker_devices import WorkerDevices
+from homegpu.remote.plan.worker_devices import WorkerDevices
 
 TIMELINE = "timeline.sqlite"
 MIN_BUSY = 0.02  # below this a GPU's utilisation says "idle", not "50× faster": no estimate
