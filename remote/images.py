@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 
 import docker.errors
 
-from homegpu.remote.docker_link import DockerLink, DockerUnavailable, docker_client
+from homegpu.remote.runtimes.docker_link import DockerLink, DockerUnavailable, docker_client
 from homegpu.remote.image_chain import IDLE_SECONDS, CopyProgress, copy_chain
 from homegpu.remote.nodes.session import NODE_GONE, NodeSession
 

@@ -15,7 +15,7 @@ from homegpu.remote.config.cluster_spec import EMBEDDED_DEFAULT
 from homegpu.remote.plan.device_plan import DevicePlan, docker_device_ids
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.node_side import MARKER_INDEX, MARKER_JOB, MARKER_RUN
-from homegpu.remote.runtime import NodePaths, Runtime, WorkerLaunch
+from homegpu.remote.runtimes.base import NodePaths, Runtime, WorkerLaunch
 from homegpu.remote.plan.tfconfig import WorkerSlot, tf_config_json
 
 TRAINER_PACKAGE_DIR = "_homegpu"  # under the synced code root: holds homegpu/trainer for PYTHONPATH

@@ -33,7 +33,7 @@ from homegpu.remote.run_lock import LockHolder
 from homegpu.remote.run_preflight import restart_port_problems, run_preflight
 from homegpu.remote.record.recorder import RunRecord
 from homegpu.remote.runs import JobNodes, LaunchError
-from homegpu.remote.runtime import STOP_GRACE_SECONDS, WorkerLaunch, WorkerStatus
+from homegpu.remote.runtimes.base import STOP_GRACE_SECONDS, WorkerLaunch, WorkerStatus
 from homegpu.remote.plan.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, tf_config_json, worker_slots
 from homegpu.remote.worker_logs import WorkerLines, finish_tails, stop_tails
 from homegpu.remote.worker_watch import WorkerTrack, WorkerWatch, all_succeeded, retry_is_pointless, worker_ends

@@ -8,7 +8,7 @@ from pathlib import Path
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.nodes.session import NODE_GONE
 from homegpu.remote.net.port_probe import parse_probe, probe_argv
-from homegpu.remote.runtime import Runtime, WorkerLaunch
+from homegpu.remote.runtimes.base import Runtime, WorkerLaunch
 
 _PATH_SCRIPT = "import os, sys; print(os.path.exists(os.path.expanduser(sys.argv[1])))"
 

@@ -18,7 +18,7 @@ from homegpu.remote.nodes.owners import foreign_memory_warnings
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.preflight import node_preflight, port_problems
 from homegpu.remote.net.reach import Endpoint, reach_problems
-from homegpu.remote.runtime import Runtime, WorkerLaunch
+from homegpu.remote.runtimes.base import Runtime, WorkerLaunch
 from homegpu.remote.nodes.stats import describe_gpus
 from homegpu.remote.plan.tfconfig import WorkerSlot
 

@@ -17,9 +17,9 @@ from homegpu.remote.plan.device_plan import DevicePlanError
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.logs.tail import LogLine, LogTail
 from homegpu.remote.nodes.session import NODE_GONE, NodeSession
-from homegpu.remote.runtime import Runtime, WorkerStatus, expand_path
-from homegpu.remote.runtime_errors import RuntimeError_
-from homegpu.remote.runtime_factory import make_runtime
+from homegpu.remote.runtimes.base import Runtime, WorkerStatus, expand_path
+from homegpu.remote.runtimes.errors import RuntimeError_
+from homegpu.remote.runtimes.factory import make_runtime
 from homegpu.remote.plan.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, worker_slots
 
 

@@ -19,8 +19,8 @@ from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.job_plan import classify_exit
 from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.nodes.session import NODE_GONE
-from homegpu.remote.runtime import Runtime, WorkerStatus
-from homegpu.remote.runtime_errors import RuntimeError_
+from homegpu.remote.runtimes.base import Runtime, WorkerStatus
+from homegpu.remote.runtimes.errors import RuntimeError_
 from homegpu.remote.plan.tfconfig import WorkerSlot
 
 ENDED = ("exited", "vanished")

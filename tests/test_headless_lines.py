@@ -13,7 +13,7 @@ from homegpu.remote.job_run import RunOutcome
 from homegpu.remote.logs.classify import LineClassifier
 from homegpu.remote.logs.tail import LogLine
 from homegpu.remote.outputs import FetchedOutputs, plan_fetch
-from homegpu.remote.runtime import WorkerStatus
+from homegpu.remote.runtimes.base import WorkerStatus
 from homegpu.tui.headless import LinePrinter, Pump, record_line, summary
 
 KERAS = Path(__file__).parent / "fixtures" / "keras"

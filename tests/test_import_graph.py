@@ -79,7 +79,7 @@ def test_find_cycle_finds_a_circle_and_none_in_a_tree():
 def test_imports_inside_functions_count(tmp_path):
     source = tmp_path / "mod.py"
     source.write_text("def f():\n    from homegpu.remote import docker_runtime\n")
-    assert "homegpu.remote.docker_runtime" in _imports(source, "homegpu.remote")
+    assert "homegpu.remote.runtimes.docker_runtime" in _imports(source, "homegpu.remote")
 
 
 def test_no_import_circle_among_remote_and_tui():

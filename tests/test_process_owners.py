@@ -19,7 +19,7 @@ import docker
 import pytest
 
 from gpu_replay import FIXTURES, write_apps_with_pids, write_replay_nvidia_smi
-from homegpu.remote import docker_runtime
+from homegpu.remote.runtimes import docker_runtime
 from homegpu.remote.node_side import process_owners
 from homegpu.remote.nodes.owners import foreign_memory_warnings, owner_text
 from homegpu.remote.job_plan import worker_markers

@@ -18,7 +18,7 @@ from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.images import CopyProgress, ImageError, NodeOutcome, build_on_nodes, copy_image
 from homegpu.remote.config.job_spec import DEFAULT_IMAGE
 from homegpu.remote.nodes.session import NodeSession
-from homegpu.remote.docker_link import DockerUnavailable
+from homegpu.remote.runtimes.docker_link import DockerUnavailable
 from homegpu.tui.cli_common import UserError, load_spec
 
 DOCKERFILE = Path("assets") / "Dockerfile"

@@ -10,8 +10,8 @@ from typing import Sequence
 
 from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.node_side import script
-from homegpu.remote.runtime import STOP_GRACE_SECONDS, NodePaths, Runtime, WorkerLaunch, WorkerStatus
-from homegpu.remote.runtime_errors import RuntimeError_
+from homegpu.remote.runtimes.base import STOP_GRACE_SECONDS, NodePaths, Runtime, WorkerLaunch, WorkerStatus
+from homegpu.remote.runtimes.errors import RuntimeError_
 
 _TF_SCRIPT = "import tensorflow, tf_keras; print(tensorflow.__version__)"
 _WORKER_SCRIPT = script("worker_process")

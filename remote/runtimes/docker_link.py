@@ -32,7 +32,7 @@ import requests.exceptions
 
 from homegpu.remote.nodes.session import NODE_GONE, NodeSession
 from homegpu.remote.node_side import script
-from homegpu.remote.runtime_errors import RuntimeError_
+from homegpu.remote.runtimes.errors import RuntimeError_
 from homegpu.remote.nodes.transport import SshTransport
 
 T = TypeVar("T")
