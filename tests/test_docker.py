@@ -31,7 +31,7 @@ from homegpu.remote.runtimes.docker_link import DockerUnavailable, SocketForward
 from homegpu.remote.runtimes.docker_runtime import (
     CODE_DIR, DATA_DIR, OUT_DIR, DockerRuntime, container_args, container_name, logs_argv, status_from_attrs,
 )
-from homegpu.remote.images import build_message_lines
+from homegpu.remote.images.node_images import build_message_lines
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.runtimes.base import WorkerLaunch
 from homegpu.remote.runtimes.errors import RuntimeError_

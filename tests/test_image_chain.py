@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from homegpu.remote.image_chain import Relay, kill_after, outcomes
+from homegpu.remote.images.chain import Relay, kill_after, outcomes
 
 
 def relay(name: str, role: str = "target", **state) -> Relay:

@@ -15,7 +15,7 @@ from typing import Sequence
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.nodes.connect import connect_wait
 from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.images import CopyProgress, ImageError, NodeOutcome, build_on_nodes, copy_image
+from homegpu.remote.images.node_images import CopyProgress, ImageError, NodeOutcome, build_on_nodes, copy_image
 from homegpu.remote.config.job_spec import DEFAULT_IMAGE
 from homegpu.remote.nodes.session import NodeSession
 from homegpu.remote.runtimes.docker_link import DockerUnavailable

@@ -1,7 +1,7 @@
 """Worker images on the nodes: build them there, or copy one from node to node.
 
 Home clusters rarely have a registry, so images move the way `docker save | ssh … docker load`
-would move them, but node to node in a chain (remote/image_chain.py): the source's export crosses
+would move them, but node to node in a chain (remote/images/chain.py): the source's export crosses
 every link once, each target loading it while passing it on, with no tar file on disk anywhere.
 The engines are asked through the nodes' forwarded sockets which targets need the image at all,
 and afterwards whether each now holds the source's image id.
@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import docker.errors
 
 from homegpu.remote.runtimes.docker_link import DockerLink, DockerUnavailable, docker_client
-from homegpu.remote.image_chain import IDLE_SECONDS, CopyProgress, copy_chain
+from homegpu.remote.images.chain import IDLE_SECONDS, CopyProgress, copy_chain
 from homegpu.remote.nodes.session import NODE_GONE, NodeSession
 
 LineCallback = Callable[[str, str], None]  # (node, line)
@@ -104,7 +104,7 @@ def build_message_lines(message: dict) -> list[str]:
 async def copy_image(image: str, source: NodeSession, targets: Sequence[NodeSession],
                      on_progress: Callable[[CopyProgress], None], *, port: int = 0,
                      idle: float = IDLE_SECONDS) -> list[NodeOutcome]:
-    """Copy `image` from `source`'s engine into each target's, node to node (remote/image_chain.py).
+    """Copy `image` from `source`'s engine into each target's, node to node (remote/images/chain.py).
 
     Targets whose engine cannot be reached, or that already hold the very same image (same id),
     are left out of the chain; each loaded target is checked to hold the source's image id.
