@@ -30,7 +30,7 @@ from homegpu.remote.nodes.events import (
     RUN_ALERTS, Alert, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated,
     Straggler,
 )
-from homegpu.remote.failure import PROGRESS_EVENTS
+from homegpu.remote.jobs.failure import PROGRESS_EVENTS
 
 TEMPERATURE_MARGIN = 5.0  # °C below the threshold before a hot GPU's alert clears
 MEMORY_MARGIN = 5.0  # percentage points below the threshold before a full GPU's alert clears

@@ -1,4 +1,4 @@
-"""remote/failure.py: script errors told from faults, on tracebacks that real Python printed.
+"""remote/jobs/failure.py: script errors told from faults, on tracebacks that real Python printed.
 
 Each script below is run with this test's Python, once per simulated worker in its own directory
 (so paths in the tracebacks differ between workers, as they do between nodes); its output, stdout
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from homegpu.remote.failure import (
+from homegpu.remote.jobs.failure import (
     TAIL_LINES, TRACEBACK_HEADER, ErrorTail, WorkerEnd, error_tail, judge, might_be_script_error, shows_progress,
 )
 

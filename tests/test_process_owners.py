@@ -22,7 +22,7 @@ from gpu_replay import FIXTURES, write_apps_with_pids, write_replay_nvidia_smi
 from homegpu.remote.runtimes import docker_runtime
 from homegpu.remote.node_side import process_owners
 from homegpu.remote.nodes.owners import foreign_memory_warnings, owner_text
-from homegpu.remote.job_plan import worker_markers
+from homegpu.remote.jobs.launch_plan import worker_markers
 from homegpu.remote.node_side.process_owners import (
     ProcessOwners, classify, parse_cgroup_container, parse_container_reply, parse_markers,
     parse_status_uid,

@@ -1,4 +1,4 @@
-"""remote/run_lock.py against the real sshd test cluster: one run per job, whoever asks.
+"""remote/jobs/lock.py against the real sshd test cluster: one run per job, whoever asks.
 
 Two controllers are two Cluster objects (two SSH connections to node1). Owners other than this
 test process are Controller values: a dead pid on this machine, or a host that is not this one.
@@ -17,7 +17,7 @@ import pytest
 
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
-from homegpu.remote.run_lock import Controller, acquire, holder, refresh, release
+from homegpu.remote.jobs.lock import Controller, acquire, holder, refresh, release
 
 pytestmark = pytest.mark.cluster
 

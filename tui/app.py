@@ -23,7 +23,7 @@ from textual.widgets import DataTable, Header, Input, Static, TabbedContent, Tab
 from homegpu.remote.net.bandwidth import BandwidthError
 from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.nodes.events import NodeState, Subscription
-from homegpu.remote.job_run import LaunchError
+from homegpu.remote.jobs.run import LaunchError
 from homegpu.remote.nodes.session import NODE_GONE
 from homegpu.remote.plan.tfconfig import job_nodes
 from homegpu.tui.controller import Busy, Controller

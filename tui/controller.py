@@ -20,9 +20,9 @@ from homegpu.remote.plan.device_plan import DevicePlan, DevicePlanError
 from homegpu.remote.doctor import diagnose
 from homegpu.remote.nodes.events import Subscription
 from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome
+from homegpu.remote.jobs.run import JobRun, LaunchError, RunOutcome
 from homegpu.remote.plan.last_run import last_timeline
-from homegpu.remote.run_guard import attach_if_running, launch_or_attach
+from homegpu.remote.jobs.guard import attach_if_running, launch_or_attach
 from homegpu.remote.plan.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, worker_slots
 
 BANDWIDTH_SECONDS = 1.0

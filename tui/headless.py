@@ -19,9 +19,9 @@ from homegpu.remote.nodes.events import (
     PreflightResult, Straggler, Subscription, WorkerExited,
 )
 from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.job_run import JobRun, LaunchError, RunOutcome
+from homegpu.remote.jobs.run import JobRun, LaunchError, RunOutcome
 from homegpu.remote.logs.tail import LogLine
-from homegpu.remote.run_guard import launch_or_attach
+from homegpu.remote.jobs.guard import launch_or_attach
 from homegpu.remote.logs.tf_notices import is_harmless_tf_notice
 from homegpu.tui.text import table
 

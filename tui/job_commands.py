@@ -16,7 +16,7 @@ from homegpu.remote.plan.device_plan import DevicePlanError
 from homegpu.remote.nodes.events import NodeState
 from homegpu.remote.config.job_spec import PER_GPU
 from homegpu.remote.plan.last_run import last_timeline
-from homegpu.remote.runs import JobNodes, LaunchError, list_workers
+from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError, list_workers
 from homegpu.remote.plan.tfconfig import (
     JobConfigError, find_job, job_device_plan, job_nodes, plan_counts, tf_config, worker_slots,
 )

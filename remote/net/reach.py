@@ -24,7 +24,7 @@ from typing import Sequence
 from homegpu.remote.nodes.session import NODE_GONE, NodeSession
 from homegpu.remote.node_side import script
 from homegpu.remote.net.port_probe import json_object
-from homegpu.remote.preflight import bind_problem
+from homegpu.remote.jobs.node_checks import bind_problem
 from homegpu.remote.nodes.transport import RemoteProcess
 
 CONNECT_TIMEOUT_S = 5.0

@@ -15,7 +15,7 @@ class ExperimentLog:
         self.dir = root / run_id
         self.logs_dir = self.dir / "logs"
         self.logs_dir.mkdir(parents=True, exist_ok=True)
-        self.output_dir = self.dir / "output"  # what the chief wrote in its output dir (remote/outputs.py)
+        self.output_dir = self.dir / "output"  # what the chief wrote in its output dir (remote/jobs/outputs.py)
         self._logs: dict[str, IO[str]] = {}
         self._metrics = open(self.dir / "metrics.jsonl", "a", encoding="utf-8")
 

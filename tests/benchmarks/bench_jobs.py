@@ -44,7 +44,7 @@ from simdocker import ensure_docker  # noqa: E402
 
 from homegpu.remote.nodes.cluster import Cluster  # noqa: E402
 from homegpu.remote.config.cluster_spec import load_cluster  # noqa: E402
-from homegpu.remote.job_run import JobRun  # noqa: E402
+from homegpu.remote.jobs.run import JobRun  # noqa: E402
 from homegpu.trainer.metrics import parse_metric_line  # noqa: E402
 
 SLEEPER = "import time\ntime.sleep(600)\n"

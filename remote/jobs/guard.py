@@ -1,4 +1,4 @@
-"""A job started once: launch it or attach to its run, under its run lock (remote/run_lock.py).
+"""A job started once: launch it or attach to its run, under its run lock (remote/jobs/lock.py).
 
 launch_or_attach() attaches to the job's run when one already runs on its nodes. Else the run takes
 the lock on the chief's node before it launches (a RunGuard), refreshes it from the watch loop so
@@ -15,8 +15,8 @@ from typing import Protocol
 
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.nodes.session import NODE_GONE, NodeSession
-from homegpu.remote.run_lock import HEARTBEAT_SECONDS, LockHolder, RunLockError, acquire, refresh, release
-from homegpu.remote.runs import JobNodes, LaunchError
+from homegpu.remote.jobs.lock import HEARTBEAT_SECONDS, LockHolder, RunLockError, acquire, refresh, release
+from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError
 
 LOCK_WAIT_SECONDS = 90.0  # for another controller's launch (preflight, sync) to show its workers
 
@@ -57,7 +57,7 @@ class RunGuard:
 
 
 class Startable(Protocol):
-    """What launch_or_attach needs of a run (remote/job_run.py's JobRun)."""
+    """What launch_or_attach needs of a run (remote/jobs/run.py's JobRun)."""
 
     job: JobSpec
     nodes: JobNodes | None

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from homegpu.remote.nodes.events import EventHub, WorkerExited
-from homegpu.remote.failure import WorkerEnd
+from homegpu.remote.jobs.failure import WorkerEnd
 from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.job_plan import classify_exit
+from homegpu.remote.jobs.launch_plan import classify_exit
 from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.nodes.session import NODE_GONE
 from homegpu.remote.runtimes.base import Runtime, WorkerStatus
@@ -116,7 +116,7 @@ def all_succeeded(tracks: Iterable[WorkerTrack]) -> bool:
 
 
 def worker_ends(tracks: Iterable[WorkerTrack]) -> list[WorkerEnd]:
-    """How each worker ended, with its last log lines, for the script-error verdict (remote/failure.py)."""
+    """How each worker ended, with its last log lines, for the script-error verdict (remote/jobs/failure.py)."""
     return [WorkerEnd(t.label, t.status.exit_status if t.status else None, progressed=t.progressed,
                       last_lines=tuple(line.text for line in t.tail.lines)[-60:] if t.tail else (),
                       stopped=not t.ended)

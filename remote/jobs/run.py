@@ -1,11 +1,11 @@
 """JobRun: one run of a job across its nodes — launch, watch, restart, stop — and the state it owns.
 
-Launch is all-or-nothing: every node passes preflight (remote/run_preflight.py) before anything
+Launch is all-or-nothing: every node passes preflight (remote/jobs/preflight.py) before anything
 starts, and if one start fails the workers that did start are stopped again. While the run lives,
-each worker's log is followed (remote/worker_logs.py) and its state is polled on the node
-(remote/worker_watch.py). A worker that fails or stalls makes the whole run restart with the same
+each worker's log is followed (remote/jobs/worker_logs.py) and its state is polled on the node
+(remote/jobs/watch.py). A worker that fails or stalls makes the whole run restart with the same
 TF_CONFIG and the next generation (the trainer's BackupAndRestore resumes the epoch), unless it is a
-script error (remote/failure.py). The run holds its job's run lock (remote/run_guard.py, which also
+script error (remote/jobs/failure.py). The run holds its job's run lock (remote/jobs/guard.py, which also
 launches or attaches to a run) while it lives; at the end every log is read to its end and the
 chief's outputs come home.
 """
@@ -18,25 +18,25 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from homegpu.remote.nodes.cluster import Cluster
-from homegpu.remote.codesync import sync_trees
+from homegpu.remote.jobs.codesync import sync_trees
 from homegpu.remote.plan.device_plan import DevicePlan, DevicePlanError
 from homegpu.remote.nodes.events import JobState, JobStateChanged
 from homegpu.remote.record.experiment import ExperimentLog
-from homegpu.remote.failure import Verdict, judge, might_be_script_error
+from homegpu.remote.jobs.failure import Verdict, judge, might_be_script_error
 from homegpu.remote.config.job_spec import PER_GPU, JobSpec
-from homegpu.remote.job_plan import TRAINER_PACKAGE_DIR, local_code, new_run_id, script_rel, worker_launch
+from homegpu.remote.jobs.launch_plan import TRAINER_PACKAGE_DIR, local_code, new_run_id, script_rel, worker_launch
 from homegpu.remote.plan.last_run import last_timeline
 from homegpu.remote.nodes.session import NodeSession
-from homegpu.remote.outputs import FetchedOutputs, fetch_outputs, remove_backups
-from homegpu.remote.run_guard import RunGuard
-from homegpu.remote.run_lock import LockHolder
-from homegpu.remote.run_preflight import restart_port_problems, run_preflight
+from homegpu.remote.jobs.outputs import FetchedOutputs, fetch_outputs, remove_backups
+from homegpu.remote.jobs.guard import RunGuard
+from homegpu.remote.jobs.lock import LockHolder
+from homegpu.remote.jobs.preflight import restart_port_problems, run_preflight
 from homegpu.remote.record.recorder import RunRecord
-from homegpu.remote.runs import JobNodes, LaunchError
+from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError
 from homegpu.remote.runtimes.base import STOP_GRACE_SECONDS, WorkerLaunch, WorkerStatus
 from homegpu.remote.plan.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, tf_config_json, worker_slots
-from homegpu.remote.worker_logs import WorkerLines, finish_tails, stop_tails
-from homegpu.remote.worker_watch import WorkerTrack, WorkerWatch, all_succeeded, retry_is_pointless, worker_ends
+from homegpu.remote.jobs.worker_logs import WorkerLines, finish_tails, stop_tails
+from homegpu.remote.jobs.watch import WorkerTrack, WorkerWatch, all_succeeded, retry_is_pointless, worker_ends
 
 POLL_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0

@@ -1,6 +1,6 @@
 """A run's preflight across its nodes, before anything starts, and the port check before each restart.
 
-Each node runs its own checks (remote/preflight.py); once every node is ready by itself, reach
+Each node runs its own checks (remote/jobs/node_checks.py); once every node is ready by itself, reach
 (remote/net/reach.py) proves that its peers can connect to its job ports. Each node's result is
 published as a PreflightResult, with its GPUs and the memory other processes hold on the job's GPUs.
 """
@@ -16,7 +16,7 @@ from homegpu.remote.plan.device_plan import DevicePlan
 from homegpu.remote.nodes.events import PreflightResult
 from homegpu.remote.nodes.owners import foreign_memory_warnings
 from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.preflight import node_preflight, port_problems
+from homegpu.remote.jobs.node_checks import node_preflight, port_problems
 from homegpu.remote.net.reach import Endpoint, reach_problems
 from homegpu.remote.runtimes.base import Runtime, WorkerLaunch
 from homegpu.remote.nodes.stats import describe_gpus
