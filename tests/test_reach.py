@@ -19,7 +19,7 @@ from simcluster import SimCluster, SimNode, free_job_port
 
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
-from homegpu.remote.doctor import diagnose
+from homegpu.remote.doctor.probe import diagnose
 from homegpu.remote.net.reach import Endpoint, describe, reach_problems
 
 pytestmark = pytest.mark.cluster

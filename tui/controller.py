@@ -12,12 +12,12 @@ from pathlib import Path
 
 from homegpu.remote.net import bandwidth_store
 from homegpu.remote.net.bandwidth import LinkCallback, BandwidthMatrix, link_timeout, measure, pairs
-from homegpu.remote.check import Check
+from homegpu.remote.doctor.check import Check
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.nodes.connect import OfferedKey
 from homegpu.remote.plan.device_plan import DevicePlan, DevicePlanError
-from homegpu.remote.doctor import diagnose
+from homegpu.remote.doctor.probe import diagnose
 from homegpu.remote.nodes.events import Subscription
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.jobs.run import JobRun, LaunchError, RunOutcome

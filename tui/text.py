@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 from homegpu.remote.config.alert_rules import SWITCHES, AlertRules
 from homegpu.remote.net.bandwidth import BandwidthMatrix, format_gbits
-from homegpu.remote.check import Check
+from homegpu.remote.doctor.check import Check
 from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.nodes.owners import owner_text
 from homegpu.remote.nodes.stats import NA

@@ -1,8 +1,8 @@
 """Pure judgements of one online node for `homegpu doctor`: its facts (:class:`NodeFacts`) -> :class:`Check` rows.
 
-remote/doctor.py probes the node and gathers the facts; every judgement here (versions, Docker and its
+remote/doctor/probe.py probes the node and gathers the facts; every judgement here (versions, Docker and its
 NVIDIA runtime, iperf3, disk, clock skew, the job port, whether the address is public) is a function
-of them alone, so each is table-tested without a node. The GPU rows are remote/doctor_gpus.py's.
+of them alone, so each is table-tested without a node. The GPU rows are remote/doctor/gpus.py's.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import ipaddress
 import json
 from dataclasses import dataclass
 
-from homegpu.remote.check import Check
-from homegpu.remote.doctor_gpus import container_runtime_check, gpu_check
+from homegpu.remote.doctor.check import Check
+from homegpu.remote.doctor.gpus import container_runtime_check, gpu_check
 from homegpu.remote.net.port_probe import parse_probe
 from homegpu.remote.nodes.stats import NodeStats, StatsParseError, parse_agent_line
 from homegpu.remote.nodes.transport import CommandResult

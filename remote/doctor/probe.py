@@ -2,10 +2,10 @@
 
 Each node is probed on its own task (all nodes at once, `asyncio.gather(return_exceptions=True)`), so
 a slow node costs only its own timeouts. Per node the probes run concurrently too; they only gather
-facts (:class:`~homegpu.remote.doctor_checks.NodeFacts`), and the pure functions of
-remote/doctor_checks.py turn them into :class:`Check` rows in a fixed order; the ssh and host key rows
-come from the session's state (here), the reachable row from remote/doctor_network.py. GPUs are read
-twice with the stats agent, once through NVML and once through `nvidia-smi` (see remote/doctor_gpus.py).
+facts (:class:`~homegpu.remote.doctor.judge.NodeFacts`), and the pure functions of
+remote/doctor/judge.py turn them into :class:`Check` rows in a fixed order; the ssh and host key rows
+come from the session's state (here), the reachable row from remote/doctor/network.py. GPUs are read
+twice with the stats agent, once through NVML and once through `nvidia-smi` (see remote/doctor/gpus.py).
 
 Every command is an argv list; the transport quotes it with shlex.join, so config values never reach
 a shell unquoted.
@@ -17,12 +17,12 @@ import asyncio
 import time
 from typing import Sequence
 
-from homegpu.remote.check import Check
+from homegpu.remote.doctor.check import Check
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import NodeSpec
 from homegpu.remote.nodes.connect import connect_wait
-from homegpu.remote.doctor_checks import CHECK_NAMES, NO_ANSWER, NOT_SENT, NodeFacts, node_checks
-from homegpu.remote.doctor_network import reach_checks
+from homegpu.remote.doctor.judge import CHECK_NAMES, NO_ANSWER, NOT_SENT, NodeFacts, node_checks
+from homegpu.remote.doctor.network import reach_checks
 from homegpu.remote.nodes.events import NodeState
 from homegpu.remote.config.job_spec import DEFAULT_JOB_PORT
 from homegpu.remote.nodes.session import NodeOffline, NodeSession

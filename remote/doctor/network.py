@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from homegpu.remote.check import Check
+from homegpu.remote.doctor.check import Check
 from homegpu.remote.nodes.session import NodeSession
 from homegpu.remote.net.reach import Endpoint, reach_problems
 

@@ -1,5 +1,5 @@
 """The doctor's GPU rows: the GPUs NVML sees against those `nvidia-smi` sees (the stats agent's two
-readings), and whether Docker can hand the GPUs to containers. Pure: remote/doctor_checks.py calls them.
+readings), and whether Docker can hand the GPUs to containers. Pure: remote/doctor/judge.py calls them.
 
 The two must agree on the GPUs and their memory sizes; memory used may differ only by what a moment
 apart explains (a steady gap is the driver's reservation, which NVML without version-2 memory info
@@ -12,7 +12,7 @@ container toolkit (which loads the same libnvidia-ml) will not give containers t
 
 from __future__ import annotations
 
-from homegpu.remote.check import Check
+from homegpu.remote.doctor.check import Check
 from homegpu.remote.nodes.stats import NodeStats, describe_gpus
 
 MEMORY_SLACK_MIB = 64  # NVML and nvidia-smi memory used may differ this much (read a moment apart)
