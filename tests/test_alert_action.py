@@ -1,4 +1,4 @@
-"""The [alerts] command (remote/alert_action.py) and the watcher that runs it (remote/alert_watch.py).
+"""The [alerts] command (remote/alerts/command.py) and the watcher that runs it (remote/alerts/watcher.py).
 
 Real processes: the command is this interpreter running a small script that writes its arguments and
 HOMEGPU_* environment to a file, as a user's notify-send or curl would receive them. GPU samples are
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from homegpu.remote.alert_action import alert_argv, alert_env, alert_values, fill, run_command
+from homegpu.remote.alerts.command import alert_argv, alert_env, alert_values, fill, run_command
 from homegpu.remote.config.alert_rules import AlertRules
-from homegpu.remote.alert_watch import AlertWatcher
+from homegpu.remote.alerts.watcher import AlertWatcher
 from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.nodes.events import (
     Alert, AlertCommandFailed, AlertState, EventHub, NodeState, NodeStateChanged, NodeStatsUpdated,

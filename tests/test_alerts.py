@@ -1,4 +1,4 @@
-"""The alert evaluator (remote/alerts.py), pure: events and times in, FIRING and CLEARED alerts out.
+"""The alert evaluator (remote/alerts/evaluate.py), pure: events and times in, FIRING and CLEARED alerts out.
 
 GPU samples are the stats agent's real lines recorded on an H100 (tests/fixtures/tui/), with only
 their temperature or memory changed to play a GPU heating up and cooling down.
@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 
 from homegpu.remote.config.alert_rules import AlertRules
-from homegpu.remote.alerts import AlertEvaluator
+from homegpu.remote.alerts.evaluate import AlertEvaluator
 from homegpu.remote.nodes.events import (
     AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated, Straggler,
 )

@@ -23,7 +23,7 @@ SWITCHES = ("job_failed", "job_stalled", "straggler", "job_succeeded")
 ALERT_KEYS = {*LIMITS, *SWITCHES, "command"}
 MAX_ARGS = 100
 
-# What `{name}` in a command argument becomes (remote/alert_action.py fills them in).
+# What `{name}` in a command argument becomes (remote/alerts/command.py fills them in).
 PLACEHOLDERS = {
     "title": "a short headline: homegpu CLUSTER: what happened (cleared)",
     "message": "one sentence: what happened, with the figures",

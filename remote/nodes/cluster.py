@@ -6,7 +6,7 @@ import asyncio
 from typing import Iterable
 
 from homegpu.remote.nodes import hostkeys
-from homegpu.remote.alert_watch import AlertWatcher
+from homegpu.remote.alerts.watcher import AlertWatcher
 from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.nodes.connect import OfferedKey, fetch_offered_key
 from homegpu.remote.nodes.events import EventHub, NodeState, Subscription

@@ -144,7 +144,7 @@ RUN_ALERTS = ("job_failed", "job_stalled", "straggler", "job_succeeded")
 
 @dataclass(frozen=True)
 class Alert:
-    """A rule of [alerts] met (FIRING), or no longer met (CLEARED); remote/alerts.py decides.
+    """A rule of [alerts] met (FIRING), or no longer met (CLEARED); remote/alerts/evaluate.py decides.
 
     `kind` names the rule (gpu_temperature, gpu_memory, node_offline, job_failed, job_stalled,
     straggler, job_succeeded); `value` and `threshold` are in its unit (°C, %, seconds).

@@ -1,6 +1,6 @@
 """AlertWatcher: [alerts] applied to a cluster's live events, and the command run for each alert.
 
-The evaluator (remote/alerts.py) sees every event as it is published (EventHub.derive) and its
+The evaluator (remote/alerts/evaluate.py) sees every event as it is published (EventHub.derive) and its
 alerts are published right after their cause, for the TUI, the headless output and the timeline
 alike. A timer ticks the offline clock. Commands run one at a time, in order, in a task of their
 own, so the event loop never waits on one; each has a timeout. A failing command is said once
@@ -15,8 +15,8 @@ import shlex
 import time
 from typing import Callable
 
-from homegpu.remote.alert_action import alert_argv, alert_env, alert_values, run_command
-from homegpu.remote.alerts import AlertEvaluator
+from homegpu.remote.alerts.command import alert_argv, alert_env, alert_values, run_command
+from homegpu.remote.alerts.evaluate import AlertEvaluator
 from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.nodes.events import Alert, AlertCommandFailed, EventHub
 
