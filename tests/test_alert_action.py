@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from homegpu.remote.alerts.command import alert_argv, alert_env, alert_values, fill, run_command
-from homegpu.remote.config.alert_rules import AlertRules
 from homegpu.remote.alerts.watcher import AlertWatcher
+from homegpu.remote.config.alert_rules import AlertRules
 from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.nodes.events import (
     Alert, AlertCommandFailed, AlertState, EventHub, NodeState, NodeStateChanged, NodeStatsUpdated,

@@ -10,8 +10,8 @@ import dataclasses
 
 import pytest
 
-from homegpu.remote.config.alert_rules import AlertRules
 from homegpu.remote.alerts.evaluate import AlertEvaluator
+from homegpu.remote.config.alert_rules import AlertRules
 from homegpu.remote.nodes.events import (
     AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated, Straggler,
 )

@@ -20,6 +20,7 @@ from helpers import homegpu
 import tomli_w
 
 from simcluster import SimCluster, SimNode, free_port
+from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.net import bandwidth
 from homegpu.remote.net.bandwidth import (
     BandwidthError, BandwidthMatrix, BandwidthMeasured, LinkResult, advice, allreduce_seconds,
@@ -27,7 +28,6 @@ from homegpu.remote.net.bandwidth import (
     pairs, parse_iperf3_json,
 )
 from homegpu.remote.nodes.cluster import Cluster
-from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.tui import bandwidth_commands
 from homegpu.tui.bandwidth_commands import matrix_json
 from homegpu.tui.text import format_matrix

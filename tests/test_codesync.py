@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from homegpu.remote.nodes.cluster import Cluster
-from homegpu.remote.jobs.codesync import SKIP_DIRS, SyncError, plan_sync, settle_racy, sync_tree
 from homegpu.remote.config.cluster_spec import embedded_default, load_cluster
+from homegpu.remote.jobs.codesync import SKIP_DIRS, SyncError, plan_sync, settle_racy, sync_tree
+from homegpu.remote.nodes.cluster import Cluster
 
 LONG_AGO = time.time() - 3600  # files saved well before the sync: not "racy"
 S = 10**9

@@ -12,8 +12,8 @@ from homegpu.remote.config.cluster_spec import (
     AlertRules, ClusterSpec, ConfigError, NodeSpec, SshDefaults, embedded_default, find_config, load_cluster,
     parse_cluster,
 )
-from homegpu.remote.config.writer import cluster_to_toml, starter_cluster
 from homegpu.remote.config.job_spec import DEFAULT_IMAGE, JobSpec
+from homegpu.remote.config.writer import cluster_to_toml, starter_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 

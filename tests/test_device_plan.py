@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from homegpu.remote.plan.pace import advise_pace, job_pace, worker_speed
+from homegpu.remote.node_side.stats_agent import parse_nvidia_smi_gpus
+from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.plan.device_plan import (
     NCCL,
     RING,
@@ -22,8 +23,7 @@ from homegpu.remote.plan.device_plan import (
     process_env,
 )
 from homegpu.remote.plan.gpu_speed import CPU_SPEED, UNKNOWN_GPU_SPEED, gpu_model, gpu_speed, short_gpu_name
-from homegpu.remote.nodes.stats import parse_agent_line
-from homegpu.remote.node_side.stats_agent import parse_nvidia_smi_gpus
+from homegpu.remote.plan.pace import advise_pace, job_pace, worker_speed
 from gpu_replay import FIXTURES
 
 RTX3090 = "NVIDIA GeForce RTX 3090"

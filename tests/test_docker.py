@@ -25,18 +25,18 @@ import pytest
 
 from images import busybox_image  # noqa: F401  (fixture)
 from simcluster import SimCluster
-from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import ClusterSpec, NodeSpec, load_cluster
+from homegpu.remote.config.job_spec import JobSpec
+from homegpu.remote.images.node_images import build_message_lines
+from homegpu.remote.nodes.cluster import Cluster
+from homegpu.remote.nodes.transport import SshTransport
+from homegpu.remote.plan.tfconfig import tf_config_json, worker_slots
+from homegpu.remote.runtimes.base import WorkerLaunch
 from homegpu.remote.runtimes.docker_link import DockerUnavailable, SocketForwarder, docker_client, explain
 from homegpu.remote.runtimes.docker_runtime import (
     CODE_DIR, DATA_DIR, OUT_DIR, DockerRuntime, container_args, container_name, logs_argv, status_from_attrs,
 )
-from homegpu.remote.images.node_images import build_message_lines
-from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.runtimes.base import WorkerLaunch
 from homegpu.remote.runtimes.errors import RuntimeError_
-from homegpu.remote.plan.tfconfig import tf_config_json, worker_slots
-from homegpu.remote.nodes.transport import SshTransport
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]
 

@@ -22,17 +22,17 @@ from helpers import homegpu
 
 from gpu_replay import FIXTURES, nvidia_smi_in
 from simcluster import SimCluster, free_job_port, free_port
-from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster, parse_cluster
 from homegpu.remote.doctor.check import Check
-from homegpu.remote.doctor.probe import NOT_REACHABLE, diagnose, split_reason
+from homegpu.remote.doctor.gpus import gpu_check
 from homegpu.remote.doctor.judge import (
     CHECK_NAMES, NodeFacts, address_check, address_kind, clock_check, clock_skew, disk_check, is_public_address,
     node_checks, python_check, tensorflow_check,
 )
-from homegpu.remote.doctor.gpus import gpu_check
-from homegpu.remote.nodes.stats import parse_agent_line
+from homegpu.remote.doctor.probe import NOT_REACHABLE, diagnose, split_reason
 from homegpu.remote.node_side.stats_agent import parse_nvidia_smi_gpus
+from homegpu.remote.nodes.cluster import Cluster
+from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.nodes.transport import CommandResult
 from homegpu.tui.doctor_commands import job_port
 from homegpu.tui.text import format_check, format_report

@@ -26,8 +26,8 @@ from gpu_replay import FIXTURES, nvidia_smi_in, write_apps_with_pids
 from helpers import homegpu, homegpu_argv, wait_for
 from simcluster import SimCluster, SimNode, free_job_port
 
-from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.tui.render import node_detail
 from homegpu.tui.state import NodeView
 

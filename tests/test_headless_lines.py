@@ -6,13 +6,13 @@ import io
 from pathlib import Path
 from types import SimpleNamespace
 
-from homegpu.remote.logs.console import ConsoleLines
-from homegpu.remote.nodes.events import EventHub, JobState, Metric, NodeState, NodeStateChanged, Straggler
 from homegpu.remote.config.job_spec import JobSpec
+from homegpu.remote.jobs.outputs import FetchedOutputs, plan_fetch
 from homegpu.remote.jobs.run import RunOutcome
 from homegpu.remote.logs.classify import LineClassifier
+from homegpu.remote.logs.console import ConsoleLines
 from homegpu.remote.logs.tail import LogLine
-from homegpu.remote.jobs.outputs import FetchedOutputs, plan_fetch
+from homegpu.remote.nodes.events import EventHub, JobState, Metric, NodeState, NodeStateChanged, Straggler
 from homegpu.remote.runtimes.base import WorkerStatus
 from homegpu.tui.headless import LinePrinter, Pump, record_line, summary
 

@@ -27,11 +27,11 @@ from helpers import homegpu, wait_for
 from images import ensure_random_image
 from simcluster import SimCluster, SimNode
 from simdocker import NodeEngine, image_id, own_engines
-from homegpu.remote.images import chain as image_chain
-from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
+from homegpu.remote.images import chain as image_chain
 from homegpu.remote.images.node_images import copy_image
 from homegpu.remote.node_side import script
+from homegpu.remote.nodes.cluster import Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]
 

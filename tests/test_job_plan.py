@@ -7,16 +7,16 @@ import json
 import pytest
 
 from homegpu.remote.config.cluster_spec import parse_cluster
-from homegpu.remote.nodes.connect import peer_address, trust_command
-from homegpu.remote.record.experiment import find_stragglers
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.jobs.launch_plan import classify_exit, new_run_id, worker_argv, worker_cwd, worker_env
-from homegpu.remote.runtimes.base import NodePaths, WorkerLaunch
+from homegpu.remote.nodes.connect import peer_address, trust_command
 from homegpu.remote.plan.device_plan import DevicePlanError, container_env, docker_device_ids
-from homegpu.remote.runtimes.docker_runtime import container_args
 from homegpu.remote.plan.tfconfig import (
     JobConfigError, find_job, job_device_plan, machine_key, plan_counts, tf_config, worker_slots,
 )
+from homegpu.remote.record.experiment import find_stragglers
+from homegpu.remote.runtimes.base import NodePaths, WorkerLaunch
+from homegpu.remote.runtimes.docker_runtime import container_args
 
 CLUSTER = """
 [[nodes]]

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
-from homegpu.remote.nodes.events import NodeState
 from homegpu.remote.logs.tail import LogTail
+from homegpu.remote.nodes.cluster import Cluster
+from homegpu.remote.nodes.events import NodeState
 
 pytestmark = pytest.mark.cluster
 

@@ -10,9 +10,9 @@ import asyncio
 
 import pytest
 
-from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.logs.tail import LogTail
+from homegpu.remote.nodes.cluster import Cluster
 
 pytestmark = pytest.mark.cluster
 

@@ -16,8 +16,8 @@ from helpers import wait_until
 
 from gpu_replay import write_replay_nvidia_smi
 from simcluster import SimCluster, generate_ed25519_key
-from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
+from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.nodes.connect import HostKeyChanged, NodeError
 from homegpu.remote.nodes.events import NodeState, NodeStateChanged, NodeStatsUpdated
 

@@ -19,16 +19,16 @@ import docker
 import pytest
 
 from gpu_replay import FIXTURES, write_apps_with_pids, write_replay_nvidia_smi
-from homegpu.remote.runtimes import docker_runtime
-from homegpu.remote.node_side import process_owners
-from homegpu.remote.nodes.owners import foreign_memory_warnings, owner_text
 from homegpu.remote.jobs.launch_plan import worker_markers
+from homegpu.remote.node_side import process_owners
 from homegpu.remote.node_side.process_owners import (
     ProcessOwners, classify, parse_cgroup_container, parse_container_reply, parse_markers,
     parse_status_uid,
 )
-from homegpu.remote.nodes.stats import GpuProcess, GpuStats, NodeStats, ProcessOwner, parse_agent_line
 from homegpu.remote.nodes.agent_bundle import agent_command, agent_payload
+from homegpu.remote.nodes.owners import foreign_memory_warnings, owner_text
+from homegpu.remote.nodes.stats import GpuProcess, GpuStats, NodeStats, ProcessOwner, parse_agent_line
+from homegpu.remote.runtimes import docker_runtime
 
 H100 = FIXTURES / "h100-80gb-hbm3"
 NOBODY = 65534

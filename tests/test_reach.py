@@ -17,10 +17,10 @@ import tomli_w
 from helpers import homegpu, job_table, worker_processes
 from simcluster import SimCluster, SimNode, free_job_port
 
-from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.doctor.probe import diagnose
 from homegpu.remote.net.reach import Endpoint, describe, reach_problems
+from homegpu.remote.nodes.cluster import Cluster
 
 pytestmark = pytest.mark.cluster
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.jobs.lock import Controller, acquire, holder, refresh, release
+from homegpu.remote.nodes.cluster import Cluster
 
 pytestmark = pytest.mark.cluster
 

@@ -21,8 +21,8 @@ import pytest
 from helpers import homegpu
 
 import simnet
-from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.config.cluster_spec import load_cluster
+from homegpu.remote.nodes.cluster import Cluster
 from simdocker import DockerEngine
 from simcluster import NODE_HOME, SimCluster, SimNode, alive, iperf3_between, ssh_banner
 

@@ -23,7 +23,6 @@ from types import SimpleNamespace
 import pytest
 
 from homegpu.remote.node_side import stats_agent
-from homegpu.remote.nodes.stats import NA, GpuProcess, NodeStats, parse_agent_line
 from homegpu.remote.node_side.stats_agent import (
     LoopIterations,
     NoGpuReader,
@@ -48,6 +47,7 @@ from homegpu.remote.nodes.agent_bundle import (
     agent_payload,
     pynvml_source,
 )
+from homegpu.remote.nodes.stats import NA, GpuProcess, NodeStats, parse_agent_line
 from gpu_replay import FIXTURES, FORMAT, GPU_QUERY, is_loop, replay_calls, write_replay_nvidia_smi
 
 AGENT = Path(stats_agent.__file__)

@@ -12,6 +12,14 @@ import pickle
 
 import pytest
 
+from homegpu.remote.node_side.stats_agent import (
+    LoopIterations,
+    clean,
+    number,
+    parse_nvidia_smi_apps,
+    parse_nvidia_smi_gpus,
+    parse_nvidia_smi_version,
+)
 from homegpu.remote.nodes.stats import (
     NA,
     GpuProcess,
@@ -20,14 +28,6 @@ from homegpu.remote.nodes.stats import (
     NotAvailable,
     StatsParseError,
     parse_agent_line,
-)
-from homegpu.remote.node_side.stats_agent import (
-    LoopIterations,
-    clean,
-    number,
-    parse_nvidia_smi_apps,
-    parse_nvidia_smi_gpus,
-    parse_nvidia_smi_version,
 )
 from gpu_replay import FIXTURES
 

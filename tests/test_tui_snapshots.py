@@ -13,11 +13,11 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from homegpu.remote.net.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult, parse_iperf3_json
 from homegpu.remote.config.cluster_spec import parse_cluster
-from homegpu.remote.nodes.events import JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated
 from homegpu.remote.logs.classify import classify
 from homegpu.remote.logs.tail import LogLine
+from homegpu.remote.net.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult, parse_iperf3_json
+from homegpu.remote.nodes.events import JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated
 from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.plan.tfconfig import worker_slots
 from homegpu.tui.app import HomegpuApp

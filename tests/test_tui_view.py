@@ -9,23 +9,23 @@ from pathlib import Path
 
 import pytest
 
+from homegpu.remote.config.cluster_spec import embedded_default, parse_cluster
+from homegpu.remote.logs.classify import classify
+from homegpu.remote.logs.tail import LogLine
 from homegpu.remote.net import bandwidth_store
 from homegpu.remote.net.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
-from homegpu.remote.config.cluster_spec import embedded_default, parse_cluster
 from homegpu.remote.nodes.events import (
     JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler,
 )
-from homegpu.remote.logs.classify import classify
-from homegpu.remote.logs.tail import LogLine
 from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.trainer.metrics import format_metric
+from homegpu.tui.app import left_running_note
 from homegpu.tui.logview import clean, format_entries, matching, wrap_rows
 from homegpu.tui.plot import BRAILLE_BASE, braille_plot, progress_bar, sparkline
 from homegpu.tui.render import (
     key_bar,
     age, bandwidth_summary, job_summary, level_style, node_cells, node_detail, short_gpu_name,
 )
-from homegpu.tui.app import left_running_note
 from homegpu.tui.state import JOB, LOGS, MAX_LINE, NODES, ClusterView, LogBuffers, LogEntry
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tui"

@@ -20,12 +20,11 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Header, Input, Static, TabbedContent, TabPane
 
-from homegpu.remote.net.bandwidth import BandwidthError
-from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.nodes.events import NodeState, Subscription
-from homegpu.remote.jobs.run import LaunchError
-from homegpu.remote.nodes.session import NODE_GONE
-from homegpu.remote.plan.tfconfig import job_nodes
+from homegpu.remote.config import ClusterSpec
+from homegpu.remote.jobs import LaunchError
+from homegpu.remote.net import BandwidthError
+from homegpu.remote.nodes import NODE_GONE, NodeState, Subscription
+from homegpu.remote.plan import job_nodes
 from homegpu.tui.controller import Busy, Controller
 from homegpu.tui.history import WINDOWS
 from homegpu.tui.logview import LogView

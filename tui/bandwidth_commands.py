@@ -8,13 +8,11 @@ import json
 import sys
 from typing import Sequence
 
-from homegpu.remote.net.bandwidth import (
-    RESNET50_PARAMS, BandwidthMatrix, LinkResult, advice, format_gbits, link_timeout, measure,
+from homegpu.remote.net import (
+    RESNET50_PARAMS, BandwidthMatrix, LinkResult, advice, bandwidth_store, format_gbits, link_timeout, links_json,
+    measure,
 )
-from homegpu.remote.net import bandwidth_store
-from homegpu.remote.net.bandwidth_store import links_json
-from homegpu.remote.nodes.cluster import Cluster
-from homegpu.remote.nodes.connect import connect_wait
+from homegpu.remote.nodes import Cluster, connect_wait
 from homegpu.tui.cli_common import UserError, load_spec
 from homegpu.tui.text import format_matrix
 

@@ -11,7 +11,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from typing import Callable, Sequence
 
-from homegpu.remote.config.cluster_spec import ConfigError
+from homegpu.remote.config import ConfigError
 from homegpu.tui import (
     bandwidth_commands, config_commands, doctor_commands, image_commands, job_commands, report_commands,
     status_commands, trust_commands,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from homegpu.remote.config.cluster_spec import ClusterSpec, embedded_default, find_config, load_cluster
+from homegpu.remote.config import ClusterSpec, embedded_default, find_config, load_cluster
 
 EXIT_USAGE = 2
 EXPERIMENTS = Path("experiments")  # where runs are recorded unless --experiments says otherwise

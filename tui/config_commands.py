@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from homegpu.remote.config.cluster_spec import DEFAULT_CONFIG_NAME, DEMO_JOB, LOCAL_HOST, ConfigError, NodeSpec, parse_cluster
-from homegpu.remote.config.writer import cluster_to_toml, starter_cluster
-from homegpu.remote.config.node_spec import RUNTIMES
+from homegpu.remote.config import (
+    DEFAULT_CONFIG_NAME, DEMO_JOB, LOCAL_HOST, RUNTIMES, ConfigError, NodeSpec, cluster_to_toml, parse_cluster,
+    starter_cluster,
+)
 from homegpu.tui.cli_common import UserError, load_spec
 from homegpu.tui.text import format_cluster
 

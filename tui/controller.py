@@ -10,20 +10,15 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from homegpu.remote.net import bandwidth_store
-from homegpu.remote.net.bandwidth import LinkCallback, BandwidthMatrix, link_timeout, measure, pairs
-from homegpu.remote.doctor.check import Check
-from homegpu.remote.nodes.cluster import Cluster
-from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.nodes.connect import OfferedKey
-from homegpu.remote.plan.device_plan import DevicePlan, DevicePlanError
-from homegpu.remote.doctor.probe import diagnose
-from homegpu.remote.nodes.events import Subscription
-from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.jobs.run import JobRun, LaunchError, RunOutcome
-from homegpu.remote.plan.last_run import last_timeline
-from homegpu.remote.jobs.guard import attach_if_running, launch_or_attach
-from homegpu.remote.plan.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, worker_slots
+from homegpu.remote.alerts import AlertWatcher, watch_alerts
+from homegpu.remote.config import ClusterSpec, JobSpec
+from homegpu.remote.doctor import Check, diagnose
+from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome, attach_if_running, launch_or_attach
+from homegpu.remote.net import BandwidthMatrix, LinkCallback, bandwidth_store, link_timeout, measure, pairs
+from homegpu.remote.nodes import Cluster, OfferedKey, Subscription
+from homegpu.remote.plan import (
+    DevicePlan, DevicePlanError, WorkerSlot, job_device_plan, job_nodes, last_timeline, plan_counts, worker_slots,
+)
 
 BANDWIDTH_SECONDS = 1.0
 
@@ -37,13 +32,15 @@ class Controller:
 
     def __init__(self, spec: ClusterSpec, experiments: Path) -> None:
         self.spec, self.experiments = spec, experiments
-        self.cluster = Cluster(spec, watch_alerts=True)
+        self.cluster = Cluster(spec)
+        self.alerts: AlertWatcher | None = None  # [alerts] while open, when a rule is on
         self.run: JobRun | None = None
         self.outcome: RunOutcome | None = None
         self._watching: asyncio.Task | None = None
         self._job_lock = asyncio.Lock()
 
     async def __aenter__(self) -> "Controller":
+        self.alerts = watch_alerts(self.spec, self.cluster.hub)
         await self.cluster.__aenter__()
         return self
 
@@ -141,6 +138,8 @@ class Controller:
             self.stop_job()  # a no-op for a run that already ended and only closes its tails
             await self.wait_job()
         await self.cluster.close()
+        if self.alerts is not None:
+            await self.alerts.close()  # after the nodes: the last alerts' commands still run
 
     # -- nodes -----------------------------------------------------------------------------------
 

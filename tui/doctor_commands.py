@@ -7,11 +7,9 @@ import asyncio
 import json
 from typing import Sequence
 
-from homegpu.remote.doctor.check import Check
-from homegpu.remote.nodes.cluster import Cluster
-from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.doctor.probe import diagnose
-from homegpu.remote.config.job_spec import DEFAULT_JOB_PORT
+from homegpu.remote.config import DEFAULT_JOB_PORT, ClusterSpec
+from homegpu.remote.doctor import Check, diagnose
+from homegpu.remote.nodes import Cluster
 from homegpu.tui.cli_common import load_spec
 from homegpu.tui.text import format_report
 

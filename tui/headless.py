@@ -12,17 +12,14 @@ import sys
 from pathlib import Path
 from typing import Callable, TextIO
 
-from homegpu.remote.nodes.cluster import Cluster
-from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.nodes.events import (
-    Alert, AlertCommandFailed, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged,
+from homegpu.remote.alerts import watch_alerts
+from homegpu.remote.config import ClusterSpec, JobSpec
+from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome, launch_or_attach
+from homegpu.remote.logs import LogLine, is_harmless_tf_notice
+from homegpu.remote.nodes import (
+    Alert, AlertCommandFailed, AlertState, Cluster, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged,
     PreflightResult, Straggler, Subscription, WorkerExited,
 )
-from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.jobs.run import JobRun, LaunchError, RunOutcome
-from homegpu.remote.logs.tail import LogLine
-from homegpu.remote.jobs.guard import launch_or_attach
-from homegpu.remote.logs.tf_notices import is_harmless_tf_notice
 from homegpu.tui.text import table
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
@@ -145,7 +142,9 @@ async def run_headless(spec: ClusterSpec, job: JobSpec, experiments: Path, detac
                        out: TextIO = sys.stdout) -> int:
     """Launch (or attach to) `job` and print it to the end. Returns the process exit status."""
     printer = LinePrinter(job, out)
-    async with Cluster(spec, watch_alerts=True) as cluster:
+    cluster = Cluster(spec)
+    alerts = watch_alerts(spec, cluster.hub)
+    async with cluster:
         run = JobRun(cluster, job, experiments)
         printer.width = max(len(slot.label) for slot in run.slots)
         with cluster.subscribe() as events:
@@ -155,8 +154,8 @@ async def run_headless(spec: ClusterSpec, job: JobSpec, experiments: Path, detac
                 return await _drive(run, detach, out, pump.flush)
             finally:
                 task.cancel()
-                if cluster.alerts is not None:
-                    await cluster.alerts.close()  # the last alerts' commands, and whether they worked
+                if alerts is not None:
+                    await alerts.close()  # the last alerts' commands, and whether they worked
                 pump.flush()
 
 

@@ -14,7 +14,7 @@ import collections
 import math
 from dataclasses import dataclass, field
 
-from homegpu.remote.record.downsample import bucket_index, bucket_time
+from homegpu.remote.record import bucket_index, bucket_time
 
 # (bucket seconds, buckets kept): 10 min at 1 s, 2 h at 10 s, 24 h at 60 s.
 TIERS = ((1.0, 600), (10.0, 720), (60.0, 1440))

@@ -12,13 +12,10 @@ import asyncio
 from pathlib import Path
 from typing import Sequence
 
-from homegpu.remote.nodes.cluster import Cluster
-from homegpu.remote.nodes.connect import connect_wait
-from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.images.node_images import CopyProgress, ImageError, NodeOutcome, build_on_nodes, copy_image
-from homegpu.remote.config.job_spec import DEFAULT_IMAGE
-from homegpu.remote.nodes.session import NodeSession
-from homegpu.remote.runtimes.docker_link import DockerUnavailable
+from homegpu.remote.config import DEFAULT_IMAGE, ClusterSpec
+from homegpu.remote.images import CopyProgress, ImageError, NodeOutcome, build_on_nodes, copy_image
+from homegpu.remote.nodes import Cluster, NodeSession, connect_wait
+from homegpu.remote.runtimes import DockerUnavailable
 from homegpu.tui.cli_common import UserError, load_spec
 
 DOCKERFILE = Path("assets") / "Dockerfile"

@@ -10,15 +10,12 @@ import signal
 import sys
 from pathlib import Path
 
-from homegpu.remote.nodes.cluster import Cluster
-from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.plan.device_plan import DevicePlanError
-from homegpu.remote.nodes.events import NodeState
-from homegpu.remote.config.job_spec import PER_GPU
-from homegpu.remote.plan.last_run import last_timeline
-from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError, list_workers
-from homegpu.remote.plan.tfconfig import (
-    JobConfigError, find_job, job_device_plan, job_nodes, plan_counts, tf_config, worker_slots,
+from homegpu.remote.config import PER_GPU, ClusterSpec
+from homegpu.remote.jobs import JobNodes, LaunchError, list_workers
+from homegpu.remote.nodes import Cluster, NodeState
+from homegpu.remote.plan import (
+    DevicePlanError, JobConfigError, find_job, job_device_plan, job_nodes, last_timeline, plan_counts, tf_config,
+    worker_slots,
 )
 from homegpu.tui.cli_common import EXPERIMENTS, UserError, load_spec
 from homegpu.tui.headless import run_headless

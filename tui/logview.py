@@ -19,7 +19,7 @@ from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from homegpu.remote.logs.tf_notices import is_harmless_tf_notice
+from homegpu.remote.logs import is_harmless_tf_notice
 from homegpu.tui.state import LogEntry
 
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")

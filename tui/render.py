@@ -10,10 +10,8 @@ from typing import Sequence
 
 from rich.text import Text
 
-from homegpu.remote.net.bandwidth import RESNET50_PARAMS, BandwidthMatrix, advice
-from homegpu.remote.nodes.events import Alert, JobState, NodeState
-from homegpu.remote.nodes.owners import is_run_worker, owner_text
-from homegpu.remote.nodes.stats import NA, GpuStats
+from homegpu.remote.net import RESNET50_PARAMS, BandwidthMatrix, advice
+from homegpu.remote.nodes import NA, Alert, GpuStats, JobState, NodeState, is_run_worker, owner_text
 from homegpu.tui.history import WINDOWS, GpuHistory
 from homegpu.tui.plot import braille_plot, progress_bar, sparkline
 from homegpu.tui.state import BandwidthView, JobView, NodeView, history_key

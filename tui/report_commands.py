@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from homegpu.remote.record.report import ReportError, write_report
+from homegpu.remote.record import ReportError, write_report
 from homegpu.tui.cli_common import EXPERIMENTS, UserError
 
 

@@ -15,8 +15,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, OptionList, Static
 
-from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.plan.tfconfig import WorkerSlot, tf_config
+from homegpu.remote.config import JobSpec
+from homegpu.remote.plan import WorkerSlot, tf_config
 
 
 def launch_preview(job: JobSpec, slots: Sequence[WorkerSlot], plan_lines: Sequence[str] = ()) -> Text:

@@ -12,14 +12,13 @@ import collections
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from homegpu.remote.net.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
-from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.nodes.events import (
-    RUN_ALERTS, Alert, AlertCommandFailed, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged,
-    NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,
+from homegpu.remote.config import ClusterSpec
+from homegpu.remote.logs import LogLine
+from homegpu.remote.net import BandwidthMatrix, BandwidthMeasured, LinkResult
+from homegpu.remote.nodes import (
+    RUN_ALERTS, Alert, AlertCommandFailed, AlertState, GpuStats, JobState, JobStateChanged, Metric, NodeState,
+    NodeStateChanged, NodeStats, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,
 )
-from homegpu.remote.logs.tail import LogLine
-from homegpu.remote.nodes.stats import GpuStats, NodeStats
 from homegpu.tui.history import GpuHistory
 
 LOSS_POINTS = 2_000

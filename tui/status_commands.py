@@ -8,10 +8,7 @@ import json
 import sys
 import time
 
-from homegpu.remote.nodes.cluster import Cluster
-from homegpu.remote.nodes.connect import connect_wait
-from homegpu.remote.nodes.events import NodeState
-from homegpu.remote.nodes.session import NodeSession
+from homegpu.remote.nodes import Cluster, NodeSession, NodeState, connect_wait
 from homegpu.tui.cli_common import load_spec
 from homegpu.tui.text import format_status, status_json
 

@@ -9,12 +9,10 @@ import shutil
 from itertools import groupby
 from typing import Callable, Sequence
 
-from homegpu.remote.config.alert_rules import SWITCHES, AlertRules
-from homegpu.remote.net.bandwidth import BandwidthMatrix, format_gbits
-from homegpu.remote.doctor.check import Check
-from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.nodes.owners import owner_text
-from homegpu.remote.nodes.stats import NA
+from homegpu.remote.config import SWITCHES, AlertRules, ClusterSpec
+from homegpu.remote.doctor import Check
+from homegpu.remote.net import BandwidthMatrix, format_gbits
+from homegpu.remote.nodes import NA, owner_text
 
 DIAGONAL = "—"
 NOT_MEASURED = "·"

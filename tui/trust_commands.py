@@ -6,8 +6,7 @@ import argparse
 import asyncio
 import sys
 
-from homegpu.remote.nodes import hostkeys
-from homegpu.remote.nodes.connect import NodeError, fetch_offered_key
+from homegpu.remote.nodes import NodeError, fetch_offered_key, hostkeys
 from homegpu.tui.cli_common import UserError, load_spec
 
 

@@ -1,3 +1,11 @@
-"""homegpu.remote.alerts: [alerts] applied to the hub's events: which alerts fire and clear (pure), and the user's command
-run for each, without a shell, in the background.
+"""homegpu.remote.alerts: [alerts] applied to the hub's events: which alerts fire and which clear (pure),
+and the user's command run for each, without a shell, in the background.
 """
+
+from __future__ import annotations
+
+from homegpu.remote.alerts.watcher import AlertWatcher, watch_alerts
+
+__all__ = [
+    "AlertWatcher", "watch_alerts",
+]

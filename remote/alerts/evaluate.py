@@ -25,12 +25,12 @@ import re
 from dataclasses import replace
 from typing import Callable
 
-from homegpu.remote.config.alert_rules import AlertRules
-from homegpu.remote.nodes.events import (
+from homegpu.remote.config import AlertRules
+from homegpu.remote.jobs import PROGRESS_EVENTS
+from homegpu.remote.nodes import (
     RUN_ALERTS, Alert, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated,
     Straggler,
 )
-from homegpu.remote.jobs.failure import PROGRESS_EVENTS
 
 TEMPERATURE_MARGIN = 5.0  # °C below the threshold before a hot GPU's alert clears
 MEMORY_MARGIN = 5.0  # percentage points below the threshold before a full GPU's alert clears

@@ -17,12 +17,18 @@ from typing import Callable
 
 from homegpu.remote.alerts.command import alert_argv, alert_env, alert_values, run_command
 from homegpu.remote.alerts.evaluate import AlertEvaluator
-from homegpu.remote.config.cluster_spec import ClusterSpec
-from homegpu.remote.nodes.events import Alert, AlertCommandFailed, EventHub
+from homegpu.remote.config import ClusterSpec
+from homegpu.remote.nodes import Alert, AlertCommandFailed, EventHub
 
 TICK_SECONDS = 1.0
 MAX_QUEUED = 1_000  # alerts waiting for the command; past it the oldest are not sent (still shown)
 CLOSE_GRACE_SECONDS = 5.0  # on top of the command's timeout, for the last alerts' commands at exit
+
+
+def watch_alerts(spec: ClusterSpec, hub: EventHub) -> AlertWatcher | None:
+    """[alerts] applied to `hub` from now on (start it before the nodes: their first events count;
+    close it after them: the last alerts' commands still run); None when no rule is on."""
+    return AlertWatcher(spec, hub).start() if spec.alerts.enabled else None
 
 
 class AlertWatcher:

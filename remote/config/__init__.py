@@ -1,4 +1,21 @@
-"""homegpu.remote.config: cluster.toml read, validated and turned into frozen specs, and written back.
-
-ClusterSpec holds [cluster], every [[nodes]] (NodeSpec), [jobs.NAME] (JobSpec) and [alerts] (AlertRules).
+"""homegpu.remote.config: cluster.toml read, validated and turned into frozen specs, and written back:
+ClusterSpec with its NodeSpecs, JobSpecs and AlertRules; every mistake one ConfigError line.
 """
+
+from __future__ import annotations
+
+from homegpu.remote.config.alert_rules import SWITCHES, AlertRules
+from homegpu.remote.config.checks import ConfigError
+from homegpu.remote.config.cluster_spec import (
+    DEFAULT_CONFIG_NAME, DEMO_JOB, EMBEDDED_DEFAULT, ClusterSpec, embedded_default, find_config, load_cluster,
+    parse_cluster,
+)
+from homegpu.remote.config.job_spec import DEFAULT_IMAGE, DEFAULT_JOB_PORT, PER_GPU, JobSpec
+from homegpu.remote.config.node_spec import LOCAL_HOST, RUNTIMES, NodeSpec
+from homegpu.remote.config.writer import cluster_to_toml, starter_cluster
+
+__all__ = [
+    "DEFAULT_CONFIG_NAME", "DEFAULT_IMAGE", "DEFAULT_JOB_PORT", "DEMO_JOB", "EMBEDDED_DEFAULT", "LOCAL_HOST", "PER_GPU",
+    "RUNTIMES", "SWITCHES", "AlertRules", "ClusterSpec", "ConfigError", "JobSpec", "NodeSpec", "cluster_to_toml",
+    "embedded_default", "find_config", "load_cluster", "parse_cluster", "starter_cluster",
+]

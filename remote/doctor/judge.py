@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 from homegpu.remote.doctor.check import Check
 from homegpu.remote.doctor.gpus import container_runtime_check, gpu_check
-from homegpu.remote.net.port_probe import parse_probe
-from homegpu.remote.nodes.stats import NodeStats, StatsParseError, parse_agent_line
-from homegpu.remote.nodes.transport import CommandResult
+from homegpu.remote.net import parse_probe
+from homegpu.remote.nodes import CommandResult, NodeStats, StatsParseError, parse_agent_line
 
 MIN_PYTHON = (3, 8)
 MIN_FREE_DISK_MIB = 5 * 1024

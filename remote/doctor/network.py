@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from homegpu.remote.doctor.check import Check
-from homegpu.remote.nodes.session import NodeSession
-from homegpu.remote.net.reach import Endpoint, reach_problems
+from homegpu.remote.net import Endpoint, reach_problems
+from homegpu.remote.nodes import NodeSession
 
 NAME = "reachable"
 

@@ -17,19 +17,16 @@ import asyncio
 import time
 from typing import Sequence
 
+from homegpu.remote.config import DEFAULT_JOB_PORT, NodeSpec
 from homegpu.remote.doctor.check import Check
-from homegpu.remote.nodes.cluster import Cluster
-from homegpu.remote.config.cluster_spec import NodeSpec
-from homegpu.remote.nodes.connect import connect_wait
 from homegpu.remote.doctor.judge import CHECK_NAMES, NO_ANSWER, NOT_SENT, NodeFacts, node_checks
 from homegpu.remote.doctor.network import reach_checks
-from homegpu.remote.nodes.events import NodeState
-from homegpu.remote.config.job_spec import DEFAULT_JOB_PORT
-from homegpu.remote.nodes.session import NodeOffline, NodeSession
+from homegpu.remote.net import probe_argv
 from homegpu.remote.node_side import script
-from homegpu.remote.net.port_probe import probe_argv
-from homegpu.remote.nodes.agent_bundle import agent_command, agent_payload
-from homegpu.remote.nodes.transport import CommandResult, TransportError
+from homegpu.remote.nodes import (
+    Cluster, CommandResult, NodeOffline, NodeSession, NodeState, TransportError, agent_command, agent_payload,
+    connect_wait,
+)
 
 COMMAND_TIMEOUT_S = 15.0
 AGENT_TIMEOUT_S = 45.0  # nvidia-smi may take up to 10 s per call on a busy or wedged driver

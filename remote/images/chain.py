@@ -24,10 +24,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from homegpu.remote.nodes.session import NODE_GONE, NodeSession
+from homegpu.remote.net import json_object
 from homegpu.remote.node_side import script
-from homegpu.remote.net.port_probe import json_object
-from homegpu.remote.nodes.transport import RemoteProcess, TransportError
+from homegpu.remote.nodes import NODE_GONE, NodeSession, RemoteProcess, TransportError
 
 IDLE_SECONDS = 60.0  # a hop silent this long has failed
 ACCEPT_WAIT = 60.0  # how long a target waits for its upstream to connect

@@ -23,9 +23,9 @@ from typing import Callable, Sequence
 
 import docker.errors
 
-from homegpu.remote.runtimes.docker_link import DockerLink, DockerUnavailable, docker_client
 from homegpu.remote.images.chain import IDLE_SECONDS, CopyProgress, copy_chain
-from homegpu.remote.nodes.session import NODE_GONE, NodeSession
+from homegpu.remote.nodes import NODE_GONE, NodeSession
+from homegpu.remote.runtimes import DockerLink, DockerUnavailable, docker_client
 
 LineCallback = Callable[[str, str], None]  # (node, line)
 

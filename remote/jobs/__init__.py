@@ -1,3 +1,15 @@
-"""homegpu.remote.jobs: a run's life across its nodes: preflight, code sync, launch-or-attach under the job's lock, the
-watch loop with restarts, the workers' logs, script errors told from faults, and the outputs home.
+"""homegpu.remote.jobs: a run's life across its nodes: preflight, code sync, launch-or-attach under the
+job's lock, the watch loop and its restarts, the workers' logs, script errors, the outputs home.
 """
+
+from __future__ import annotations
+
+from homegpu.remote.jobs.failure import PROGRESS_EVENTS
+from homegpu.remote.jobs.guard import attach_if_running, launch_or_attach
+from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError, list_workers
+from homegpu.remote.jobs.run import JobRun, RunOutcome
+
+__all__ = [
+    "PROGRESS_EVENTS", "JobNodes", "JobRun", "LaunchError", "RunOutcome", "attach_if_running", "launch_or_attach",
+    "list_workers",
+]

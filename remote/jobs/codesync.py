@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from homegpu.remote.nodes.session import NODE_GONE, NodeSession
 from homegpu.remote.node_side import scan, script
-from homegpu.remote.nodes.transport import RemoteProcess, TransportError
+from homegpu.remote.nodes import NODE_GONE, NodeSession, RemoteProcess, TransportError
 
 SKIP_DIRS = frozenset({"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache"})
 CHUNK = 1 << 20  # bytes read from a file and handed to the connection at a time

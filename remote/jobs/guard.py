@@ -13,10 +13,10 @@ import contextlib
 import time
 from typing import Protocol
 
-from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.nodes.session import NODE_GONE, NodeSession
-from homegpu.remote.jobs.lock import HEARTBEAT_SECONDS, LockHolder, RunLockError, acquire, refresh, release
+from homegpu.remote.config import JobSpec
 from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError
+from homegpu.remote.jobs.lock import HEARTBEAT_SECONDS, LockHolder, RunLockError, acquire, refresh, release
+from homegpu.remote.nodes import NODE_GONE, NodeSession
 
 LOCK_WAIT_SECONDS = 90.0  # for another controller's launch (preflight, sync) to show its workers
 

@@ -11,16 +11,11 @@ import asyncio
 import contextlib
 from typing import Callable, Sequence
 
-from homegpu.remote.nodes.cluster import Cluster
-from homegpu.remote.nodes.connect import connect_wait
-from homegpu.remote.plan.device_plan import DevicePlanError
-from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.logs.tail import LogLine, LogTail
-from homegpu.remote.nodes.session import NODE_GONE, NodeSession
-from homegpu.remote.runtimes.base import Runtime, WorkerStatus, expand_path
-from homegpu.remote.runtimes.errors import RuntimeError_
-from homegpu.remote.runtimes.factory import make_runtime
-from homegpu.remote.plan.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, worker_slots
+from homegpu.remote.config import JobSpec
+from homegpu.remote.logs import LogLine, LogTail
+from homegpu.remote.nodes import NODE_GONE, Cluster, NodeSession, connect_wait
+from homegpu.remote.plan import DevicePlanError, WorkerSlot, job_device_plan, job_nodes, plan_counts, worker_slots
+from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus, expand_path, make_runtime
 
 
 class LaunchError(Exception):

@@ -11,12 +11,10 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Sequence
 
-from homegpu.remote.config.cluster_spec import EMBEDDED_DEFAULT
-from homegpu.remote.plan.device_plan import DevicePlan, docker_device_ids
-from homegpu.remote.config.job_spec import JobSpec
+from homegpu.remote.config import EMBEDDED_DEFAULT, JobSpec
 from homegpu.remote.node_side import MARKER_INDEX, MARKER_JOB, MARKER_RUN
-from homegpu.remote.runtimes.base import NodePaths, Runtime, WorkerLaunch
-from homegpu.remote.plan.tfconfig import WorkerSlot, tf_config_json
+from homegpu.remote.plan import DevicePlan, WorkerSlot, docker_device_ids, tf_config_json
+from homegpu.remote.runtimes import NodePaths, Runtime, WorkerLaunch
 
 TRAINER_PACKAGE_DIR = "_homegpu"  # under the synced code root: holds homegpu/trainer for PYTHONPATH
 

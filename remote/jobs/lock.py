@@ -29,8 +29,8 @@ import os
 import socket
 from dataclasses import dataclass
 
-from homegpu.remote.nodes.session import NodeSession
 from homegpu.remote.node_side import script
+from homegpu.remote.nodes import NodeSession
 
 STALE_AFTER_SECONDS = 120.0
 HEARTBEAT_SECONDS = 20.0

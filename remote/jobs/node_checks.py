@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.nodes.session import NODE_GONE
-from homegpu.remote.net.port_probe import parse_probe, probe_argv
-from homegpu.remote.runtimes.base import Runtime, WorkerLaunch
+from homegpu.remote.config import JobSpec
+from homegpu.remote.net import bind_problem, parse_probe, probe_argv
+from homegpu.remote.nodes import NODE_GONE
+from homegpu.remote.runtimes import Runtime, WorkerLaunch
 
 _PATH_SCRIPT = "import os, sys; print(os.path.exists(os.path.expanduser(sys.argv[1])))"
 
@@ -36,22 +36,6 @@ async def port_problems(runtime: Runtime, address: str, ports: list[int]) -> lis
     node = runtime.node
     result = await node.run(probe_argv(node.spec.python, address, ports, every_interface=True), timeout=60)
     return [bind_problem(node.name, bind) for bind in parse_probe(result.stdout) if bind.get("status") != "free"]
-
-
-def bind_problem(node: str, bind: dict) -> str:
-    """One line for a job port the node cannot bind, by its real cause, with the fix."""
-    where, status, why = f"{bind['host']}:{bind['port']}", bind.get("status"), bind.get("strerror", "")
-    if status == "in use":
-        return f"{node}: job port {where} is in use ({why}); stop what uses it or set another port in the job"
-    if status == "unresolved":
-        return (f"{node}: its address {bind['host']!r} does not resolve on {node} ({why}); set address = "
-                f"\"<its LAN IP>\" for {node} in cluster.toml")
-    if status == "not local":
-        return (f"{node}: {bind['host']} is not an address of {node} ({why}); set {node}'s address in cluster.toml "
-                "to one of its own")
-    if status == "denied":
-        return f"{node}: job port {where} needs root to bind ({why}); set a port above 1024 in the job"
-    return f"{node}: cannot bind job port {where} ({why or status}); set another port in the job"
 
 
 async def _exists(runtime: Runtime, path: str, what: str, fix: str) -> list[str]:

@@ -13,7 +13,7 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
-from homegpu.remote.nodes.session import NODE_GONE, NodeSession
+from homegpu.remote.nodes import NODE_GONE, NodeSession
 
 OUTPUT_CAP_BYTES = 2 << 30  # 2 GiB: a home link moves that in a few seconds to minutes
 SKIP_DIRS = frozenset({"backup", "__pycache__"})  # BackupAndRestore's dir (ours and the tutorial's)

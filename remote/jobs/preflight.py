@@ -11,16 +11,12 @@ import asyncio
 from pathlib import Path
 from typing import Callable, Sequence
 
-from homegpu.remote.nodes.cluster import Cluster
-from homegpu.remote.plan.device_plan import DevicePlan
-from homegpu.remote.nodes.events import PreflightResult
-from homegpu.remote.nodes.owners import foreign_memory_warnings
-from homegpu.remote.config.job_spec import JobSpec
+from homegpu.remote.config import JobSpec
 from homegpu.remote.jobs.node_checks import node_preflight, port_problems
-from homegpu.remote.net.reach import Endpoint, reach_problems
-from homegpu.remote.runtimes.base import Runtime, WorkerLaunch
-from homegpu.remote.nodes.stats import describe_gpus
-from homegpu.remote.plan.tfconfig import WorkerSlot
+from homegpu.remote.net import Endpoint, reach_problems
+from homegpu.remote.nodes import Cluster, PreflightResult, describe_gpus, foreign_memory_warnings
+from homegpu.remote.plan import DevicePlan, WorkerSlot
+from homegpu.remote.runtimes import Runtime, WorkerLaunch
 
 RuntimeOf = Callable[[WorkerSlot], Runtime]
 

@@ -17,26 +17,24 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from homegpu.remote.nodes.cluster import Cluster
+from homegpu.remote.config import PER_GPU, JobSpec
 from homegpu.remote.jobs.codesync import sync_trees
-from homegpu.remote.plan.device_plan import DevicePlan, DevicePlanError
-from homegpu.remote.nodes.events import JobState, JobStateChanged
-from homegpu.remote.record.experiment import ExperimentLog
 from homegpu.remote.jobs.failure import Verdict, judge, might_be_script_error
-from homegpu.remote.config.job_spec import PER_GPU, JobSpec
-from homegpu.remote.jobs.launch_plan import TRAINER_PACKAGE_DIR, local_code, new_run_id, script_rel, worker_launch
-from homegpu.remote.plan.last_run import last_timeline
-from homegpu.remote.nodes.session import NodeSession
-from homegpu.remote.jobs.outputs import FetchedOutputs, fetch_outputs, remove_backups
 from homegpu.remote.jobs.guard import RunGuard
-from homegpu.remote.jobs.lock import LockHolder
-from homegpu.remote.jobs.preflight import restart_port_problems, run_preflight
-from homegpu.remote.record.recorder import RunRecord
 from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError
-from homegpu.remote.runtimes.base import STOP_GRACE_SECONDS, WorkerLaunch, WorkerStatus
-from homegpu.remote.plan.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, tf_config_json, worker_slots
-from homegpu.remote.jobs.worker_logs import WorkerLines, finish_tails, stop_tails
+from homegpu.remote.jobs.launch_plan import TRAINER_PACKAGE_DIR, local_code, new_run_id, script_rel, worker_launch
+from homegpu.remote.jobs.lock import LockHolder
+from homegpu.remote.jobs.outputs import FetchedOutputs, fetch_outputs, remove_backups
+from homegpu.remote.jobs.preflight import restart_port_problems, run_preflight
 from homegpu.remote.jobs.watch import WorkerTrack, WorkerWatch, all_succeeded, retry_is_pointless, worker_ends
+from homegpu.remote.jobs.worker_logs import WorkerLines, finish_tails, stop_tails
+from homegpu.remote.nodes import Cluster, JobState, JobStateChanged, NodeSession
+from homegpu.remote.plan import (
+    DevicePlan, DevicePlanError, WorkerSlot, job_device_plan, job_nodes, last_timeline, plan_counts, tf_config_json,
+    worker_slots,
+)
+from homegpu.remote.record import ExperimentLog, RunRecord
+from homegpu.remote.runtimes import STOP_GRACE_SECONDS, WorkerLaunch, WorkerStatus
 
 POLL_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0

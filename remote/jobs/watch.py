@@ -13,15 +13,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from homegpu.remote.nodes.events import EventHub, WorkerExited
+from homegpu.remote.config import JobSpec
 from homegpu.remote.jobs.failure import WorkerEnd
-from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.jobs.launch_plan import classify_exit
-from homegpu.remote.logs.tail import LogTail
-from homegpu.remote.nodes.session import NODE_GONE
-from homegpu.remote.runtimes.base import Runtime, WorkerStatus
-from homegpu.remote.runtimes.errors import RuntimeError_
-from homegpu.remote.plan.tfconfig import WorkerSlot
+from homegpu.remote.logs import LogTail
+from homegpu.remote.nodes import NODE_GONE, EventHub, WorkerExited
+from homegpu.remote.plan import WorkerSlot
+from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus
 
 ENDED = ("exited", "vanished")
 

@@ -11,11 +11,11 @@ import asyncio
 import time
 from typing import Iterable
 
-from homegpu.remote.nodes.events import EventHub, Metric, Straggler
-from homegpu.remote.record.experiment import ExperimentLog, find_stragglers
 from homegpu.remote.jobs.failure import PROGRESS_EVENTS
-from homegpu.remote.logs.tail import LogLine
 from homegpu.remote.jobs.watch import WorkerTrack
+from homegpu.remote.logs import LogLine
+from homegpu.remote.nodes import EventHub, Metric, Straggler
+from homegpu.remote.record import ExperimentLog, find_stragglers
 
 LOG_DRAIN_SECONDS = 60.0  # to read an ended worker's log to its end (a flood of megabytes over SSH)
 

@@ -1,3 +1,12 @@
-"""homegpu.remote.logs: a worker's output followed on its node across reconnects, turned into the lines a terminal would
-show, each line classified once (a metric, Keras's own progress, TensorFlow's harmless notices, text).
+"""homegpu.remote.logs: a worker's output followed on its node across reconnects, turned into the lines a
+terminal would show, each classified once (a metric, Keras's progress, a harmless notice, text).
 """
+
+from __future__ import annotations
+
+from homegpu.remote.logs.tail import LogLine, LogTail
+from homegpu.remote.logs.tf_notices import is_harmless_tf_notice
+
+__all__ = [
+    "LogLine", "LogTail", "is_harmless_tf_notice",
+]

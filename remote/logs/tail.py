@@ -14,11 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from homegpu.remote.logs.console import ConsoleLines
-from homegpu.remote.nodes.events import EventHub
 from homegpu.remote.logs.classify import LineClassifier
-from homegpu.remote.nodes.session import NODE_GONE, NodeSession
-from homegpu.remote.nodes.transport import tied_to_session
+from homegpu.remote.logs.console import ConsoleLines
+from homegpu.remote.nodes import NODE_GONE, EventHub, NodeSession, tied_to_session
 
 DEFAULT_MAX_LINES = 5_000
 RETRY_SECONDS = 1.0

@@ -20,13 +20,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Sequence
 
-from homegpu.remote.nodes.connect import NodeError
-from homegpu.remote.nodes.session import NODE_GONE, NodeOffline, NodeSession
 from homegpu.remote.net.port_probe import parse_probe, probe_argv
-from homegpu.remote.nodes.transport import RemoteProcess, TransportError
+from homegpu.remote.nodes import NODE_GONE, NodeError, NodeOffline, NodeSession, RemoteProcess, TransportError
 
 if TYPE_CHECKING:
-    from homegpu.remote.nodes.cluster import Cluster
+    from homegpu.remote.nodes import Cluster
 
 BYTES_PER_PARAM = 4  # float32 gradients
 RESNET50_PARAMS = 25_600_000

@@ -8,8 +8,8 @@ import json
 import os
 from pathlib import Path
 
+from homegpu.remote.config import ClusterSpec
 from homegpu.remote.net.bandwidth import BandwidthMatrix, LinkResult
-from homegpu.remote.config.cluster_spec import ClusterSpec
 
 
 def store_path(spec: ClusterSpec) -> Path:

@@ -21,11 +21,9 @@ import secrets
 from dataclasses import dataclass
 from typing import Sequence
 
-from homegpu.remote.nodes.session import NODE_GONE, NodeSession
+from homegpu.remote.net.port_probe import bind_problem, json_object
 from homegpu.remote.node_side import script
-from homegpu.remote.net.port_probe import json_object
-from homegpu.remote.jobs.node_checks import bind_problem
-from homegpu.remote.nodes.transport import RemoteProcess
+from homegpu.remote.nodes import NODE_GONE, NodeSession, RemoteProcess
 
 CONNECT_TIMEOUT_S = 5.0
 LISTENER_LIFETIME_S = 60.0

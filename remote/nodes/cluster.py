@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Iterable
 
+from homegpu.remote.config import ClusterSpec
 from homegpu.remote.nodes import hostkeys
-from homegpu.remote.alerts.watcher import AlertWatcher
-from homegpu.remote.config.cluster_spec import ClusterSpec
 from homegpu.remote.nodes.connect import OfferedKey, fetch_offered_key
 from homegpu.remote.nodes.events import EventHub, NodeState, Subscription
 from homegpu.remote.nodes.session import NodeSession
@@ -23,17 +22,13 @@ class Cluster:
                 async for event in events: ...
     """
 
-    def __init__(self, spec: ClusterSpec, *, stream_stats: bool = True, watch_alerts: bool = False) -> None:
-        """`watch_alerts`: apply [alerts] while open (the TUI and `run` do; one-shot commands do not)."""
+    def __init__(self, spec: ClusterSpec, *, stream_stats: bool = True) -> None:
         self.spec = spec
         self.hub = EventHub()
         self.nodes = {node.name: NodeSession(spec, node, self.hub, stream_stats=stream_stats)
                       for node in spec.nodes}
-        self.alerts = AlertWatcher(spec, self.hub) if watch_alerts and spec.alerts.enabled else None
 
     async def __aenter__(self) -> "Cluster":
-        if self.alerts is not None:
-            self.alerts.start()  # before the nodes: their first events count
         for node in self.nodes.values():
             node.start()
         return self
@@ -43,8 +38,6 @@ class Cluster:
 
     async def close(self) -> None:
         await asyncio.gather(*(node.close() for node in self.nodes.values()))
-        if self.alerts is not None:
-            await self.alerts.close()  # after the nodes: the last alerts' commands still run
 
     def subscribe(self) -> Subscription:
         return self.hub.subscribe()

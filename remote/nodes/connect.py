@@ -21,8 +21,8 @@ from typing import Any
 
 import asyncssh
 
+from homegpu.remote.config import DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT, ClusterSpec, NodeSpec
 from homegpu.remote.nodes import hostkeys
-from homegpu.remote.config.cluster_spec import ClusterSpec, NodeSpec, DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT
 from homegpu.remote.nodes.transport import LocalTransport, NodeTransport, SshTransport
 
 

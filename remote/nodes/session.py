@@ -13,14 +13,14 @@ import contextlib
 from pathlib import Path
 from typing import Sequence
 
+from homegpu.remote.config import ClusterSpec, NodeSpec
+from homegpu.remote.nodes.agent_bundle import agent_command, agent_payload
 from homegpu.remote.nodes.backoff import Backoff
-from homegpu.remote.config.cluster_spec import ClusterSpec, NodeSpec
 from homegpu.remote.nodes.connect import AuthFailed, HostKeyChanged, HostKeyUnknown, NodeError, open_transport
 from homegpu.remote.nodes.events import (
     EventHub, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
 )
 from homegpu.remote.nodes.stats import NodeStats, StatsParseError, parse_agent_line
-from homegpu.remote.nodes.agent_bundle import agent_command, agent_payload
 from homegpu.remote.nodes.transport import CommandResult, NodeTransport, RemoteProcess, TransportError
 
 AGENT_RETRY_SECONDS = 5.0

@@ -15,9 +15,8 @@ import statistics
 from pathlib import Path
 from typing import Sequence
 
-from homegpu.remote.record.timeline import load_timeline
-from homegpu.remote.record.timeline_schema import NodeTimeline, Timeline, WorkerTimeline, read_meta
 from homegpu.remote.plan.worker_devices import WorkerDevices
+from homegpu.remote.record import NodeTimeline, Timeline, WorkerTimeline, load_timeline, read_meta
 
 TIMELINE = "timeline.sqlite"
 MIN_BUSY = 0.02  # below this a GPU's utilisation says "idle", not "50× faster": no estimate

@@ -12,11 +12,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from homegpu.remote.config.cluster_spec import ClusterSpec, NodeSpec
+from homegpu.remote.config import ClusterSpec, JobSpec, NodeSpec
 from homegpu.remote.plan.device_plan import DevicePlan, plan_devices
-from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.plan.last_run import own_speeds
-from homegpu.remote.record.timeline_schema import Timeline
+from homegpu.remote.record import Timeline
 
 
 class JobConfigError(ValueError):

@@ -1,3 +1,18 @@
-"""homegpu.remote.record: what a run leaves in experiments/RUN-ID/: the logs and metrics, the timeline (SQLite), run.json
-and the self-contained HTML report.
+"""homegpu.remote.record: what a run leaves in experiments/RUN-ID/: logs and metrics, the timeline
+(SQLite, one more subscriber of the hub), run.json and the self-contained HTML report.
 """
+
+from __future__ import annotations
+
+from homegpu.remote.record.downsample import bucket_index, bucket_time
+from homegpu.remote.record.experiment import ExperimentLog, find_stragglers
+from homegpu.remote.record.recorder import RunRecord
+from homegpu.remote.record.report import write_report
+from homegpu.remote.record.report_inputs import ReportError
+from homegpu.remote.record.timeline import load_timeline
+from homegpu.remote.record.timeline_schema import NodeTimeline, Timeline, WorkerTimeline, read_meta
+
+__all__ = [
+    "ExperimentLog", "NodeTimeline", "ReportError", "RunRecord", "Timeline", "WorkerTimeline", "bucket_index",
+    "bucket_time", "find_stragglers", "load_timeline", "read_meta", "write_report",
+]

@@ -11,10 +11,10 @@ import dataclasses
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from homegpu.remote.config import JobSpec
 from homegpu.remote.net import bandwidth_store
-from homegpu.remote.nodes.cluster import Cluster
+from homegpu.remote.nodes import Cluster
 from homegpu.remote.record.experiment import write_run_manifest
-from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.record.report import ReportError, write_report
 from homegpu.remote.record.timeline import TimelineRecorder
 

@@ -12,13 +12,15 @@ from datetime import datetime
 from html import escape
 from pathlib import Path
 
-from homegpu.remote.net.bandwidth import BandwidthMatrix, LinkResult, advice, format_gbits
+from homegpu.remote.net import BandwidthMatrix, LinkResult, advice, format_gbits
 from homegpu.remote.record.report_analysis import RunFigures, human_duration, run_figures, summary_text, what_limited
 from homegpu.remote.record.report_inputs import (
     ReportError, log_tails, matrix_from_json, read_manifest, workers_from_metrics,
 )
 from homegpu.remote.record.report_page import card, figure, page, table
-from homegpu.remote.record.report_svg import EVENT_COLOURS, SERIES_COLOURS, Line, Marker, format_clock, legend, line_chart
+from homegpu.remote.record.report_svg import (
+    EVENT_COLOURS, SERIES_COLOURS, Line, Marker, format_clock, legend, line_chart,
+)
 from homegpu.remote.record.timeline_schema import Series, Timeline, WorkerTimeline, read_timeline
 
 REPORT_FILE = "report.html"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from homegpu.remote.net.bandwidth import BandwidthMatrix, LinkResult
+from homegpu.remote.net import BandwidthMatrix, LinkResult
 from homegpu.remote.record.experiment import RUN_MANIFEST
 from homegpu.remote.record.timeline_schema import Series, WorkerTimeline
 

@@ -17,12 +17,11 @@ import sqlite3
 from pathlib import Path
 from typing import Iterable
 
-from homegpu.remote.record.downsample import bucket_time_sql
-from homegpu.remote.nodes.events import (
-    Alert, AlertCommandFailed, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
-    PreflightResult, Straggler, WorkerExited,
+from homegpu.remote.nodes import (
+    NA, Alert, AlertCommandFailed, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged,
+    NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,
 )
-from homegpu.remote.nodes.stats import NA
+from homegpu.remote.record.downsample import bucket_time_sql
 from homegpu.remote.record.timeline_schema import SCHEMA, Timeline, read_timeline
 
 FLUSH_SECONDS = 1.0

@@ -14,11 +14,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
-from homegpu.remote.plan.device_plan import DevicePlan, process_env
-from homegpu.remote.logs.tail import LogTail
-from homegpu.remote.nodes.session import NodeSession
-from homegpu.remote.plan.tfconfig import WorkerSlot
-from homegpu.remote.plan.worker_devices import WorkerDevices
+from homegpu.remote.logs import LogTail
+from homegpu.remote.nodes import NodeSession
+from homegpu.remote.plan import DevicePlan, WorkerDevices, WorkerSlot, process_env
 
 STOP_GRACE_SECONDS = 10.0
 

@@ -30,10 +30,9 @@ import docker
 import docker.errors
 import requests.exceptions
 
-from homegpu.remote.nodes.session import NODE_GONE, NodeSession
 from homegpu.remote.node_side import script
+from homegpu.remote.nodes import NODE_GONE, NodeSession, SshTransport
 from homegpu.remote.runtimes.errors import RuntimeError_
-from homegpu.remote.nodes.transport import SshTransport
 
 T = TypeVar("T")
 

@@ -24,17 +24,15 @@ from typing import Mapping, NamedTuple
 import docker.errors
 from docker.types import DeviceRequest, Mount
 
-from homegpu.remote.plan.device_plan import DevicePlan, container_env
-from homegpu.remote.runtimes.docker_link import DockerLink, DockerUnavailable, docker_client
-from homegpu.remote.logs.tail import LogTail
-from homegpu.remote.nodes.session import NodeSession
+from homegpu.remote.logs import LogTail
 from homegpu.remote.node_side import LABEL_INDEX, LABEL_JOB, LABEL_RUN
-from homegpu.remote.nodes.transport import TransportError
+from homegpu.remote.nodes import NodeSession, TransportError
+from homegpu.remote.plan import DevicePlan, WorkerDevices, container_env
 from homegpu.remote.runtimes.base import (
     STOP_GRACE_SECONDS, NodePaths, Runtime, WorkerLaunch, WorkerStatus, expand_path,
 )
+from homegpu.remote.runtimes.docker_link import DockerLink, DockerUnavailable, docker_client
 from homegpu.remote.runtimes.errors import RuntimeError_
-from homegpu.remote.plan.worker_devices import WorkerDevices
 
 CODE_DIR = "/homegpu/code"
 OUT_DIR = "/homegpu/out"

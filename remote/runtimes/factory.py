@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from homegpu.remote.runtimes.docker_runtime import DockerRuntime
-from homegpu.remote.nodes.session import NodeSession
-from homegpu.remote.runtimes.process_runtime import ProcessRuntime
+from homegpu.remote.nodes import NodeSession
 from homegpu.remote.runtimes.base import Runtime
+from homegpu.remote.runtimes.docker_runtime import DockerRuntime
+from homegpu.remote.runtimes.process_runtime import ProcessRuntime
 
 
 def make_runtime(node: NodeSession, run_root: str) -> Runtime:

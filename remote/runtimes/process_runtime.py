@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
-from homegpu.remote.logs.tail import LogTail
+from homegpu.remote.logs import LogTail
 from homegpu.remote.node_side import script
 from homegpu.remote.runtimes.base import STOP_GRACE_SECONDS, NodePaths, Runtime, WorkerLaunch, WorkerStatus
 from homegpu.remote.runtimes.errors import RuntimeError_

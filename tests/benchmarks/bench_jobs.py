@@ -42,9 +42,9 @@ from helpers import homegpu_argv  # noqa: E402
 from simcluster import SimCluster, SimNode, free_job_port  # noqa: E402
 from simdocker import ensure_docker  # noqa: E402
 
-from homegpu.remote.nodes.cluster import Cluster  # noqa: E402
 from homegpu.remote.config.cluster_spec import load_cluster  # noqa: E402
 from homegpu.remote.jobs.run import JobRun  # noqa: E402
+from homegpu.remote.nodes.cluster import Cluster  # noqa: E402
 from homegpu.trainer.metrics import parse_metric_line  # noqa: E402
 
 SLEEPER = "import time\ntime.sleep(600)\n"

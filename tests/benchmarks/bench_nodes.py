@@ -45,9 +45,9 @@ from simcluster import SimCluster  # noqa: E402
 from helpers import homegpu_argv  # noqa: E402
 
 from homegpu.remote import stats_agent  # noqa: E402
+from homegpu.remote.config.cluster_spec import load_cluster  # noqa: E402
 from homegpu.remote.net.bandwidth import RESNET50_PARAMS, BandwidthMatrix, LinkResult, advice  # noqa: E402
 from homegpu.remote.nodes.cluster import Cluster  # noqa: E402
-from homegpu.remote.config.cluster_spec import load_cluster  # noqa: E402
 from homegpu.tui.bandwidth_commands import format_matrix  # noqa: E402
 
 FIXTURES = TESTS / "fixtures" / "gpu"
