@@ -331,10 +331,8 @@ async def test_runtime_start_status_tail_list_stop_remove_on_two_nodes(
             listed = await runtime.list_workers()
             assert [(w.label, w.state) for w in listed if w.run_id == run_id] == [(name, "running")]
 
-        started = time.monotonic()
         stopped = await asyncio.gather(*(runtime.stop(run_id, name, grace=5) for name, runtime in runtimes.items()))
-        assert time.monotonic() - started < 4, "TERM did not reach the worker: it waited for KILL"
-        assert [(s.state, s.exit_status) for s in stopped] == [("exited", 143), ("exited", 143)]
+        assert [(s.state, s.exit_status) for s in stopped] == [("exited", 143), ("exited", 143)]  # TERM, not KILL
         assert by_label(engine, "run", run_id, running_only=True) == []
         assert len(by_label(engine, "run", run_id)) == 2  # stopped, not removed: logs stay readable
 

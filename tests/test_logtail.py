@@ -113,11 +113,11 @@ async def test_no_follower_is_left_on_the_node_after_stop(sim_cluster, cluster_t
         node = cluster.node("node2")
         await node.wait_online(timeout=15)
         tail = LogTail.file(node, str(log)).start()
-        await wait_until(lambda: tail.count == 1, timeout=15)
-        await wait_until(lambda: _tails_of(log), timeout=5)
+        assert await wait_until(lambda: tail.count == 1, timeout=15)
+        assert await wait_until(lambda: _tails_of(log), timeout=5), "no `tail -F` follows the log on the node"
         await tail.stop()
         # the quiet file gives tail nothing to write, so only the session tie can end it
-        await wait_until(lambda: not _tails_of(log), timeout=10)
+        assert await wait_until(lambda: not _tails_of(log), timeout=10), f"`tail -F` left running: {_tails_of(log)}"
 
 
 def _tails_of(path) -> list[int]:

@@ -880,10 +880,8 @@ def test_bundle_streams_until_stdin_closes(tmp_path: Path) -> None:
         first, second = read_lines(proc, 2)
         assert second.timestamp > first.timestamp
         assert_node_numbers(second)
-        started = time.monotonic()
         proc.stdin.close()
-        assert proc.wait(timeout=2) == 0
-        assert time.monotonic() - started < 2
+        assert proc.wait(timeout=2) == 0  # at once, not after a sample interval
     finally:
         stop(proc)
 
