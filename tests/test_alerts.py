@@ -12,8 +12,9 @@ import pytest
 
 from homegpu.remote.alerts.evaluate import AlertEvaluator
 from homegpu.remote.config.alert_rules import AlertRules
+from homegpu.remote.logs.metric import Metric, WorkerMetric
 from homegpu.remote.nodes.events import (
-    AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated, Straggler,
+    AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, Straggler,
 )
 from homegpu.remote.nodes.stats import NA
 from timeline_events import recorded_stats
@@ -160,8 +161,8 @@ def state(value: JobState, at: float, detail: str = "", run: str = "r1", generat
     return JobStateChanged("train", run, value, generation, generation - 1, detail, at=T0 + at)
 
 
-def metric(worker: str, kind: str, at: float, run: str = "r1", **data) -> Metric:
-    return Metric("train", run, worker, 0 if worker == "w0" else 1, {"event": kind, **data}, at=T0 + at)
+def metric(worker: str, kind: str, at: float, run: str = "r1", **data) -> WorkerMetric:
+    return WorkerMetric("train", run, worker, 0 if worker == "w0" else 1, Metric({"event": kind, **data}), at=T0 + at)
 
 
 def straggler(worker: str, epoch: int, at: float, run: str = "r1") -> Straggler:

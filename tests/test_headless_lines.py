@@ -11,8 +11,9 @@ from homegpu.remote.jobs.outputs import FetchedOutputs, plan_fetch
 from homegpu.remote.jobs.run import RunOutcome
 from homegpu.remote.logs.classify import LineClassifier
 from homegpu.remote.logs.console import ConsoleLines
+from homegpu.remote.logs.metric import Metric, WorkerMetric
 from homegpu.remote.logs.tail import LogLine
-from homegpu.remote.nodes.events import EventHub, JobState, Metric, NodeState, NodeStateChanged, Straggler
+from homegpu.remote.nodes.events import EventHub, JobState, NodeState, NodeStateChanged, Straggler
 from homegpu.remote.runtimes.base import WorkerStatus
 from homegpu.tui.headless import LinePrinter, Pump, record_line, summary
 
@@ -27,14 +28,14 @@ def printed(events) -> list[str]:
     return out.getvalue().splitlines()
 
 
-def log(text: str, worker: str = "n1", metric: dict | None = None) -> LogLine:
-    return LogLine("n1", "x.log", 1, text, worker, metric=metric)
+def log(text: str, worker: str = "n1") -> LogLine:
+    return LogLine("n1", "x.log", 1, text, worker)
 
 
 def test_an_epoch_is_printed_once_per_worker_with_its_val_figures():
     epoch = {"event": "epoch", "epoch": 1, "epochs": 2, "loss": 0.5, "accuracy": 0.9, "val_loss": 0.4,
              "val_accuracy": 0.95, "examples_per_sec": 1000.0}
-    lines = printed([log("HOMEGPU_METRIC {...}", metric=epoch), Metric("demo", "r", "n1", 0, epoch),
+    lines = printed([WorkerMetric("demo", "r", "n1", 0, Metric(epoch)),
                      log("epoch 1/2  loss 0.5000  accuracy 0.9000  (2.0 s, 1000 examples/s on this worker)"),
                      log("a line of the script's own")])
     assert lines == ["      n1 * epoch 1/2  loss 0.5000  accuracy 0.9000  val_loss 0.4000  val_accuracy 0.9500  "
@@ -66,19 +67,19 @@ def test_keras_output_of_an_unmodified_script_is_progress_and_the_summary_has_it
     text = (KERAS / "tf_keras_mwms_default.txt").read_bytes()
     console = ConsoleLines()
     metrics = [m for line in console.feed(text) + console.flush() if (m := classifier.classify(line))]
-    epochs = [m for m in metrics if m["event"] == "epoch"]
-    assert [m["epoch"] for m in epochs] == list(range(1, len(epochs) + 1)) and epochs
-    assert isinstance(epochs[-1]["loss"], float) and "steps_per_sec" in epochs[-1]
+    epochs = [m for m in metrics if m.event == "epoch"]
+    assert [m.epoch for m in epochs] == list(range(1, len(epochs) + 1)) and epochs
+    assert isinstance(epochs[-1].loss, float) and epochs[-1].steps_per_sec is not None
     outcome = RunOutcome(JobState.SUCCEEDED, "every worker succeeded",
                          (("n1", WorkerStatus("n1", "exited", 0), epochs[-1]),))
     row = summary(outcome).splitlines()[-1].split()
-    assert row[:3] == ["n1", "0", str(epochs[-1]["epoch"])] and float(row[3]) == round(epochs[-1]["loss"], 4)
+    assert row[:3] == ["n1", "0", str(epochs[-1].epoch)] and float(row[3]) == round(epochs[-1].loss, 4)
     assert summary(outcome).splitlines()[1].split()[-1] == "STEPS/S"
 
 
 def test_a_script_that_prints_metric_lines_is_not_also_read_as_keras():
     classifier = LineClassifier()
-    assert classifier.classify('HOMEGPU_METRIC {"event":"start"}') == {"event": "start"}
+    assert classifier.classify('HOMEGPU_METRIC {"event":"start"}') == Metric({"event": "start"})
     assert classifier.classify("Epoch 1/2") is None
     assert classifier.classify("40/40 [==============================] - 1s 5ms/step - loss: 0.1") is None
 

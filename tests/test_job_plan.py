@@ -190,3 +190,23 @@ def test_the_trust_hint_names_the_cluster_file_only_when_it_is_not_the_default_h
     assert trust_command(here, here.nodes[0]) == f"homegpu trust {here.nodes[0].name}"
     assert trust_command(elsewhere, elsewhere.nodes[0]) == \
         f"homegpu --config {tmp_path / 'lab' / 'cluster.toml'} trust {elsewhere.nodes[0].name}"
+
+
+def test_one_layout_for_every_caller_silent_nodes_and_refusals():
+    """lay_out is what the run, `jobs`/`logs`/`stop`, the launch dialog and `tfconfig` all use."""
+    from homegpu.remote.plan.layout import lay_out
+
+    spec = parse_cluster('[[nodes]]\nname = "box"\nhost = "10.0.0.2"\n[[nodes]]\nname = "laptop"\nhost = "10.0.0.3"\n'
+                         '[jobs.mixed]\nworkers_per_node = "per-gpu"\n[jobs.two]\nworkers_per_node = 2\n')
+    gpus = {"box": [(0, "NVIDIA GeForce RTX 3090"), (1, "NVIDIA GeForce RTX 3090")], "laptop": []}
+    planned = lay_out(spec, spec.jobs["mixed"], gpus, {"box": "192.168.1.2"})
+    assert [s.label for s in planned.slots] == ["box", "box#1", "laptop"] and planned.plan is not None
+    assert planned.slots[1].endpoint == "192.168.1.2:23457" and not planned.silent and not planned.refusal
+    waiting = lay_out(spec, spec.jobs["mixed"], {"box": gpus["box"]})
+    assert waiting.plan is None and waiting.silent == ("laptop",) and not waiting.refusal
+    assert [s.label for s in waiting.slots] == ["box", "laptop"]
+    launching = lay_out(spec, spec.jobs["mixed"], {"box": gpus["box"]}, need_plan=True)
+    assert "laptop" in launching.refusal and "GPUs are not known" in launching.refusal
+    refused = lay_out(spec, spec.jobs["two"], {"box": [(0, "NVIDIA GeForce RTX 3090")], "laptop": []})
+    assert refused.plan is None and refused.refusal.startswith("job two: node box: 2 workers for 1 GPU")
+    assert refused.plan_lines() == [f"launch would be refused: {refused.refusal}"]

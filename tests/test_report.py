@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from homegpu.remote.nodes.events import Metric
+from homegpu.remote.logs.metric import WorkerMetric
 from homegpu.remote.record.experiment import ExperimentLog, write_run_manifest
-from homegpu.remote.record.report import REPORT_FILE, ReportError, write_report
+from homegpu.remote.record.report import ReportError, write_report
 from homegpu.remote.record.report_svg import PLOT_BG, SERIES_COLOURS
+from homegpu.remote.record.run_folder import RunFolder
 from homegpu.remote.record.timeline import TimelineRecorder
 from png_pixels import count_near, read_png
 from timeline_events import FIXTURES, scripted_run
@@ -34,21 +35,21 @@ def make_run_dir(root: Path, events: list[object], logs: bool = True) -> Path:
     """experiments/RUN-ID as a run leaves it: logs and metrics through ExperimentLog, a timeline, run.json."""
     log = ExperimentLog(root, "demo-run")
     for event in events:
-        if isinstance(event, Metric):  # what JobRun does with each metric line
-            log.metric(event.worker, event.data)
+        if isinstance(event, WorkerMetric):  # what JobRun does with each metric line
+            log.metric(event.worker, event.metric)
     if logs:
         for worker, name in (("gpu1", "demo_worker0.log"), ("gpu2", "demo_worker1.log")):
             for line in (FIXTURES / name).read_text().splitlines():
                 log.log_line(worker, line)
     log.close()
-    recorder = TimelineRecorder(log.dir / "timeline.sqlite")
+    recorder = TimelineRecorder(log.folder.timeline)
     for event in events:
         recorder.handle(event)
     recorder.close()
     tf_configs = {w: json.dumps({"cluster": {"worker": ["10.0.0.1:23456", "10.0.0.2:23456"]},
                                  "task": {"type": "worker", "index": i}}) for i, w in enumerate(("gpu1", "gpu2"))}
-    write_run_manifest(log.dir, SETTINGS, tf_configs, BANDWIDTH)
-    return log.dir
+    write_run_manifest(log.folder.path, SETTINGS, tf_configs, BANDWIDTH)
+    return log.folder.path
 
 
 def screenshot(html: Path, tmp_path: Path) -> Path:
@@ -75,7 +76,7 @@ def drawn_pixels(png: Path) -> dict[str, int]:
 def test_the_report_renders_in_chromium_with_data_in_its_plots(tmp_path):
     run_dir = make_run_dir(tmp_path / "experiments", scripted_run())
     path, _ = write_report(run_dir)
-    assert path == run_dir / REPORT_FILE
+    assert path == RunFolder(run_dir).report
     pixels = drawn_pixels(screenshot(path, tmp_path))
     for name, count in pixels.items():
         assert count > 150, f"too few {name} pixels inside plot areas: {pixels}"
@@ -84,7 +85,7 @@ def test_the_report_renders_in_chromium_with_data_in_its_plots(tmp_path):
 
 def test_a_run_without_samples_draws_no_lines(tmp_path):
     """The pixel check above can fail: the same page with no samples has no series colour in its plots."""
-    events = [e for e in scripted_run() if type(e).__name__ not in ("NodeStatsUpdated", "Metric")]
+    events = [e for e in scripted_run() if type(e).__name__ not in ("NodeStatsUpdated", "WorkerMetric")]
     run_dir = make_run_dir(tmp_path / "experiments", events, logs=False)
     path, summary = write_report(run_dir)
     assert "No metric lines" in path.read_text()

@@ -1,7 +1,7 @@
 """remote/jobs/lock.py against the real sshd test cluster: one run per job, whoever asks.
 
 Two controllers are two Cluster objects (two SSH connections to node1). Owners other than this
-test process are Controller values: a dead pid on this machine, or a host that is not this one.
+test process are ProcessIdentity values: a dead pid on this machine, or a host that is not this one.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from homegpu.remote.config.cluster_spec import load_cluster
-from homegpu.remote.jobs.lock import Controller, acquire, holder, refresh, release
+from homegpu.remote.jobs.lock import ProcessIdentity, acquire, holder, refresh, release
 from homegpu.remote.nodes.cluster import Cluster
 
 pytestmark = pytest.mark.cluster
@@ -65,11 +65,11 @@ async def test_of_concurrent_acquires_exactly_one_wins(cluster_toml, job, node_d
         for result in results:
             if not result.acquired:
                 assert result.holder.run_id == winner
-                assert (result.holder.host, result.holder.pid) == (socket.gethostname(), Controller.this().pid)
+                assert (result.holder.host, result.holder.pid) == (socket.gethostname(), ProcessIdentity.this().pid)
                 assert result.holder.age is not None and result.holder.age >= 0
         on_disk = _lock_file(node_disk, job)
         assert (on_disk["run_id"], on_disk["host"], on_disk["pid"]) == (winner, socket.gethostname(),
-                                                                        Controller.this().pid)
+                                                                        ProcessIdentity.this().pid)
         assert on_disk["heartbeat"] >= on_disk["acquired"] > 0
         again = await acquire(node_b, work_dir, job, winner)  # the winner asking again keeps it
         assert again.acquired and again.took_over is None
@@ -81,8 +81,8 @@ async def test_of_concurrent_acquires_exactly_one_wins(cluster_toml, job, node_d
 async def test_a_lock_of_a_dead_controller_on_this_machine_is_taken_over(cluster_toml, job, node_disk):
     cluster, node, work_dir = await _open(cluster_toml)
     try:
-        this = Controller.this()
-        dead = Controller(this.host, _dead_pid(), this.machine)
+        this = ProcessIdentity.this()
+        dead = ProcessIdentity(this.host, _dead_pid(), this.machine)
         assert (await acquire(node, work_dir, job, "crashed-run", owner=dead)).acquired
         result = await acquire(node, work_dir, job, "new-run")  # default stale_after: minutes
         assert result.acquired
@@ -90,7 +90,7 @@ async def test_a_lock_of_a_dead_controller_on_this_machine_is_taken_over(cluster
         assert _lock_file(node_disk, job)["run_id"] == "new-run"
         assert not await refresh(node, work_dir, job, "crashed-run", owner=dead)  # it lost the lock
 
-        alive = Controller(this.host, this.pid, this.machine, this.start_time)  # a live one is kept
+        alive = ProcessIdentity(this.host, this.pid, this.machine, this.start_time)  # a live one is kept
         held = await acquire(node, work_dir, job, "third-run", owner=alive)
         assert not held.acquired and held.holder.run_id == "new-run"
     finally:
@@ -100,7 +100,7 @@ async def test_a_lock_of_a_dead_controller_on_this_machine_is_taken_over(cluster
 async def test_a_lock_from_another_host_is_stale_only_without_heartbeats(cluster_toml, job, node_disk):
     cluster, node, work_dir = await _open(cluster_toml)
     try:
-        laptop = Controller("other-laptop", 4242, "another-machine-id")
+        laptop = ProcessIdentity("other-laptop", 4242, "another-machine-id")
         assert (await acquire(node, work_dir, job, "laptop-run", owner=laptop)).acquired
         held = await acquire(node, work_dir, job, "my-run")  # pid 4242 means nothing on this host
         assert not held.acquired and held.holder.host == "other-laptop"

@@ -366,3 +366,10 @@ def test_malformed_lines_raise_naming_the_field(line: str, message: str) -> None
         parse_agent_line(line)
     assert message in str(caught.value)
     assert isinstance(caught.value, ValueError)
+
+
+def test_sizes_read_as_people_read_them():
+    from homegpu.remote.nodes.units import format_bytes, gib
+
+    assert [gib(81_559), gib(1536, 5), gib(NA, 5), gib(None)] == ["79.6", "  1.5", "  n/a", "n/a"]
+    assert [format_bytes(n) for n in (512, 2_200_000, 2.43e9)] == ["512 B", "2.2 MB", "2.4 GB"]

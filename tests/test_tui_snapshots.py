@@ -15,10 +15,12 @@ from pathlib import Path
 
 from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.logs.classify import classify
+from homegpu.remote.logs.metric import Metric, WorkerMetric
 from homegpu.remote.logs.tail import LogLine
 from homegpu.remote.net.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult, parse_iperf3_json
-from homegpu.remote.nodes.events import JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated
+from homegpu.remote.nodes.events import JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated
 from homegpu.remote.nodes.stats import parse_agent_line
+from homegpu.remote.plan.layout import JobLayout
 from homegpu.remote.plan.tfconfig import worker_slots
 from homegpu.tui.app import HomegpuApp
 from homegpu.tui.screens import LaunchScreen
@@ -75,11 +77,11 @@ def recorded_events() -> list[object]:
     events.append(JobStateChanged("demo", RUN_ID, JobState.RUNNING, 1, 0))
     for line in (FIXTURES / "tui" / "demo_metrics.jsonl").read_text().splitlines():
         data = json.loads(line)
-        events.append(Metric("demo", RUN_ID, WORKERS[data.pop("worker_label")], data["worker"], data))
+        events.append(WorkerMetric("demo", RUN_ID, WORKERS[data.pop("worker_label")], data["worker"], Metric(data)))
     for index, worker in enumerate(WORKERS.values()):
         log = (FIXTURES / "tui" / f"demo_worker{index}.log").read_text().splitlines()
-        events += [LogLine(worker, "log", seq, text, worker=worker, metric=classify(text))
-                   for seq, text in enumerate(log, 1)]
+        events += [LogLine(worker, "log", seq, text, worker=worker)  # what the run publishes: not its metric lines
+                   for seq, text in enumerate(log, 1) if classify(text) is None]
     gbits = parse_iperf3_json((FIXTURES / "iperf3" / "client_loopback_1s.json").read_text()) / 1e9
     links = [LinkResult(src, dst, gbits, at=NOW - 180) for src in ("desktop", "closet")
              for dst in ("desktop", "closet") if src != dst]
@@ -112,7 +114,7 @@ def test_launch_dialog(snap_compare) -> None:
     async def open_launch(pilot) -> None:
         await show_recording(pilot)
         spec = pilot.app.spec
-        pilot.app.push_screen(LaunchScreen(list(spec.jobs.values()), lambda job: worker_slots(spec, job)))
+        pilot.app.push_screen(LaunchScreen(list(spec.jobs.values()), lambda job: JobLayout(worker_slots(spec, job))))
         await pilot.pause()
 
     assert snap_compare(recorded_app(), terminal_size=(160, 48), run_before=open_launch)

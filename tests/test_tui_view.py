@@ -10,23 +10,22 @@ from pathlib import Path
 import pytest
 
 from homegpu.remote.config.cluster_spec import embedded_default, parse_cluster
-from homegpu.remote.logs.classify import classify
+from homegpu.remote.logs.metric import Metric, WorkerMetric
 from homegpu.remote.logs.tail import LogLine
 from homegpu.remote.net import bandwidth_store
 from homegpu.remote.net.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
 from homegpu.remote.nodes.events import (
-    JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler,
+    JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler,
 )
 from homegpu.remote.nodes.stats import parse_agent_line
-from homegpu.trainer.metrics import format_metric
 from homegpu.tui.app import left_running_note
 from homegpu.tui.logview import clean, format_entries, matching, wrap_rows
 from homegpu.tui.plot import BRAILLE_BASE, braille_plot, progress_bar, sparkline
 from homegpu.tui.render import (
     key_bar,
-    age, bandwidth_summary, job_summary, level_style, node_cells, node_detail, short_gpu_name,
+    age, bandwidth_summary, job_summary, level_style, node_cells, node_detail,
 )
-from homegpu.tui.state import JOB, LOGS, MAX_LINE, NODES, ClusterView, LogBuffers, LogEntry
+from homegpu.tui.state import JOB, MAX_LINE, NODES, ClusterView, LogBuffers, LogEntry
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tui"
 
@@ -58,8 +57,8 @@ def run_event(state: JobState, run_id: str = "demo-1", **kw) -> JobStateChanged:
     return JobStateChanged("demo", run_id, state, kw.get("generation", 1), kw.get("restarts", 0), kw.get("detail", ""))
 
 
-def metric(worker: str, index: int, **data) -> Metric:
-    return Metric("demo", "demo-1", worker, index, data)
+def metric(worker: str, index: int, **data) -> WorkerMetric:
+    return WorkerMetric("demo", "demo-1", worker, index, Metric(data))
 
 
 # -- view model ------------------------------------------------------------------------------------
@@ -112,13 +111,6 @@ def test_restarts_keep_the_run_and_count(view: ClusterView) -> None:
     view.apply(run_event(JobState.RESTARTING, generation=1, restarts=1, detail="small: killed"))
     view.apply(run_event(JobState.RUNNING, generation=2, restarts=1))
     assert (view.job.generation, view.job.restarts, len(view.job.loss)) == (2, 1, 1)
-
-
-def test_metric_lines_are_not_log_lines(view: ClusterView) -> None:
-    text = format_metric(event="epoch", epoch=1)
-    assert view.apply(LogLine("big", "log", 1, text, worker="big", metric=classify(text))) == set()
-    assert view.apply(LogLine("big", "log", 2, "plain", worker="big")) == {LOGS}
-    assert [e.text for e in view.logs.buffers["big"]] == ["plain"]
 
 
 def test_log_buffers_are_bounded_in_lines_and_line_length() -> None:
@@ -181,8 +173,7 @@ def test_level_style(value, style) -> None:
     assert level_style(value, (50, 90)) == style
 
 
-def test_short_names_and_ages() -> None:
-    assert short_gpu_name("NVIDIA GeForce RTX 4090") == "RTX 4090"
+def test_ages() -> None:
     assert [age(s) for s in (1, 42, 180, 7200)] == ["just now", "42 s ago", "3 min ago", "2 h ago"]
 
 
@@ -318,22 +309,23 @@ def test_leaving_a_job_running_names_the_commands_that_come_back_to_it() -> None
 
 
 def test_the_launch_dialog_shows_the_tf_configs_then_the_device_plan():
-    from homegpu.remote.plan.tfconfig import job_device_plan, plan_counts, worker_slots
+    from homegpu.remote.plan.layout import lay_out
     from homegpu.tui.screens import launch_preview
 
     spec = parse_cluster('[[nodes]]\nname = "box"\nhost = "10.0.0.2"\n[[nodes]]\nname = "laptop"\nhost = "10.0.0.3"\n'
                          '[jobs.mixed]\nworkers_per_node = "per-gpu"\n')
     job = spec.jobs["mixed"]
-    plan = job_device_plan(spec, job, {"box": [(0, "NVIDIA GeForce RTX 3090"), (1, "NVIDIA GeForce RTX 3090")],
-                                       "laptop": []})
-    slots = worker_slots(spec, job, counts=plan_counts(plan))
-    text = launch_preview(job, slots, plan.lines([s.endpoint for s in slots])).plain
+    layout = lay_out(spec, job, {"box": [(0, "NVIDIA GeForce RTX 3090"), (1, "NVIDIA GeForce RTX 3090")],
+                                 "laptop": []})
+    text = launch_preview(job, layout).plain
     plan_at = text.index("Device plan")
     assert "worker 1  box#1   10.0.0.2:23457  GPU 1 RTX 3090" in text[plan_at:]
     assert "collective RING (a worker runs on CPU)" in text[plan_at:]
     assert text.index("box (chief, index 0)") < text.rindex("TF_CONFIG") < plan_at  # the workers come first
     assert text.count("TF_CONFIG=") == 3
-    assert "Device plan" not in launch_preview(job, slots).plain  # no stats, no plan section
+    waiting = launch_preview(job, lay_out(spec, job, {"box": None, "laptop": []})).plain
+    assert "no device plan yet: no stats from box" in waiting[waiting.index("Device plan"):]
+    assert waiting.count("TF_CONFIG=") == 2  # a "per-gpu" node whose GPUs are not known yet counts one worker
 
 
 def test_the_alert_banner_holds_what_fires_and_a_clear_becomes_a_toast():

@@ -15,8 +15,9 @@ import json
 import math
 from pathlib import Path
 
+from homegpu.remote.logs.metric import Metric, WorkerMetric
 from homegpu.remote.nodes.events import (
-    JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler,
+    JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler,
     WorkerExited,
 )
 from homegpu.remote.nodes.stats import NodeStats, parse_agent_line
@@ -38,7 +39,7 @@ def _state(state: JobState, at: float, generation: int = 1, restarts: int = 0, d
     return JobStateChanged(JOB, RUN_ID, state, generation, restarts, detail, at=at)
 
 
-def _metrics(at: float, generation_start: float, resumed: bool = False) -> list[Metric]:
+def _metrics(at: float, generation_start: float, resumed: bool = False) -> list[WorkerMetric]:
     """The recorded run's metric lines, moved to start at `generation_start` (worker label = node)."""
     rows = demo_metrics()
     first = rows[0]["time"]
@@ -49,7 +50,7 @@ def _metrics(at: float, generation_start: float, resumed: bool = False) -> list[
             data.update(initial_epoch=1, resumed=True)
         worker = "gpu1" if data["worker"] == 0 else "gpu2"
         data["time"] = generation_start + row["time"] - first
-        events.append(Metric(JOB, RUN_ID, worker, data["worker"], data, at=data["time"]))
+        events.append(WorkerMetric(JOB, RUN_ID, worker, data["worker"], Metric(data), at=data["time"]))
     return events
 
 
@@ -113,11 +114,10 @@ def synthetic_hour(nodes: int = 4, seconds: int = 3600, t0: float = 1_795_316_00
                _state(JobState.RUNNING, t0 + restart + 20, 2, 1), _state(JobState.SUCCEEDED, t0 + seconds, 2, 1)]
     events.append(Straggler(JOB, RUN_ID, workers[-1], 900.0, 1500.0, at=t0 + 300))
     for generation_start in (t0 + 3, t0 + restart + 21):
-        events += [Metric(JOB, RUN_ID, w, n, {"event": "start", "worker": n, "workers": nodes, "batch_size": 64,
-                                               "params": 545_098,
-                                               "resumed": generation_start > t0 + 3,
-                                               "initial_epoch": 2 if generation_start > t0 + 3 else 0},
-                          at=generation_start) for n, w in enumerate(workers)]
+        start = {"event": "start", "workers": nodes, "batch_size": 64, "params": 545_098,
+                 "resumed": generation_start > t0 + 3, "initial_epoch": 2 if generation_start > t0 + 3 else 0}
+        events += [WorkerMetric(JOB, RUN_ID, w, n, Metric({**start, "worker": n}), at=generation_start)
+                   for n, w in enumerate(workers)]
     for s in range(seconds):
         down = restart <= s < restart + 25
         for n, worker in enumerate(workers):
@@ -129,12 +129,12 @@ def synthetic_hour(nodes: int = 4, seconds: int = 3600, t0: float = 1_795_316_00
                 data = {"event": "step", "worker": n, "epoch": 1 + s // 600, "step": s % 600,
                         "loss": 2.3 * math.exp(-3 * progress) + 0.05, "accuracy": 0.98 - 0.8 * math.exp(-4 * progress),
                         "examples_per_sec": 1500 * slow * (0.95 + 0.05 * math.sin(s / 50))}
-                events.append(Metric(JOB, RUN_ID, worker, n, data, at=t0 + s + 0.5))
+                events.append(WorkerMetric(JOB, RUN_ID, worker, n, Metric(data), at=t0 + s + 0.5))
             if not down and s % 600 == 599:
                 progress = s / seconds
                 data = {"event": "epoch", "worker": n, "epoch": 1 + s // 600, "loss": 2.3 * math.exp(-3 * progress),
                         "accuracy": 0.97 - 0.8 * math.exp(-4 * progress),
                         "val_loss": 2.4 * math.exp(-2.8 * progress) + 0.08,
                         "val_accuracy": 0.95 - 0.8 * math.exp(-3.8 * progress), "examples_per_sec": 1500 * slow}
-                events.append(Metric(JOB, RUN_ID, worker, n, data, at=t0 + s + 0.7))
+                events.append(WorkerMetric(JOB, RUN_ID, worker, n, Metric(data), at=t0 + s + 0.7))
     return sorted(events, key=lambda event: event.at)

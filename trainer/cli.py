@@ -16,10 +16,10 @@ import time
 import traceback
 from dataclasses import dataclass
 
+from homegpu.trainer import MODELS
 from homegpu.trainer.cluster import ClusterConfigError, WorkerRole, worker_role
 from homegpu.trainer.metrics import format_metric
 
-MODELS = ("cnn", "resnet")
 COLLECTIVES = ("AUTO", "RING", "NCCL")
 COLLECTIVE_ENV = "HOMEGPU_COLLECTIVE"  # homegpu sets it from the job's device plan
 

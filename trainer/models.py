@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tf_keras as keras
 
-MODELS = ("cnn", "resnet")
+from homegpu.trainer import MODELS
 
 
 def build(name: str, input_shape: tuple[int, int, int], num_classes: int) -> keras.Model:

@@ -238,8 +238,7 @@ class HomegpuApp(App[int]):
         if not self.spec.jobs:
             self.notify(f"{self.spec.source} declares no [jobs.NAME]", severity="warning")
             return
-        self.push_screen(LaunchScreen(list(self.spec.jobs.values()), self.controller.slots,
-                                      self.controller.plan_lines),
+        self.push_screen(LaunchScreen(list(self.spec.jobs.values()), self.controller.layout),
                          lambda name: name and self._launch(name))
 
     @work(group="job")
@@ -380,7 +379,7 @@ class HomegpuApp(App[int]):
 
     def action_save_log(self) -> None:
         view = self._active_log()
-        folder = self.controller.run.experiment.dir if self._has_run_dir() else Path.cwd()
+        folder = self.controller.run.experiment.folder.path if self._has_run_dir() else Path.cwd()
         tab = view.node_tab or "all"
         path = Path(folder) / f"{tab}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(self.clock()))}.log"
         try:

@@ -10,15 +10,13 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from homegpu.remote.alerts import AlertWatcher, watch_alerts
+from homegpu.remote.alerts import AlertWatcher
 from homegpu.remote.config import ClusterSpec, JobSpec
 from homegpu.remote.doctor import Check, diagnose
 from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome, attach_if_running, launch_or_attach
 from homegpu.remote.net import BandwidthMatrix, LinkCallback, bandwidth_store, link_timeout, measure, pairs
 from homegpu.remote.nodes import Cluster, OfferedKey, Subscription
-from homegpu.remote.plan import (
-    DevicePlan, DevicePlanError, WorkerSlot, job_device_plan, job_nodes, last_timeline, plan_counts, worker_slots,
-)
+from homegpu.remote.plan import JobLayout, job_nodes, last_timeline, lay_out
 
 BANDWIDTH_SECONDS = 1.0
 
@@ -33,14 +31,14 @@ class Controller:
     def __init__(self, spec: ClusterSpec, experiments: Path) -> None:
         self.spec, self.experiments = spec, experiments
         self.cluster = Cluster(spec)
-        self.alerts: AlertWatcher | None = None  # [alerts] while open, when a rule is on
+        self.alerts = AlertWatcher(spec, self.cluster.hub)  # [alerts] while open
         self.run: JobRun | None = None
         self.outcome: RunOutcome | None = None
         self._watching: asyncio.Task | None = None
         self._job_lock = asyncio.Lock()
 
     async def __aenter__(self) -> "Controller":
-        self.alerts = watch_alerts(self.spec, self.cluster.hub)
+        self.alerts.start()
         await self.cluster.__aenter__()
         return self
 
@@ -60,30 +58,11 @@ class Controller:
     def _following(self) -> bool:
         return self._watching is not None and not self._watching.done()
 
-    def slots(self, job: JobSpec) -> list[WorkerSlot]:
-        """The workers `job` would start, in TF_CONFIG order (for the launch dialog): as the device
-        plan lays them out when the nodes' stats allow one."""
-        return self._slots_of(job, self.device_plan(job)[0])
-
-    def _slots_of(self, job: JobSpec, plan: DevicePlan | None) -> list[WorkerSlot]:
-        return list(worker_slots(self.spec, job, self.cluster.addresses(), plan_counts(plan) if plan else None))
-
-    def device_plan(self, job: JobSpec) -> tuple[DevicePlan | None, str]:
-        """The plan from the nodes' latest stats, or None and why not (a node has sent no stats yet,
-        or the layout is refused: then launching it would be refused too)."""
-        gpus = {node.name: self.cluster.node(node.name).latest for node in job_nodes(self.spec, job)}
-        silent = [name for name, stats in gpus.items() if stats is None]
-        if silent:
-            return None, f"no device plan yet: no stats from {', '.join(silent)}"
-        try:
-            return job_device_plan(self.spec, job, gpus, last_timeline(self.experiments, job.name)), ""
-        except DevicePlanError as exc:
-            return None, f"launch would be refused: {exc}"
-
-    def plan_lines(self, job: JobSpec) -> list[str]:
-        """The device plan as the launch dialog shows it (the `homegpu tfconfig` lines)."""
-        plan, why = self.device_plan(job)
-        return plan.lines([slot.endpoint for slot in self._slots_of(job, plan)]) if plan else [why]
+    def layout(self, job: JobSpec) -> JobLayout:
+        """`job`'s workers in TF_CONFIG order and its device plan, from the nodes' latest stats, for the
+        launch dialog (a node that sent no stats yet leaves the plan out and says so)."""
+        stats = {node.name: self.cluster.node(node.name).latest for node in job_nodes(self.spec, job)}
+        return lay_out(self.spec, job, stats, self.cluster.addresses(), last_timeline(self.experiments, job.name))
 
     async def launch(self, job: JobSpec) -> bool:
         """Launch `job`, or attach if it already runs; then follow it in the background.
@@ -138,8 +117,7 @@ class Controller:
             self.stop_job()  # a no-op for a run that already ended and only closes its tails
             await self.wait_job()
         await self.cluster.close()
-        if self.alerts is not None:
-            await self.alerts.close()  # after the nodes: the last alerts' commands still run
+        await self.alerts.close()
 
     # -- nodes -----------------------------------------------------------------------------------
 

@@ -12,14 +12,15 @@ import sys
 from pathlib import Path
 from typing import Callable, TextIO
 
-from homegpu.remote.alerts import watch_alerts
+from homegpu.remote.alerts import AlertWatcher
 from homegpu.remote.config import ClusterSpec, JobSpec
 from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome, launch_or_attach
-from homegpu.remote.logs import LogLine, is_harmless_tf_notice
+from homegpu.remote.logs import LogLine, Metric, WorkerMetric, is_harmless_tf_notice
 from homegpu.remote.nodes import (
-    Alert, AlertCommandFailed, AlertState, Cluster, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged,
+    Alert, AlertCommandFailed, AlertState, Cluster, JobState, JobStateChanged, NodeState, NodeStateChanged,
     PreflightResult, Straggler, Subscription, WorkerExited,
 )
+from homegpu.remote.record import RunFolder
 from homegpu.tui.text import table
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
@@ -43,14 +44,12 @@ class LinePrinter:
     def format(self, event: object) -> str | None:
         if isinstance(event, LogLine):
             worker = event.worker or event.node
-            if event.metric is not None:
-                return None  # shown as a progress line from its Metric event
             if self._echo.pop(worker, None) and event.text.startswith("epoch "):
                 return None  # the built-in trainer's own words for the epoch just shown: once is enough
             if is_harmless_tf_notice(event.text):
                 return None  # TensorFlow's start-up noise on a node without a GPU (kept in the saved log)
             return f"{worker:>{self.width}} | {event.text}"
-        if isinstance(event, Metric):
+        if isinstance(event, WorkerMetric):
             return self._progress(event)
         if isinstance(event, PreflightResult):
             lines = [f"preflight {event.node}: ✗ {problem}" for problem in event.problems]
@@ -88,22 +87,20 @@ class LinePrinter:
         self._offline.add(event.node)
         return f"== node {event.node} {event.state.value}: {event.reason}"
 
-    def _progress(self, event: Metric) -> str | None:
-        data = event.data
-        kind = data.get("event")
-        if kind == "epoch":
+    def _progress(self, event: WorkerMetric) -> str | None:
+        metric, worker = event.metric, f"{event.worker:>{self.width}}"
+        if metric.event == "epoch":
             self._echo[event.worker] = "epoch"
-            total = data.get("epochs") or (self.job.epochs if self.job.uses_trainer else "?")
-            return (f"{event.worker:>{self.width}} * epoch {data.get('epoch')}/{total}  "
-                    f"{_figures(data)}  {_rate(data)}")
-        if kind == "step" and event.index == 0:
-            return (f"{event.worker:>{self.width}} . epoch {data.get('epoch')} step {data.get('step')}  "
-                    f"loss {_num(data.get('loss'))}  {_num(data.get('examples_per_sec'), '.0f')} examples/s")
-        if kind == "saving":
-            return f"{event.worker:>{self.width}} * saving the model"
-        if kind in ("start", "end"):
-            extra = f" (resumed at epoch {data['initial_epoch']})" if data.get("initial_epoch") else ""
-            return f"{event.worker:>{self.width}} * training {'started' if kind == 'start' else 'finished'}{extra}"
+            total = metric.epochs or (self.job.epochs if self.job.uses_trainer else "?")
+            return f"{worker} * epoch {metric.epoch}/{total}  {_figures(metric)}  {_rate(metric)}"
+        if metric.event == "step" and event.index == 0:
+            return (f"{worker} . epoch {metric.epoch} step {metric.step}  loss {_num(metric.loss)}  "
+                    f"{_num(metric.examples_per_sec, '.0f')} examples/s")
+        if metric.event == "saving":
+            return f"{worker} * saving the model"
+        if metric.event in ("start", "end"):
+            extra = f" (resumed at epoch {metric.initial_epoch})" if metric.initial_epoch else ""
+            return f"{worker} * training {'started' if metric.event == 'start' else 'finished'}{extra}"
         return None
 
 
@@ -111,28 +108,25 @@ def _num(value: object, spec: str = ".4f") -> str:
     return format(value, spec) if isinstance(value, (int, float)) else "n/a"
 
 
-def _figures(data: dict) -> str:
+def _figures(metric: Metric) -> str:
     """loss and accuracy, then the val_ figures when the epoch has them."""
-    names = ["loss", "accuracy", *(name for name in ("val_loss", "val_accuracy") if name in data)]
-    return "  ".join(f"{name} {_num(data.get(name))}" for name in names)
+    return "  ".join(f"{name} {_num(value)}" for name, value in metric.figures().items())
 
 
-def _rate(data: dict) -> str:
-    """examples/s, else steps/s (Keras's output of a script whose batch size homegpu does not know)."""
-    if isinstance(data.get("examples_per_sec"), (int, float)) or "steps_per_sec" not in data:
-        return f"{_num(data.get('examples_per_sec'), '.0f')} examples/s"
-    return f"{_num(data.get('steps_per_sec'), '.1f')} steps/s"
+def _rate(metric: Metric) -> str:
+    value, unit = metric.rate()
+    return f"{_num(value, '.0f' if unit == 'examples/s' else '.1f')} {unit}"
 
 
 def summary(outcome: RunOutcome) -> str:
     rows = []
-    with_val = any("val_loss" in metric for _, _, metric in outcome.workers)
+    with_val = any(metric.has_validation for _, _, metric in outcome.workers)
     for label, status, metric in outcome.workers:
-        vals = (_num(metric.get("val_loss")), _num(metric.get("val_accuracy"))) if with_val else ()
+        vals = (_num(metric.val_loss), _num(metric.val_accuracy)) if with_val else ()
         rows.append((label, status.exit_status if status and status.exit_status is not None else "-",
-                     metric.get("epoch", "-"), _num(metric.get("loss")), _num(metric.get("accuracy")), *vals,
+                     metric.fields.get("epoch", "-"), _num(metric.loss), _num(metric.accuracy), *vals,
                      _rate(metric).split()[0]))
-    unit = "STEPS/S" if rows and all(_rate(m).endswith("steps/s") for _, _, m in outcome.workers) else "EXAMPLES/S"
+    unit = "STEPS/S" if rows and all(m.rate()[1] == "steps/s" for _, _, m in outcome.workers) else "EXAMPLES/S"
     head = f"run {outcome.state.value}: {outcome.detail}"
     columns = ("WORKER", "EXIT", "EPOCHS", "LOSS", "ACCURACY", *(("VAL_LOSS", "VAL_ACCURACY") if with_val else ()), unit)
     return head + "\n" + table(columns, rows)
@@ -143,7 +137,7 @@ async def run_headless(spec: ClusterSpec, job: JobSpec, experiments: Path, detac
     """Launch (or attach to) `job` and print it to the end. Returns the process exit status."""
     printer = LinePrinter(job, out)
     cluster = Cluster(spec)
-    alerts = watch_alerts(spec, cluster.hub)
+    alerts = AlertWatcher(spec, cluster.hub).start()
     async with cluster:
         run = JobRun(cluster, job, experiments)
         printer.width = max(len(slot.label) for slot in run.slots)
@@ -154,8 +148,7 @@ async def run_headless(spec: ClusterSpec, job: JobSpec, experiments: Path, detac
                 return await _drive(run, detach, out, pump.flush)
             finally:
                 task.cancel()
-                if alerts is not None:
-                    await alerts.close()  # the last alerts' commands, and whether they worked
+                await alerts.close()  # the last alerts' commands, and whether they worked
                 pump.flush()
 
 
@@ -183,7 +176,7 @@ async def _drive(run: JobRun, detach: bool, out: TextIO, flush: Callable[[], Non
     flush()  # every event before the summary, even what a flood left queued
     print(summary(outcome), file=out, flush=True)
     if run.experiment:
-        print(record_line(run.experiment.dir, outcome), file=out, flush=True)
+        print(record_line(run.experiment.folder.path, outcome), file=out, flush=True)
     for note in outcome.incomplete_logs:
         print(f"homegpu: incomplete log of {note}", file=out, flush=True)
     if outcome.state is JobState.SUCCEEDED and outcome.incomplete_logs:
@@ -193,13 +186,10 @@ async def _drive(run: JobRun, detach: bool, out: TextIO, flush: Callable[[], Non
 
 def record_line(run_dir: Path, outcome: RunOutcome) -> str:
     """Where the run's record is, naming only what is really there."""
-    have = ["logs"]
-    metrics = run_dir / "metrics.jsonl"
-    if metrics.is_file() and metrics.stat().st_size:
+    have, folder = ["logs"], RunFolder(run_dir)
+    if folder.metrics.is_file() and folder.metrics.stat().st_size:
         have.append("metrics")
-    for name in ("timeline.sqlite", "report.html"):
-        if (run_dir / name).is_file():
-            have.append(name.split(".")[0])
+    have += [name for name, path in (("timeline", folder.timeline), ("report", folder.report)) if path.is_file()]
     fetched = outcome.outputs.fetched
     if fetched:
         have.append(f"the chief's output ({', '.join(fetched)})")
@@ -239,7 +229,7 @@ class Pump:
     def _say_dropped(self) -> None:
         dropped = self.events.dropped - self._dropped_said
         if dropped:
-            where = self.job_run.experiment.logs_dir if self.job_run.experiment else "the nodes (homegpu logs)"
+            where = self.job_run.experiment.folder.logs if self.job_run.experiment else "the nodes (homegpu logs)"
             print(f"== {dropped} lines and events were not shown here (output faster than this terminal "
                   f"reads it); every line is in {where}", file=self.printer.out, flush=True)
             self._dropped_said = self.events.dropped

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from homegpu.remote.config import DEFAULT_IMAGE, ClusterSpec
 from homegpu.remote.images import CopyProgress, ImageError, NodeOutcome, build_on_nodes, copy_image
-from homegpu.remote.nodes import Cluster, NodeSession, connect_wait
+from homegpu.remote.nodes import Cluster, NodeSession, connect_wait, format_bytes
 from homegpu.remote.runtimes import DockerUnavailable
 from homegpu.tui.cli_common import UserError, load_spec
 
@@ -134,13 +134,6 @@ def _print_progress(progress: CopyProgress) -> None:
     then = ", loading" if progress.done else ""
     print(f"{progress.target} | {verb} {format_bytes(progress.bytes_sent)} "
           f"({progress.seconds:.0f} s, {rate:.0f} MB/s){then}", flush=True)
-
-
-def format_bytes(count: int) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if count >= size:
-            return f"{count / size:.1f} {unit}"
-    return f"{count} B"
 
 
 # -- shared ----------------------------------------------------------------------------------------

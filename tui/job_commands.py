@@ -13,10 +13,7 @@ from pathlib import Path
 from homegpu.remote.config import PER_GPU, ClusterSpec
 from homegpu.remote.jobs import JobNodes, LaunchError, list_workers
 from homegpu.remote.nodes import Cluster, NodeState
-from homegpu.remote.plan import (
-    DevicePlanError, JobConfigError, find_job, job_device_plan, job_nodes, last_timeline, plan_counts, tf_config,
-    worker_slots,
-)
+from homegpu.remote.plan import JobConfigError, find_job, job_nodes, last_timeline, lay_out, tf_config
 from homegpu.tui.cli_common import EXPERIMENTS, UserError, load_spec
 from homegpu.tui.headless import run_headless
 from homegpu.tui.text import table
@@ -105,16 +102,10 @@ def print_tfconfig(args: argparse.Namespace) -> int:
     for name, (address, source) in resolved.items():
         print(f"{name}: {address} ({source})")
     addresses = {name: address for name, (address, _) in resolved.items()}
-    plan, refusal = None, ""
-    silent = [name for name in names if gpus.get(name) is None]
-    if not args.offline and not silent:
-        try:
-            plan = job_device_plan(spec, job, gpus, last_timeline(EXPERIMENTS, job.name))
-        except DevicePlanError as exc:
-            refusal = f"job {job.name}: {exc}"
-    slots = worker_slots(spec, job, addresses, plan_counts(plan) if plan else None)
-    if plan:
-        print("", *plan.lines([slot.endpoint for slot in slots]), sep="\n")
+    layout = lay_out(spec, job, gpus, addresses, last_timeline(EXPERIMENTS, job.name))
+    silent, slots = layout.silent, layout.slots
+    if layout.plan:
+        print("", *layout.plan_lines(), sep="\n")
     elif args.offline:
         print("\ndevices not asked (--offline): a \"per-gpu\" node shows one worker here")
     elif silent:
@@ -124,8 +115,8 @@ def print_tfconfig(args: argparse.Namespace) -> int:
     for slot in slots:
         role = "chief" if slot.is_chief else "worker"
         print(f"{slot.label} ({role}, index {slot.index}):\n  TF_CONFIG='{json.dumps(tf_config(slots, slot.index))}'")
-    if refusal:
-        print(f"homegpu: {refusal}", file=sys.stderr)
+    if layout.refusal:
+        print(f"homegpu: {layout.refusal}", file=sys.stderr)
         return 1
     return 0
 

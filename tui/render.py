@@ -11,7 +11,8 @@ from typing import Sequence
 from rich.text import Text
 
 from homegpu.remote.net import RESNET50_PARAMS, BandwidthMatrix, advice
-from homegpu.remote.nodes import NA, Alert, GpuStats, JobState, NodeState, is_run_worker, owner_text
+from homegpu.remote.nodes import NA, Alert, GpuStats, JobState, NodeState, gib, is_run_worker, owner_text
+from homegpu.remote.plan import short_gpu_name
 from homegpu.tui.history import WINDOWS, GpuHistory
 from homegpu.tui.plot import braille_plot, progress_bar, sparkline
 from homegpu.tui.state import BandwidthView, JobView, NodeView, history_key
@@ -44,21 +45,9 @@ def level_style(value: object, levels: tuple[float, float]) -> str:
     return "red" if value >= bad else "yellow" if value >= warn else "green"
 
 
-def short_gpu_name(name: object) -> str:
-    """"NVIDIA GeForce RTX 4090" → "RTX 4090": the vendor is the same on every row."""
-    text = str(name)
-    for prefix in ("NVIDIA ", "GeForce "):
-        text = text.removeprefix(prefix)
-    return text
-
-
 def pct(value: object) -> str:
     """"42%", or "n/a" where the node cannot measure it (MIG hides utilisation, for one)."""
     return f"{value:3.0f}%" if isinstance(value, (int, float)) else f"{value:>4}"
-
-
-def gib(mib: object) -> str:
-    return f"{mib / 1024:.1f}" if isinstance(mib, (int, float)) else "n/a"
 
 
 def age(seconds: float) -> str:

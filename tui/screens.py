@@ -16,12 +16,13 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Label, OptionList, Static
 
 from homegpu.remote.config import JobSpec
-from homegpu.remote.plan import WorkerSlot, tf_config
+from homegpu.remote.plan import JobLayout, tf_config
 
 
-def launch_preview(job: JobSpec, slots: Sequence[WorkerSlot], plan_lines: Sequence[str] = ()) -> Text:
+def launch_preview(job: JobSpec, layout: JobLayout) -> Text:
     """What launching `job` starts: its settings, each worker with the TF_CONFIG it will get, then
-    the device plan (when the nodes' stats gave one)."""
+    the device plan (or why there is none yet)."""
+    slots, plan_lines = layout.slots, layout.plan_lines()
     what = f"trainer: {job.model} on {job.data} data" if job.uses_trainer else f"script: {job.script}"
     out = Text.assemble((job.name, "bold"), f"  {what}, {job.epochs} epochs, batch {job.batch_size}, "
                         f"image {job.image}, restart {job.restart} (max {job.max_restarts})\n")
@@ -41,10 +42,9 @@ class LaunchScreen(ModalScreen[str | None]):
 
     BINDINGS = [Binding("escape", "dismiss_none", "Cancel")]
 
-    def __init__(self, jobs: Sequence[JobSpec], slots: Callable[[JobSpec], Sequence[WorkerSlot]],
-                 plan_lines: Callable[[JobSpec], Sequence[str]] | None = None) -> None:
+    def __init__(self, jobs: Sequence[JobSpec], layout_of: Callable[[JobSpec], JobLayout]) -> None:
         super().__init__()
-        self.jobs, self.slots, self.plan_lines = list(jobs), slots, plan_lines
+        self.jobs, self.layout_of = list(jobs), layout_of
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="wide"):
@@ -70,8 +70,7 @@ class LaunchScreen(ModalScreen[str | None]):
 
     def _preview(self, index: int) -> None:
         job = self.jobs[index]
-        lines = self.plan_lines(job) if self.plan_lines else ()
-        self.query_one("#preview", Static).update(launch_preview(job, self.slots(job), lines))
+        self.query_one("#preview", Static).update(launch_preview(job, self.layout_of(job)))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "launch":

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from homegpu.remote.config import ClusterSpec
-from homegpu.remote.logs import LogLine
+from homegpu.remote.logs import LogLine, Metric, WorkerMetric
 from homegpu.remote.net import BandwidthMatrix, BandwidthMeasured, LinkResult
 from homegpu.remote.nodes import (
-    RUN_ALERTS, Alert, AlertCommandFailed, AlertState, GpuStats, JobState, JobStateChanged, Metric, NodeState,
+    RUN_ALERTS, Alert, AlertCommandFailed, AlertState, GpuStats, JobState, JobStateChanged, NodeState,
     NodeStateChanged, NodeStats, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,
 )
 from homegpu.tui.history import GpuHistory
@@ -83,38 +83,36 @@ class JobView:
     def active(self) -> bool:
         return not self.state.finished
 
-    def take_metric(self, event: Metric) -> None:
-        data = event.data
-        kind = data.get("event")
-        rate = data.get("examples_per_sec")
-        if kind in ("step", "epoch") and isinstance(rate, (int, float)):
-            self.rates[event.worker] = float(rate)
+    def take_metric(self, event: WorkerMetric) -> None:
+        metric = event.metric
+        if metric.event in ("step", "epoch") and metric.examples_per_sec is not None:
+            self.rates[event.worker] = metric.examples_per_sec
         if event.index != 0:
             return  # loss and progress are global: every worker prints the same; read the chief's
-        if isinstance(data.get("epochs"), int):
-            self.epochs = data["epochs"]
-        if kind == "start":
-            self.steps_per_epoch = data.get("steps_per_epoch") or self.steps_per_epoch
-            self.params = data.get("params") or self.params
-            self.epoch = max(self.epoch, int(data.get("initial_epoch") or 0))
-        elif kind in ("step", "epoch", "end"):
-            if kind != "step" and isinstance(data.get("epoch"), int):
-                self.epoch = max(self.epoch, data["epoch"])
-            if isinstance(data.get("accuracy"), (int, float)):
-                self.accuracy = data["accuracy"]
-            self._add_loss(kind, data)
+        if metric.epochs is not None:
+            self.epochs = metric.epochs
+        if metric.event == "start":
+            self.steps_per_epoch = metric.steps_per_epoch or self.steps_per_epoch
+            self.params = metric.params or self.params
+            self.epoch = max(self.epoch, metric.initial_epoch or 0)
+        elif metric.progressed:
+            if metric.event != "step" and metric.epoch is not None:
+                self.epoch = max(self.epoch, metric.epoch)
+            if metric.accuracy is not None:
+                self.accuracy = metric.accuracy
+            self._add_loss(metric)
 
-    def _add_loss(self, kind: str, data: dict) -> None:
-        loss, epoch = data.get("loss"), data.get("epoch")
-        if kind == "end" or not isinstance(loss, (int, float)) or not isinstance(epoch, int):
+    def _add_loss(self, metric: Metric) -> None:
+        loss, epoch = metric.loss, metric.epoch
+        if metric.event == "end" or loss is None or epoch is None:
             return
         x = float(epoch)
-        if kind == "step":
-            step, per_epoch = data.get("step"), self.steps_per_epoch
-            if not isinstance(step, int) or not per_epoch:
+        if metric.event == "step":
+            step, per_epoch = metric.step, self.steps_per_epoch
+            if step is None or not per_epoch:
                 return
             x = epoch - 1 + min(step, per_epoch) / per_epoch
-        self.loss.append((x, float(loss)))
+        self.loss.append((x, loss))
 
 
 @dataclass(frozen=True)
@@ -192,8 +190,6 @@ class ClusterView:
     def apply(self, event: object) -> set[str]:
         """Take one event; returns the parts of the screen it changed (NODES, JOB, LOGS, BANDWIDTH, ALERTS)."""
         if isinstance(event, LogLine):
-            if event.metric is not None:
-                return set()  # shown in the job panel, from its Metric event
             self.logs.add(event)
             return {LOGS}
         if isinstance(event, NodeStatsUpdated):
@@ -242,7 +238,7 @@ class ClusterView:
             return set()
         if isinstance(event, PreflightResult):
             job.preflight[event.node] = event
-        elif isinstance(event, Metric):
+        elif isinstance(event, WorkerMetric):
             job.take_metric(event)
         elif isinstance(event, Straggler):
             job.stragglers.add(event.worker)

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 from homegpu.remote.config import SWITCHES, AlertRules, ClusterSpec
 from homegpu.remote.doctor import Check
 from homegpu.remote.net import BandwidthMatrix, format_gbits
-from homegpu.remote.nodes import NA, owner_text
+from homegpu.remote.nodes import NA, gib, owner_text
 
 DIAGONAL = "—"
 NOT_MEASURED = "·"
@@ -114,7 +114,7 @@ def _node_block(node) -> str:
         detail = f"    {node.reason}" if node.reason else "    (waiting for stats)"
         return f"{head}\n{detail}"
     head += (f"   cpu {stats.cpu:5.1f}%  load {stats.load[0]:4.2f}  "
-             f"mem {_gib(stats.mem_used)}/{_gib(stats.mem_total)} GiB ({stats.mem_percent:3.0f}%)")
+             f"mem {gib(stats.mem_used, 5)}/{gib(stats.mem_total, 5)} GiB ({stats.mem_percent:3.0f}%)")
     if not stats.gpus:
         return f"{head}\n    CPU only (no GPU found)"
     lines = [head, f"    GPUs via {stats.source}, driver {stats.driver}, CUDA {stats.cuda}"]
@@ -126,18 +126,14 @@ def _node_block(node) -> str:
 
 def _gpu_line(gpu) -> str:
     return (f"    [{gpu.index}] {str(gpu.name)[:28]:<28} util {gpu.util:3.0f}%  "
-            f"mem {_gib(gpu.mem_used)}/{_gib(gpu.mem_total)} GiB  {gpu.temp:3.0f}°C  "
+            f"mem {gib(gpu.mem_used, 5)}/{gib(gpu.mem_total, 5)} GiB  {gpu.temp:3.0f}°C  "
             f"{gpu.power:5.0f}/{gpu.power_limit:3.0f} W  procs {len(gpu.processes)}")
 
 
 def _process_line(process) -> str:
     """`        pid 4242  python3              19.6 GiB  homegpu worker 0 of job demo run R`."""
-    return (f"        pid {process.pid:<7} {str(process.name)[-20:]:<20} {_gib(process.mem)} GiB  "
+    return (f"        pid {process.pid:<7} {str(process.name)[-20:]:<20} {gib(process.mem, 5)} GiB  "
             f"{owner_text(process.owner)}")
-
-
-def _gib(mib) -> str:
-    return f"{mib / 1024:5.1f}" if isinstance(mib, (int, float)) else f"{mib:>5}"
 
 
 STATE_MARKS = {

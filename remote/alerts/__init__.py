@@ -4,8 +4,8 @@ and the user's command run for each, without a shell, in the background.
 
 from __future__ import annotations
 
-from homegpu.remote.alerts.watcher import AlertWatcher, watch_alerts
+from homegpu.remote.alerts.watcher import AlertWatcher
 
 __all__ = [
-    "AlertWatcher", "watch_alerts",
+    "AlertWatcher",
 ]

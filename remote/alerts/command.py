@@ -27,7 +27,7 @@ TITLES = {
 
 
 def alert_values(alert: Alert, cluster: str) -> dict[str, str]:
-    """Every placeholder's text for `alert` (alert_config.PLACEHOLDERS names them)."""
+    """Every placeholder's text for `alert` (config/alert_rules.PLACEHOLDERS names them)."""
     cleared = alert.state is AlertState.CLEARED
     title = f"homegpu {cluster}: {TITLES.get(alert.kind, alert.kind)}" + (" (cleared)" if cleared else "")
     return {

@@ -26,10 +26,9 @@ from dataclasses import replace
 from typing import Callable
 
 from homegpu.remote.config import AlertRules
-from homegpu.remote.jobs import PROGRESS_EVENTS
+from homegpu.remote.logs import WorkerMetric
 from homegpu.remote.nodes import (
-    RUN_ALERTS, Alert, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUpdated,
-    Straggler,
+    RUN_ALERTS, Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, Straggler,
 )
 
 TEMPERATURE_MARGIN = 5.0  # °C below the threshold before a hot GPU's alert clears
@@ -172,16 +171,16 @@ class AlertEvaluator:
         return [cleared for key in ended
                 for cleared in self._clear(key, event.at, f"{event.job} (run {event.run_id}) {event.state.value}")]
 
-    def _metric(self, event: Metric) -> list[Alert]:
-        kind = event.data.get("event")
-        if kind not in PROGRESS_EVENTS:
+    def _metric(self, event: WorkerMetric) -> list[Alert]:
+        metric = event.metric
+        if not metric.progressed:
             return []
         alerts = self._clear(_key("job_stalled", run_id=event.run_id), event.at,
                              f"{event.job} (run {event.run_id}) makes progress again: {event.worker} "
-                             f"reported {kind} {event.data.get('step') or event.data.get('epoch') or ''}".rstrip())
+                             f"reported {metric.event} {metric.step or metric.epoch or ''}".rstrip())
         key = _key("straggler", worker=event.worker, run_id=event.run_id)
-        epoch = event.data.get("epoch")
-        if kind == "epoch" and key in self._flagged and _is_number(epoch) and epoch >= self._flagged[key] + 2:
+        epoch = metric.epoch
+        if metric.event == "epoch" and key in self._flagged and epoch is not None and epoch >= self._flagged[key] + 2:
             del self._flagged[key]  # the epoch after the flagged one passed without a flag
             alerts += self._clear(key, event.at, f"{event.worker} keeps pace again (epoch {epoch})")
         return alerts
@@ -202,7 +201,7 @@ _HANDLERS = {
     NodeStatsUpdated: AlertEvaluator._stats,
     NodeStateChanged: AlertEvaluator._node_state,
     JobStateChanged: AlertEvaluator._job_state,
-    Metric: AlertEvaluator._metric,
+    WorkerMetric: AlertEvaluator._metric,
     Straggler: AlertEvaluator._straggler,
 }
 

@@ -1,10 +1,9 @@
 """AlertWatcher: [alerts] applied to a cluster's live events, and the command run for each alert.
 
-The evaluator (remote/alerts/evaluate.py) sees every event as it is published (EventHub.derive) and its
-alerts are published right after their cause, for the TUI, the headless output and the timeline
-alike. A timer ticks the offline clock. Commands run one at a time, in order, in a task of their
-own, so the event loop never waits on one; each has a timeout. A failing command is said once
-(AlertCommandFailed), and again only after it has worked in between.
+The evaluator (evaluate.py) sees each event as it is published (EventHub.derive); its alerts follow
+their cause on the hub, for every front end and the timeline, and a timer ticks the offline clock.
+Commands run one at a time, in order, in a task of their own, each with a timeout; a failing command
+is said once (AlertCommandFailed), and again only after it has worked in between.
 """
 
 from __future__ import annotations
@@ -25,14 +24,8 @@ MAX_QUEUED = 1_000  # alerts waiting for the command; past it the oldest are not
 CLOSE_GRACE_SECONDS = 5.0  # on top of the command's timeout, for the last alerts' commands at exit
 
 
-def watch_alerts(spec: ClusterSpec, hub: EventHub) -> AlertWatcher | None:
-    """[alerts] applied to `hub` from now on (start it before the nodes: their first events count;
-    close it after them: the last alerts' commands still run); None when no rule is on."""
-    return AlertWatcher(spec, hub).start() if spec.alerts.enabled else None
-
-
 class AlertWatcher:
-    """Watches `hub` for `spec.alerts` from start() until close().
+    """Watches `hub` for `spec.alerts` from start() (before the nodes: their first events count) until close().
 
     Args:
         clock: the time the offline clock ticks with (the hub's events carry time.time()).
@@ -40,13 +33,14 @@ class AlertWatcher:
 
     def __init__(self, spec: ClusterSpec, hub: EventHub, clock: Callable[[], float] = time.time) -> None:
         self.spec, self.hub, self.clock = spec, hub, clock
-        self.rules = spec.alerts
-        self.evaluator = AlertEvaluator(spec.alerts)
+        self.rules, self.evaluator = spec.alerts, AlertEvaluator(spec.alerts)
         self._queue: asyncio.Queue[Alert] = asyncio.Queue()
         self._tasks: list[asyncio.Task] = []
         self._failing = False  # the command's last run failed (and that was said)
 
     def start(self) -> "AlertWatcher":
+        if not self.rules.enabled:
+            return self  # no rule is on: nothing to watch
         self.hub.derive(self._derive)
         self._tasks.append(asyncio.create_task(self._tick(), name="alert clock"))
         if self.rules.command:
@@ -87,8 +81,8 @@ class AlertWatcher:
     async def run(self, alert: Alert) -> str | None:
         """Run the command for one alert; returns why it failed, or None."""
         values = alert_values(alert, self.spec.name)
-        argv = alert_argv(self.rules.command, values)
-        problem = await run_command(argv, alert_env(values), self.rules.command_timeout)
+        problem = await run_command(alert_argv(self.rules.command, values), alert_env(values),
+                                    self.rules.command_timeout)
         if problem is None:
             self._failing = False
         else:

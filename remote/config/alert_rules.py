@@ -1,6 +1,6 @@
 """`[alerts]`: the thresholds that raise an alert and the command that delivers it, as frozen AlertRules.
 
-Validated with config_check's Validator, like the rest of cluster.toml. The command is an argument
+Validated with checks.py's Validator, like the rest of cluster.toml. The command is an argument
 list run without a shell; its arguments may hold `{placeholders}` (PLACEHOLDERS), filled in per
 alert, and are checked here so that a typo in one is refused before anything runs.
 """

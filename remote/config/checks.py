@@ -1,6 +1,6 @@
 """What every part of cluster.toml is validated with: the one-line ConfigError and the shared checks.
 
-config.py (the file and [cluster]), node_config.py ([[nodes]]) and job_config.py ([jobs.NAME]) walk
+cluster_spec.py (the file and [cluster]), node_spec.py ([[nodes]]) and job_spec.py ([jobs.NAME]) walk
 the parsed TOML with one Validator, so every mistake reads the same: `file:line: key: problem; hint`.
 Values quoted in a message are shortened and escaped (see `show`), so however hostile the file, the
 message stays one short line.

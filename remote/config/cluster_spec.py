@@ -2,8 +2,8 @@
 
 Every mistake becomes one :class:`ConfigError` whose message names the file, the line, the key and
 what to do, so the CLI can print it on one line and exit 2 without a traceback, whatever the file
-holds. This module reads the file and the [cluster] table; node_config.py and job_config.py the
-[[nodes]] and [jobs.NAME] tables, all with config_check's Validator.
+holds. This module reads the file and the [cluster] table; node_spec.py and job_spec.py the
+[[nodes]] and [jobs.NAME] tables, all with checks.py's Validator.
 """
 
 from __future__ import annotations

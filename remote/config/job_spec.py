@@ -1,6 +1,6 @@
 """`[jobs.NAME]` tables: what to train, where, and how to recover, as frozen JobSpecs.
 
-Validated with config_check's Validator, like the rest of cluster.toml, so a mistake here gives the
+Validated with checks.py's Validator, like the rest of cluster.toml, so a mistake here gives the
 same one-line, located error.
 """
 
@@ -13,11 +13,11 @@ from typing import Mapping
 
 from homegpu.remote.config.checks import MAX_PORT, NAME_RE, Check, Limits, Validator, show
 from homegpu.remote.config.node_spec import NodeSpec
+from homegpu.trainer import MODELS
 
 DEFAULT_IMAGE = "homegpu/tensorflow:2.21"
 DEFAULT_JOB_PORT = 23456
 RESTART_POLICIES = ("never", "on-failure")
-MODELS = ("cnn", "resnet")
 
 # (lowest, highest, unit) of each number: far beyond what a real job needs, so that only a typo (or a
 # fuzzer) meets them, and nothing downstream sees NaN, infinity or a thousand-digit integer.

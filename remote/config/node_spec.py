@@ -1,6 +1,6 @@
 """`[[nodes]]` tables: the machines of the cluster, as frozen NodeSpecs.
 
-Validated with config_check's Validator, like the rest of cluster.toml.
+Validated with checks.py's Validator, like the rest of cluster.toml.
 """
 
 from __future__ import annotations

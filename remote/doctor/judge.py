@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from homegpu.remote.doctor.check import Check
 from homegpu.remote.doctor.gpus import container_runtime_check, gpu_check
 from homegpu.remote.net import parse_probe
-from homegpu.remote.nodes import CommandResult, NodeStats, StatsParseError, parse_agent_line
+from homegpu.remote.nodes import MIB_PER_GIB, CommandResult, NodeStats, StatsParseError, gib, parse_agent_line
 
 MIN_PYTHON = (3, 8)
-MIN_FREE_DISK_MIB = 5 * 1024
+MIN_FREE_DISK_MIB = 5 * MIB_PER_GIB
 MAX_CLOCK_SKEW_S = 2.0
 NOT_FOUND = 127
 NO_ANSWER = -2  # pseudo exit statuses for a command that timed out / could not be sent
@@ -201,9 +201,9 @@ def disk_check(facts: NodeFacts, python_ok: bool) -> Check:
         if not python_ok:
             return _needs_python(facts, "disk")
         return Check(facts.name, "disk", None, f"free space in {facts.work_dir} could not be measured")
-    free = f"{stats.disk_free / 1024:.1f} GiB free in {facts.work_dir}"
+    free = f"{gib(stats.disk_free)} GiB free in {facts.work_dir}"
     if stats.disk_free < MIN_FREE_DISK_MIB:
-        return Check(facts.name, "disk", False, f"only {free}, under {MIN_FREE_DISK_MIB // 1024} GiB",
+        return Check(facts.name, "disk", False, f"only {free}, under {MIN_FREE_DISK_MIB // MIB_PER_GIB} GiB",
                      f"Free space on that disk, or set work_dir for {facts.name} to a larger disk in cluster.toml.")
     return Check(facts.name, "disk", True, free)
 

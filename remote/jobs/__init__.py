@@ -4,12 +4,11 @@ job's lock, the watch loop and its restarts, the workers' logs, script errors, t
 
 from __future__ import annotations
 
-from homegpu.remote.jobs.failure import PROGRESS_EVENTS
 from homegpu.remote.jobs.guard import attach_if_running, launch_or_attach
 from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError, list_workers
 from homegpu.remote.jobs.run import JobRun, RunOutcome
 
 __all__ = [
-    "PROGRESS_EVENTS", "JobNodes", "JobRun", "LaunchError", "RunOutcome", "attach_if_running", "launch_or_attach",
+    "JobNodes", "JobRun", "LaunchError", "RunOutcome", "attach_if_running", "launch_or_attach",
     "list_workers",
 ]

@@ -16,11 +16,10 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from homegpu.trainer.metrics import parse_metric_line
+from homegpu.remote.logs import classify
 
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 TAIL_LINES = 30  # at most this many lines of a traceback are shown
-PROGRESS_EVENTS = frozenset({"step", "epoch", "end"})
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?$')
 # The final line of a traceback printed without a header (a SyntaxError in the main script).
@@ -117,9 +116,9 @@ def _last_block(lines: list[str]) -> list[str]:
 def shows_progress(line: str) -> bool:
     """Whether a log line proves that training ran: a step/epoch/end metric line, or a Keras
     progress bar after a step. ("Epoch 1/3" alone does not: Keras prints it before the first step.)"""
-    metric = parse_metric_line(line)
+    metric = classify(line)
     if metric is not None:
-        return metric["event"] in PROGRESS_EVENTS
+        return metric.progressed
     return bool(_KERAS_STEP.match(line.rsplit("\r", 1)[-1]))
 
 

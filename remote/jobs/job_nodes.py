@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from homegpu.remote.config import JobSpec
 from homegpu.remote.logs import LogLine, LogTail
 from homegpu.remote.nodes import NODE_GONE, Cluster, NodeSession, connect_wait
-from homegpu.remote.plan import DevicePlanError, WorkerSlot, job_device_plan, job_nodes, plan_counts, worker_slots
+from homegpu.remote.plan import WorkerSlot, job_nodes, lay_out
 from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus, expand_path, make_runtime
 
 
@@ -66,7 +66,9 @@ class JobNodes:
         problems = [str(r) for r in results if isinstance(r, BaseException)]
         if problems:
             raise LaunchError("; ".join(problems))
-        return cls(job, _job_slots(cluster, job), {node.name: r[0] for node, r in zip(nodes, results)},
+        # laid out as a run would, once every node has sent stats (a "per-gpu" node: a worker per GPU)
+        layout = lay_out(cluster.spec, job, {node.name: node.latest for node in nodes}, cluster.addresses())
+        return cls(job, layout.slots, {node.name: r[0] for node, r in zip(nodes, results)},
                    {node.name: r[1] for node, r in zip(nodes, results)})
 
     def runtime(self, slot: WorkerSlot) -> Runtime:
@@ -110,17 +112,6 @@ class JobNodes:
         return [self.runtime(s).tail(run_id, s.label, generation, follow=follow, on_line=on_line,
                                      worker=s.label).start()
                 for s in slots]
-
-def _job_slots(cluster: Cluster, job: JobSpec) -> tuple[WorkerSlot, ...]:
-    """The job's slots as its device plan lays them out when every node has sent stats (so a
-    "per-gpu" node has one worker per GPU), else from cluster.toml alone."""
-    stats = {node.name: cluster.node(node.name).latest for node in job_nodes(cluster.spec, job)}
-    try:
-        counts = plan_counts(job_device_plan(cluster.spec, job, stats))
-    except DevicePlanError:
-        counts = None
-    return worker_slots(cluster.spec, job, counts=counts)
-
 
 async def list_workers(cluster: Cluster) -> list[tuple[str, list[WorkerStatus] | LaunchError]]:
     """Every worker on every node of the cluster, running or not.

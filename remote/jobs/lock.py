@@ -44,7 +44,7 @@ class RunLockError(Exception):
 
 
 @dataclass(frozen=True)
-class Controller:
+class ProcessIdentity:
     """Who holds a lock: a controller process (this one by default, see `this()`)."""
 
     host: str
@@ -53,7 +53,7 @@ class Controller:
     start_time: int | None = None  # the pid's kernel start time: tells a reused pid from ours
 
     @classmethod
-    def this(cls) -> Controller:
+    def this(cls) -> ProcessIdentity:
         return cls(socket.gethostname(), os.getpid(), _machine_id(), _start_time(os.getpid()))
 
 
@@ -86,7 +86,7 @@ def lock_dir(work_dir: str) -> str:
 
 
 async def acquire(node: NodeSession, work_dir: str, job: str, run_id: str, *,
-                  stale_after: float = STALE_AFTER_SECONDS, owner: Controller | None = None) -> LockResult:
+                  stale_after: float = STALE_AFTER_SECONDS, owner: ProcessIdentity | None = None) -> LockResult:
     """Take the job's lock on `node` for `run_id`, or say who holds it.
 
     Taking it again for the same run and controller succeeds (and renews the heartbeat).
@@ -101,13 +101,13 @@ async def acquire(node: NodeSession, work_dir: str, job: str, run_id: str, *,
 
 
 async def refresh(node: NodeSession, work_dir: str, job: str, run_id: str, *,
-                  owner: Controller | None = None) -> bool:
+                  owner: ProcessIdentity | None = None) -> bool:
     """Renew the heartbeat; False when the lock is no longer ours (taken over, or removed)."""
     return bool((await _call(node, "refresh", work_dir, job, run_id, owner)).get("held"))
 
 
 async def release(node: NodeSession, work_dir: str, job: str, run_id: str, *,
-                  owner: Controller | None = None) -> bool:
+                  owner: ProcessIdentity | None = None) -> bool:
     """Remove the lock if it is ours (True); someone else's is left alone (False)."""
     return bool((await _call(node, "release", work_dir, job, run_id, owner)).get("held"))
 
@@ -118,9 +118,9 @@ async def holder(node: NodeSession, work_dir: str, job: str) -> LockHolder | Non
 
 
 async def _call(node: NodeSession, command: str, work_dir: str, job: str, run_id: str,
-                owner: Controller | None, **extra: object) -> dict:
+                owner: ProcessIdentity | None, **extra: object) -> dict:
     _check_name(job)
-    me = owner or Controller.this()
+    me = owner or ProcessIdentity.this()
     args = {"dir": lock_dir(work_dir), "job": job, **extra,
             "owner": {"run_id": run_id, "host": me.host, "machine": me.machine, "pid": me.pid,
                       "start_time": me.start_time}}

@@ -28,10 +28,10 @@ from homegpu.remote.jobs.outputs import FetchedOutputs, fetch_outputs, remove_ba
 from homegpu.remote.jobs.preflight import restart_port_problems, run_preflight
 from homegpu.remote.jobs.watch import WorkerTrack, WorkerWatch, all_succeeded, retry_is_pointless, worker_ends
 from homegpu.remote.jobs.worker_logs import WorkerLines, finish_tails, stop_tails
+from homegpu.remote.logs import Metric
 from homegpu.remote.nodes import Cluster, JobState, JobStateChanged, NodeSession
 from homegpu.remote.plan import (
-    DevicePlan, DevicePlanError, WorkerSlot, job_device_plan, job_nodes, last_timeline, plan_counts, tf_config_json,
-    worker_slots,
+    DevicePlan, JobLayout, WorkerSlot, job_nodes, last_timeline, lay_out, tf_config_json, worker_slots,
 )
 from homegpu.remote.record import ExperimentLog, RunRecord
 from homegpu.remote.runtimes import STOP_GRACE_SECONDS, WorkerLaunch, WorkerStatus
@@ -48,7 +48,7 @@ class RunOutcome:
 
     state: JobState
     detail: str
-    workers: tuple[tuple[str, WorkerStatus | None, dict], ...]
+    workers: tuple[tuple[str, WorkerStatus | None, Metric], ...]
     incomplete_logs: tuple[str, ...] = ()
     outputs: FetchedOutputs = FetchedOutputs()
     report: tuple[Path | None, str] = (None, "")  # report.html and its summary, or why there is none
@@ -94,25 +94,27 @@ class JobRun:
         """
         if self.nodes is None:
             nodes = await JobNodes.open(self.cluster, self.job, timeout)
-            self.plan = self._device_plan()
-            counts = plan_counts(self.plan) if self.plan else None
-            self.slots = worker_slots(self.cluster.spec, self.job, self.cluster.addresses(), counts)  # now connected
+            layout = self._layout()  # now connected: the nodes' addresses and GPUs are known
+            self.plan, self.slots = layout.plan, layout.slots
             nodes.slots = list(self.slots)
             self.nodes = nodes
         for slot in self.slots:
             self.tracks.setdefault(slot.label, WorkerTrack(slot, self.nodes.runtime(slot)))
 
-    def _device_plan(self) -> DevicePlan | None:
-        """The plan from the nodes' latest stats; None (every worker sees its node's GPUs) only for a
-        numeric layout on a cluster that streams no stats. Raises LaunchError: the plan's one line."""
+    def _layout(self) -> JobLayout:
+        """The job's workers from the nodes' latest stats. The plan may be missing (every worker sees
+        its node's GPUs) only for a numeric layout on a cluster that streams no stats.
+
+        Raises:
+            LaunchError: the plan's one line refusing the layout.
+        """
         sessions = [self.cluster.node(node.name) for node in job_nodes(self.cluster.spec, self.job)]
-        if self.job.workers_per_node != PER_GPU and not all(s.streams_stats for s in sessions):
-            return None
-        try:
-            return job_device_plan(self.cluster.spec, self.job, {s.name: s.latest for s in sessions},
-                                   last_timeline(self.experiments_root, self.job.name))
-        except DevicePlanError as exc:
-            raise LaunchError(f"job {self.job.name}: {exc}") from None
+        need_plan = self.job.workers_per_node == PER_GPU or all(s.streams_stats for s in sessions)
+        layout = lay_out(self.cluster.spec, self.job, {s.name: s.latest for s in sessions}, self.cluster.addresses(),
+                         last_timeline(self.experiments_root, self.job.name), need_plan)
+        if layout.refusal:
+            raise LaunchError(layout.refusal)
+        return layout
 
     def launch_for(self, slot: WorkerSlot) -> WorkerLaunch:
         return worker_launch(self.job, self.run_id, self.generation, self.slots, slot, self.tracks[slot.label].runtime,
@@ -338,7 +340,7 @@ class JobRun:
         chief = self.tracks[self.slots[0].label]
         self._publish(self.state, "fetching the chief's outputs")
         return await fetch_outputs(chief.runtime.node, chief.runtime.out_dir(self.run_id, chief.label),
-                                   self.experiment.output_dir)
+                                   self.experiment.folder.output)
 
     def _finish(self, state: JobState, detail: str, incomplete: tuple[str, ...] = (),
                 outputs: FetchedOutputs = FetchedOutputs()) -> RunOutcome:

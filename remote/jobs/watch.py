@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 from homegpu.remote.config import JobSpec
 from homegpu.remote.jobs.failure import WorkerEnd
 from homegpu.remote.jobs.launch_plan import classify_exit
-from homegpu.remote.logs import LogTail
+from homegpu.remote.logs import NO_METRIC, LogTail, Metric
 from homegpu.remote.nodes import NODE_GONE, EventHub, WorkerExited
 from homegpu.remote.plan import WorkerSlot
 from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus
@@ -33,7 +33,7 @@ class WorkerTrack:
     last_activity: float = field(default_factory=time.monotonic)
     status: WorkerStatus | None = None
     tail: LogTail | None = None
-    last_metric: dict = field(default_factory=dict)
+    last_metric: Metric = NO_METRIC  # the latest figure of each kind, from its epoch and end lines
     progressed: bool = False  # this generation trained (a step, epoch or end metric line came)
 
     @property

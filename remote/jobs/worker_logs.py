@@ -1,8 +1,8 @@
 """The workers' logs as a run follows them, and read to their end when it stops.
 
-Every line keeps its worker alive for the stall watchdog and goes to experiments/RUN-ID/logs/;
-a metric line becomes a Metric event (and the run's latest figures), and once every worker has
-reported an epoch their rates are compared for a straggler.
+Every line keeps its worker alive for the stall watchdog and goes to experiments/RUN-ID/logs/. It
+reaches the hub once: a log line as its LogLine, a metric line as a WorkerMetric (and into the run's
+latest figures); once every worker has reported an epoch their rates are compared for a straggler.
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ import asyncio
 import time
 from typing import Iterable
 
-from homegpu.remote.jobs.failure import PROGRESS_EVENTS
 from homegpu.remote.jobs.watch import WorkerTrack
-from homegpu.remote.logs import LogLine
-from homegpu.remote.nodes import EventHub, Metric, Straggler
+from homegpu.remote.logs import RATE_UNITS, LogLine, WorkerMetric
+from homegpu.remote.nodes import EventHub, Straggler
 from homegpu.remote.record import ExperimentLog, find_stragglers
 
 LOG_DRAIN_SECONDS = 60.0  # to read an ended worker's log to its end (a flood of megabytes over SSH)
@@ -31,7 +30,7 @@ class WorkerLines:
         """Start a tail of every worker's output (`batch_size`: the built-in trainer's, for examples/s)."""
         for track in self.tracks.values():
             track.last_activity = time.monotonic()
-            track.tail = track.runtime.tail(self.run_id, track.label, generation, hub=self.hub,
+            track.tail = track.runtime.tail(self.run_id, track.label, generation,
                                             on_line=self._taker(track), worker=track.label,
                                             batch_size=batch_size).start()
 
@@ -40,25 +39,26 @@ class WorkerLines:
             track.last_activity = time.monotonic()
             if self.experiment:
                 self.experiment.log_line(track.label, line.text)
-            data = line.metric
-            if data is not None and data.get("event") in PROGRESS_EVENTS:
-                track.progressed = True
-            if data is not None:
-                if data.get("event") in ("epoch", "end"):  # the summary's figures: the latest of each
-                    track.last_metric = {**track.last_metric, **data}
-                if self.experiment:
-                    self.experiment.metric(track.label, data)
-                self.hub.publish(Metric(self.job, self.run_id, track.label, track.slot.index, data))
-                if data.get("event") == "epoch" and data.get("epoch", 0) >= 2:  # epoch 1 includes warm-up
-                    self._check_stragglers(data["epoch"])
+            metric = line.metric
+            if metric is None:
+                self.hub.publish(line)
+                return
+            track.progressed = track.progressed or metric.progressed
+            if metric.event in ("epoch", "end"):  # the summary's figures: the latest of each
+                track.last_metric = track.last_metric.merged(metric)
+            if self.experiment:
+                self.experiment.metric(track.label, metric)
+            self.hub.publish(WorkerMetric(self.job, self.run_id, track.label, track.slot.index, metric))
+            if metric.event == "epoch" and (metric.epoch or 0) >= 2:  # epoch 1 includes warm-up
+                self._check_stragglers(metric.epoch)
         return take
 
     def _check_stragglers(self, epoch: int) -> None:
         """Compare the workers' rates for `epoch` once every worker has reported it: examples/s,
         else steps/s (Keras's own output gives steps; examples need the script's batch size)."""
-        for key, unit in (("examples_per_sec", "examples/s"), ("steps_per_sec", "steps/s")):
-            rates = {t.label: float(t.last_metric[key]) for t in self.tracks.values()
-                     if t.last_metric.get("epoch") == epoch and isinstance(t.last_metric.get(key), (int, float))}
+        for key, unit in RATE_UNITS.items():
+            rates = {t.label: t.last_metric.number(key) for t in self.tracks.values() if t.last_metric.epoch == epoch}
+            rates = {label: rate for label, rate in rates.items() if rate is not None}
             if len(rates) == len(self.tracks):
                 for worker, median in find_stragglers(rates):
                     self.hub.publish(Straggler(self.job, self.run_id, worker, rates[worker], median, unit=unit,

@@ -18,7 +18,7 @@ line of kilobytes. `ConsoleLines` replays the bytes on a one-line terminal model
 - Trailing blanks are removed (the padding a shorter redraw writes over a longer one).
 
 `consumed` counts the input bytes up to and including the last newline, so a caller that
-follows a file by byte offset (logtail.FileResume) can resume at the start of the unfinished line,
+follows a file by byte offset (tail.FileResume) can resume at the start of the unfinished line,
 after `rewind()`.
 
 Usage:

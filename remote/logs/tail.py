@@ -16,7 +16,8 @@ from typing import Callable, Sequence
 
 from homegpu.remote.logs.classify import LineClassifier
 from homegpu.remote.logs.console import ConsoleLines
-from homegpu.remote.nodes import NODE_GONE, EventHub, NodeSession, tied_to_session
+from homegpu.remote.logs.metric import Metric
+from homegpu.remote.nodes import NODE_GONE, NodeSession, tied_to_session
 
 DEFAULT_MAX_LINES = 5_000
 RETRY_SECONDS = 1.0
@@ -27,8 +28,8 @@ class LogLine:
     """One line of a followed log; `seq` counts lines of that log from 1, across reconnects.
 
     `worker` names the job's worker the log belongs to (several may share a node), else the node.
-    `metric` is what the line reports when it is a metric line (log_lines.classify), else None:
-    views show those as progress, not as log text.
+    `metric` is what the line reports when it is a metric line (logs/classify.py), else None: a
+    run publishes those as WorkerMetric events, not as log text.
     """
 
     node: str
@@ -37,7 +38,7 @@ class LogLine:
     text: str
     worker: str = ""
     at: float = field(default_factory=time.time)
-    metric: dict | None = field(default=None, compare=False)
+    metric: Metric | None = field(default=None, compare=False)
 
 
 class _Resume:
@@ -91,11 +92,10 @@ class CommandResume(_Resume):
 class LogTail:
     """Follows one log on one node until stopped; the last `max_lines` lines stay in `lines`."""
 
-    def __init__(self, node: NodeSession, resume: _Resume, hub: EventHub | None = None,
-                 max_lines: int = DEFAULT_MAX_LINES,
+    def __init__(self, node: NodeSession, resume: _Resume, max_lines: int = DEFAULT_MAX_LINES,
                  on_line: Callable[[LogLine], None] | None = None, worker: str = "",
                  batch_size: int | None = None) -> None:
-        self.node, self.resume, self.hub, self.on_line = node, resume, hub, on_line
+        self.node, self.resume, self.on_line = node, resume, on_line
         self.worker = worker or node.name
         self.classifier = LineClassifier(batch_size)
         self.lines: collections.deque[LogLine] = collections.deque(maxlen=max_lines)
@@ -182,7 +182,5 @@ class LogTail:
         line = LogLine(self.node.name, self.resume.label, self.count, text, self.worker,
                        metric=self.classifier.classify(text))
         self.lines.append(line)
-        if self.hub:
-            self.hub.publish(line)
         if self.on_line:
             self.on_line(line)

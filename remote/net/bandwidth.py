@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Sequence
 
 from homegpu.remote.net.port_probe import parse_probe, probe_argv
-from homegpu.remote.nodes import NODE_GONE, NodeError, NodeOffline, NodeSession, RemoteProcess, TransportError
+from homegpu.remote.nodes import (
+    NODE_GONE, NodeError, NodeOffline, NodeSession, RemoteProcess, TransportError, format_bytes,
+)
 
 if TYPE_CHECKING:
     from homegpu.remote.nodes import Cluster
@@ -199,14 +201,6 @@ def format_duration(seconds: float) -> str:
     if seconds < 0.01:
         return f"{seconds * 1000:.1f} ms"
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
-
-
-def format_bytes(count: float) -> str:
-    """Decimal units, as network speeds are: `102.4 MB`."""
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if count >= size:
-            return f"{count / size:.1f} {unit}"
-    return f"{count:.0f} B"
 
 
 def iperf3_seconds(seconds: float) -> int:

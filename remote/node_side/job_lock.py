@@ -1,4 +1,4 @@
-"""The node side of run_lock.py: read, take, refresh or drop one job's lock file.
+"""The node side of jobs/lock.py: read, take, refresh or drop one job's lock file.
 
 STDLIB ONLY, Python 3.8+: it is sent to the chief's node as `python -I -S -c <this file> COMMAND
 JSON` and prints one JSON object. Every command runs under flock() on LOCK_DIR/.mutex, so reading

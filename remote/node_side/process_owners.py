@@ -1,6 +1,6 @@
 """Who owns a process on this node: a homegpu worker, another container, or some user's process.
 
-STDLIB ONLY, Python 3.8+: the stats agent runs it on the node (``stats_agent_bundle`` ships its
+STDLIB ONLY, Python 3.8+: the stats agent runs it on the node (``nodes/agent_bundle.py`` ships its
 source next to the agent's, or the agent loads it from its own folder), and it imports nothing
 from homegpu. The controller imports it too, for the marker names it gives workers.
 

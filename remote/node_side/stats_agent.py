@@ -3,7 +3,7 @@
 
 It runs on the node, not on the controller, so it is standard library only (Python 3.8+) and imports
 nothing from homegpu: the controller ships its source over the SSH session (see
-``stats_agent_bundle``), or it can be piped in as ``python3 -``. Every line is::
+``nodes/agent_bundle.py``), or it can be piped in as ``python3 -``. Every line is::
 
     {"v":1,"t":...,"source":"nvml"|"nvidia-smi"|"none","gpus":[...],"driver":..,"cuda":..,
      "cpu":..,"load":[1,5,15],"mem_used":..,"mem_total":..,"disk_free":..,"errors":[...]}
@@ -39,8 +39,7 @@ import types
 PROTOCOL_VERSION = 1
 GPU_SOURCES = ("nvml", "nvidia-smi", "none")  # what a line's "source" says
 SOURCES = ("auto", *GPU_SOURCES)  # what --source takes: "auto" tries them in order
-# The controller's pynvml source, put in this module's globals by the bundle's bootstrap
-# (stats_agent_bundle.py); run as a script, the agent has none and uses the node's own pynvml.
+# The controller's pynvml source, put here by the bundle's bootstrap (nodes/agent_bundle.py); else the node's own.
 SHIPPED_PYNVML = globals().get("SHIPPED_PYNVML", b"")
 # process_owners.py as a module, put in this module's globals by the bundle's bootstrap; run as a
 # script or imported, the agent loads it from its own folder (see ``load_process_owners``).

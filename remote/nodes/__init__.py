@@ -9,20 +9,21 @@ from homegpu.remote.nodes.agent_bundle import agent_command, agent_payload
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.nodes.connect import NodeError, OfferedKey, connect_wait, fetch_offered_key
 from homegpu.remote.nodes.events import (
-    RUN_ALERTS, Alert, AlertCommandFailed, AlertState, EventHub, JobState, JobStateChanged, Metric, NodeState,
+    RUN_ALERTS, Alert, AlertCommandFailed, AlertState, EventHub, JobState, JobStateChanged, NodeState,
     NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, Subscription, WorkerExited,
 )
 from homegpu.remote.nodes.owners import foreign_memory_warnings, is_run_worker, owner_text
 from homegpu.remote.nodes.session import NODE_GONE, NodeOffline, NodeSession
 from homegpu.remote.nodes.stats import NA, GpuStats, NodeStats, StatsParseError, describe_gpus, parse_agent_line
 from homegpu.remote.nodes.transport import CommandResult, RemoteProcess, SshTransport, TransportError, tied_to_session
+from homegpu.remote.nodes.units import MIB_PER_GIB, format_bytes, gib
 
 __all__ = [
-    "NA", "NODE_GONE", "RUN_ALERTS", "Alert", "AlertCommandFailed", "AlertState", "Cluster", "CommandResult",
-    "EventHub", "GpuStats", "JobState", "JobStateChanged", "Metric", "NodeError", "NodeOffline", "NodeSession",
+    "MIB_PER_GIB", "NA", "NODE_GONE", "RUN_ALERTS", "Alert", "AlertCommandFailed", "AlertState", "Cluster", "CommandResult",
+    "EventHub", "GpuStats", "JobState", "JobStateChanged", "NodeError", "NodeOffline", "NodeSession",
     "NodeState", "NodeStateChanged", "NodeStats", "NodeStatsUnavailable", "NodeStatsUpdated", "OfferedKey",
     "PreflightResult", "RemoteProcess", "SshTransport", "StatsParseError", "Straggler", "Subscription",
     "TransportError", "WorkerExited", "agent_command", "agent_payload", "connect_wait", "describe_gpus",
-    "fetch_offered_key", "foreign_memory_warnings", "hostkeys", "is_run_worker", "owner_text", "parse_agent_line",
+    "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib", "hostkeys", "is_run_worker", "owner_text", "parse_agent_line",
     "tied_to_session",
 ]

@@ -94,18 +94,6 @@ class PreflightResult:
 
 
 @dataclass(frozen=True)
-class Metric:
-    """One metric line a worker printed (see trainer/PROTOCOL.md); `data` is the parsed object."""
-
-    job: str
-    run_id: str
-    worker: str
-    index: int
-    data: dict
-    at: float = field(default_factory=time.time)
-
-
-@dataclass(frozen=True)
 class WorkerExited:
     job: str
     run_id: str

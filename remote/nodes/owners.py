@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from homegpu.remote.nodes.stats import NA, GpuProcess, NodeStats, ProcessOwner
+from homegpu.remote.nodes.units import gib
 
 FOREIGN_SHARE = 0.10  # another process holding more than this share of a job's GPU is worth a warning
 
@@ -40,10 +41,6 @@ def is_run_worker(process: GpuProcess, run_id: str) -> bool:
     return owner is not None and owner.kind == "worker" and bool(run_id) and owner.run_id == run_id
 
 
-def _gib(mib: float) -> str:
-    return f"{mib / 1024:.1f} GiB"
-
-
 def foreign_memory_warnings(node: str, stats: NodeStats | None, gpus: Iterable[int] | None, run_id: str,
                             share: float = FOREIGN_SHARE) -> list[str]:
     """One line per process outside run `run_id` holding more than `share` of a GPU the job uses.
@@ -66,7 +63,7 @@ def foreign_memory_warnings(node: str, stats: NodeStats | None, gpus: Iterable[i
             mem = process.mem
             if is_run_worker(process, run_id) or not isinstance(mem, (int, float)) or mem <= share * total:
                 continue
-            lines.append(f"{node}: GPU {gpu.index} already holds {_gib(mem)} ({100 * mem / total:.0f}%) for "
+            lines.append(f"{node}: GPU {gpu.index} already holds {gib(mem)} GiB ({100 * mem / total:.0f}%) for "
                          f"pid {process.pid} {process.name} ({owner_text(process.owner, run_id)}); the job's "
                          "workers there get that much less memory")
     return lines

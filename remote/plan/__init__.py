@@ -5,15 +5,17 @@ the pace (GPU models or the job's last run), the worker slots and the TF_CONFIG 
 from __future__ import annotations
 
 from homegpu.remote.plan.device_plan import DevicePlan, DevicePlanError, container_env, docker_device_ids, process_env
+from homegpu.remote.plan.gpu_speed import short_gpu_name
 from homegpu.remote.plan.last_run import last_timeline
+from homegpu.remote.plan.layout import JobLayout, lay_out
 from homegpu.remote.plan.tfconfig import (
-    JobConfigError, WorkerSlot, find_job, job_device_plan, job_nodes, plan_counts, tf_config, tf_config_json,
+    JobConfigError, WorkerSlot, find_job, job_nodes, tf_config, tf_config_json,
     worker_slots,
 )
 from homegpu.remote.plan.worker_devices import WorkerDevices
 
 __all__ = [
-    "DevicePlan", "DevicePlanError", "JobConfigError", "WorkerDevices", "WorkerSlot", "container_env",
-    "docker_device_ids", "find_job", "job_device_plan", "job_nodes", "last_timeline", "plan_counts", "process_env",
+    "DevicePlan", "DevicePlanError", "JobConfigError", "JobLayout", "WorkerDevices", "WorkerSlot", "container_env",
+    "docker_device_ids", "find_job", "job_nodes", "last_timeline", "lay_out", "process_env", "short_gpu_name",
     "tf_config", "tf_config_json", "worker_slots",
 ]

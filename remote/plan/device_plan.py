@@ -12,7 +12,7 @@ Layouts (``workers_per_node``):
   share a GPU unless ``share_gpus`` is set (then worker i gets GPU i mod the GPU count).
 
 Workers are numbered in node order, then slot order within a node, as TF_CONFIG lists them
-(``tfconfig.py``). The pace advice is in ``device_pace.py``.
+(``tfconfig.py``). The pace advice is in ``pace.py``.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from homegpu.remote.config import PER_GPU
 from homegpu.remote.plan.pace import PaceAdvice, advise_pace
 from homegpu.remote.plan.worker_devices import WorkerDevices
+from homegpu.trainer.cli import COLLECTIVE_ENV
 
-PER_GPU = "per-gpu"
 NCCL, RING = "NCCL", "RING"
-COLLECTIVE_ENV = "HOMEGPU_COLLECTIVE"
 HIDE_ALL_GPUS = "-1"  # CUDA_VISIBLE_DEVICES value that leaves a process no GPU at all
 
 
@@ -124,7 +124,7 @@ def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_si
         batch_size: the job's per-worker batch size.
         share_gpus: let several workers of a node use one GPU when it has fewer GPUs than workers.
         measured: examples/s per worker label from the job's last run, for the pace advice
-            (see ``device_pace.advise_pace``); without it the GPU models decide.
+            (see ``pace.advise_pace``); without it the GPU models decide.
 
     Raises:
         DevicePlanError: a node's GPUs are unknown, its GPUs do not split between its workers, the

@@ -6,7 +6,7 @@ rate. What tells them apart is how busy each one's device was meanwhile: a GPU b
 could have gone about 14× faster alone. So a worker's own speed is estimated as its examples/s
 divided by its GPUs' mean utilisation while it trained; a CPU worker counts as always busy (it is
 what the others wait for). A worker whose GPUs left no utilisation in the timeline gets no
-estimate, and then the GPU table decides for the whole job (device_pace.advise_pace).
+estimate, and then the GPU table decides for the whole job (pace.advise_pace).
 """
 
 from __future__ import annotations
@@ -16,15 +16,14 @@ from pathlib import Path
 from typing import Sequence
 
 from homegpu.remote.plan.worker_devices import WorkerDevices
-from homegpu.remote.record import NodeTimeline, Timeline, WorkerTimeline, load_timeline, read_meta
+from homegpu.remote.record import NodeTimeline, Timeline, WorkerTimeline, load_timeline, read_meta, timelines
 
-TIMELINE = "timeline.sqlite"
 MIN_BUSY = 0.02  # below this a GPU's utilisation says "idle", not "50× faster": no estimate
 
 
 def last_timeline(experiments: Path, job: str) -> Timeline | None:
     """The timeline of `job`'s most recent run under `experiments` that trained; None without one."""
-    runs = sorted(Path(experiments).glob(f"*/{TIMELINE}"), key=_mtime, reverse=True)
+    runs = sorted(timelines(experiments), key=_mtime, reverse=True)
     for path in runs:
         try:  # the meta table first: other jobs' runs are never read whole
             timeline = load_timeline(path) if read_meta(path).get("job") == job else None

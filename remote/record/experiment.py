@@ -1,4 +1,4 @@
-"""The run's record on the machine that runs homegpu: experiments/RUN-ID/{logs/LABEL.log, metrics.jsonl, model/}."""
+"""The run's record on the machine that runs homegpu: its workers' logs and metrics as they arrive, and run.json."""
 
 from __future__ import annotations
 
@@ -7,27 +7,28 @@ import statistics
 from pathlib import Path
 from typing import IO
 
+from homegpu.remote.logs import Metric
+from homegpu.remote.record.run_folder import RunFolder
+
 
 class ExperimentLog:
     """Appends every worker's log lines and every metric as they arrive; closes cleanly."""
 
     def __init__(self, root: Path, run_id: str) -> None:
-        self.dir = root / run_id
-        self.logs_dir = self.dir / "logs"
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
-        self.output_dir = self.dir / "output"  # what the chief wrote in its output dir (remote/jobs/outputs.py)
+        self.folder = RunFolder.of(root, run_id)
+        self.folder.logs.mkdir(parents=True, exist_ok=True)
         self._logs: dict[str, IO[str]] = {}
-        self._metrics = open(self.dir / "metrics.jsonl", "a", encoding="utf-8")
+        self._metrics = open(self.folder.metrics, "a", encoding="utf-8")
 
     def log_line(self, worker: str, text: str) -> None:
         handle = self._logs.get(worker)
         if handle is None:
-            handle = self._logs[worker] = open(self.logs_dir / f"{worker}.log", "a", encoding="utf-8")
+            handle = self._logs[worker] = open(self.folder.log(worker), "a", encoding="utf-8")
         handle.write(text + "\n")
         handle.flush()
 
-    def metric(self, worker: str, data: dict) -> None:
-        self._metrics.write(json.dumps({"worker_label": worker, **data}) + "\n")
+    def metric(self, worker: str, metric: Metric) -> None:
+        self._metrics.write(json.dumps({"worker_label": worker, **metric.fields}) + "\n")
         self._metrics.flush()
 
     def close(self) -> None:
@@ -50,9 +51,6 @@ def find_stragglers(rates: dict[str, float], threshold: float = 0.6) -> list[tup
     return slow
 
 
-RUN_MANIFEST = "run.json"
-
-
 def write_run_manifest(run_dir: Path, job_settings: dict, tf_configs: dict[str, str],
                        bandwidth: dict | None = None) -> Path:
     """Write run_dir/run.json: the job's settings, each worker's TF_CONFIG and the bandwidth matrix.
@@ -66,7 +64,7 @@ def write_run_manifest(run_dir: Path, job_settings: dict, tf_configs: dict[str, 
             or None when none was measured.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / RUN_MANIFEST
+    path = RunFolder(run_dir).manifest
     manifest = {"run_id": run_dir.name, "job": job_settings, "tf_configs": tf_configs, "bandwidth": bandwidth}
     path.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
     return path

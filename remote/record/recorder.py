@@ -16,10 +16,8 @@ from homegpu.remote.net import bandwidth_store
 from homegpu.remote.nodes import Cluster
 from homegpu.remote.record.experiment import write_run_manifest
 from homegpu.remote.record.report import ReportError, write_report
+from homegpu.remote.record.run_folder import RunFolder
 from homegpu.remote.record.timeline import TimelineRecorder
-
-TIMELINE = "timeline.sqlite"
-
 
 class RunRecord:
     """Records one run into `run_dir` from start() until close().
@@ -32,7 +30,7 @@ class RunRecord:
 
     def __init__(self, cluster: Cluster, run_dir: Path, nodes: Iterable[str], run_id: str, job: str) -> None:
         self.cluster, self.run_dir = cluster, Path(run_dir)
-        self.recorder = TimelineRecorder(self.run_dir / TIMELINE, nodes=list(nodes))
+        self.recorder = TimelineRecorder(RunFolder(self.run_dir).timeline, nodes=list(nodes))
         self.recorder.set_meta(run_id=run_id, job=job)
         self._task: asyncio.Task | None = None
 

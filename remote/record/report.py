@@ -1,8 +1,6 @@
 """The run report: experiments/RUN-ID/report.html, one self-contained page (inline SVG and CSS, no script,
-no network) that shows what the GPUs, the network and the workers did, and why the run was slow.
-
-Inputs, all under the run's folder: timeline.sqlite (remote/record/timeline.py), metrics.jsonl and logs/
-(remote/record/experiment.py), and run.json (experiment.write_run_manifest: settings, TF_CONFIGs, bandwidth).
+no network) that shows what the GPUs, the network and the workers did, and why the run was slow. It reads
+the run's folder (run_folder.py): the timeline, metrics.jsonl, logs/ and run.json (settings, TF_CONFIGs).
 """
 
 from __future__ import annotations
@@ -13,6 +11,7 @@ from html import escape
 from pathlib import Path
 
 from homegpu.remote.net import BandwidthMatrix, LinkResult, advice, format_gbits
+from homegpu.remote.nodes import MIB_PER_GIB
 from homegpu.remote.record.report_analysis import RunFigures, human_duration, run_figures, summary_text, what_limited
 from homegpu.remote.record.report_inputs import (
     ReportError, log_tails, matrix_from_json, read_manifest, workers_from_metrics,
@@ -21,9 +20,9 @@ from homegpu.remote.record.report_page import card, figure, page, table
 from homegpu.remote.record.report_svg import (
     EVENT_COLOURS, SERIES_COLOURS, Line, Marker, format_clock, legend, line_chart,
 )
+from homegpu.remote.record.run_folder import RunFolder
 from homegpu.remote.record.timeline_schema import Series, Timeline, WorkerTimeline, read_timeline
 
-REPORT_FILE = "report.html"
 MAX_EVENT_ROWS = 300
 _WIDE, _HALF, _QUARTER = 1120, 548, 268
 
@@ -111,12 +110,12 @@ def _nodes(timeline: Timeline, start: float, end: float, markers: list[Marker]) 
         gpus = node.gpus
         colour = [SERIES_COLOURS[i % len(SERIES_COLOURS)] for i in range(len(gpus))]
         names = [f"GPU {g.index}" for g in gpus]
-        total = max((g.mem_total or 0 for g in gpus), default=0) / 1024
+        total = max((g.mem_total or 0 for g in gpus), default=0) / MIB_PER_GIB
         charts = []
         if gpus:
             for caption, unit, field, factor, bounds in (
                     ("GPU util", "%", "util", 1, (0, 100)),
-                    ("GPU memory", "GiB", "mem_used", 1 / 1024, (0, total or None)),
+                    ("GPU memory", "GiB", "mem_used", 1 / MIB_PER_GIB, (0, total or None)),
                     ("GPU power", "W", "power", 1, (0, None))):
                 lines = [Line(n, c, _scaled(getattr(g, field), factor)) for n, c, g in zip(names, colour, gpus)]
                 charts.append(figure(caption, unit, legend(lines),
@@ -212,8 +211,8 @@ def write_report(run_dir: Path, bandwidth: BandwidthMatrix | None = None) -> tup
     Raises:
         ReportError: the folder has neither timeline.sqlite nor metrics.jsonl, or run.json is not JSON.
     """
-    run_dir = Path(run_dir)
-    timeline_path, metrics_path = run_dir / "timeline.sqlite", run_dir / "metrics.jsonl"
+    folder = RunFolder(Path(run_dir))
+    run_dir, timeline_path, metrics_path = folder.path, folder.timeline, folder.metrics
     if not timeline_path.is_file() and not metrics_path.is_file():
         raise ReportError(
             f"{run_dir}: no timeline.sqlite or metrics.jsonl; is this a run's folder (experiments/RUN-ID)?")
@@ -240,6 +239,5 @@ def write_report(run_dir: Path, bandwidth: BandwidthMatrix | None = None) -> tup
         f"<footer>Written by homegpu from {escape(run_dir.name)}/timeline.sqlite, metrics.jsonl, run.json and logs/. "
         "Times on the axes are since the run's start.</footer>",
     ])
-    path = run_dir / REPORT_FILE
-    path.write_text(page(f"{job} {run_id}: homegpu report", body), encoding="utf-8")
-    return path, summary_text(job, run_id, figures, limits)
+    folder.report.write_text(page(f"{job} {run_id}: homegpu report", body), encoding="utf-8")
+    return folder.report, summary_text(job, run_id, figures, limits)

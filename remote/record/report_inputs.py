@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from homegpu.remote.net import BandwidthMatrix, LinkResult
-from homegpu.remote.record.experiment import RUN_MANIFEST
+from homegpu.remote.record.run_folder import RunFolder
 from homegpu.remote.record.timeline_schema import Series, WorkerTimeline
 
 LOG_TAIL_LINES = 15
@@ -23,7 +23,7 @@ def read_manifest(run_dir: Path) -> dict:
     Raises:
         ReportError: run.json is not JSON; the message names it.
     """
-    path = run_dir / RUN_MANIFEST
+    path = RunFolder(run_dir).manifest
     if not path.is_file():
         return {}
     try:
@@ -79,6 +79,6 @@ def matrix_from_json(bandwidth: dict | None) -> BandwidthMatrix | None:
 
 def log_tails(run_dir: Path) -> dict[str, list[str]]:
     """The last LOG_TAIL_LINES lines of each logs/WORKER.log."""
-    logs = sorted((run_dir / "logs").glob("*.log")) if (run_dir / "logs").is_dir() else []
+    logs = sorted(RunFolder(run_dir).logs.glob("*.log"))
     return {path.stem: path.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:]
             for path in logs}

@@ -17,8 +17,9 @@ import sqlite3
 from pathlib import Path
 from typing import Iterable
 
+from homegpu.remote.logs import Metric, WorkerMetric
 from homegpu.remote.nodes import (
-    NA, Alert, AlertCommandFailed, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged,
+    NA, Alert, AlertCommandFailed, JobState, JobStateChanged, NodeState, NodeStateChanged,
     NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,
 )
 from homegpu.remote.record.downsample import bucket_time_sql
@@ -177,23 +178,23 @@ class TimelineRecorder:
              _stat(gpu.temp), _stat(gpu.power), _stat(gpu.sm_clock))
             for gpu in stats.gpus)
 
-    def _metric(self, event: Metric) -> None:
-        data, kind = event.data, event.data.get("event")
-        if kind == "start":
-            if _num(data.get("batch_size")):
-                self._batch_sizes[event.worker] = data["batch_size"]
-            self.record_event("worker_start", event.at, _start_summary(data), worker=event.worker, details=data)
-        elif kind == "error":
-            self.record_event("worker_error", event.at, str(data.get("message", "")), worker=event.worker,
-                              details=data)
-        if kind not in _WORKER_SAMPLE_EVENTS:
+    def _metric(self, event: WorkerMetric) -> None:
+        metric = event.metric
+        if metric.event == "start":
+            if metric.batch_size:
+                self._batch_sizes[event.worker] = metric.batch_size
+            self.record_event("worker_start", event.at, _start_summary(metric), worker=event.worker,
+                              details=dict(metric.fields))
+        elif metric.event == "error":
+            self.record_event("worker_error", event.at, metric.message, worker=event.worker,
+                              details=dict(metric.fields))
+        if metric.event not in _WORKER_SAMPLE_EVENTS:
             return
-        rate = _num(data.get("examples_per_sec"))
+        rate = metric.examples_per_sec
         batch = self._batch_sizes.get(event.worker)
         self._pending["worker_samples"].append(
-            (event.at, event.worker, kind, _num(data.get("epoch")), _num(data.get("step")), _num(data.get("loss")),
-             _num(data.get("accuracy")), _num(data.get("val_loss")), _num(data.get("val_accuracy")), rate,
-             rate / batch if rate is not None and batch else None))
+            (event.at, event.worker, metric.event, metric.epoch, metric.step, metric.loss, metric.accuracy,
+             metric.val_loss, metric.val_accuracy, rate, rate / batch if rate is not None and batch else None))
 
     def _job_state(self, event: JobStateChanged) -> None:
         details = {"state": event.state.value, "generation": event.generation, "restarts": event.restarts,
@@ -282,7 +283,7 @@ _NODE_EVENTS = (NodeStatsUpdated, NodeStateChanged, NodeStatsUnavailable)
 
 _HANDLERS = {
     NodeStatsUpdated: TimelineRecorder._stats,
-    Metric: TimelineRecorder._metric,
+    WorkerMetric: TimelineRecorder._metric,
     JobStateChanged: TimelineRecorder._job_state,
     PreflightResult: TimelineRecorder._preflight,
     WorkerExited: TimelineRecorder._worker_exit,
@@ -294,9 +295,9 @@ _HANDLERS = {
 }
 
 
-def _start_summary(data: dict) -> str:
-    if data.get("resumed"):
-        return f"started, resumed at epoch {data.get('initial_epoch')}"
+def _start_summary(metric: Metric) -> str:
+    if metric.fields.get("resumed"):
+        return f"started, resumed at epoch {metric.initial_epoch}"
     return "started"
 
 

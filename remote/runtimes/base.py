@@ -3,7 +3,7 @@
 A runtime turns a WorkerLaunch (pure data: what to run, with which TF_CONFIG, where on the node)
 into a running worker and answers for it afterwards. State lives on the node (pid files, container
 labels), so any homegpu process can find, follow and stop workers it did not start.
-Implementations: process_runtime.ProcessRuntime, docker_runtime.DockerRuntime; runtime_factory picks one.
+Implementations: process_runtime.ProcessRuntime, docker_runtime.DockerRuntime; factory.make_runtime picks one.
 """
 
 from __future__ import annotations

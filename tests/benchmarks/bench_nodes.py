@@ -38,13 +38,13 @@ import tomli_w
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 
-from gpu_replay import APP_QUERY, FORMAT, GPU_QUERY, write_replay_nvidia_smi  # noqa: E402
+from gpu_replay import FORMAT, GPU_QUERY, write_replay_nvidia_smi  # noqa: E402
 import simnet  # noqa: E402
 from simcluster import SimCluster  # noqa: E402
 
 from helpers import homegpu_argv  # noqa: E402
 
-from homegpu.remote import stats_agent  # noqa: E402
+from homegpu.remote.node_side import stats_agent  # noqa: E402
 from homegpu.remote.config.cluster_spec import load_cluster  # noqa: E402
 from homegpu.remote.net.bandwidth import RESNET50_PARAMS, BandwidthMatrix, LinkResult, advice  # noqa: E402
 from homegpu.remote.nodes.cluster import Cluster  # noqa: E402

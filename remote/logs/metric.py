@@ -1,0 +1,96 @@
+"""A metric a worker reported, as one typed value, and the event that publishes it once.
+
+A metric line (the HOMEGPU_METRIC protocol, trainer/PROTOCOL.md) or Keras's own progress output
+becomes a Metric where its line is read (logs/classify.py). A run publishes it once, as a
+WorkerMetric on the hub; the job panel, the progress lines, the timeline, the alerts, the straggler
+check and the summary read its figures through the properties here, so the line's keys are spelled
+in this module only. `fields` keeps everything the line said, for metrics.jsonl.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+PROGRESS_EVENTS = frozenset({"step", "epoch", "end"})  # lines that prove training ran
+FIGURES = ("loss", "accuracy", "val_loss", "val_accuracy")
+RATE_UNITS = {"examples_per_sec": "examples/s", "steps_per_sec": "steps/s"}  # a worker's pace, best first
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What one metric line said; a figure the line did not carry (or carried as a non-number) is None."""
+
+    fields: Mapping[str, Any]
+
+    @property
+    def event(self) -> str:
+        """"start", "step", "epoch", "end", "error", "saving", "evaluate", …"""
+        return str(self.fields.get("event", ""))
+
+    @property
+    def progressed(self) -> bool:
+        """Whether this line proves that training ran (a step, an epoch, the end)."""
+        return self.event in PROGRESS_EVENTS
+
+    def number(self, key: str) -> float | None:
+        value = self.fields.get(key)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    def count(self, key: str) -> int | None:
+        value = self.fields.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    epoch = property(lambda self: self.count("epoch"))
+    epochs = property(lambda self: self.count("epochs"))
+    step = property(lambda self: self.count("step"))
+    steps_per_epoch = property(lambda self: self.count("steps_per_epoch"))
+    initial_epoch = property(lambda self: self.count("initial_epoch"))
+    params = property(lambda self: self.count("params"))
+    batch_size = property(lambda self: self.count("batch_size"))
+    loss = property(lambda self: self.number("loss"))
+    accuracy = property(lambda self: self.number("accuracy"))
+    val_loss = property(lambda self: self.number("val_loss"))
+    val_accuracy = property(lambda self: self.number("val_accuracy"))
+    examples_per_sec = property(lambda self: self.number("examples_per_sec"))
+    steps_per_sec = property(lambda self: self.number("steps_per_sec"))
+
+    @property
+    def message(self) -> str:
+        """An "error" line's message."""
+        return str(self.fields.get("message", ""))
+
+    @property
+    def has_validation(self) -> bool:
+        return "val_loss" in self.fields
+
+    def figures(self) -> dict[str, float | None]:
+        """loss and accuracy, then the val_ figures when the line has them."""
+        names = [name for name in FIGURES if name in ("loss", "accuracy") or name in self.fields]
+        return {name: self.number(name) for name in names}
+
+    def rate(self) -> tuple[float | None, str]:
+        """examples/s, else steps/s (Keras's output of a script whose batch size homegpu does not know)."""
+        if self.examples_per_sec is not None or "steps_per_sec" not in self.fields:
+            return self.examples_per_sec, RATE_UNITS["examples_per_sec"]
+        return self.steps_per_sec, RATE_UNITS["steps_per_sec"]
+
+    def merged(self, newer: Metric) -> Metric:
+        """This metric with `newer`'s fields on top: a worker's latest figure of each kind."""
+        return Metric({**self.fields, **newer.fields})
+
+
+NO_METRIC = Metric({})
+
+
+@dataclass(frozen=True)
+class WorkerMetric:
+    """The hub's event for a metric line of a run's worker (its LogLine is not published too)."""
+
+    job: str
+    run_id: str
+    worker: str
+    index: int
+    metric: Metric
+    at: float = field(default_factory=time.time)

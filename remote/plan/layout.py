@@ -1,0 +1,65 @@
+"""A job laid out on its nodes: the device plan and the worker slots, from the nodes' latest stats.
+
+The one place that turns a job into its workers: the run, `homegpu jobs`/`logs`/`stop`, the TUI's
+launch dialog and `homegpu tfconfig` all call `lay_out`, so they cannot disagree about how many
+workers a node runs or which GPUs each one gets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from homegpu.remote.config import ClusterSpec, JobSpec
+from homegpu.remote.plan.device_plan import DevicePlan, DevicePlanError
+from homegpu.remote.plan.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, worker_slots
+from homegpu.remote.record import Timeline
+
+
+@dataclass(frozen=True)
+class JobLayout:
+    """The job's workers in TF_CONFIG order, and the device plan that placed them.
+
+    `plan` is None when it cannot be made: `silent` names the nodes that sent no stats yet (then a
+    "per-gpu" node counts one worker), or `refusal` says in one line why the layout cannot run.
+    """
+
+    slots: tuple[WorkerSlot, ...]
+    plan: DevicePlan | None = None
+    silent: tuple[str, ...] = ()
+    refusal: str = ""
+
+    def why_no_plan(self) -> str:
+        """What the launch dialog shows in place of the plan ("" when there is one)."""
+        if self.refusal:
+            return f"launch would be refused: {self.refusal}"
+        if self.silent:
+            return f"no device plan yet: no stats from {', '.join(self.silent)}"
+        return ""
+
+    def plan_lines(self) -> list[str]:
+        """The plan as `homegpu tfconfig` and the launch dialog print it, or why there is none."""
+        if self.plan:
+            return self.plan.lines([slot.endpoint for slot in self.slots])
+        return [self.why_no_plan()] if self.why_no_plan() else []
+
+
+def lay_out(cluster: ClusterSpec, job: JobSpec, stats: Mapping[str, Any], addresses: Mapping[str, str] | None = None,
+            last_run: Timeline | None = None, need_plan: bool = False) -> JobLayout:
+    """Lay `job` out on its nodes.
+
+    Args:
+        stats: node name -> its latest NodeStats (its GPUs); a node missing from it, or None, is silent.
+        addresses: node name -> resolved cluster address (Cluster.addresses()); see worker_slots.
+        last_run: the job's last run's timeline, for the pace advice (plan.last_run.last_timeline).
+        need_plan: a silent node is a refusal (a launch), not a plan still to come (a preview).
+    """
+    silent = tuple(node.name for node in job_nodes(cluster, job) if stats.get(node.name) is None)
+    plan, refusal = None, ""
+    if need_plan or not silent:
+        try:
+            plan = job_device_plan(cluster, job, stats, last_run)
+        except DevicePlanError as exc:
+            refusal = f"job {job.name}: {exc}"
+    slots = worker_slots(cluster, job, addresses, plan_counts(plan) if plan else None)
+    return JobLayout(slots, plan, silent, refusal)

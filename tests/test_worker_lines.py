@@ -1,0 +1,57 @@
+"""A run's workers' lines reach the hub once each: a log line as its LogLine, a metric line as one
+WorkerMetric (never also as log text), and into the run's record."""
+
+from __future__ import annotations
+
+from homegpu.remote.config import NodeSpec
+from homegpu.remote.jobs.watch import WorkerTrack
+from homegpu.remote.jobs.worker_logs import WorkerLines
+from homegpu.remote.logs import LogLine, Metric, WorkerMetric, classify
+from homegpu.remote.nodes import EventHub, Straggler
+from homegpu.remote.plan import WorkerSlot
+from homegpu.remote.record import ExperimentLog
+from homegpu.trainer.metrics import format_metric
+
+
+def tracks(*labels: str) -> dict[str, WorkerTrack]:
+    slots = [WorkerSlot(index, NodeSpec(label, "local"), 0, 23456 + index, "127.0.0.1")
+             for index, label in enumerate(labels)]
+    return {slot.label: WorkerTrack(slot, runtime=None) for slot in slots}
+
+
+def line(worker: str, seq: int, text: str) -> LogLine:
+    return LogLine(worker, "log", seq, text, worker, metric=classify(text))
+
+
+def published(hub: EventHub, feed) -> list[object]:
+    with hub.subscribe() as events:
+        feed()
+        return events.drain(1000)
+
+
+def test_a_metric_line_is_published_once_as_a_worker_metric_and_a_log_line_as_a_log_line(tmp_path):
+    hub, workers = EventHub(), tracks("big")
+    experiment = ExperimentLog(tmp_path, "run-1")
+    take = WorkerLines("demo", "run-1", hub, workers, experiment)._taker(workers["big"])
+    epoch = format_metric(event="epoch", epoch=1, epochs=2, loss=0.5, examples_per_sec=900.0)
+    events = published(hub, lambda: [take(line("big", 1, epoch)), take(line("big", 2, "plain"))])
+    experiment.close()
+    assert [type(e) for e in events] == [WorkerMetric, LogLine]
+    assert events[0].metric == Metric({"event": "epoch", "epoch": 1, "epochs": 2, "loss": 0.5, "examples_per_sec": 900.0})
+    assert events[1].text == "plain"
+    assert workers["big"].progressed and workers["big"].last_metric.loss == 0.5
+    assert experiment.folder.log("big").read_text().splitlines() == [epoch, "plain"]
+    assert '"loss": 0.5' in experiment.folder.metrics.read_text()
+
+
+def test_a_slow_worker_is_a_straggler_once_every_worker_reported_the_epoch():
+    hub, workers = EventHub(), tracks("fast", "slow", "mid")
+    lines = WorkerLines("demo", "run-1", hub, workers, None)
+    rates = {"fast": 1000.0, "mid": 980.0, "slow": 300.0}
+
+    def feed():
+        for seq, (worker, rate) in enumerate(rates.items(), 1):
+            lines._taker(workers[worker])(line(worker, seq, format_metric(event="epoch", epoch=2, examples_per_sec=rate)))
+
+    stragglers = [e for e in published(hub, feed) if isinstance(e, Straggler)]
+    assert [(s.worker, s.examples_per_sec, s.unit, s.epoch) for s in stragglers] == [("slow", 300.0, "examples/s", 2)]
