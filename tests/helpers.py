@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 import sys
@@ -52,6 +53,11 @@ def job_table(**overrides) -> dict:
              "batch_size": 32, "port": free_job_port(), "stall_timeout": 120.0, "max_restarts": 2}
     table.update(overrides)
     return table
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """experiments/RUN-ID/metrics.jsonl, each line with its worker_label."""
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def write_config(sim: SimCluster, path: Path, **job) -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import homegpu, homegpu_argv, job_table, wait_for, worker_processes, write_config
+from helpers import homegpu, homegpu_argv, job_table, read_metrics, wait_for, worker_processes, write_config
 from simcluster import free_job_port
 
 from homegpu.remote.record.timeline import load_timeline
@@ -24,10 +25,6 @@ from homegpu.remote.record.timeline import load_timeline
 pytestmark = pytest.mark.cluster
 
 TUTORIAL = Path(__file__).parent / "fixtures" / "trainer" / "tutorial_script.py"
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def only_run(tmp_path: Path) -> Path:
@@ -97,16 +94,20 @@ def test_killed_worker_restarts_everyone_and_resumes(sim_cluster, tmp_path):
     assert (only_run(tmp_path) / "report.html").is_file() and "report.html" in text
 
 
-def test_a_node_that_dies_mid_job_fails_the_run_with_the_reason_after_its_restarts(sim_cluster, tmp_path):
-    """The machine itself goes away: each restart fails to start there and uses up a restart."""
-    config = write_config(sim_cluster, tmp_path, epochs=20, steps_per_epoch=20, max_restarts=2)
+def test_a_node_that_dies_mid_job_is_waited_for_then_the_run_fails_naming_it(sim_cluster, tmp_path):
+    """The machine itself goes away for good: the restart waits reconnect_timeout for it (using up one
+    restart, not one per try against the offline node), then the run fails saying why."""
+    config = write_config(sim_cluster, tmp_path, epochs=20, steps_per_epoch=20, max_restarts=2,
+                          reconnect_timeout=8)
     node2 = sim_cluster.node("node2")
     try:
         status, text = run_and_strike(config, tmp_path, "node2 * epoch 1/20", node2.kill)
     finally:
         node2.restart()
     assert status == 1, text
-    assert "restarts 2" in text and "restart failed: node2" in text, text
+    assert "waiting up to 8 s for node2 to come back (offline)" in text, text
+    assert "restart failed: node2 did not come back within 8 s (offline: " in text, text
+    assert "restarts 1" in text and "restarts 2" not in text, text
     assert not any(line.startswith("Traceback") for line in text.splitlines()), text  # the workers' own may show
     assert not worker_processes(sim_cluster)
 
@@ -263,4 +264,40 @@ def test_two_runs_of_one_job_started_together_train_once(sim_cluster, tmp_path):
     runs = {path.name for cwd in (here, there) for path in (cwd / "experiments").iterdir()}
     assert len(runs) == 1, runs
     assert all("generation 2" not in text for text in outputs)  # nobody burned restarts on a taken port
+    assert not worker_processes(sim_cluster)
+
+
+FILL_50_MB = """\
+with open("model.bin", "wb") as out:  # in the worker's output dir, on the node's work dir
+    for _ in range(50):
+        out.write(b"x" * 1_000_000)
+"""
+
+
+def test_a_full_disk_on_a_node_is_named_with_its_room_and_the_partial_output_marked(sim_cluster, tmp_path):
+    """node1's work dir is a 30 MB filesystem and the script writes 50 MB there: the run ends at once
+    naming the node, the filesystem, the room left and the fix (not "vanished", not restarted), what
+    the chief wrote comes home marked partial, and no empty or half-written state file is left."""
+    node1 = sim_cluster.node("node1")
+    (tmp_path / "fill").mkdir()
+    (tmp_path / "fill" / "fill.py").write_text(FILL_50_MB)
+    config = write_config(sim_cluster, tmp_path, script="fill/fill.py", nodes=["node1"])
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=30m", "tmpfs", str(node1.work_dir)], check=True)
+    try:
+        node1.restart()  # its sshd's mount namespace binds the small disk as ~/.homegpu
+        result = homegpu("--config", str(config), "run", "demo", "--no-tui", cwd=tmp_path, timeout=300)
+        left_on_node = sorted(p.name for p in (node1.work_dir / "runs").glob("*/*")
+                              if p.name.endswith(".tmp") or (p.suffix == ".exit" and not p.stat().st_size))
+    finally:
+        node1.stop()
+        subprocess.run(["umount", "-l", str(node1.work_dir)], check=False)
+        node1.start()
+    text = result.stdout + result.stderr
+    assert result.returncode == 1, text
+    assert re.search(r"run failed: node1: no space left on tmpfs \(tmpfs at \S+: \d+ MB free of 30 MB\)", text), text
+    assert "set work_dir in cluster.toml to a disk with room" in text, text
+    assert "vanished" not in text and "did not start" not in text and "generation 2" not in text, text
+    assert "the chief's partial output (model.bin; partial: the run failed: node1: no space left" in text, text
+    assert (only_run(tmp_path) / "output" / "PARTIAL.txt").read_text().startswith("Partial: the run failed")
+    assert left_on_node == [], f"half-written or empty state files on node1: {left_on_node}"
     assert not worker_processes(sim_cluster)

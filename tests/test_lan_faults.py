@@ -19,11 +19,12 @@ import threading
 
 import pytest
 
-from helpers import homegpu_argv, worker_processes, write_config
+from helpers import homegpu_argv, job_table, read_metrics, worker_processes, write_config
 
 pytestmark = pytest.mark.cluster
 
 CUT_SECONDS = 25
+REBOOT_SECONDS = 20
 
 
 def test_a_25_second_link_cut_mid_job_is_ridden_out_with_no_restart_and_nothing_lost(sim_cluster, tmp_path):
@@ -56,4 +57,40 @@ def test_a_25_second_link_cut_mid_job_is_ridden_out_with_no_restart_and_nothing_
     epochs = [line for line in saved if re.search(r"\bepoch \d+/8\b", line) and "HOMEGPU_METRIC" not in line]
     numbers = [int(re.search(r"epoch (\d+)/8", line).group(1)) for line in epochs]
     assert numbers == list(range(1, 9)), f"a gap or a duplicate in node2's log: {numbers}"
+    assert not worker_processes(sim_cluster)
+
+
+def test_a_node_rebooted_mid_job_is_waited_for_and_the_job_resumes_with_default_settings(sim_cluster, tmp_path):
+    """The chief's machine reboots: node1's sshd, SSH sessions and worker are gone for 20 s, then sshd
+    is back (its disk, with the worker's backup, kept). node2's worker fails at once without its chief,
+    while node1 is still away. With the default max_restarts (3) and reconnect_timeout (300 s) the
+    restart waits for node1, rather than spending every restart against an offline node, and the job
+    resumes at its last epoch."""
+    job = {key: value for key, value in job_table(epochs=8, steps_per_epoch=40).items()
+           if key not in ("max_restarts", "stall_timeout")}  # the defaults, as a user's job has them
+    config = sim_cluster.write_cluster_toml(tmp_path / "cluster.toml", jobs={"demo": job})
+    node1 = sim_cluster.node("node1")
+    process = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    back = threading.Timer(REBOOT_SECONDS, node1.start)
+    output = []
+    try:
+        for line in process.stdout:
+            output.append(line)
+            if "node1 * epoch 2/8" in line and not back.is_alive() and not back.finished.is_set():
+                node1.kill()
+                back.start()
+        process.wait(timeout=600)
+    finally:
+        back.join()
+        node1.start()
+        process.kill()
+    text = "".join(output)
+    assert back.finished.is_set(), f"the job ended before node1 rebooted:\n{text}"
+    assert process.returncode == 0, text
+    assert "waiting up to 300 s for node1 to come back" in text, text
+    assert "restart failed" not in text and "== node node1 back online" in text, text
+    (run_dir,) = (tmp_path / "experiments").iterdir()
+    starts = [m for m in read_metrics(run_dir) if m.get("event") == "start" and m["worker_label"] == "node1"]
+    assert len(starts) >= 2 and starts[-1]["initial_epoch"] >= 2, f"node1 did not resume from its backup: {starts}"
     assert not worker_processes(sim_cluster)

@@ -8,19 +8,13 @@ import time
 
 import pytest
 
+from helpers import wait_until
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.nodes.events import NodeState
 
 pytestmark = pytest.mark.cluster
-
-
-async def wait_until(condition, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out: {condition.__code__.co_consts}"
-        await asyncio.sleep(0.05)
 
 
 class Writer(threading.Thread):
@@ -47,13 +41,13 @@ async def test_file_tail_survives_a_killed_node_without_gaps_or_duplicates(sim_c
         tail = LogTail.file(node, str(log), max_lines=10_000).start()
         writer = Writer(log, count=120, pause=0.02)
         writer.start()
-        await wait_until(lambda: tail.count >= 20, timeout=15)
+        assert await wait_until(lambda: tail.count >= 20, timeout=15)
         sim_node.kill()  # connection and tail die mid-stream while the writer goes on
         await node.wait_for(lambda n: n.state is NodeState.OFFLINE, timeout=10)
         sim_node.start()
         cluster.reconnect("node1")
         writer.join()
-        await wait_until(lambda: tail.count >= 120, timeout=30)
+        assert await wait_until(lambda: tail.count >= 120, timeout=30)
         await asyncio.sleep(0.5)  # a duplicate would arrive now
         await tail.stop()
     assert [line.text for line in tail.lines] == [f"line {n}" for n in range(1, 121)]
@@ -67,7 +61,7 @@ async def test_buffer_is_bounded(sim_cluster, cluster_toml):
         node = cluster.node("node2")
         await node.wait_online(timeout=15)
         tail = LogTail.file(node, str(log), max_lines=100).start()
-        await wait_until(lambda: tail.count == 20_000, timeout=30)
+        assert await wait_until(lambda: tail.count == 20_000, timeout=30)
         await tail.stop()
     assert len(tail.lines) == 100
     assert tail.lines[0].text == "flood 19901" and tail.lines[-1].text == "flood 20000"
@@ -82,13 +76,13 @@ async def test_command_tail_that_replays_resumes_after_reconnect(sim_cluster, cl
         node = cluster.node("node3")
         await node.wait_online(timeout=15)
         tail = LogTail.command(node, ["tail", "-n", "+1", "-F", str(log)], label="replay").start()
-        await wait_until(lambda: tail.count == 5, timeout=15)
+        assert await wait_until(lambda: tail.count == 5, timeout=15)
         sim_node.kill()
         with open(log, "a") as out:
             out.write("".join(f"new {n}\n" for n in range(1, 4)))
         sim_node.start()
         cluster.reconnect("node3")
-        await wait_until(lambda: tail.count >= 8, timeout=30)
+        assert await wait_until(lambda: tail.count >= 8, timeout=30)
         await asyncio.sleep(0.5)
         await tail.stop()
     assert [line.text for line in tail.lines] == [f"old {n}" for n in range(1, 6)] + [

@@ -1,8 +1,8 @@
 """The scripts shipped to the nodes run on the oldest Python README promises for nodes.
 
 No old interpreter needs to be installed for this: vermin reads each script and finds the oldest
-Python that has every module, function, argument and syntax it uses. README ("Nodes") promises
-Python 3.8 for homegpu's own scripts and 3.9 for the process runtime's workers.
+Python that has every module, function, argument and syntax it uses. README (`[[nodes]]`) promises
+Python 3.8 for homegpu's own scripts.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from homegpu.remote.node_side import script
 
 NODE_SIDE = Path(__file__).resolve().parent.parent / "remote" / "node_side"
 OLDEST = (3, 8)
-OLDEST_FOR = {"worker_process": (3, 9)}  # runs TensorFlow's workers: a Python TensorFlow supports
 VERMIN = str(Path(sys.executable).parent / "vermin")  # installed with the dev extras
 SCRIPTS = sorted(path.stem for path in NODE_SIDE.glob("*.py") if path.stem != "__init__")
 
@@ -32,9 +31,8 @@ def minimum_python(path: Path, target: tuple[int, int]) -> subprocess.CompletedP
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_node_script_runs_on_the_oldest_python_promised(name):
-    target = OLDEST_FOR.get(name, OLDEST)
-    verdict = minimum_python(NODE_SIDE / f"{name}.py", target)
-    assert verdict.returncode == 0, f"{name}.py needs a newer Python than {target}:\n{verdict.stdout}{verdict.stderr}"
+    verdict = minimum_python(NODE_SIDE / f"{name}.py", OLDEST)
+    assert verdict.returncode == 0, f"{name}.py needs a newer Python than {OLDEST}:\n{verdict.stdout}{verdict.stderr}"
 
 
 def test_the_check_fails_on_a_newer_call(tmp_path):

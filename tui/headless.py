@@ -128,7 +128,8 @@ def summary(outcome: RunOutcome) -> str:
                      _rate(metric).split()[0]))
     unit = "STEPS/S" if rows and all(m.rate()[1] == "steps/s" for _, _, m in outcome.workers) else "EXAMPLES/S"
     head = f"run {outcome.state.value}: {outcome.detail}"
-    columns = ("WORKER", "EXIT", "EPOCHS", "LOSS", "ACCURACY", *(("VAL_LOSS", "VAL_ACCURACY") if with_val else ()), unit)
+    val_columns = ("VAL_LOSS", "VAL_ACCURACY") if with_val else ()
+    columns = ("WORKER", "EXIT", "EPOCHS", "LOSS", "ACCURACY", *val_columns, unit)
     return head + "\n" + table(columns, rows)
 
 
@@ -191,7 +192,9 @@ def record_line(run_dir: Path, outcome: RunOutcome) -> str:
         have.append("metrics")
     have += [name for name, path in (("timeline", folder.timeline), ("report", folder.report)) if path.is_file()]
     fetched = outcome.outputs.fetched
-    if fetched:
+    if fetched and outcome.outputs.partial:
+        have.append(f"the chief's partial output ({', '.join(fetched)}; partial: {outcome.outputs.partial})")
+    elif fetched:
         have.append(f"the chief's output ({', '.join(fetched)})")
     line = f"{', '.join(have)}: {run_dir}"
     for left in outcome.outputs.left:

@@ -189,7 +189,8 @@ async def _stop(spec: ClusterSpec, job) -> int:
             return 0
         statuses = [s for s in await nodes.stop(active[0]) if not isinstance(s, BaseException)]
         for status in statuses:
-            print(f"{status.label}: {status.state}" + (f" ({status.exit_status})" if status.exit_status is not None else ""))
+            code = f" ({status.exit_status})" if status.exit_status is not None else ""
+            print(f"{status.label}: {status.state}{code}")
         left = [s.label for s in statuses if s.running]
         if left:
             print(f"still running: {', '.join(left)}")

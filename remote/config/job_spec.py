@@ -28,6 +28,7 @@ LIMITS: Limits = {
     "steps_per_epoch": (0, 1_000_000_000, ""),
     "max_restarts": (0, 1000, ""),
     "stall_timeout": (1.0, 604_800.0, " seconds (a week)"),
+    "reconnect_timeout": (1.0, 604_800.0, " seconds (a week)"),
 }
 
 _IMAGE_RE = re.compile(r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?")
@@ -37,7 +38,7 @@ _DATA_RE = re.compile(r"synthetic|(npz|dir):.+")
 _JOB_KEYS = {
     "image", "python", "script", "code_dir", "args", "data", "model", "data_dir", "env", "nodes",
     "workers_per_node", "share_gpus", "port", "epochs", "batch_size", "steps_per_epoch", "restart",
-    "max_restarts", "stall_timeout",
+    "max_restarts", "stall_timeout", "reconnect_timeout",
 }
 PER_GPU = "per-gpu"  # workers_per_node: one worker per GPU of each node (one on a node without GPUs)
 MAX_GPUS_PER_NODE = 16  # the ports a "per-gpu" job may need on one node
@@ -67,6 +68,7 @@ class JobSpec:
     restart: str = "on-failure"
     max_restarts: int = 3
     stall_timeout: float = 300.0
+    reconnect_timeout: float = 300.0  # how long a restart waits for a node that is away (rebooting)
 
     @property
     def uses_trainer(self) -> bool:
@@ -131,6 +133,7 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...])
         restart=get("restart", str, "on-failure", v.choice(RESTART_POLICIES)),
         max_restarts=get("max_restarts", int, 3),
         stall_timeout=get("stall_timeout", float, 300.0),
+        reconnect_timeout=get("reconnect_timeout", float, 300.0),
     )
     _check_worker_ports(v, job)
     return job

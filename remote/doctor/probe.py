@@ -24,8 +24,8 @@ from homegpu.remote.doctor.network import reach_checks
 from homegpu.remote.net import probe_argv
 from homegpu.remote.node_side import script
 from homegpu.remote.nodes import (
-    Cluster, CommandResult, NodeOffline, NodeSession, NodeState, TransportError, agent_command, agent_payload,
-    connect_wait,
+    Cluster, CommandResult, CommandTimeout, NodeOffline, NodeSession, NodeState, TransportError, agent_command,
+    agent_payload, cause, connect_wait,
 )
 
 COMMAND_TIMEOUT_S = 15.0
@@ -106,10 +106,10 @@ async def _run(session: NodeSession, argv: Sequence[str], *, input: bytes | None
     """Run argv on the node; a timeout or a dropped connection becomes a result, not an exception."""
     try:
         return await session.run(list(argv), input=input, timeout=timeout)
-    except asyncio.TimeoutError:
+    except CommandTimeout:
         return CommandResult(NO_ANSWER, "", f"no answer within {timeout:g} s")
     except Exception as exc:  # noqa: BLE001 - NodeOffline, asyncssh errors: the link is gone
-        return CommandResult(NOT_SENT, "", str(exc) or type(exc).__name__)
+        return CommandResult(NOT_SENT, "", cause(exc))
 
 
 async def probe_clock(session: NodeSession, python: str) -> tuple[float, CommandResult, float]:
@@ -119,7 +119,7 @@ async def probe_clock(session: NodeSession, python: str) -> tuple[float, Command
     except asyncio.TimeoutError:
         return 0.0, CommandResult(NO_ANSWER, "", f"no answer within {COMMAND_TIMEOUT_S:g} s"), 0.0
     except Exception as exc:  # noqa: BLE001 - the link went away: same as in _run
-        return 0.0, CommandResult(NOT_SENT, "", str(exc) or type(exc).__name__), 0.0
+        return 0.0, CommandResult(NOT_SENT, "", cause(exc)), 0.0
 
 
 async def _ping_clock(session: NodeSession, python: str) -> tuple[float, CommandResult, float]:

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Callable, Sequence
 
 from homegpu.remote.config import JobSpec
 from homegpu.remote.logs import LogLine, LogTail
-from homegpu.remote.nodes import NODE_GONE, Cluster, NodeSession, connect_wait
+from homegpu.remote.nodes import NODE_GONE, Cluster, NodeSession, NodeState, connect_wait
 from homegpu.remote.plan import WorkerSlot, job_nodes, lay_out
 from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus, expand_path, make_runtime
 
+
+WAIT_BACK_POLL_SECONDS = 1.0
 
 class LaunchError(Exception):
     """The run could not start (or its nodes could not be reached); nothing of it is left running.
@@ -73,6 +76,23 @@ class JobNodes:
 
     def runtime(self, slot: WorkerSlot) -> Runtime:
         return self.runtimes[slot.node.name]
+
+    def away(self) -> list[NodeSession]:
+        """The job's nodes that are not online right now (rebooting, cut off, refusing us)."""
+        return [runtime.node for runtime in self.runtimes.values() if runtime.node.state is not NodeState.ONLINE]
+
+    async def wait_back(self, timeout: float, stop: asyncio.Event) -> str:
+        """Wait for every node of the job to be online, at most `timeout` seconds or until `stop` is
+        set; returns why they are not all back ("" when they are, or when stopped)."""
+        deadline = time.monotonic() + timeout
+        while (away := self.away()) and not stop.is_set():
+            stuck = [node for node in away if node.state.needs_user]  # retrying cannot fix these
+            if stuck or time.monotonic() >= deadline:
+                return "; ".join(f"{node.name} did not come back within {timeout:g} s ({node.state.value}: "
+                                 f"{node.reason or 'no answer'})" for node in stuck or away)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), WAIT_BACK_POLL_SECONDS)
+        return ""
 
     async def find(self, running_only: bool = True) -> tuple[str, int] | None:
         """Returns: (run id, generation) of the newest run of the job on its nodes that still runs

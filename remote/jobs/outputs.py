@@ -2,6 +2,8 @@
 
 Backups are not fetched (they are how a restart resumes, and can be large), and neither is what
 goes past a size cap; what was left out is said, so the run's last line lists only what is here.
+What a run that did not succeed wrote may be cut short (a full disk, a killed worker): it comes home
+marked partial, with PARTIAL.txt beside it saying why.
 Once a built-in trainer's run succeeded and its outputs are home, the workers' backups have no use
 left and are removed from the nodes (a user's own script keeps its backups where it put them).
 """
@@ -17,6 +19,7 @@ from homegpu.remote.nodes import NODE_GONE, NodeSession
 
 OUTPUT_CAP_BYTES = 2 << 30  # 2 GiB: a home link moves that in a few seconds to minutes
 SKIP_DIRS = frozenset({"backup", "__pycache__"})  # BackupAndRestore's dir (ours and the tutorial's)
+PARTIAL_NOTE = "PARTIAL.txt"
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class FetchedOutputs:
     size: int = 0
     left: tuple[str, ...] = ()  # "NAME (why)"
     error: str = ""
+    partial: str = ""  # why the outputs may be incomplete (the run failed or was stopped), or ""
 
 
 def plan_fetch(listing: dict[str, tuple[int, int]], cap: int) -> tuple[list[str], int, list[str]]:
@@ -49,9 +53,10 @@ def plan_fetch(listing: dict[str, tuple[int, int]], cap: int) -> tuple[list[str]
     return fetch, total, left
 
 
-async def fetch_outputs(node: NodeSession, remote_dir: str, local_dir: Path,
-                        cap: int = OUTPUT_CAP_BYTES) -> FetchedOutputs:
-    """Copy the top-level entries of `remote_dir` on `node` into `local_dir`, skipping backups, up to `cap`."""
+async def fetch_outputs(node: NodeSession, remote_dir: str, local_dir: Path, cap: int = OUTPUT_CAP_BYTES,
+                        unfinished: str = "") -> FetchedOutputs:
+    """Copy the top-level entries of `remote_dir` on `node` into `local_dir`, skipping backups, up to `cap`;
+    `unfinished`: why the run did not succeed (the copy is then marked partial)."""
     try:
         listing = await node.list_tree(remote_dir, SKIP_DIRS)
         fetch, total, left = plan_fetch(listing, cap)
@@ -59,7 +64,10 @@ async def fetch_outputs(node: NodeSession, remote_dir: str, local_dir: Path,
             await node.get_tree(posixpath.join(remote_dir, name), local_dir / name)
     except NODE_GONE as exc:
         return FetchedOutputs(error=f"{node.name}: could not fetch the outputs from {remote_dir}: {exc}")
-    return FetchedOutputs(tuple(fetch), total, tuple(left))
+    if fetch and unfinished:
+        (local_dir / PARTIAL_NOTE).write_text(f"Partial: {unfinished}\nThese are the files the chief had "
+                                              "written by then; any of them may be cut short.\n")
+    return FetchedOutputs(tuple(fetch), total, tuple(left), partial=unfinished if fetch else "")
 
 
 async def remove_backups(places: list[tuple[NodeSession, str]]) -> list[str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from homegpu.remote.config import PER_GPU, JobSpec
 from homegpu.remote.jobs.codesync import sync_trees
+from homegpu.remote.jobs.disk import full_disks
 from homegpu.remote.jobs.failure import Verdict, judge, might_be_script_error
 from homegpu.remote.jobs.guard import RunGuard
 from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError
@@ -29,7 +30,7 @@ from homegpu.remote.jobs.preflight import restart_port_problems, run_preflight
 from homegpu.remote.jobs.watch import WorkerTrack, WorkerWatch, all_succeeded, retry_is_pointless, worker_ends
 from homegpu.remote.jobs.worker_logs import WorkerLines, finish_tails, stop_tails
 from homegpu.remote.logs import Metric
-from homegpu.remote.nodes import Cluster, JobState, JobStateChanged, NodeSession
+from homegpu.remote.nodes import Cluster, JobState, JobStateChanged, NodeSession, cause
 from homegpu.remote.plan import (
     DevicePlan, JobLayout, WorkerSlot, job_nodes, last_timeline, lay_out, tf_config_json, worker_slots,
 )
@@ -219,7 +220,7 @@ class JobRun:
             await self._close_record(report=False)
             raise
         incomplete = await finish_tails(self.tracks.values(), self.run_id)
-        outputs = await self._fetch_outputs()
+        outputs = await self._fetch_outputs("" if state is JobState.SUCCEEDED else f"the run {state.value}: {detail}")
         if state is JobState.SUCCEEDED and self.job.uses_trainer and not outputs.error:
             await remove_backups([(t.runtime.node, t.runtime.out_dir(self.run_id, t.label))
                                   for t in self.tracks.values()])
@@ -286,9 +287,13 @@ class JobRun:
     async def _restart(self, failure: str) -> str | None:
         """Restart every worker with the next generation, with backoff, while restarts are left.
 
-        A restart whose start fails (a node went away, say) uses up a restart too. Returns None
-        once the workers run again, else why the run failed for good.
+        A node that is away (rebooting, cut off) is waited for first, up to the job's
+        reconnect_timeout, without using up a restart; a restart whose start fails still uses one.
+        Returns None once the workers run again, else why the run failed for good.
         """
+        if full := await full_disks(self.tracks.values(), self.run_id):
+            await self._stop_workers()
+            return "; ".join(full)  # a restart would fill it again
         verdict = await self._judge_failure()
         if verdict is not None and verdict.script_error:
             await self._stop_workers()
@@ -304,6 +309,8 @@ class JobRun:
             await finish_tails(self.tracks.values(), self.run_id)  # the failed generation's whole log, first
             await self._remove_workers()
             await self._sleep(min(2.0 ** (self.restarts - 1), MAX_BACKOFF_SECONDS))
+            if gone := await self._wait_for_nodes():
+                return f"restart failed: {gone}"
             if self._stop_requested.is_set():
                 return None  # watch() stops what is left
             problems = await restart_port_problems(self.slots, self.nodes.runtime)
@@ -319,6 +326,13 @@ class JobRun:
             except LaunchError as exc:
                 failure = f"restart failed: {exc}"
 
+    async def _wait_for_nodes(self) -> str:
+        """Before a restart, wait for the job's nodes that are away, saying so; why they did not come back."""
+        if away := self.nodes.away():
+            self._publish(JobState.RESTARTING, f"waiting up to {self.job.reconnect_timeout:g} s for "
+                          f"{', '.join(node.name for node in away)} to come back ({away[0].state.value})")
+        return await self.nodes.wait_back(self.job.reconnect_timeout, self._stop_requested)
+
     async def _stop_workers(self) -> None:
         tracks = list(self.tracks.values())
         stopped = await self.nodes.stop(self.run_id, [t.slot for t in tracks])
@@ -333,14 +347,15 @@ class JobRun:
 
     # -- end -----------------------------------------------------------------------------------
 
-    async def _fetch_outputs(self) -> FetchedOutputs:
-        """What the chief wrote in its output dir, into experiments/RUN-ID/output/ (not its backups)."""
+    async def _fetch_outputs(self, unfinished: str) -> FetchedOutputs:
+        """What the chief wrote in its output dir, into experiments/RUN-ID/output/ (not its backups);
+        `unfinished`: why the run did not succeed, so that what came home is marked partial."""
         if not self.experiment:
             return FetchedOutputs()
         chief = self.tracks[self.slots[0].label]
         self._publish(self.state, "fetching the chief's outputs")
         return await fetch_outputs(chief.runtime.node, chief.runtime.out_dir(self.run_id, chief.label),
-                                   self.experiment.folder.output)
+                                   self.experiment.folder.output, unfinished=unfinished)
 
     def _finish(self, state: JobState, detail: str, incomplete: tuple[str, ...] = (),
                 outputs: FetchedOutputs = FetchedOutputs()) -> RunOutcome:
@@ -354,5 +369,5 @@ class JobRun:
 
 
 def _describe_failure(launch: WorkerLaunch, error: BaseException) -> str:
-    text = str(error) or type(error).__name__
+    text = cause(error)
     return text if launch.slot.node.name in text else f"{launch.slot.node.name}: {text}"

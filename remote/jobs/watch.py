@@ -22,6 +22,7 @@ from homegpu.remote.plan import WorkerSlot
 from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus
 
 ENDED = ("exited", "vanished")
+POLL_TIMEOUT_SECONDS = 10.0  # a node whose connection died silently must not hold up the others' polls
 
 
 @dataclass
@@ -57,7 +58,7 @@ class WorkerWatch:
         tracks, statuses = await _poll_workers(self.tracks.values(), run_id)
         for track, status in zip(tracks, statuses):
             if isinstance(status, BaseException):
-                if not isinstance(status, (*NODE_GONE, RuntimeError_)):
+                if not isinstance(status, (*NODE_GONE, RuntimeError_, asyncio.TimeoutError)):
                     raise status
             else:  # node unreachable right now: the stall clock keeps running
                 self.note(track, status, run_id, generation)
@@ -86,7 +87,8 @@ async def _poll_workers(tracks: Iterable[WorkerTrack], run_id: str
     for track in tracks:
         by_runtime.setdefault(track.runtime, []).append(track)
     groups = list(by_runtime.values())
-    replies = await asyncio.gather(*(group[0].runtime.statuses(run_id, [t.label for t in group])
+    replies = await asyncio.gather(*(asyncio.wait_for(group[0].runtime.statuses(run_id, [t.label for t in group]),
+                                                      POLL_TIMEOUT_SECONDS)
                                      for group in groups), return_exceptions=True)
     polled, statuses = [], []
     for group, reply in zip(groups, replies):

@@ -1,7 +1,7 @@
 """homegpu.remote.node_side: the scripts that run on the nodes, shipped as source over SSH.
 
-Each is standard library only (Python 3.8+; the process runtime's worker_process.py 3.9+) and imports
-nothing from homegpu, so a node needs no homegpu install; the controller reads them with `script()`.
+Each is standard library only (Python 3.8 or newer) and imports nothing from homegpu, so a node needs
+no homegpu install; the controller reads them with `script()`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
-from homegpu.remote.node_side.process_owners import LABEL_INDEX, LABEL_JOB, LABEL_RUN, MARKER_INDEX, MARKER_JOB, MARKER_RUN
+from homegpu.remote.node_side.process_owners import (
+    LABEL_INDEX, LABEL_JOB, LABEL_RUN, MARKER_INDEX, MARKER_JOB, MARKER_RUN,
+)
 from homegpu.remote.node_side.stats_agent import GPU_SOURCES, PROTOCOL_VERSION, SOURCES as AGENT_SOURCES
 from homegpu.remote.node_side.tree_sync import scan
 

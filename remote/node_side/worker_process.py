@@ -6,7 +6,8 @@ another terminal) finds running workers again:
 
     RUN_DIR/LABEL.json   job, run id, index, generation, pid and the pid's start time
     RUN_DIR/LOG          the worker's stdout and stderr (--log; the orchestrator names one per generation)
-    RUN_DIR/LABEL.exit   {"generation": G, "status": CODE} once that generation has ended
+    RUN_DIR/LABEL.exit   {"generation": G, "status": CODE, "nospace": B} once that generation has ended
+                         (on a disk too full for it: an empty file named LABEL.exit.G.CODE.nospace)
 
 Commands (each prints one JSON object):
     start  --run-dir D --label L --log NAME --meta JSON [--cwd DIR] [--mkdir DIR] [--env K=V ...] -- ARGV...
@@ -18,6 +19,7 @@ Commands (each prints one JSON object):
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
@@ -62,9 +64,55 @@ def _read_json(path):
 
 def _write_json(path, data):
     tmp = path + ".tmp"
-    with open(tmp, "w") as handle:
-        json.dump(data, handle)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as handle:
+            json.dump(data, handle)
+        os.replace(tmp, path)
+    except OSError:
+        if os.path.exists(tmp):  # a full disk leaves no half-written file behind
+            os.unlink(tmp)
+        raise
+
+
+def _full(exc):
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _note(fd, text):
+    """Write the supervisor's own line to the log; False when the disk is full (it goes on regardless)."""
+    try:
+        os.write(fd, text.encode())
+        return True
+    except OSError as exc:
+        return not _full(exc)
+
+
+def _record_exit(exit_path, generation, code, nospace):
+    """The exit file; on a disk too full for it, an empty file whose name holds the record."""
+    try:
+        _write_json(exit_path, {"generation": generation, "status": code, "nospace": nospace})
+    except OSError as exc:
+        if not _full(exc):
+            raise
+        os.close(os.open("%s.%s.%d.nospace" % (exit_path, generation, code), os.O_CREAT | os.O_WRONLY, 0o644))
+
+
+def _exit_marker(exit_path, generation):
+    """The record an empty LABEL.exit.G.CODE.nospace file holds for `generation`, or None."""
+    folder, name = os.path.split(exit_path)
+    prefix = "%s.%s." % (name, generation)
+    for entry in os.listdir(folder) if os.path.isdir(folder) else []:
+        code = entry[len(prefix):-len(".nospace")]
+        if entry.startswith(prefix) and entry.endswith(".nospace") and code.lstrip("-").isdigit():
+            return {"generation": generation, "status": int(code), "nospace": True}
+    return None
+
+
+def _clear_exit(exit_path):
+    folder, name = os.path.split(exit_path)
+    for entry in os.listdir(folder):
+        if entry == name or (entry.startswith(name + ".") and entry.endswith(".nospace")):
+            os.unlink(os.path.join(folder, entry))
 
 
 def start(args):
@@ -74,8 +122,7 @@ def start(args):
     old = _read_json(meta_path)
     if old and _alive(old):
         return {"error": "already running", "pid": old["pid"], "generation": old.get("generation")}
-    if os.path.exists(exit_path):
-        os.unlink(exit_path)
+    _clear_exit(exit_path)
     if args.mkdir:
         os.makedirs(os.path.expanduser(args.mkdir), exist_ok=True)
     meta = json.loads(args.meta)
@@ -95,7 +142,11 @@ def start(args):
         meta.update(pid=result["pid"], start_time=_start_time(result["pid"]), label=args.label,
                     started=time.time(), argv=args.argv,
                     waiter={"pid": waiter, "start_time": _start_time(waiter)})
-        _write_json(meta_path, meta)
+        try:
+            _write_json(meta_path, meta)
+        except OSError as exc:  # a worker nobody could find again must not run on
+            _signal_group(result["pid"], signal.SIGKILL)
+            return {"error": "cannot record the worker in %s: %s" % (meta_path, exc.strerror)}
     return result
 
 
@@ -106,7 +157,7 @@ def _waiter(args, env, log_path, exit_path, meta, report_fd):
     for fd in (0, 1, 2):  # keep nothing of the SSH session open, or it could not close
         os.dup2(quiet, fd)
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.write(log, ("=== homegpu: %s generation %s starting ===\n" % (args.label, meta.get("generation"))).encode())
+    written = _note(log, "=== homegpu: %s generation %s starting ===\n" % (args.label, meta.get("generation")))
     exec_check_r, exec_check_w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -130,10 +181,10 @@ def _waiter(args, env, log_path, exit_path, meta, report_fd):
     os.write(report_fd, json.dumps(report).encode())
     os.close(report_fd)
     _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else _exit_code(status)
-    os.write(log, ("=== homegpu: %s generation %s exited with status %d ===\n"
-                   % (args.label, meta.get("generation"), code)).encode())
-    _write_json(exit_path, {"generation": meta.get("generation"), "status": code})
+    code = _exit_code(status)
+    written = _note(log, "=== homegpu: %s generation %s exited with status %d ===\n"
+                    % (args.label, meta.get("generation"), code)) and written
+    _record_exit(exit_path, meta.get("generation"), code, nospace=not written)
     os._exit(0)
 
 
@@ -151,11 +202,11 @@ def worker_status(run_dir, label):
     meta = _read_json(meta_path)
     if meta is None:
         return {"state": "missing"}
-    ended = _read_json(exit_path)
+    ended = _read_json(exit_path) or _exit_marker(exit_path, meta.get("generation"))
     if _alive(meta):
         return dict(meta, state="running")
     if ended is not None and ended.get("generation") == meta.get("generation"):
-        return dict(meta, state="exited", status=ended["status"])
+        return dict(meta, state="exited", status=ended["status"], nospace=ended.get("nospace", False))
     if _alive(meta.get("waiter") or {}):
         return dict(meta, state="running")  # ended this instant: the waiter is writing its status
     return dict(meta, state="vanished")  # killed with its waiter, or the machine rebooted

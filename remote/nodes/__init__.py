@@ -15,15 +15,17 @@ from homegpu.remote.nodes.events import (
 from homegpu.remote.nodes.owners import foreign_memory_warnings, is_run_worker, owner_text
 from homegpu.remote.nodes.session import NODE_GONE, NodeOffline, NodeSession
 from homegpu.remote.nodes.stats import NA, GpuStats, NodeStats, StatsParseError, describe_gpus, parse_agent_line
-from homegpu.remote.nodes.transport import CommandResult, RemoteProcess, SshTransport, TransportError, tied_to_session
+from homegpu.remote.nodes.transport import (
+    CommandResult, CommandTimeout, RemoteProcess, SshTransport, TransportError, cause, tied_to_session,
+)
 from homegpu.remote.nodes.units import MIB_PER_GIB, format_bytes, gib
 
 __all__ = [
-    "MIB_PER_GIB", "NA", "NODE_GONE", "RUN_ALERTS", "Alert", "AlertCommandFailed", "AlertState", "Cluster", "CommandResult",
+    "MIB_PER_GIB", "NA", "NODE_GONE", "RUN_ALERTS", "Alert", "AlertCommandFailed", "AlertState", "Cluster", "CommandResult", "CommandTimeout",
     "EventHub", "GpuStats", "JobState", "JobStateChanged", "NodeError", "NodeOffline", "NodeSession",
     "NodeState", "NodeStateChanged", "NodeStats", "NodeStatsUnavailable", "NodeStatsUpdated", "OfferedKey",
     "PreflightResult", "RemoteProcess", "SshTransport", "StatsParseError", "Straggler", "Subscription",
-    "TransportError", "WorkerExited", "agent_command", "agent_payload", "connect_wait", "describe_gpus",
+    "TransportError", "WorkerExited", "agent_command", "agent_payload", "cause", "connect_wait", "describe_gpus",
     "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib", "hostkeys", "is_run_worker", "owner_text", "parse_agent_line",
     "tied_to_session",
 ]

@@ -23,7 +23,7 @@ import asyncssh
 
 from homegpu.remote.config import DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT, ClusterSpec, NodeSpec
 from homegpu.remote.nodes import hostkeys
-from homegpu.remote.nodes.transport import LocalTransport, NodeTransport, SshTransport
+from homegpu.remote.nodes.transport import LocalTransport, NodeTransport, SshTransport, cause
 
 
 SSH_CONFIG_VAR = "HOMEGPU_SSH_CONFIG"
@@ -199,7 +199,7 @@ def _host_key_error(cluster: ClusterSpec, node: NodeSpec, offered: OfferedKey | 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused (is sshd running, and is the port right?)"
-    return str(exc) or type(exc).__name__
+    return cause(exc)
 
 
 async def fetch_offered_key(cluster: ClusterSpec, node: NodeSpec) -> OfferedKey:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import posixpath
+import re
 import shlex
 import shutil
 import signal
@@ -32,6 +33,21 @@ NO_SFTP = ("its SSH server offers no SFTP subsystem, which homegpu needs for fil
 
 class TransportError(Exception):
     """The connection failed under a command (lost, reset, channel refused)."""
+
+
+class CommandTimeout(TransportError):
+    """A command did not finish within its timeout (killed); the node may only be slow."""
+
+
+def _no_answer(argv: Sequence[str], timeout: float | None) -> CommandTimeout:
+    return CommandTimeout(f"{argv[0]} did not answer within {timeout:g} s (is the node overloaded, or its "
+                          "connection dead?)")
+
+
+def cause(exc: BaseException) -> str:
+    """What went wrong, for a person: the exception's message, else its type in words ("connection
+    lost" for an asyncssh.ConnectionLost without a reason), never an empty string."""
+    return str(exc).strip() or re.sub(r"(?<=[a-z])(?=[A-Z])", " ", type(exc).__name__).lower()
 
 
 @dataclass(frozen=True)
@@ -111,7 +127,8 @@ class NodeTransport(abc.ABC):
     @abc.abstractmethod
     async def run(self, argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None) -> CommandResult:
-        """Run argv to completion. Raises asyncio.TimeoutError after `timeout` seconds."""
+        """Run argv to completion. Raises CommandTimeout after `timeout` seconds, TransportError when
+        the connection fails under it."""
 
     @abc.abstractmethod
     async def start(self, argv: Sequence[str]) -> RemoteProcess:
@@ -169,7 +186,7 @@ class SshProcess(RemoteProcess):
         try:
             await self._process.stdin.drain()
         except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"connection lost: {exc}") from exc
+            raise TransportError(f"connection lost: {cause(exc)}") from exc
 
     def close_stdin(self) -> None:
         self._process.stdin.write_eof()
@@ -178,7 +195,7 @@ class SshProcess(RemoteProcess):
         try:
             return await self._process.stdout.read(CHUNK_SIZE)
         except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"connection lost: {exc}") from exc
+            raise TransportError(f"connection lost: {cause(exc)}") from exc
 
     async def stderr_text(self) -> str:
         try:
@@ -235,8 +252,10 @@ class SshTransport(NodeTransport):
         try:
             result = await asyncio.wait_for(
                 self.conn.run(shlex.join(argv), input=input, encoding=None, check=False), timeout)
+        except asyncio.TimeoutError:  # an OSError since Python 3.11: say it, not "connection failed: "
+            raise _no_answer(argv, timeout) from None
         except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"connection failed during {argv[0]}: {exc}") from exc
+            raise TransportError(f"connection failed during {argv[0]}: {cause(exc)}") from exc
         return CommandResult(
             exit_status=result.exit_status if result.exit_status is not None else -1,
             stdout=_text(result.stdout), stderr=_text(result.stderr),
@@ -246,14 +265,14 @@ class SshTransport(NodeTransport):
         try:
             return SshProcess(await self.conn.create_process(shlex.join(argv), encoding=None))
         except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"cannot start {argv[0]}: {exc}") from exc
+            raise TransportError(f"cannot start {argv[0]}: {cause(exc)}") from exc
 
     async def home_dir(self) -> str:
         try:  # the SFTP subsystem starts no login shell: much cheaper than `echo ~`
             async with self._sftp() as sftp:
                 return await sftp.realpath(".")
         except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"cannot ask for the home directory: {exc}") from exc
+            raise TransportError(f"cannot ask for the home directory: {cause(exc)}") from exc
 
     async def list_tree(self, remote_dir: str, skip: frozenset[str]) -> dict[str, tuple[int, int]]:
         files: dict[str, tuple[int, int]] = {}
@@ -273,7 +292,7 @@ class SshTransport(NodeTransport):
                 if await sftp.isdir(remote_dir):
                     await walk(sftp, remote_dir, "")
         except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"cannot list {remote_dir}: {exc}") from exc
+            raise TransportError(f"cannot list {remote_dir}: {cause(exc)}") from exc
         return files
 
     async def makedirs(self, path: str) -> None:
@@ -281,7 +300,7 @@ class SshTransport(NodeTransport):
             async with self._sftp() as sftp:
                 await sftp.makedirs(path, exist_ok=True)
         except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"cannot create {path}: {exc}") from exc
+            raise TransportError(f"cannot create {path}: {cause(exc)}") from exc
 
     async def get_tree(self, remote_dir: str, local_dir: Path) -> None:
         local_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -289,7 +308,7 @@ class SshTransport(NodeTransport):
             async with self._sftp() as sftp:
                 await sftp.get(remote_dir, str(local_dir), recurse=True)
         except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"file transfer failed: {exc}") from exc
+            raise TransportError(f"file transfer failed: {cause(exc)}") from exc
 
     async def wait_closed(self) -> None:
         await self.conn.wait_closed()
@@ -320,7 +339,7 @@ class LocalProcess(RemoteProcess):
         try:
             await self._process.stdin.drain()
         except OSError as exc:
-            raise TransportError(f"process gone: {exc}") from exc
+            raise TransportError(f"process gone: {cause(exc)}") from exc
 
     def close_stdin(self) -> None:
         self._process.stdin.close()
@@ -359,7 +378,7 @@ class LocalTransport(NodeTransport):
         except asyncio.TimeoutError:
             process.kill()
             await process.wait()
-            raise
+            raise _no_answer(argv, timeout) from None
         return CommandResult(process.returncode or 0, _text(stdout), _text(stderr))
 
     async def start(self, argv: Sequence[str]) -> RemoteProcess:
@@ -380,7 +399,7 @@ class LocalTransport(NodeTransport):
         try:
             await asyncio.to_thread(_copy_tree, remote_dir, local_dir)
         except OSError as exc:
-            raise TransportError(f"file transfer failed: {exc}") from exc
+            raise TransportError(f"file transfer failed: {cause(exc)}") from exc
 
     async def wait_closed(self) -> None:
         await self._closed.wait()
@@ -414,7 +433,7 @@ async def _spawn(argv: Sequence[str]) -> asyncio.subprocess.Process:
             "sh", "-c", f"echo {shlex.quote(argv[0])}: command not found >&2; exit 127",
             stdin=pipe, stdout=pipe, stderr=pipe)
     except OSError as exc:  # wrapped here, as SshTransport wraps asyncssh's errors: callers catch one type
-        raise TransportError(f"cannot start {argv[0]}: {exc}") from exc
+        raise TransportError(f"cannot start {argv[0]}: {cause(exc)}") from exc
 
 
 def _copy_tree(source: str, target: Path) -> None:

@@ -72,6 +72,7 @@ class WorkerStatus:
     generation: int | None = None
     run_id: str = ""
     job: str = ""
+    nospace: bool = False  # its supervisor met a full disk (its exit status was still recorded)
 
     @property
     def running(self) -> bool:

@@ -31,7 +31,7 @@ import docker.errors
 import requests.exceptions
 
 from homegpu.remote.node_side import script
-from homegpu.remote.nodes import NODE_GONE, NodeSession, SshTransport
+from homegpu.remote.nodes import NODE_GONE, CommandTimeout, NodeSession, SshTransport
 from homegpu.remote.runtimes.errors import RuntimeError_
 
 T = TypeVar("T")
@@ -282,10 +282,10 @@ async def _diagnose(node: NodeSession, reply: bytes) -> str:
     try:
         result = await node.run([node.spec.python, "-c", _DIAGNOSE, path], timeout=30)
         verdict = result.stdout.strip() if result.ok else f"other {result.stderr.strip()}"
+    except CommandTimeout:
+        verdict = "other the check timed out"
     except NODE_GONE as exc:
         verdict = f"other {exc}"
-    except asyncio.TimeoutError:
-        verdict = "other the check timed out"
     return explain(node.name, node.spec.user or node.cluster.ssh.user or "$USER", path, verdict)
 
 

@@ -95,4 +95,4 @@ def _log_name(label: str, generation: int) -> str:
 def _status(label: str, reply: dict) -> WorkerStatus:
     return WorkerStatus(label=label, state=reply.get("state", "missing"), exit_status=reply.get("status"),
                         generation=reply.get("generation"), run_id=reply.get("run_id", ""),
-                        job=reply.get("job", ""))
+                        job=reply.get("job", ""), nospace=bool(reply.get("nospace")))
