@@ -64,7 +64,9 @@ class WorkerLaunch:
 
 @dataclass(frozen=True)
 class WorkerStatus:
-    """What the node says about a worker: running, exited (with status), vanished or missing."""
+    """What the node says about a worker: running, exited (with status), vanished, missing, or
+    damaged (a state file on the node is not what homegpu writes: `problem` names node, file and
+    what to do)."""
 
     label: str
     state: str
@@ -72,6 +74,7 @@ class WorkerStatus:
     generation: int | None = None
     run_id: str = ""
     job: str = ""
+    problem: str = ""
 
     @property
     def running(self) -> bool:
