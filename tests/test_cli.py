@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import shutil
 from pathlib import Path
 
@@ -45,6 +46,25 @@ def test_check_reads_cluster_toml_in_the_current_directory(tmp_path):
     (tmp_path / "cluster.toml").write_text('[[nodes]]\nname = "box"\nhost = "10.1.2.3"\n')
     result = homegpu("check", cwd=tmp_path)
     assert result.returncode == 0 and "10.1.2.3" in result.stdout
+
+
+def test_check_shows_where_ssh_really_goes_and_where_each_value_comes_from(tmp_path, monkeypatch):
+    """An alias whose ssh config sets HostName, Port and User: homegpu connects with them, so check says so."""
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text("Host closet\n    HostName 192.168.1.30\n    Port 2222\n    User alice\n")
+    monkeypatch.setenv("HOMEGPU_SSH_CONFIG", str(ssh_config))
+    (tmp_path / "cluster.toml").write_text(
+        '[[nodes]]\nname = "closet"\nhost = "closet"\n'
+        '[[nodes]]\nname = "desk"\nhost = "10.1.2.3"\n'
+        '[[nodes]]\nname = "box"\nhost = "box"\nport = 2200\nuser = "bob"\n'
+        '[[nodes]]\nname = "here"\nhost = "local"\n')
+    result = homegpu("check", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: " ".join(line.split()) for line in result.stdout.splitlines() if line.startswith("  ")}
+    assert rows["closet"].startswith("closet closet → 192.168.1.30 2222 (ssh config) alice (ssh config) ")
+    assert rows["desk"].startswith(f"desk 10.1.2.3 22 (default) {getpass.getuser()} (login name) ")
+    assert rows["box"].startswith("box box 2200 (cluster.toml) bob (cluster.toml) ")
+    assert rows["here"].startswith("here local - - ")
 
 
 def test_bad_config_is_one_line_exit_2_no_traceback(tmp_path):

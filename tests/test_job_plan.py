@@ -40,15 +40,18 @@ workers_per_node = 2
 """
 
 
-def test_workers_follow_node_order_and_the_first_is_chief():
+def test_workers_follow_the_jobs_nodes_list_and_the_first_listed_is_chief():
+    """README: `nodes` lists where workers run in TF_CONFIG order, the first is the chief (here laptop,
+    although desktop comes first in the file); without `nodes`, the file's order."""
     spec = parse_cluster(CLUSTER)
     slots = worker_slots(spec, spec.jobs["two"])
     assert [(s.index, s.label, s.endpoint, s.is_chief) for s in slots] == [
-        (0, "desktop", "10.0.0.20:30000", True), (1, "laptop", "laptop:30000", False)]
+        (0, "laptop", "laptop:30000", True), (1, "desktop", "10.0.0.20:30000", False)]
     config = tf_config(slots, 1)
-    assert config == {"cluster": {"worker": ["10.0.0.20:30000", "laptop:30000"]},
+    assert config == {"cluster": {"worker": ["laptop:30000", "10.0.0.20:30000"]},
                       "task": {"type": "worker", "index": 1}}
     json.dumps(config)
+    assert [s.label for s in worker_slots(spec, spec.jobs["all"])] == ["desktop", "closet", "laptop"]
 
 
 def test_workers_on_one_machine_get_consecutive_ports():
@@ -63,9 +66,9 @@ def test_resolved_addresses_name_the_workers_and_an_unresolved_node_keeps_its_ho
     spec = parse_cluster(CLUSTER)
     resolved = {"desktop": "10.0.0.20", "laptop": "192.168.1.31"}  # laptop: where ssh reached the alias
     assert [s.endpoint for s in worker_slots(spec, spec.jobs["two"], resolved)] == [
-        "10.0.0.20:30000", "192.168.1.31:30000"]
+        "192.168.1.31:30000", "10.0.0.20:30000"]
     assert [s.endpoint for s in worker_slots(spec, spec.jobs["two"], {"desktop": "10.0.0.20"})] == [
-        "10.0.0.20:30000", "laptop:30000"]
+        "laptop:30000", "10.0.0.20:30000"]
     # Two aliases that reached this machine's loopback are one machine: consecutive ports.
     both_here = {"desktop": "127.0.0.1", "laptop": "127.0.0.1"}
     assert [s.port for s in worker_slots(spec, spec.jobs["two"], both_here)] == [30000, 30001]

@@ -101,3 +101,13 @@ def test_a_cpu_worker_counts_as_always_busy(tmp_path):
     plan = job_device_plan(spec, spec.jobs["demo"], gpus, last_timeline(tmp_path, "demo"))
     assert plan.pace.speeds == pytest.approx((40 / 0.05, 40.0))
     assert plan.pace.leave_out == ("laptop",) and "about 5% of the GPU workers' pace" in plan.pace.sentences[0]
+
+
+def test_a_damaged_latest_run_is_passed_over_for_the_one_before(tmp_path):
+    experiments = tmp_path / "experiments"
+    older = write_run(experiments, "demo-1", "demo", 1000.0, {"desktop": 95.0, "closet": 30.0})
+    newer = write_run(experiments, "demo-2", "demo", 500.0, {"desktop": 95.0, "closet": 30.0})
+    (newer / "timeline.sqlite").write_bytes(b"not a database\n" * 100)
+    os.utime(older / "timeline.sqlite", (1, 1))
+    timeline = last_timeline(experiments, "demo")
+    assert timeline is not None and timeline.meta["run_id"] == "demo-1"

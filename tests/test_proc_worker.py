@@ -73,3 +73,35 @@ def test_a_worker_that_fills_the_disk_is_recorded_as_exited_with_no_space(small_
     assert (status["state"], status["status"], status["nospace"]) == ("exited", 1, True), status
     assert not [p.name for p in Path(run_dir).iterdir() if p.name.endswith(".tmp")]
     assert worker("list", "--root", str(small_disk))["workers"][0]["state"] == "exited"
+
+
+def test_damaged_state_files_are_named_and_never_break_a_listing(tmp_path: Path) -> None:
+    """Real state files, as a worker left them, then damaged: each is one "damaged" entry naming its
+    file and what is wrong; the listing labels workers by their file's name; stop signals nothing."""
+    root = tmp_path / "runs"
+    run_dir = root / "demo-1"
+    labels = ("ok", "cut", "nolabel", "badpid", "badexit")
+    for label in labels:
+        worker("start", "--run-dir", str(run_dir), "--label", label, "--log", f"{label}.log", "--meta",
+               json.dumps({"job": "demo", "run_id": "demo-1", "generation": 1}), "--", sys.executable, "-c", "pass")
+    deadline = time.monotonic() + 20
+    while len(list(run_dir.glob("*.exit"))) < len(labels) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    meta = json.loads((run_dir / "cut.json").read_text())
+    text = (run_dir / "cut.json").read_text()
+    (run_dir / "cut.json").write_text(text[: len(text) // 2])  # truncated
+    (run_dir / "nolabel.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "label"}))
+    (run_dir / "badpid.json").write_text(json.dumps(dict(meta, pid="1234")))
+    (run_dir / "badexit.exit").write_text('{"generation": 1, "status": "done"}')
+
+    listed = {w["label"]: w for w in worker("list", "--root", str(root))["workers"]}
+    assert sorted(listed) == sorted(labels)
+    assert (listed["ok"]["state"], listed["ok"]["status"]) == ("exited", 0)
+    assert (listed["nolabel"]["state"], listed["nolabel"]["status"]) == ("exited", 0)  # its name is its label
+    assert listed["cut"]["state"] == "damaged" and listed["cut"]["file"] == str(run_dir / "cut.json")
+    assert listed["cut"]["problem"].startswith("truncated or not JSON (")
+    assert (listed["badpid"]["problem"], listed["badpid"]["file"]) == ("pid is '1234'", str(run_dir / "badpid.json"))
+    assert (listed["badexit"]["problem"], listed["badexit"]["file"]) == (
+        "status is 'done'", str(run_dir / "badexit.exit"))
+    stopped = worker("stop", "--run-dir", str(run_dir), "--label", "badpid", "--grace", "1")
+    assert stopped["state"] == "damaged" and stopped["problem"] == "pid is '1234'"

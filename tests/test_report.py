@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import homegpu
 from homegpu.remote.logs.metric import WorkerMetric
 from homegpu.remote.record.experiment import ExperimentLog, write_run_manifest
 from homegpu.remote.record.report import ReportError, write_report
@@ -129,6 +130,69 @@ def test_a_broken_run_json_names_the_file(tmp_path):
     (run_dir / "run.json").write_text("{not json")
     with pytest.raises(ReportError, match=r"run.json: not valid JSON .*delete it"):
         write_report(run_dir)
+
+
+@pytest.mark.parametrize("key, value, named", [
+    ("bandwidth", {"at": 1795315000.0, "links": [{"src": "gpu1", "dst": "gpu2", "gbits": "fast"}]}, "gbits 'fast'"),
+    ("bandwidth", {"at": "yesterday", "links": []}, "'at' is 'yesterday'"),
+    ("job", ["demo"], "job is list"),
+    ("run_id", 7, "run_id is int"),
+])
+def test_a_run_json_of_the_wrong_shape_names_the_file_and_the_key(tmp_path, key, value, named):
+    run_dir = make_run_dir(tmp_path / "experiments", scripted_run())
+    manifest = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**manifest, key: value}))
+    with pytest.raises(ReportError, match=r"run.json: not what a run writes \(.*" + re.escape(named) + r".*delete it"):
+        write_report(run_dir)
+    (run_dir / "run.json").unlink()  # what the line says to do
+    assert write_report(run_dir)[0].is_file()
+
+
+def damage(path: Path, how: str) -> None:
+    """Damage a real timeline the ways one is met: cut short (a copy that stopped half way),
+    overwritten with something else, or left empty."""
+    if how == "truncated":
+        with path.open("r+b") as file:
+            file.truncate(path.stat().st_size // 2)
+    elif how == "not a database":
+        path.write_bytes(b"these are not the bytes of an SQLite file\n" * 200)
+    else:
+        path.write_bytes(b"")
+
+
+@pytest.mark.parametrize("how, why", [
+    ("truncated", "database disk image is malformed"), ("not a database", "file is not a database"),
+    ("empty", "an empty file")])
+def test_a_damaged_timeline_is_one_line_and_the_report_is_made_from_the_rest(tmp_path, how, why):
+    """`homegpu report` as a user types it: one line naming the file and what to do, no traceback, and
+    the report from metrics.jsonl, logs/ and run.json; doing what the line says ends the warning."""
+    run_dir = make_run_dir(tmp_path / "experiments", scripted_run())
+    damage(run_dir / "timeline.sqlite", how)
+    result = homegpu("report", cwd=tmp_path)
+    assert result.returncode == 0 and "Traceback" not in result.stdout + result.stderr, result.stderr
+    named = [line for line in result.stdout.splitlines() if "timeline.sqlite" in line]
+    assert named == [f"warning: experiments/demo-run/timeline.sqlite is damaged ({why}): this report is made from "
+                     "metrics.jsonl, logs/ and run.json without it (no node samples, no events); rename it (e.g. to "
+                     "timeline.sqlite.damaged) to keep it and stop this warning"]
+    assert "demo demo-run: unknown in 26 s (its timeline is damaged)" in result.stdout
+    assert "final loss 0.09595, accuracy 0.9775, val_loss 0.03739, val_accuracy 0.9922" in result.stdout
+    html = (run_dir / "report.html").read_text()
+    assert html.count("<svg") == 3 and "is damaged" in html and "0.94 Gbit/s" in html  # metrics' charts, run.json
+
+    (run_dir / "timeline.sqlite").rename(run_dir / "timeline.sqlite.damaged")
+    again = homegpu("report", cwd=tmp_path)
+    assert again.returncode == 0 and "damaged" not in again.stdout + again.stderr, again.stdout + again.stderr
+
+
+def test_a_damaged_timeline_without_metrics_is_one_line_and_exit_2(tmp_path):
+    run_dir = make_run_dir(tmp_path / "experiments", scripted_run())
+    damage(run_dir / "timeline.sqlite", "truncated")
+    (run_dir / "metrics.jsonl").unlink()
+    result = homegpu("report", cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == "", result.stdout
+    assert result.stderr == ("homegpu: error: experiments/demo-run/timeline.sqlite is damaged (database disk image is "
+                             "malformed), and there is no metrics.jsonl to make a report from instead; what the "
+                             "workers printed is in experiments/demo-run/logs/\n")
 
 
 def test_a_run_with_only_metrics_still_gets_a_report(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 
 from homegpu.remote.nodes.events import EventHub
 from homegpu.remote.record.timeline import TimelineRecorder, load_timeline
+from homegpu.remote.record.timeline_schema import TimelineDamaged
 from timeline_events import recorded_stats, scripted_run, stats_stream
 
 
@@ -191,3 +192,25 @@ def test_reading_a_finished_timeline_leaves_no_wal_files_beside_it(tmp_path):
     record(path, scripted_run())
     assert load_timeline(path).events
     assert sorted(p.name for p in path.parent.iterdir()) == ["timeline.sqlite"]
+
+
+def test_a_recorder_attaching_to_a_damaged_timeline_keeps_it_aside_and_records_anew(tmp_path):
+    """A controller attaching to a run again appends to its timeline: one cut short is renamed, kept,
+    and said in the new one's events, never a traceback."""
+    path = tmp_path / "run" / "timeline.sqlite"
+    events = scripted_run()
+    record(path, events[: len(events) // 2])
+    with path.open("r+b") as file:
+        file.truncate(path.stat().st_size // 2)
+    size = path.stat().st_size
+    record(path, events[len(events) // 2:])
+
+    kept = tmp_path / "run" / "timeline.sqlite.damaged"
+    assert kept.stat().st_size == size
+    timeline = load_timeline(path)
+    (note,) = timeline.events_of("timeline_damaged")
+    assert note.summary == (f"{path} is damaged (database disk image is malformed): kept as "
+                            "timeline.sqlite.damaged; this timeline starts when recording resumed")
+    assert timeline.events_of("end") and timeline.workers  # what came after the damage
+    with pytest.raises(TimelineDamaged, match=r"timeline.sqlite.damaged is damaged \(database disk image"):
+        load_timeline(kept)

@@ -269,19 +269,52 @@ def test_the_embedded_default_renders_without_a_job() -> None:
 def test_the_latest_matrix_is_kept_per_cluster_file(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     spec = parse_cluster(THREE_NODES, str(tmp_path / "cluster.toml"))
-    assert bandwidth_store.load(spec) is None
+    assert bandwidth_store.read(spec) == (None, "")
     matrix = BandwidthMatrix((LinkResult("big", "small", 9.4, ""), LinkResult("big", "gone", 1.0, ""),
                               LinkResult("small", "big", None, "refused")), at=1234.5)
     path = bandwidth_store.save(spec, matrix)
     assert path.parent == tmp_path / "homegpu"
-    loaded = bandwidth_store.load(spec)
-    assert loaded.at == 1234.5
+    loaded, problem = bandwidth_store.read(spec)
+    assert loaded.at == 1234.5 and problem == ""
     assert [(r.src, r.dst, r.gbits, r.error) for r in loaded.results] == [
         ("big", "small", 9.4, ""), ("small", "big", None, "refused")]  # "gone" is no longer a node
     other = parse_cluster(THREE_NODES, str(tmp_path / "elsewhere" / "cluster.toml"))
-    assert bandwidth_store.load(other) is None  # same name, another file
-    path.write_text("{not json")
-    assert bandwidth_store.load(spec) is None  # a cache: a broken file is no error
+    assert bandwidth_store.read(other) == (None, "")  # same name, another file
+
+
+def test_clusters_named_by_the_same_relative_path_in_two_folders_keep_two_matrices(tmp_path, monkeypatch) -> None:
+    """`--config cluster.toml` in two folders is two clusters; one file named two ways is one."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    paths = []
+    for folder in ("lab", "home"):
+        (tmp_path / folder).mkdir()
+        monkeypatch.chdir(tmp_path / folder)
+        paths.append(bandwidth_store.store_path(parse_cluster(THREE_NODES, "cluster.toml")))
+    assert paths[0] != paths[1]
+    assert bandwidth_store.store_path(parse_cluster(THREE_NODES, str(tmp_path / "home" / "cluster.toml"))) == paths[1]
+    assert bandwidth_store.store_path(embedded_default()).name.startswith("bandwidth-")
+
+
+@pytest.mark.parametrize("content, why", [
+    ('{"at": 1234.5, "links": [{"src": "big", "dst": "small", "gbits": "9.4", "error": ""}]}',
+     "the link big → small has gbits '9.4', error ''"),
+    ('{"at": "noon", "links": []}', "'at' is 'noon', not a time"),
+    ('{"at": 1234.5, "links": [["big", "small", 9.4]]}', "a link is ['big', 'small', 9.4]"),
+    ('{"at": 1234.5, "links": {"big": 9.4}}', "not an object with a list of links"),
+    ("{not json", "Expecting property name"),
+])
+def test_a_damaged_matrix_is_ignored_and_named_once(tmp_path, monkeypatch, content, why) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    spec = parse_cluster(THREE_NODES, str(tmp_path / "cluster.toml"))
+    path = bandwidth_store.store_path(spec)
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    matrix, problem = bandwidth_store.read(spec)
+    assert matrix is None
+    assert problem.startswith(f"the saved bandwidth matrix {path} is damaged (") and why in problem
+    assert problem.endswith("it is ignored: press b in the TUI or run `homegpu bandwidth` to measure again and "
+                            "rewrite it")
+    assert bandwidth_store.read(spec) == (None, "")  # said once: the TUI and the run's record both read it
 
 
 KEYS = [("l", "Launch"), ("s", "Stop"), ("?", "Help"), ("q", "Quit"), ("b", "Bandwidth"), ("r", "Reconnect")]

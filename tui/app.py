@@ -9,6 +9,7 @@ which calls remote/ — the same code the headless runner uses.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -119,7 +120,7 @@ class HomegpuApp(App[int]):
         self.set_interval(1.0, self._age_matrix)
         if self.controller is not None:
             self._pump_events(self.controller.subscribe())  # before connecting: no event is missed
-            self.view.bandwidth.matrix = self.controller.saved_bandwidth()
+            self.view.bandwidth.matrix, self.view.bandwidth.error = self.controller.saved_bandwidth()
             await self.controller.__aenter__()
             if self.launch_job:
                 self._launch(self.launch_job)
@@ -453,6 +454,10 @@ def run_app(spec: ClusterSpec, experiments: Path, launch: str | None = None) -> 
     """Open the TUI on `spec` until the user quits; `launch` names a job to launch (or attach to) first."""
     app = HomegpuApp(spec, Controller(spec, experiments), launch=launch)
     status = app.run() or 0
+    if app.return_code:  # it crashed: Textual printed the traceback and gives no status of its own
+        print("homegpu: the terminal UI ended with the error above; `homegpu run JOB --no-tui` and `homegpu status` "
+              "work without it", file=sys.stderr)
+        return app.return_code
     if app.farewell:
         print(app.farewell)
     return status

@@ -9,6 +9,7 @@ from homegpu.remote.config import (
     DEFAULT_CONFIG_NAME, DEMO_JOB, LOCAL_HOST, RUNTIMES, ConfigError, NodeSpec, cluster_to_toml, parse_cluster,
     starter_cluster,
 )
+from homegpu.remote.nodes import ssh_target
 from homegpu.tui.cli_common import UserError, load_spec
 from homegpu.tui.text import format_cluster
 
@@ -39,7 +40,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    print(format_cluster(load_spec(args)))
+    spec = load_spec(args)
+    print(format_cluster(spec, {node.name: ssh_target(spec, node) for node in spec.nodes if not node.is_local}))
     return 0
 
 

@@ -130,9 +130,10 @@ class Controller:
         bandwidth_store.save(self.spec, matrix)
         return matrix
 
-    def saved_bandwidth(self) -> BandwidthMatrix | None:
-        """The matrix the last test on this cluster saved (here or by `homegpu bandwidth`), if any."""
-        return bandwidth_store.load(self.spec)
+    def saved_bandwidth(self) -> tuple[BandwidthMatrix | None, str]:
+        """The matrix the last test on this cluster saved (here or by `homegpu bandwidth`), if any,
+        and "" or the line that says the saved file is damaged (bandwidth_store.read)."""
+        return bandwidth_store.read(self.spec)
 
     async def doctor(self) -> list[Check]:
         return await diagnose(self.cluster)

@@ -14,6 +14,7 @@ from homegpu.remote.config import PER_GPU, ClusterSpec
 from homegpu.remote.jobs import JobNodes, LaunchError, list_workers
 from homegpu.remote.nodes import Cluster, NodeState
 from homegpu.remote.plan import JobConfigError, find_job, job_nodes, last_timeline, lay_out, tf_config
+from homegpu.remote.runtimes import WorkerStatus
 from homegpu.tui.cli_common import EXPERIMENTS, UserError, load_spec
 from homegpu.tui.headless import run_headless
 from homegpu.tui.text import table
@@ -138,26 +139,32 @@ async def _first_stats(cluster: Cluster, name: str) -> None:
 
 
 def list_jobs(args: argparse.Namespace) -> int:
+    """The table of workers, then a line per damaged state file. Exit 1 when a node could not be
+    listed or a state file is damaged (the table is then incomplete)."""
     spec = load_spec(args)
-    rows = asyncio.run(_collect_workers(spec))
-    if not rows:
+    rows, problems = asyncio.run(_collect_workers(spec))
+    if rows:
+        print(table(("JOB", "RUN", "WORKER", "NODE", "GENERATION", "STATE"), rows))
+    elif not problems:
         print("no workers on any node")
-        return 0
-    print(table(("JOB", "RUN", "WORKER", "NODE", "GENERATION", "STATE"), rows))
-    return 0
+    for problem in problems:
+        print(problem)
+    return 1 if problems or any(row[-1].startswith("not listed") for row in rows) else 0
 
 
-async def _collect_workers(spec: ClusterSpec) -> list[tuple]:
+async def _collect_workers(spec: ClusterSpec) -> tuple[list[tuple], list[str]]:
+    """(a row per worker and per node not listed, sorted; each damaged state file's line)."""
     async with Cluster(spec, stream_stats=False) as cluster:
         found = await list_workers(cluster)
-    rows = []
+    rows, problems = [], []
     for node, workers in found:
         if isinstance(workers, LaunchError):
-            rows.append(("?", "?", "?", node, "?", f"unreachable: {workers}"))
+            rows.append(("?", "?", "?", node, "?", f"not listed: {workers}"))
             continue
-        rows += [(w.job, w.run_id, w.label, node, w.generation,
+        rows += [(w.job or "?", w.run_id or "?", w.label, node, "?" if w.generation is None else str(w.generation),
                   w.state if w.exit_status is None else f"{w.state} ({w.exit_status})") for w in workers]
-    return sorted(rows)
+        problems += [w.problem for w in workers if w.problem]
+    return sorted(rows), problems
 
 
 def stop_job(args: argparse.Namespace) -> int:
@@ -187,16 +194,28 @@ async def _stop(spec: ClusterSpec, job) -> int:
         if active is None:
             print(f"{job.name} is not running")
             return 0
-        statuses = [s for s in await nodes.stop(active[0]) if not isinstance(s, BaseException)]
+        results = await nodes.stop(active[0])
+        statuses = [s for s in results if isinstance(s, WorkerStatus) and not s.problem]
         for status in statuses:
             code = f" ({status.exit_status})" if status.exit_status is not None else ""
             print(f"{status.label}: {status.state}{code}")
+        unknown = [f"{slot.label}: not stopped: {_why(result)}" for slot, result in zip(nodes.slots, results)
+                   if not isinstance(result, WorkerStatus) or result.problem]
         left = [s.label for s in statuses if s.running]
         if left:
             print(f"still running: {', '.join(left)}")
+        if unknown:
+            print(*unknown, sep="\n")
+        if left or unknown:
             return 1
         print(f"stopped {job.name} (run {active[0]})")
         return 0
+
+
+def _why(result: WorkerStatus | BaseException) -> str:
+    if isinstance(result, WorkerStatus):
+        return result.problem
+    return str(result) or type(result).__name__
 
 
 def show_logs(args: argparse.Namespace) -> int:

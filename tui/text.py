@@ -7,12 +7,12 @@ import dataclasses
 import shlex
 import shutil
 from itertools import groupby
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from homegpu.remote.config import SWITCHES, AlertRules, ClusterSpec
 from homegpu.remote.doctor import Check
 from homegpu.remote.net import BandwidthMatrix, format_gbits
-from homegpu.remote.nodes import NA, gib, owner_text
+from homegpu.remote.nodes import NA, SshTarget, gib, owner_text
 
 DIAGONAL = "—"
 NOT_MEASURED = "·"
@@ -28,8 +28,13 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str 
     )
 
 
-def format_cluster(spec: ClusterSpec) -> str:
-    """What `homegpu check` prints: the cluster settings, then one row per node."""
+def format_cluster(spec: ClusterSpec, targets: Mapping[str, SshTarget]) -> str:
+    """What `homegpu check` prints: the cluster settings, then one row per node.
+
+    Args:
+        targets: node name -> where its SSH connection goes (nodes.ssh_target), for every node that
+            is not "local": host, port and user as homegpu will use them, with where each comes from.
+    """
     ssh = spec.ssh
     jobs = ", ".join(spec.jobs) or "none"
     lines = [
@@ -42,8 +47,8 @@ def format_cluster(spec: ClusterSpec) -> str:
         "",
     ]
     rows = [
-        (node.name, node.host, node.port or ("-" if node.is_local else 22), node.user or ssh.user or "-",
-         _configured_address(node), node.runtime if node.runtime == "docker" else f"process ({node.python})",
+        (node.name, *_ssh_columns(node, targets.get(node.name)), _configured_address(node),
+         node.runtime if node.runtime == "docker" else f"process ({node.python})",
          spec.work_dir_of(node), ",".join(node.tags) or "-")
         for node in spec.nodes
     ]
@@ -85,6 +90,14 @@ def _format_jobs(spec: ClusterSpec) -> list[str]:
             for job in spec.jobs.values()]
     return [table(("JOB", "RUNS", "NODES", "WORKERS/NODE", "PORT"), rows),
             "", "Next: homegpu doctor, then homegpu run JOB (homegpu tfconfig JOB shows each worker's TF_CONFIG)."]
+
+
+def _ssh_columns(node, target: SshTarget | None) -> tuple[str, str, str]:
+    """HOST (with the HostName an alias stands for), PORT and USER as homegpu connects, and from where."""
+    if target is None:  # a "local" node: no SSH
+        return node.host, "-", "-"
+    host = node.host if target.host == node.host else f"{node.host} → {target.host}"
+    return host, f"{target.port} ({target.port_from})", f"{target.user} ({target.user_from})"
 
 
 def _configured_address(node) -> str:

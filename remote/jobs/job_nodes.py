@@ -134,10 +134,11 @@ class JobNodes:
                 for s in slots]
 
 async def list_workers(cluster: Cluster) -> list[tuple[str, list[WorkerStatus] | LaunchError]]:
-    """Every worker on every node of the cluster, running or not.
+    """Every worker on every node of the cluster, running or not; one node's failure is its own.
 
     Returns:
-        (node name, its workers) per node, or (node name, the LaunchError) for a node not reached.
+        (node name, its workers) per node, or (node name, a LaunchError saying why) for a node not
+        reached or whose runtime could not list its workers.
     """
     async def one(node: NodeSession) -> list[WorkerStatus] | LaunchError:
         try:
@@ -145,5 +146,7 @@ async def list_workers(cluster: Cluster) -> list[tuple[str, list[WorkerStatus] |
             return await runtime.list_workers()
         except LaunchError as exc:
             return exc
+        except (RuntimeError_, *NODE_GONE) as exc:
+            return LaunchError(str(exc) or type(exc).__name__)
     nodes = list(cluster.nodes.values())
     return list(zip((n.name for n in nodes), await asyncio.gather(*(one(n) for n in nodes))))

@@ -133,7 +133,10 @@ class JobRun:
         try:
             self._publish(JobState.PREFLIGHT)
             await self.prepare()
-            self.record.describe_setup(self.job, {s.label: tf_config_json(self.slots, s.index) for s in self.slots})
+            cache_problem = self.record.describe_setup(
+                self.job, {s.label: tf_config_json(self.slots, s.index) for s in self.slots})
+            if cache_problem:
+                self._publish(JobState.PREFLIGHT, cache_problem)
             await self._preflight()
             self._publish(JobState.PREFLIGHT, f"syncing code to {len(self._nodes())} node(s)")
             await self._sync_code()

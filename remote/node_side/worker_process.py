@@ -42,8 +42,10 @@ def _start_time(pid):
 
 
 def _alive(meta):
-    pid = meta.get("pid")
-    return bool(pid) and _start_time(pid) == meta.get("start_time") and not _is_zombie(pid)
+    pid = meta.get("pid") if isinstance(meta, dict) else None
+    if not isinstance(pid, int) or pid <= 1:  # a damaged file's: never signalled, never waited for
+        return False
+    return _start_time(pid) == meta.get("start_time") and not _is_zombie(pid)
 
 
 def _is_zombie(pid):
@@ -54,12 +56,37 @@ def _is_zombie(pid):
         return True
 
 
-def _read_json(path):
+# What each state file holds, as start() and the waiter write it: key -> (allowed types, required).
+_NONE = type(None)
+_META_KEYS = {"pid": ((int,), True), "start_time": ((int, _NONE), True), "generation": ((int, _NONE), False),
+              "label": ((str,), False), "job": ((str,), False), "run_id": ((str,), False), "waiter": ((dict,), False)}
+_EXIT_KEYS = {"generation": ((int, _NONE), True), "status": ((int,), True)}
+
+
+def _read_state(path, keys):
+    """(data, problem): (None, None) when there is no file; (None, what is wrong) when it is there but
+    is not what homegpu writes (truncated, not JSON, a key missing or of the wrong type). The label is
+    the file's name: one inside it is only checked."""
+    if not os.path.exists(path):
+        return None, None
     try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read().decode("utf-8"))
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None, "truncated or not JSON (%s)" % (exc,)
+    if not isinstance(data, dict):
+        return None, "not a JSON object"
+    for key, (kinds, required) in keys.items():
+        if key not in data:
+            if required:
+                return None, "no %s" % key
+        elif not isinstance(data[key], kinds) or isinstance(data[key], bool):
+            return None, "%s is %r" % (key, data[key])
+    return data, None
+
+
+def _damaged(path, problem):
+    return {"state": "damaged", "file": path, "problem": problem}
 
 
 def _write_json(path, data):
@@ -119,7 +146,7 @@ def start(args):
     meta_path, exit_path = _paths(args.run_dir, args.label)
     log_path = os.path.join(os.path.expanduser(args.run_dir), args.log)
     os.makedirs(os.path.dirname(meta_path), exist_ok=True)
-    old = _read_json(meta_path)
+    old, _ = _read_state(meta_path, _META_KEYS)  # a damaged one is replaced, as an ended worker's is
     if old and _alive(old):
         return {"error": "already running", "pid": old["pid"], "generation": old.get("generation")}
     _clear_exit(exit_path)
@@ -198,13 +225,21 @@ def statuses(args):
 
 
 def worker_status(run_dir, label):
+    """The worker's state; "damaged" (naming the file and what is wrong) when a state file that
+    decides it is not what homegpu writes."""
     meta_path, exit_path = _paths(run_dir, label)
-    meta = _read_json(meta_path)
+    meta, problem = _read_state(meta_path, _META_KEYS)
+    if problem:
+        return _damaged(meta_path, problem)
     if meta is None:
         return {"state": "missing"}
-    ended = _read_json(exit_path) or _exit_marker(exit_path, meta.get("generation"))
+    ended, problem = _read_state(exit_path, _EXIT_KEYS)
+    if ended is None and problem is None:  # a disk too full for the exit file: its record is in a file name
+        ended = _exit_marker(exit_path, meta.get("generation"))
     if _alive(meta):
         return dict(meta, state="running")
+    if problem:
+        return dict(meta, **_damaged(exit_path, problem))
     if ended is not None and ended.get("generation") == meta.get("generation"):
         return dict(meta, state="exited", status=ended["status"], nospace=ended.get("nospace", False))
     if _alive(meta.get("waiter") or {}):
@@ -214,7 +249,7 @@ def worker_status(run_dir, label):
 
 def stop(args):
     meta_path, exit_path = _paths(args.run_dir, args.label)
-    meta = _read_json(meta_path)
+    meta, _ = _read_state(meta_path, _META_KEYS)
     if meta is None or not _alive(meta):
         return worker_status(args.run_dir, args.label)
     pid = meta["pid"]
@@ -249,7 +284,9 @@ def list_workers(args):
         for name in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else []:
             if name.endswith(".json"):
                 label = name[:-5]
-                workers.append(dict(worker_status(run_dir, label), run_dir=run_dir))
+                status = dict(worker_status(run_dir, label), label=label, run_dir=run_dir)
+                status.setdefault("run_id", run_id)  # a damaged file's run is its directory's
+                workers.append(status)
     return {"workers": workers}
 
 

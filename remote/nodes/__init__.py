@@ -7,7 +7,9 @@ from __future__ import annotations
 from homegpu.remote.nodes import hostkeys
 from homegpu.remote.nodes.agent_bundle import agent_command, agent_payload
 from homegpu.remote.nodes.cluster import Cluster
-from homegpu.remote.nodes.connect import NodeError, OfferedKey, connect_wait, fetch_offered_key
+from homegpu.remote.nodes.connect import (
+    NodeError, OfferedKey, SshTarget, connect_wait, fetch_offered_key, ssh_target,
+)
 from homegpu.remote.nodes.events import (
     RUN_ALERTS, Alert, AlertCommandFailed, AlertState, EventHub, JobState, JobStateChanged, NodeState,
     NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, Subscription, WorkerExited,
@@ -21,11 +23,11 @@ from homegpu.remote.nodes.transport import (
 from homegpu.remote.nodes.units import MIB_PER_GIB, format_bytes, gib
 
 __all__ = [
-    "MIB_PER_GIB", "NA", "NODE_GONE", "RUN_ALERTS", "Alert", "AlertCommandFailed", "AlertState", "Cluster", "CommandResult", "CommandTimeout",
-    "EventHub", "GpuStats", "JobState", "JobStateChanged", "NodeError", "NodeOffline", "NodeSession",
-    "NodeState", "NodeStateChanged", "NodeStats", "NodeStatsUnavailable", "NodeStatsUpdated", "OfferedKey",
-    "PreflightResult", "RemoteProcess", "SshTransport", "StatsParseError", "Straggler", "Subscription",
-    "TransportError", "WorkerExited", "agent_command", "agent_payload", "cause", "connect_wait", "describe_gpus",
-    "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib", "hostkeys", "is_run_worker", "owner_text", "parse_agent_line",
-    "tied_to_session",
+    "MIB_PER_GIB", "NA", "NODE_GONE", "RUN_ALERTS", "Alert", "AlertCommandFailed", "AlertState", "Cluster",
+    "CommandResult", "CommandTimeout", "EventHub", "GpuStats", "JobState", "JobStateChanged", "NodeError",
+    "NodeOffline", "NodeSession", "NodeState", "NodeStateChanged", "NodeStats", "NodeStatsUnavailable",
+    "NodeStatsUpdated", "OfferedKey", "PreflightResult", "RemoteProcess", "SshTarget", "SshTransport",
+    "StatsParseError", "Straggler", "Subscription", "TransportError", "WorkerExited", "agent_command", "agent_payload",
+    "cause", "connect_wait", "describe_gpus", "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib",
+    "hostkeys", "is_run_worker", "owner_text", "parse_agent_line", "ssh_target", "tied_to_session",
 ]

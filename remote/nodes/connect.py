@@ -110,12 +110,20 @@ def _is_default_config(source: str) -> bool:
 def connect_options(cluster: ClusterSpec, node: NodeSpec) -> dict[str, Any]:
     """asyncssh.connect keyword arguments: only what cluster.toml sets, so ~/.ssh/config fills the rest."""
     ssh = cluster.ssh
-    options: dict[str, Any] = {
+    return {
         "known_hosts": hostkeys.load_known_hosts(ssh.known_hosts),
         "connect_timeout": ssh.connect_timeout,
         "keepalive_interval": ssh.keepalive_interval,
         "keepalive_count_max": ssh.keepalive_count_max,
+        **_target_options(cluster, node),
     }
+
+
+def _target_options(cluster: ClusterSpec, node: NodeSpec) -> dict[str, Any]:
+    """The options that decide where and as whom: the ssh config files to read, and cluster.toml's
+    port, user and key where it sets them."""
+    ssh = cluster.ssh
+    options: dict[str, Any] = {}
     configs = [path for path in os.environ.get(SSH_CONFIG_VAR, "").split(os.pathsep) if path]
     if configs:
         options["config"] = [os.path.expanduser(path) for path in configs]
@@ -173,17 +181,39 @@ def peer_address(peername: object) -> str | None:
         return None
 
 
+@dataclass(frozen=True)
+class SshTarget:
+    """Where homegpu's SSH connection to a node goes and as whom, each with where it comes from
+    ("cluster.toml", "ssh config", "default" or "login name"): what `homegpu check` shows."""
+
+    host: str
+    port: int
+    user: str
+    host_from: str
+    port_from: str
+    user_from: str
+
+
+def ssh_target(cluster: ClusterSpec, node: NodeSpec) -> SshTarget:
+    """What asyncssh will use for `node`: cluster.toml's values, else the ssh config's (HostName,
+    Port, User, as HOMEGPU_SSH_CONFIG or ~/.ssh/config says), else its defaults. Reads the ssh
+    config only; connects nowhere."""
+    options = {key: value for key, value in _target_options(cluster, node).items() if key != "client_keys"}
+    try:
+        resolved = asyncssh.SSHClientConnectionOptions(host=node.host, **options)
+        config, user = resolved.config, resolved.username
+    except (OSError, ValueError, asyncssh.Error):  # an ssh config asyncssh cannot read: what we know
+        config, user = {}, options.get("username") or "your login name"
+    host, port = config.get("Hostname"), config.get("Port")
+    return SshTarget(
+        host or node.host, options.get("port") or port or 22, user,
+        "ssh config" if host else "cluster.toml", "cluster.toml" if node.port else "ssh config" if port else "default",
+        "cluster.toml" if "username" in options else "ssh config" if config.get("User") else "login name")
+
+
 def login_name(cluster: ClusterSpec, node: NodeSpec) -> str:
     """The user SSH logs in as: cluster.toml's, else the ssh config's `User`, else the local login."""
-    user = node.user or cluster.ssh.user
-    if user:
-        return user
-    options = {key: value for key, value in connect_options(cluster, node).items() if key in ("config", "port")}
-    try:
-        # Options only (no connection is made): what the ssh config says the user is.
-        return asyncssh.SSHClientConnectionOptions(host=node.host, **options).username
-    except (OSError, ValueError, asyncssh.Error):
-        return "your login name"
+    return ssh_target(cluster, node).user
 
 
 def _host_key_error(cluster: ClusterSpec, node: NodeSpec, offered: OfferedKey | None,

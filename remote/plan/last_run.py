@@ -16,18 +16,24 @@ from pathlib import Path
 from typing import Sequence
 
 from homegpu.remote.plan.worker_devices import WorkerDevices
-from homegpu.remote.record import NodeTimeline, Timeline, WorkerTimeline, load_timeline, read_meta, timelines
+from homegpu.remote.record import (
+    NodeTimeline, Timeline, TimelineDamaged, WorkerTimeline, load_timeline, read_meta, timelines,
+)
 
 MIN_BUSY = 0.02  # below this a GPU's utilisation says "idle", not "50× faster": no estimate
 
 
 def last_timeline(experiments: Path, job: str) -> Timeline | None:
-    """The timeline of `job`'s most recent run under `experiments` that trained; None without one."""
+    """The timeline of `job`'s most recent run under `experiments` that trained; None without one.
+
+    A damaged timeline is passed over without a word: whose run it was cannot be read from it, so
+    naming it here would name other jobs' files too; `homegpu report` names it for its run.
+    """
     runs = sorted(timelines(experiments), key=_mtime, reverse=True)
     for path in runs:
         try:  # the meta table first: other jobs' runs are never read whole
             timeline = load_timeline(path) if read_meta(path).get("job") == job else None
-        except Exception:  # noqa: BLE001 - a damaged or foreign file is just not the last run
+        except (TimelineDamaged, OSError):  # OSError: gone, or unreadable, since it was listed
             continue
         if timeline and any(w.examples_per_sec.measured for w in timeline.workers):
             return timeline

@@ -1,8 +1,9 @@
 """TF_CONFIG for every worker of a job: a pure function of the cluster, the job and the addresses.
 
-Workers follow node order (then slot order within a node when a node runs several workers); index 0
-is the chief. Each address is the node's resolved cluster address (NodeSession.address: `address`
-from cluster.toml, else where its SSH connection reached) and the job port (+ slot).
+Workers follow the job's `nodes` in the order it lists them (every node in cluster.toml's order
+without it), then slot order within a node when a node runs several workers; index 0 is the chief.
+Each address is the node's resolved cluster address (NodeSession.address: `address` from
+cluster.toml, else where its SSH connection reached) and the job port (+ slot).
 """
 
 from __future__ import annotations
@@ -63,10 +64,12 @@ def find_job(cluster: ClusterSpec, name: str | None) -> JobSpec:
 
 
 def job_nodes(cluster: ClusterSpec, job: JobSpec) -> tuple[NodeSpec, ...]:
-    """The job's nodes in cluster order: TF_CONFIG order must not depend on how `nodes` was written."""
+    """The job's nodes in TF_CONFIG order: as its `nodes` lists them (the first is the chief's), else
+    every node in cluster.toml's order."""
     if not job.nodes:
         return cluster.nodes
-    return tuple(node for node in cluster.nodes if node.name in job.nodes)
+    by_name = {node.name: node for node in cluster.nodes}
+    return tuple(by_name[name] for name in job.nodes)
 
 
 def machine_key(address: str) -> str:
@@ -81,8 +84,8 @@ def machine_key(address: str) -> str:
 
 def worker_slots(cluster: ClusterSpec, job: JobSpec, addresses: Mapping[str, str] | None = None,
                  counts: Mapping[str, int] | None = None) -> tuple[WorkerSlot, ...]:
-    """Workers in node order. TensorFlow's server binds every interface of its machine, so workers
-    on one machine (several per node, or nodes on loopback addresses) get consecutive ports.
+    """Workers in job_nodes() order. TensorFlow's server binds every interface of its machine, so
+    workers on one machine (several per node, or nodes on loopback addresses) get consecutive ports.
 
     Args:
         addresses: node name -> resolved cluster address (Cluster.addresses()); a node missing from

@@ -11,9 +11,10 @@ from homegpu.remote.record.report import write_report
 from homegpu.remote.record.report_inputs import ReportError
 from homegpu.remote.record.run_folder import RunFolder, timelines
 from homegpu.remote.record.timeline import load_timeline
-from homegpu.remote.record.timeline_schema import NodeTimeline, Timeline, WorkerTimeline, read_meta
+from homegpu.remote.record.timeline_schema import NodeTimeline, Timeline, TimelineDamaged, WorkerTimeline, read_meta
 
 __all__ = [
-    "ExperimentLog", "NodeTimeline", "ReportError", "RunFolder", "RunRecord", "Timeline", "WorkerTimeline", "bucket_index",
-    "bucket_time", "find_stragglers", "load_timeline", "read_meta", "timelines", "write_report",
+    "ExperimentLog", "NodeTimeline", "ReportError", "RunFolder", "RunRecord", "Timeline", "TimelineDamaged",
+    "WorkerTimeline", "bucket_index", "bucket_time", "find_stragglers", "load_timeline", "read_meta", "timelines",
+    "write_report",
 ]

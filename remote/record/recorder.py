@@ -39,12 +39,17 @@ class RunRecord:
         self._task = asyncio.create_task(self.recorder.run(self.cluster.subscribe()), name="timeline")
         return self
 
-    def describe_setup(self, job: JobSpec, tf_configs: Mapping[str, str]) -> None:
-        """run.json: the job's settings, each worker's TF_CONFIG and the latest bandwidth matrix."""
-        matrix = bandwidth_store.load(self.cluster.spec)
+    def describe_setup(self, job: JobSpec, tf_configs: Mapping[str, str]) -> str:
+        """run.json: the job's settings, each worker's TF_CONFIG and the latest bandwidth matrix.
+
+        Returns:
+            "" or one line naming the saved matrix, damaged and left out (bandwidth_store.read).
+        """
+        matrix, problem = bandwidth_store.read(self.cluster.spec)
         bandwidth = {"at": matrix.at, "links": bandwidth_store.links_json(matrix)} if matrix else None
         settings = {field.name: getattr(job, field.name) for field in dataclasses.fields(job)}
         write_run_manifest(self.run_dir, {**settings, "env": dict(job.env)}, dict(tf_configs), bandwidth)
+        return problem
 
     async def close(self, report: bool = True) -> tuple[Path | None, str]:
         """Stop recording (the events still queued are kept) and, with `report`, write the report.

@@ -5,6 +5,7 @@ the run's folder (run_folder.py): the timeline, metrics.jsonl, logs/ and run.jso
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime
 from html import escape
@@ -14,14 +15,14 @@ from homegpu.remote.net import BandwidthMatrix, LinkResult, advice, format_gbits
 from homegpu.remote.nodes import MIB_PER_GIB
 from homegpu.remote.record.report_analysis import RunFigures, human_duration, run_figures, summary_text, what_limited
 from homegpu.remote.record.report_inputs import (
-    ReportError, log_tails, matrix_from_json, read_manifest, workers_from_metrics,
+    ReportError, log_tails, read_manifest, workers_from_metrics,
 )
 from homegpu.remote.record.report_page import card, figure, page, table
 from homegpu.remote.record.report_svg import (
     EVENT_COLOURS, SERIES_COLOURS, Line, Marker, format_clock, legend, line_chart,
 )
 from homegpu.remote.record.run_folder import RunFolder
-from homegpu.remote.record.timeline_schema import Series, Timeline, WorkerTimeline, read_timeline
+from homegpu.remote.record.timeline_schema import Series, Timeline, TimelineDamaged, WorkerTimeline, read_timeline
 
 MAX_EVENT_ROWS = 300
 _WIDE, _HALF, _QUARTER = 1120, 548, 268
@@ -50,11 +51,11 @@ def _cards(figures: RunFigures, workers: int, nodes: int) -> str:
     ]) + "</div>"
 
 
-def _limits(sentences: list[str]) -> str:
+def _limits(sentences: list[str], title: str = "What limited the run") -> str:
     if not sentences:
         return ""
     items = "".join(f"<li>{escape(s)}</li>" for s in sentences)
-    return f'<section class="limits"><h2>What limited the run</h2><ul>{items}</ul></section>'
+    return f'<section class="limits"><h2>{escape(title)}</h2><ul>{items}</ul></section>'
 
 
 def _event_legend(markers: list[Marker]) -> str:
@@ -201,15 +202,37 @@ def _empty_timeline() -> Timeline:
     return Timeline({}, None, None, (), (), ())
 
 
+def _read_timeline(folder: RunFolder) -> tuple[Timeline, str]:
+    """The run's timeline, and "" or the one line that says it is damaged and what the report does
+    without it.
+
+    Raises:
+        ReportError: it is damaged and there is no metrics.jsonl to make a report from instead.
+    """
+    if not folder.timeline.is_file():
+        return _empty_timeline(), ""
+    try:
+        return read_timeline(folder.timeline), ""
+    except TimelineDamaged as exc:
+        if not folder.metrics.is_file():
+            raise ReportError(f"{exc}, and there is no metrics.jsonl to make a report from instead; "
+                              f"what the workers printed is in {folder.logs}/") from None
+        return _empty_timeline(), (f"{exc}: this report is made from metrics.jsonl, logs/ and run.json without "
+                                   f"it (no node samples, no events); rename it (e.g. to {folder.timeline.name}"
+                                   ".damaged) to keep it and stop this warning")
+
+
 def write_report(run_dir: Path, bandwidth: BandwidthMatrix | None = None) -> tuple[Path, str]:
-    """Write run_dir/report.html; return its path and a plain-text summary.
+    """Write run_dir/report.html; return its path and a plain-text summary (whose first line is a
+    warning when timeline.sqlite is damaged: the report is then made without it).
 
     Args:
         run_dir: experiments/RUN-ID.
         bandwidth: a matrix to show instead of the one in run.json (the latest measured, say).
 
     Raises:
-        ReportError: the folder has neither timeline.sqlite nor metrics.jsonl, or run.json is not JSON.
+        ReportError: the folder has neither timeline.sqlite nor metrics.jsonl, the timeline is damaged
+            and there is no metrics.jsonl, or run.json is damaged.
     """
     folder = RunFolder(Path(run_dir))
     run_dir, timeline_path, metrics_path = folder.path, folder.timeline, folder.metrics
@@ -217,27 +240,31 @@ def write_report(run_dir: Path, bandwidth: BandwidthMatrix | None = None) -> tup
         raise ReportError(
             f"{run_dir}: no timeline.sqlite or metrics.jsonl; is this a run's folder (experiments/RUN-ID)?")
     manifest = read_manifest(run_dir)
-    timeline = read_timeline(timeline_path) if timeline_path.is_file() else _empty_timeline()
+    timeline, damage = _read_timeline(folder)
     workers = workers_from_metrics(metrics_path) if metrics_path.is_file() else ()
     workers = workers or timeline.workers
     times = [t for w in workers for t in w.examples_per_sec.times + w.epoch_loss.times]
     times += [t for t in (timeline.start, timeline.end) if t is not None]
     start, end = (min(times), max(times)) if times else (0.0, 1.0)
     timeline = Timeline(timeline.meta, start, end, timeline.nodes, timeline.workers, timeline.events)
-    matrix = bandwidth or matrix_from_json(manifest.get("bandwidth"))
+    matrix = bandwidth or manifest.get("bandwidth")
     figures = run_figures(timeline, workers)
+    if damage:  # the outcome is one of the events it held
+        figures = dataclasses.replace(figures, outcome="unknown", outcome_detail="its timeline is damaged")
     limits = what_limited(timeline, figures, matrix)
-    job = (manifest.get("job") or {}).get("name") or timeline.meta.get("job") or "run"
+    job = str((manifest.get("job") or {}).get("name") or timeline.meta.get("job") or "run")
     run_id = manifest.get("run_id") or run_dir.name
     markers = [Marker(e.at, e.kind, f"{format_clock(e.at - start)} {e.kind}: {e.summary}")
                for e in timeline.events if e.kind in EVENT_COLOURS]
     nodes = len(timeline.nodes) or len({w.name for w in workers})
     body = "".join([
-        _header(job, run_id, figures, start if times else None), _cards(figures, len(workers), nodes), _limits(limits),
+        _header(job, run_id, figures, start if times else None), _limits([damage] if damage else [], "Damaged file"),
+        _cards(figures, len(workers), nodes), _limits(limits),
         _training(workers, start, end, markers), _nodes(timeline, start, end, markers), _events(timeline, start),
         _settings(manifest), _bandwidth(matrix, figures), _logs(log_tails(run_dir)),
         f"<footer>Written by homegpu from {escape(run_dir.name)}/timeline.sqlite, metrics.jsonl, run.json and logs/. "
         "Times on the axes are since the run's start.</footer>",
     ])
     folder.report.write_text(page(f"{job} {run_id}: homegpu report", body), encoding="utf-8")
-    return folder.report, summary_text(job, run_id, figures, limits)
+    summary = summary_text(job, run_id, figures, limits)
+    return folder.report, f"warning: {damage}\n{summary}" if damage else summary

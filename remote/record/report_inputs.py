@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from homegpu.remote.net import BandwidthMatrix, LinkResult
+from homegpu.remote.net import BandwidthMatrix, bandwidth_store
 from homegpu.remote.record.run_folder import RunFolder
 from homegpu.remote.record.timeline_schema import Series, WorkerTimeline
 
@@ -18,10 +18,11 @@ class ReportError(Exception):
 
 
 def read_manifest(run_dir: Path) -> dict:
-    """run.json as a dict ({} when there is none).
+    """run.json as a dict ({} when there is none), its shape checked; its "bandwidth" is None or a
+    BandwidthMatrix.
 
     Raises:
-        ReportError: run.json is not JSON; the message names it.
+        ReportError: run.json is not JSON, or not what a run writes; the message names it.
     """
     path = RunFolder(run_dir).manifest
     if not path.is_file():
@@ -30,7 +31,32 @@ def read_manifest(run_dir: Path) -> dict:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise ReportError(f"{path}: not valid JSON ({exc}); delete it to make the report without it") from None
-    return manifest if isinstance(manifest, dict) else {}
+    try:
+        return {**manifest, "bandwidth": _checked(manifest)}
+    except ValueError as exc:
+        raise ReportError(f"{path}: not what a run writes ({exc}); delete it to make the report without it") from None
+
+
+def _checked(manifest: object) -> BandwidthMatrix | None:
+    """The manifest's matrix, once its keys have the types a run writes.
+
+    Raises:
+        ValueError: saying which key is wrong.
+    """
+    if not isinstance(manifest, dict):
+        raise ValueError("not a JSON object")
+    for key, kind in (("run_id", str), ("job", dict), ("tf_configs", dict)):
+        if manifest.get(key) is not None and not isinstance(manifest[key], kind):
+            raise ValueError(f"{key} is {type(manifest[key]).__name__}, not {kind.__name__}")
+    name = (manifest.get("job") or {}).get("name")
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"job.name is {name!r}")
+    if manifest.get("bandwidth") is None:
+        return None
+    try:
+        return bandwidth_store.from_json(manifest["bandwidth"])
+    except ValueError as exc:
+        raise ValueError(f"bandwidth: {exc}") from None
 
 
 def _series(rows: list[dict], key: str) -> Series:
@@ -65,16 +91,6 @@ def workers_from_metrics(path: Path) -> tuple[WorkerTimeline, ...]:
             _series(epochs, "loss"), _series(epochs, "accuracy"), _series(epochs, "val_loss"),
             _series(epochs, "val_accuracy")))
     return tuple(workers)
-
-
-def matrix_from_json(bandwidth: dict | None) -> BandwidthMatrix | None:
-    """The stored matrix format ({"at", "links": [{src, dst, gbits, error}]}) back into a BandwidthMatrix."""
-    if not isinstance(bandwidth, dict) or not isinstance(bandwidth.get("links"), list):
-        return None
-    at = float(bandwidth.get("at") or 0)
-    links = tuple(LinkResult(link["src"], link["dst"], link.get("gbits"), link.get("error") or "", at)
-                  for link in bandwidth["links"] if isinstance(link, dict) and "src" in link and "dst" in link)
-    return BandwidthMatrix(links, at) if links else None
 
 
 def log_tails(run_dir: Path) -> dict[str, list[str]]:

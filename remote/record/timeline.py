@@ -14,6 +14,7 @@ import asyncio
 import itertools
 import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Iterable
 
@@ -23,7 +24,7 @@ from homegpu.remote.nodes import (
     NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,
 )
 from homegpu.remote.record.downsample import bucket_time_sql
-from homegpu.remote.record.timeline_schema import SCHEMA, Timeline, read_timeline
+from homegpu.remote.record.timeline_schema import SCHEMA, Timeline, TimelineDamaged, check_timeline, read_timeline
 
 FLUSH_SECONDS = 1.0
 WAKE_SECONDS = 0.25
@@ -78,6 +79,7 @@ class TimelineRecorder:
         self.path = Path(path)
         self.nodes = frozenset(nodes) if nodes is not None else None
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        set_aside = _set_aside_if_damaged(self.path)
         self.full_rate_seconds, self.bucket_seconds = full_rate_seconds, bucket_seconds
         self._db = sqlite3.connect(self.path, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -89,6 +91,8 @@ class TimelineRecorder:
         self._compacted_until = self._read_compacted_until()
         self._latest = 0.0
         self._state: JobState | None = None  # the run's last state: a second one alike is a phase of it
+        if set_aside:
+            self.record_event("timeline_damaged", time.time(), set_aside)
 
     # -- recording ----------------------------------------------------------------------------
 
@@ -274,6 +278,25 @@ class TimelineRecorder:
         self._compacted_until = until
 
 
+def _set_aside_if_damaged(path: Path) -> str:
+    """Rename an existing timeline that cannot be appended to (a controller attaching again finds it
+    truncated, say), so recording starts a new one; what was done, in one line ("" if nothing)."""
+    if not path.exists():
+        return ""
+    try:
+        check_timeline(path)
+        return ""
+    except TimelineDamaged as exc:
+        kept = next(path.with_name(f"{path.name}.damaged{n or ''}") for n in itertools.count()
+                    if not path.with_name(f"{path.name}.damaged{n or ''}").exists())
+        path.rename(kept)
+        wal = path.with_name(path.name + "-wal")  # the damaged file's, not the new one's
+        if wal.exists():
+            wal.rename(kept.with_name(kept.name + "-wal"))
+        path.with_name(path.name + "-shm").unlink(missing_ok=True)
+        return f"{exc}: kept as {kept.name}; this timeline starts when recording resumed"
+
+
 _STATE_KINDS = {
     JobState.PREFLIGHT: "preflight_start", JobState.STARTING: "launch", JobState.RUNNING: "running",
     JobState.RESTARTING: "restart", JobState.STOPPING: "stop",
@@ -306,5 +329,6 @@ def load_timeline(path: Path) -> Timeline:
 
     Raises:
         FileNotFoundError: there is no file at `path`.
+        TimelineDamaged: the file cannot be read as a timeline (the message names it).
     """
     return read_timeline(Path(path))

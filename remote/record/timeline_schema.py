@@ -28,6 +28,11 @@ CREATE INDEX IF NOT EXISTS worker_samples_t ON worker_samples (t);
 Value = float | None
 
 
+class TimelineDamaged(Exception):
+    """timeline.sqlite is there but cannot be read (truncated, overwritten, not SQLite); the message
+    names the file and what SQLite said."""
+
+
 @dataclass(frozen=True)
 class Series:
     """One quantity over time: `times[i]` goes with `values[i]` (None where it was not measured)."""
@@ -156,9 +161,14 @@ def _workers(db: sqlite3.Connection) -> tuple[WorkerTimeline, ...]:
 
 def _events(db: sqlite3.Connection) -> tuple[TimelineEvent, ...]:
     return tuple(
-        TimelineEvent(t, kind, summary or "", node or "", worker or "", json.loads(details or "{}"))
+        TimelineEvent(t, kind, summary or "", node or "", worker or "", _details(details))
         for t, kind, node, worker, summary, details in db.execute(
             "SELECT t, kind, node, worker, summary, details FROM events ORDER BY t, rowid"))
+
+
+def _details(text: str | None) -> dict:
+    details = json.loads(text or "{}")
+    return details if isinstance(details, dict) else {}
 
 
 def _reader(path: Path) -> sqlite3.Connection:
@@ -177,28 +187,60 @@ def _meta(db: sqlite3.Connection) -> dict:
 
 
 def read_meta(path: Path) -> dict:
-    """The file's meta table alone (run id, job, ...): cheap, where a whole Timeline is not needed."""
-    if not path.is_file():
-        raise FileNotFoundError(f"no timeline at {path}")
-    db = _reader(path)
-    try:
-        return _meta(db)
-    finally:
-        db.close()
+    """The file's meta table alone (run id, job, ...): cheap, where a whole Timeline is not needed.
+
+    Raises:
+        FileNotFoundError: there is no file at `path`.
+        TimelineDamaged: the file cannot be read as a timeline.
+    """
+    return _read(path, _meta)
 
 
 def read_timeline(path: Path) -> Timeline:
-    """Every row of the file as a :class:`Timeline` (see timeline.load_timeline)."""
+    """Every row of the file as a :class:`Timeline` (see timeline.load_timeline).
+
+    Raises:
+        FileNotFoundError: there is no file at `path`.
+        TimelineDamaged: the file cannot be read as a timeline.
+    """
+    return _read(path, _timeline)
+
+
+def check_timeline(path: Path) -> None:
+    """Whether an existing file is a whole timeline, for a writer about to append to it (SQLite's
+    quick_check reads every page once).
+
+    Raises:
+        TimelineDamaged: it is not.
+    """
+    def quick_check(db: sqlite3.Connection) -> None:
+        verdict = db.execute("PRAGMA quick_check").fetchone()
+        if verdict != ("ok",):
+            raise sqlite3.DatabaseError(verdict[0] if verdict else "quick_check said nothing")
+        _meta(db)
+    _read(path, quick_check)
+
+
+def _read(path: Path, read):
     if not path.is_file():
         raise FileNotFoundError(f"no timeline at {path}")
-    db = _reader(path)
+    if path.stat().st_size == 0:  # SQLite would take it for a database without tables
+        raise TimelineDamaged(f"{path} is damaged (an empty file)")
     try:
-        meta = _meta(db)
-        bounds = [db.execute(f"SELECT min(t), max(t) FROM {table}").fetchone()
-                  for table in ("node_samples", "gpu_samples", "worker_samples", "events")]
-        starts = [low for low, _ in bounds if low is not None]
-        ends = [high for _, high in bounds if high is not None]
-        return Timeline(meta, min(starts) if starts else None, max(ends) if ends else None,
-                        _nodes(db), _workers(db), _events(db))
-    finally:
-        db.close()
+        db = _reader(path)
+        try:
+            return read(db)
+        finally:
+            db.close()
+    except (sqlite3.DatabaseError, ValueError, TypeError) as exc:  # a value that is not JSON: ValueError, TypeError
+        raise TimelineDamaged(f"{path} is damaged ({exc})") from None
+
+
+def _timeline(db: sqlite3.Connection) -> Timeline:
+    meta = _meta(db)
+    bounds = [db.execute(f"SELECT min(t), max(t) FROM {table}").fetchone()
+              for table in ("node_samples", "gpu_samples", "worker_samples", "events")]
+    starts = [low for low, _ in bounds if low is not None]
+    ends = [high for _, high in bounds if high is not None]
+    return Timeline(meta, min(starts) if starts else None, max(ends) if ends else None,
+                    _nodes(db), _workers(db), _events(db))

@@ -64,7 +64,9 @@ class WorkerLaunch:
 
 @dataclass(frozen=True)
 class WorkerStatus:
-    """What the node says about a worker: running, exited (with status), vanished or missing."""
+    """What the node says about a worker: running, exited (with status), vanished, missing, or
+    damaged (a state file on the node is not what homegpu writes: `problem` names node, file and
+    what to do)."""
 
     label: str
     state: str
@@ -73,6 +75,7 @@ class WorkerStatus:
     run_id: str = ""
     job: str = ""
     nospace: bool = False  # its supervisor met a full disk (its exit status was still recorded)
+    problem: str = ""
 
     @property
     def running(self) -> bool:

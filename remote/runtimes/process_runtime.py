@@ -30,11 +30,38 @@ class ProcessRuntime(Runtime):
         # that the watch loop makes every second during a run start faster.
         result = await self.node.run([self.node.spec.python, "-I", "-S", "-c", _WORKER_SCRIPT, *args],
                                      timeout=timeout)
-        if not result.ok:
+        try:
+            reply = json.loads(result.stdout.strip().splitlines()[-1]) if result.ok else None
+        except (IndexError, ValueError):
+            reply = None
+        if not isinstance(reply, dict):
             detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
             raise RuntimeError_(f"{self.node.name}: worker control failed ({detail}); "
                                 f"check that {self.node.spec.python} runs on the node")
-        return json.loads(result.stdout.strip().splitlines()[-1])
+        return reply
+
+    def _workers(self, reply: dict, labels: Sequence[str] | None = None) -> list[WorkerStatus]:
+        """The `workers` of a status reply (one per label asked for, in order) or of a listing."""
+        workers = reply.get("workers")
+        if not (isinstance(workers, list) and all(isinstance(item, dict) for item in workers)) or (
+                labels is not None and len(workers) != len(labels)):
+            raise RuntimeError_(f"{self.node.name}: worker control answered {str(reply)[:200]}, not a list of "
+                                "workers; check that the node's python runs the standard library's json")
+        labels = labels or [str(item.get("label", "?")) for item in workers]  # a listing: the file's name
+        return [self._status(label, item) for label, item in zip(labels, workers)]
+
+    def _status(self, label: str, reply: dict) -> WorkerStatus:
+        """The node's word on one worker (worker_process.worker_status, which checks its state files
+        there); a damaged file comes back as a "damaged" status whose problem names it."""
+        if reply.get("state") == "damaged":
+            problem = (f"{self.node.name}: {reply.get('file')} is damaged ({reply.get('problem')}); homegpu "
+                       f"cannot tell whether that worker runs: check on {self.node.name} (ps), stop it by hand "
+                       "if it does, then delete the file")
+            return WorkerStatus(label, "damaged", run_id=str(reply.get("run_id", "")), job=str(reply.get("job", "")),
+                                problem=problem)
+        return WorkerStatus(label=label, state=reply.get("state", "missing"), exit_status=reply.get("status"),
+                            generation=reply.get("generation"), run_id=reply.get("run_id", ""),
+                            job=reply.get("job", ""), nospace=bool(reply.get("nospace")))
 
     async def preflight(self, launch: WorkerLaunch) -> list[str]:
         """The worker's python runs and is at least 3.9."""
@@ -73,16 +100,15 @@ class ProcessRuntime(Runtime):
     async def statuses(self, run_id: str, labels: Sequence[str]) -> list[WorkerStatus]:
         reply = await self._worker("status", "--run-dir", self.run_dir(run_id),
                                    *(arg for label in labels for arg in ("--label", label)))
-        return [_status(item["label"], item) for item in reply["workers"]]
+        return self._workers(reply, labels)
 
     async def stop(self, run_id: str, label: str, grace: float = STOP_GRACE_SECONDS) -> WorkerStatus:
         reply = await self._worker("stop", "--run-dir", self.run_dir(run_id), "--label", label,
                                    "--grace", f"{grace:g}", timeout=grace + 30)
-        return _status(label, reply)
+        return self._status(label, reply)
 
     async def list_workers(self) -> list[WorkerStatus]:
-        reply = await self._worker("list", "--root", self.run_root)
-        return [_status(item["label"], item) for item in reply["workers"]]
+        return self._workers(await self._worker("list", "--root", self.run_root))
 
     def tail(self, run_id: str, label: str, generation: int, follow: bool = True, **kwargs) -> LogTail:
         return LogTail.file(self.node, f"{self.run_dir(run_id)}/{_log_name(label, generation)}", follow, **kwargs)
@@ -90,9 +116,3 @@ class ProcessRuntime(Runtime):
 
 def _log_name(label: str, generation: int) -> str:
     return f"{label}.g{generation}.log"
-
-
-def _status(label: str, reply: dict) -> WorkerStatus:
-    return WorkerStatus(label=label, state=reply.get("state", "missing"), exit_status=reply.get("status"),
-                        generation=reply.get("generation"), run_id=reply.get("run_id", ""),
-                        job=reply.get("job", ""), nospace=bool(reply.get("nospace")))
