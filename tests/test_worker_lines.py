@@ -37,7 +37,8 @@ def test_a_metric_line_is_published_once_as_a_worker_metric_and_a_log_line_as_a_
     events = published(hub, lambda: [take(line("big", 1, epoch)), take(line("big", 2, "plain"))])
     experiment.close()
     assert [type(e) for e in events] == [WorkerMetric, LogLine]
-    assert events[0].metric == Metric({"event": "epoch", "epoch": 1, "epochs": 2, "loss": 0.5, "examples_per_sec": 900.0})
+    assert events[0].metric == Metric({"event": "epoch", "epoch": 1, "epochs": 2, "loss": 0.5,
+                                       "examples_per_sec": 900.0})
     assert events[1].text == "plain"
     assert workers["big"].progressed and workers["big"].last_metric.loss == 0.5
     assert experiment.folder.log("big").read_text().splitlines() == [epoch, "plain"]
@@ -51,7 +52,8 @@ def test_a_slow_worker_is_a_straggler_once_every_worker_reported_the_epoch():
 
     def feed():
         for seq, (worker, rate) in enumerate(rates.items(), 1):
-            lines._taker(workers[worker])(line(worker, seq, format_metric(event="epoch", epoch=2, examples_per_sec=rate)))
+            text = format_metric(event="epoch", epoch=2, examples_per_sec=rate)
+            lines._taker(workers[worker])(line(worker, seq, text))
 
     stragglers = [e for e in published(hub, feed) if isinstance(e, Straggler)]
     assert [(s.worker, s.examples_per_sec, s.unit, s.epoch) for s in stragglers] == [("slow", 300.0, "examples/s", 2)]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from homegpu.remote.config import PER_GPU, ClusterSpec
 from homegpu.remote.jobs import JobNodes, LaunchError, list_workers
-from homegpu.remote.nodes import Cluster, NodeState
+from homegpu.remote.nodes import Cluster, NodeState, cause
 from homegpu.remote.plan import JobConfigError, find_job, job_nodes, last_timeline, lay_out, tf_config
 from homegpu.remote.runtimes import WorkerStatus
 from homegpu.tui.cli_common import EXPERIMENTS, UserError, load_spec
@@ -215,7 +215,7 @@ async def _stop(spec: ClusterSpec, job) -> int:
 def _why(result: WorkerStatus | BaseException) -> str:
     if isinstance(result, WorkerStatus):
         return result.problem
-    return str(result) or type(result).__name__
+    return cause(result)
 
 
 def show_logs(args: argparse.Namespace) -> int:

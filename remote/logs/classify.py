@@ -1,4 +1,5 @@
-"""What a worker's output line is: a metric (logs/metric.py) or plain log text. Classified once, where the line is read (LogTail), and carried on its LogLine.
+"""What a worker's output line is: a metric (logs/metric.py) or plain log text. Classified once,
+where the line is read (LogTail), and carried on its LogLine.
 
 Two kinds of metric lines: the HOMEGPU_METRIC protocol (trainer/PROTOCOL.md), and Keras's own
 progress output (remote/logs/keras_progress.py), which any unmodified script prints. Keras's lines are
