@@ -256,3 +256,13 @@ def test_only_the_runtimes_name_a_runtime_class():
             if names & {"ProcessRuntime", "DockerRuntime"}:
                 named[str(path.relative_to(ROOT))] = sorted(names & {"ProcessRuntime", "DockerRuntime"})
     assert not named, f"runtime classes named outside the runtimes: {named}"
+
+
+def test_every_group_is_packaged():
+    """A folder missing from pyproject.toml's packages works in an editable install and is missing
+    from a real one (`pip install .`, README's first command)."""
+    import tomllib
+
+    packages = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    missing = sorted({f"homegpu.remote.{group}" for group in GROUP_ORDER} - packages)
+    assert not missing, f"pyproject.toml [tool.setuptools] packages lacks {missing}"
