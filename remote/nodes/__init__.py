@@ -1,5 +1,5 @@
-"""homegpu.remote.nodes: the cluster's live sessions: one per node over SSH (or local processes), host
-keys, the stats agent's stream as snapshots, who owns each GPU process, and the event hub.
+"""homegpu.remote.nodes: the cluster's live sessions: one per node over SSH (or local processes), host keys,
+the stats agent's stream as snapshots, who owns each GPU process, the event hub, and node text made visible.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from homegpu.remote.nodes.session import NODE_GONE, NodeOffline, NodeSession
 from homegpu.remote.nodes.stats import NA, GpuStats, NodeStats, StatsParseError, describe_gpus, parse_agent_line
 from homegpu.remote.nodes.transport import CommandResult, RemoteProcess, SshTransport, TransportError, tied_to_session
 from homegpu.remote.nodes.units import MIB_PER_GIB, format_bytes, gib
+from homegpu.remote.nodes.visible import visible, visible_fields
 
 __all__ = [
     "MIB_PER_GIB", "NA", "NODE_GONE", "RUN_ALERTS", "Alert", "AlertCommandFailed", "AlertState", "Cluster", "CommandResult",
@@ -25,5 +26,5 @@ __all__ = [
     "PreflightResult", "RemoteProcess", "SshTransport", "StatsParseError", "Straggler", "Subscription",
     "TransportError", "WorkerExited", "agent_command", "agent_payload", "connect_wait", "describe_gpus",
     "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib", "hostkeys", "is_run_worker", "owner_text", "parse_agent_line",
-    "tied_to_session",
+    "tied_to_session", "visible", "visible_fields",
 ]
