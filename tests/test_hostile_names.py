@@ -122,10 +122,12 @@ def test_the_tui_shows_what_a_node_says_and_the_terminal_keeps_its_title_and_cli
 
     term.wait_for("703/700W", 60)  # node3's GPU is in the table
     term.keys("Down", "Down")  # node3's detail: the GPU's full name, and its process
-    screen = term.wait_for("python3 (19.6 GiB)", 10)
+    term.wait_for("user root", 10)  # the process's owner, after its name
     assert_untouched(term)
+    screen = term.screen()
     assert "0 \\x1b]0;pwned" in screen, screen  # the nodes table's GPU column
     assert "\\x9b31m[bold red]x[/] H100" in screen and "\\x1b]52;c;cHduZWQ=\\x07" in screen, screen
+    assert "python3 (19.6 GiB)" in screen, screen
 
     term.keys("d")  # doctor's report names the GPU, markup and all
     term.wait_for("Escape closes", 60)
