@@ -141,8 +141,11 @@ def test_a_run_s_preflight_and_failure_that_quote_a_node_are_taken_in_visibly() 
 def test_toasts_are_plain_text_with_controls_shown(monkeypatch) -> None:
     said = []
     monkeypatch.setattr(App, "notify", lambda self, message, **options: said.append((message, options)))
-    HomegpuApp(embedded_default()).notify(f"[bold red]x[/] {TITLE}\nnext", severity="error")
-    assert said == [("[bold red]x[/] \\x1b]0;pwned\\x07\nnext", {"markup": False, "severity": "error"})]
+    app = HomegpuApp(embedded_default())
+    app.notify(f"[bold red]x[/] {TITLE}\nnext", severity="error")
+    app.action_help_quit()  # Textual's own hint, which it writes in markup: said plainly
+    assert said == [("[bold red]x[/] \\x1b]0;pwned\\x07\nnext", {"markup": False, "severity": "error"}),
+                    ("Press q to quit", {"markup": False, "title": "Do you want to quit?"})]
 
 
 def test_dialogs_show_a_str_as_it_is() -> None:

@@ -127,9 +127,13 @@ class HomegpuApp(App[int]):
                 self._attach_running()
 
     def notify(self, message: str, **kwargs) -> None:
-        """A toast, as plain text: messages quote the nodes (errors, names), whose markup and control
-        characters must show as they are (remote/nodes/visible.py), never act."""
-        super().notify(visible(message, multiline=True), markup=False, **kwargs)
+        """A toast, as plain text unless a caller asks for markup: messages quote the nodes (errors,
+        names), whose markup and control characters must show as they are (remote/nodes/visible.py)."""
+        super().notify(visible(message, multiline=True), **{"markup": False, **kwargs})
+
+    def action_help_quit(self) -> None:
+        """Ctrl+C: Textual's hint that q quits, which it writes in markup."""
+        self.notify("Press q to quit", title="Do you want to quit?")
 
     # -- events → view → screen --------------------------------------------------------------------
 
