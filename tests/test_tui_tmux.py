@@ -6,6 +6,7 @@ with `q`, reading the screen with `tmux capture-pane` after each step.
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -25,15 +26,23 @@ SESSION = "tui"
 class Terminal:
     """A tmux window running one command; `screen()` is what a person would see in it."""
 
-    def __init__(self, command: str, cwd: Path, size: tuple[int, int] = (160, 48)) -> None:
+    def __init__(self, command: str, cwd: Path, size: tuple[int, int] = (160, 48),
+                 options: tuple[tuple[str, str], ...] = ()) -> None:
+        """`options`: tmux server options set before `command` starts (("set-clipboard", "on"), say)."""
         self.tmux = shutil.which("tmux")
         assert self.tmux, "tmux is not installed (tests/run.sh installs it)"
         width, height = size
-        self._run("new-session", "-d", "-s", SESSION, "-x", str(width), "-y", str(height), "-c", str(cwd), command)
+        first = [arg for name, value in options for arg in ("set-option", "-s", name, value, ";")]
+        self._run("start-server", ";", *first,
+                  "new-session", "-d", "-s", SESSION, "-x", str(width), "-y", str(height), "-c", str(cwd), command)
         self._run("resize-window", "-t", SESSION, "-x", str(width), "-y", str(height))  # tmux 3.2+ may shrink it
 
     def _run(self, *args: str) -> str:
-        return subprocess.run([self.tmux, "-L", SOCKET, *args], capture_output=True, text=True, check=True).stdout
+        # Without COLUMNS and LINES: readline (which pytest loads) exports 80 and 24 into this process's C
+        # environment, and a program in the pane would believe them over the pane's own size.
+        env = {name: value for name, value in os.environ.items() if name not in ("COLUMNS", "LINES")}
+        return subprocess.run([self.tmux, "-L", SOCKET, *args], capture_output=True, text=True, check=True,
+                              env=env).stdout
 
     def screen(self) -> str:
         return self._run("capture-pane", "-p", "-t", SESSION)
@@ -56,8 +65,8 @@ class Terminal:
 def terminal_factory() -> Iterator:
     opened: list[Terminal] = []
 
-    def open_terminal(command: str, cwd: Path, size: tuple[int, int] = (160, 48)) -> Terminal:
-        opened.append(Terminal(command, cwd, size))
+    def open_terminal(command: str, cwd: Path, size: tuple[int, int] = (160, 48), **options) -> Terminal:
+        opened.append(Terminal(command, cwd, size, **options))
         return opened[-1]
 
     yield open_terminal

@@ -24,7 +24,7 @@ from textual.widgets import DataTable, Header, Input, Static, TabbedContent, Tab
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.jobs import LaunchError
 from homegpu.remote.net import BandwidthError
-from homegpu.remote.nodes import NODE_GONE, NodeState, Subscription
+from homegpu.remote.nodes import NODE_GONE, NodeState, Subscription, visible
 from homegpu.remote.plan import job_nodes
 from homegpu.tui.controller import Busy, Controller
 from homegpu.tui.history import WINDOWS
@@ -120,12 +120,21 @@ class HomegpuApp(App[int]):
         self.set_interval(1.0, self._age_matrix)
         if self.controller is not None:
             self._pump_events(self.controller.subscribe())  # before connecting: no event is missed
-            self.view.bandwidth.matrix, self.view.bandwidth.error = self.controller.saved_bandwidth()
+            self.view.bandwidth.finish(*self.controller.saved_bandwidth())  # the last test's, if any; or why not
             await self.controller.__aenter__()
             if self.launch_job:
                 self._launch(self.launch_job)
             else:
                 self._attach_running()
+
+    def notify(self, message: str, **kwargs) -> None:
+        """A toast, as plain text unless a caller asks for markup: messages quote the nodes (errors,
+        names), whose markup and control characters must show as they are (remote/nodes/visible.py)."""
+        super().notify(visible(message, multiline=True), **{"markup": False, **kwargs})
+
+    def action_help_quit(self) -> None:
+        """Ctrl+C: Textual's hint that q quits, which it writes in markup."""
+        self.notify("Press q to quit", title="Do you want to quit?")
 
     # -- events → view → screen --------------------------------------------------------------------
 

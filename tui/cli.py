@@ -17,6 +17,7 @@ from homegpu.tui import (
     status_commands, trust_commands,
 )
 from homegpu.tui.cli_common import EXIT_USAGE, EXPERIMENTS, UserError, load_spec
+from homegpu.tui.terminal import visible_output
 
 DESCRIPTION = """\
 Train TensorFlow across the GPU machines in your home or lab from one terminal.
@@ -102,6 +103,13 @@ def open_tui(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `homegpu` command. What it prints passes a filter: text from a node is shown, its control
+    sequences are never sent to the terminal (tui/terminal.py)."""
+    with visible_output():
+        return _command(argv)
+
+
+def _command(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)

@@ -30,8 +30,8 @@ EXIT_LOG_INCOMPLETE = 3  # every worker succeeded, but a log could not be read t
 class LinePrinter:
     """Turns events into lines: prefixed logs, a progress line per metric, state changes."""
 
-    def __init__(self, job: JobSpec, out: TextIO = sys.stdout) -> None:
-        self.job, self.out = job, out
+    def __init__(self, job: JobSpec, out: TextIO | None = None) -> None:
+        self.job, self.out = job, out or sys.stdout  # sys.stdout as it is now: the command's filtered one
         self.width = 8
         self._offline: set[str] = set()  # nodes said to be offline, to say when they are back
         self._echo: dict[str, str] = {}  # per worker: the built-in trainer's own line for its last epoch
@@ -134,8 +134,9 @@ def summary(outcome: RunOutcome) -> str:
 
 
 async def run_headless(spec: ClusterSpec, job: JobSpec, experiments: Path, detach: bool,
-                       out: TextIO = sys.stdout) -> int:
-    """Launch (or attach to) `job` and print it to the end. Returns the process exit status."""
+                       out: TextIO | None = None) -> int:
+    """Launch (or attach to) `job` and print it to `out` (stdout) to the end. Returns the process exit status."""
+    out = out or sys.stdout
     printer = LinePrinter(job, out)
     cluster = Cluster(spec)
     alerts = AlertWatcher(spec, cluster.hub).start()

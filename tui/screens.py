@@ -16,6 +16,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Label, OptionList, Static
 
 from homegpu.remote.config import JobSpec
+from homegpu.remote.nodes import visible
 from homegpu.remote.plan import JobLayout, tf_config
 
 
@@ -33,8 +34,14 @@ def launch_preview(job: JobSpec, layout: JobLayout) -> Text:
         out.append(f"  TF_CONFIG={json.dumps(tf_config(slots, slot.index))}\n", style="cyan")
     if plan_lines:
         out.append("\nDevice plan\n", style="bold")
-        out.append("".join(f"  {line}\n" for line in plan_lines))
+        out.append("".join(f"  {visible(line)}\n" for line in plan_lines))  # they name the nodes' GPUs
     return out
+
+
+def as_text(body: str | Text) -> Text:
+    """A dialog's body: a str is plain text (it may quote a node: no markup, controls shown), a Text is
+    drawn as built."""
+    return Text(visible(body, multiline=True)) if isinstance(body, str) else body
 
 
 class LaunchScreen(ModalScreen[str | None]):
@@ -95,7 +102,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Static(self.question, id="question")
+            yield Static(as_text(self.question), id="question")
             with Horizontal(classes="buttons"):
                 yield Button(self.yes, variant="error", id="yes")
                 yield Button(self.no, id="no")
@@ -152,7 +159,7 @@ class TextScreen(ModalScreen[None]):
         with Vertical(id="dialog", classes="wide"):
             yield Label(self.heading, classes="title")
             with VerticalScroll(id="body"):
-                yield Static(self.body)
+                yield Static(as_text(self.body))
             yield Label("↑/↓ PgUp/PgDn scroll · Escape closes", classes="hint")
 
     def on_mount(self) -> None:

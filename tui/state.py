@@ -18,6 +18,7 @@ from homegpu.remote.net import BandwidthMatrix, BandwidthMeasured, LinkResult
 from homegpu.remote.nodes import (
     RUN_ALERTS, Alert, AlertCommandFailed, AlertState, GpuStats, JobState, JobStateChanged, NodeState,
     NodeStateChanged, NodeStats, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,
+    visible, visible_fields,
 )
 from homegpu.tui.history import GpuHistory
 
@@ -170,9 +171,10 @@ class BandwidthView:
             self.done += 1
 
     def finish(self, matrix: BandwidthMatrix | None, error: str = "") -> None:
-        self.running, self.current, self.error = False, "", error
+        """The test ended: its matrix and error, which may quote the nodes, made visible."""
+        self.running, self.current, self.error = False, "", visible(error)
         if matrix is not None:
-            self.matrix = matrix
+            self.matrix = visible_fields(matrix)
 
 
 class ClusterView:
@@ -188,10 +190,15 @@ class ClusterView:
         self.notices: collections.deque[tuple[str, str]] = collections.deque(maxlen=NOTICES)  # (text, severity)
 
     def apply(self, event: object) -> set[str]:
-        """Take one event; returns the parts of the screen it changed (NODES, JOB, LOGS, BANDWIDTH, ALERTS)."""
+        """Take one event; returns the parts of the screen it changed (NODES, JOB, LOGS, BANDWIDTH, ALERTS).
+
+        What a node said is made visible here, on the way in (remote/nodes/visible.py): a log line's
+        text already is what a terminal shows (remote/logs/console.py), and its other fields are names
+        homegpu gave."""
         if isinstance(event, LogLine):
             self.logs.add(event)
             return {LOGS}
+        event = visible_fields(event)
         if isinstance(event, NodeStatsUpdated):
             if event.node in self.nodes:
                 self.nodes[event.node].take_stats(event.stats)

@@ -10,6 +10,7 @@ import time
 
 from homegpu.remote.nodes import Cluster, NodeSession, NodeState, connect_wait
 from homegpu.tui.cli_common import load_spec
+from homegpu.tui.terminal import unfiltered
 from homegpu.tui.text import format_status, status_json
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
@@ -70,5 +71,6 @@ def _show(name: str, nodes: list[NodeSession], as_json: bool, watch: bool) -> No
         return
     screen = format_status(nodes)
     if watch and sys.stdout.isatty():
-        screen = CLEAR_SCREEN + time.strftime("%H:%M:%S  ") + f"cluster {name} (Ctrl-C to quit)\n\n" + screen
+        unfiltered(sys.stdout).write(CLEAR_SCREEN)  # the one escape homegpu sends itself
+        screen = time.strftime("%H:%M:%S  ") + f"cluster {name} (Ctrl-C to quit)\n\n" + screen
     print(screen, flush=True)

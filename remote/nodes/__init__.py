@@ -1,5 +1,5 @@
-"""homegpu.remote.nodes: the cluster's live sessions: one per node over SSH (or local processes), host
-keys, the stats agent's stream as snapshots, who owns each GPU process, and the event hub.
+"""homegpu.remote.nodes: the cluster's live sessions: one per node over SSH (or local processes), host keys,
+the stats agent's stream as snapshots, who owns each GPU process, the event hub, and node text made visible.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from homegpu.remote.nodes.transport import (
     CommandResult, CommandTimeout, RemoteProcess, SshTransport, TransportError, cause, tied_to_session,
 )
 from homegpu.remote.nodes.units import MIB_PER_GIB, format_bytes, gib
+from homegpu.remote.nodes.visible import visible, visible_fields
 
 __all__ = [
     "MIB_PER_GIB", "NA", "NODE_GONE", "RUN_ALERTS", "Alert", "AlertCommandFailed", "AlertState", "Cluster",
@@ -29,5 +30,6 @@ __all__ = [
     "NodeStatsUpdated", "OfferedKey", "PreflightResult", "RemoteProcess", "SshTarget", "SshTransport",
     "StatsParseError", "Straggler", "Subscription", "TransportError", "WorkerExited", "agent_command", "agent_payload",
     "cause", "connect_wait", "describe_gpus", "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib",
-    "hostkeys", "is_run_worker", "owner_text", "parse_agent_line", "ssh_target", "tied_to_session",
+    "hostkeys", "is_run_worker", "owner_text", "parse_agent_line", "ssh_target", "tied_to_session", "visible",
+    "visible_fields",
 ]
