@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def hostile_cluster(sim_cluster: SimCluster, tmp_path: Path) -> Iterator[Path]:
     python.chmod(0o755)
     run_dir = sim_cluster.node("node1").work_dir / "runs" / "hostile-run"
     run_dir.mkdir(parents=True)
-    (run_dir / "hostile.json").write_text(json.dumps(STATE))
+    (run_dir / f"{STATE['label']}.json").write_text(json.dumps(STATE))  # the file's name is the worker's label
     config = sim_cluster.write_cluster_toml(tmp_path / "cluster.toml", jobs={"evil": {
         "python": str(python), "nodes": ["node2", "node3"], "port": free_job_port(), "max_restarts": 0}})
     try:
@@ -79,8 +80,7 @@ def hostile_cluster(sim_cluster: SimCluster, tmp_path: Path) -> Iterator[Path]:
                            version_fixture=FIXTURES / "h100-80gb-hbm3" / "smi_version.txt"):
             yield config
     finally:
-        (run_dir / "hostile.json").unlink()
-        run_dir.rmdir()
+        shutil.rmtree(run_dir)
 
 
 def test_every_command_shows_what_a_node_says_and_never_sends_it(hostile_cluster: Path, tmp_path: Path):
