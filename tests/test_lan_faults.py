@@ -86,6 +86,7 @@ def test_a_node_rebooted_mid_job_is_waited_for_and_the_job_resumes_with_default_
         node1.start()
         process.kill()
     text = "".join(output)
+    print(text)  # the run as a user saw it (pytest -s)
     assert back.finished.is_set(), f"the job ended before node1 rebooted:\n{text}"
     assert process.returncode == 0, text
     assert "waiting up to 300 s for node1 to come back" in text, text

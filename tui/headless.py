@@ -194,7 +194,8 @@ def record_line(run_dir: Path, outcome: RunOutcome) -> str:
     have += [name for name, path in (("timeline", folder.timeline), ("report", folder.report)) if path.is_file()]
     fetched = outcome.outputs.fetched
     if fetched and outcome.outputs.partial:
-        have.append(f"the chief's partial output ({', '.join(fetched)}; partial: {outcome.outputs.partial})")
+        have.append(f"the chief's partial output ({', '.join(fetched)}: the run {outcome.state.value}, so a file may be "
+                    "cut short; output/PARTIAL.txt says why)")
     elif fetched:
         have.append(f"the chief's output ({', '.join(fetched)})")
     line = f"{', '.join(have)}: {run_dir}"
