@@ -27,27 +27,34 @@ CUT_SECONDS = 25
 REBOOT_SECONDS = 20
 
 
-def test_a_25_second_link_cut_mid_job_is_ridden_out_with_no_restart_and_nothing_lost(sim_cluster, tmp_path):
-    config = write_config(sim_cluster, tmp_path, epochs=8, steps_per_epoch=40)
-    node2 = sim_cluster.node("node2")
-    process = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=tmp_path,
+def run_with_outage(config, cwd, cue: str, strike, seconds: float, end) -> tuple[int, str, bool]:
+    """`homegpu run demo --no-tui`; at the first line containing `cue`, strike() (the outage begins)
+    and end() `seconds` later. Returns (exit status, output, whether the outage happened)."""
+    process = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=cwd,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    restore = threading.Timer(CUT_SECONDS, node2.restore_link)
+    timer = threading.Timer(seconds, end)
     output = []
     try:
         for line in process.stdout:
             output.append(line)
-            if "node2 * epoch 2/8" in line and not restore.is_alive():
-                node2.cut_link()
-                restore.start()
+            if cue in line and not timer.is_alive() and not timer.finished.is_set():
+                strike()
+                timer.start()
         process.wait(timeout=600)
     finally:
-        restore.join()
-        node2.restore_link()
+        timer.join()
+        end()
         process.kill()
-    text = "".join(output)
-    assert restore.finished.is_set(), f"the job ended before the link was cut:\n{text}"
-    assert process.returncode == 0, text
+    return process.returncode, "".join(output), timer.finished.is_set()
+
+
+def test_a_25_second_link_cut_mid_job_is_ridden_out_with_no_restart_and_nothing_lost(sim_cluster, tmp_path):
+    config = write_config(sim_cluster, tmp_path, epochs=8, steps_per_epoch=40)
+    node2 = sim_cluster.node("node2")
+    status, text, cut = run_with_outage(config, tmp_path, "node2 * epoch 2/8", node2.cut_link, CUT_SECONDS,
+                                        node2.restore_link)
+    assert cut, f"the job ended before the link was cut:\n{text}"
+    assert status == 0, text
     assert "generation 2" not in text, f"the drop restarted the job:\n{text}"
     offline = text.find("== node node2 offline")
     assert offline >= 0, f"the drop was not noticed:\n{text}"
@@ -70,25 +77,11 @@ def test_a_node_rebooted_mid_job_is_waited_for_and_the_job_resumes_with_default_
            if key not in ("max_restarts", "stall_timeout")}  # the defaults, as a user's job has them
     config = sim_cluster.write_cluster_toml(tmp_path / "cluster.toml", jobs={"demo": job})
     node1 = sim_cluster.node("node1")
-    process = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    back = threading.Timer(REBOOT_SECONDS, node1.start)
-    output = []
-    try:
-        for line in process.stdout:
-            output.append(line)
-            if "node1 * epoch 2/8" in line and not back.is_alive() and not back.finished.is_set():
-                node1.kill()
-                back.start()
-        process.wait(timeout=600)
-    finally:
-        back.join()
-        node1.start()
-        process.kill()
-    text = "".join(output)
+    status, text, rebooted = run_with_outage(config, tmp_path, "node1 * epoch 2/8", node1.kill, REBOOT_SECONDS,
+                                             node1.start)
     print(text)  # the run as a user saw it (pytest -s)
-    assert back.finished.is_set(), f"the job ended before node1 rebooted:\n{text}"
-    assert process.returncode == 0, text
+    assert rebooted, f"the job ended before node1 rebooted:\n{text}"
+    assert status == 0, text
     assert "waiting up to 300 s for node1 to come back" in text, text
     assert "restart failed" not in text and "== node node1 back online" in text, text
     (run_dir,) = (tmp_path / "experiments").iterdir()
