@@ -154,7 +154,7 @@ async def _start_target(relay: Relay, argv: list[str], part: bytes) -> None:
     try:
         line = await asyncio.wait_for(_next_event(relay.process), START_WAIT)
     except (TransportError, asyncio.TimeoutError) as exc:
-        line = {"event": "error", "error": f"the relay did not start: {exc or 'timed out'}"}
+        line = {"event": "error", "error": f"the relay did not start: {str(exc) or 'timed out'}"}
     if line is None:
         stderr = (await relay.process.stderr_text()).strip().splitlines()
         line = {"event": "error", "error": f"{relay.node.spec.python} could not run the relay: "

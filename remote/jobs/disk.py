@@ -24,7 +24,7 @@ COMMAND_TIMEOUT = 30.0
 
 def said_no_space(track: WorkerTrack) -> bool:
     """The worker's supervisor recorded ENOSPC, or its last log lines say it ran out of room."""
-    lines = [line.text for line in track.tail.lines][-60:] if track.tail else []
+    lines = track.last_lines()
     return bool(track.status and track.status.nospace) or any(m in line for line in lines for m in NO_SPACE)
 
 

@@ -14,12 +14,12 @@ from typing import Callable, Sequence
 
 from homegpu.remote.config import JobSpec
 from homegpu.remote.logs import LogLine, LogTail
-from homegpu.remote.nodes import NODE_GONE, Cluster, NodeSession, NodeState, connect_wait
+from homegpu.remote.nodes import NODE_GONE, Cluster, NodeSession, NodeState, cause, connect_wait
 from homegpu.remote.plan import WorkerSlot, job_nodes, lay_out
 from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus, expand_path, make_runtime
 
-
 WAIT_BACK_POLL_SECONDS = 1.0
+
 
 class LaunchError(Exception):
     """The run could not start (or its nodes could not be reached); nothing of it is left running.
@@ -133,6 +133,7 @@ class JobNodes:
                                      worker=s.label).start()
                 for s in slots]
 
+
 async def list_workers(cluster: Cluster) -> list[tuple[str, list[WorkerStatus] | LaunchError]]:
     """Every worker on every node of the cluster, running or not; one node's failure is its own.
 
@@ -147,6 +148,6 @@ async def list_workers(cluster: Cluster) -> list[tuple[str, list[WorkerStatus] |
         except LaunchError as exc:
             return exc
         except (RuntimeError_, *NODE_GONE) as exc:
-            return LaunchError(str(exc) or type(exc).__name__)
+            return LaunchError(cause(exc))
     nodes = list(cluster.nodes.values())
     return list(zip((n.name for n in nodes), await asyncio.gather(*(one(n) for n in nodes))))

@@ -15,7 +15,7 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
-from homegpu.remote.nodes import NODE_GONE, NodeSession
+from homegpu.remote.nodes import NODE_GONE, NodeSession, cause
 
 OUTPUT_CAP_BYTES = 2 << 30  # 2 GiB: a home link moves that in a few seconds to minutes
 SKIP_DIRS = frozenset({"backup", "__pycache__"})  # BackupAndRestore's dir (ours and the tutorial's)
@@ -75,8 +75,8 @@ async def remove_backups(places: list[tuple[NodeSession, str]]) -> list[str]:
     async def remove(node: NodeSession, out_dir: str) -> str:
         try:
             result = await node.run(["rm", "-rf", "--", posixpath.join(out_dir, "backup")], timeout=60)
-        except (asyncio.TimeoutError, *NODE_GONE) as exc:
-            return f"{node.name}: {exc or 'no answer'}"
+        except NODE_GONE as exc:  # a command past its timeout is one too (CommandTimeout)
+            return f"{node.name}: {cause(exc)}"
         return "" if result.ok else f"{node.name}: {result.stderr.strip()}"
 
     return [why for why in await asyncio.gather(*(remove(*place) for place in places)) if why]

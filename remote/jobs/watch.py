@@ -22,6 +22,7 @@ from homegpu.remote.plan import WorkerSlot
 from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus
 
 ENDED = ("exited", "vanished")
+LAST_LINES = 60  # of a worker's log, to tell why it ended (a traceback, a full disk)
 POLL_TIMEOUT_SECONDS = 10.0  # a node whose connection died silently must not hold up the others' polls
 
 
@@ -40,6 +41,10 @@ class WorkerTrack:
     @property
     def label(self) -> str:
         return self.slot.label
+
+    def last_lines(self, count: int = LAST_LINES) -> tuple[str, ...]:
+        """The worker's last `count` log lines, oldest first (what its tail still holds)."""
+        return tuple(line.text for line in self.tail.lines)[-count:] if self.tail else ()
 
     @property
     def ended(self) -> bool:
@@ -118,7 +123,7 @@ def all_succeeded(tracks: Iterable[WorkerTrack]) -> bool:
 def worker_ends(tracks: Iterable[WorkerTrack]) -> list[WorkerEnd]:
     """How each worker ended, with its last log lines, for the script-error verdict (remote/jobs/failure.py)."""
     return [WorkerEnd(t.label, t.status.exit_status if t.status else None, progressed=t.progressed,
-                      last_lines=tuple(line.text for line in t.tail.lines)[-60:] if t.tail else (),
+                      last_lines=t.last_lines(),
                       stopped=not t.ended)
             for t in tracks]
 

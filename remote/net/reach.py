@@ -23,7 +23,7 @@ from typing import Sequence
 
 from homegpu.remote.net.port_probe import bind_problem, json_object
 from homegpu.remote.node_side import script
-from homegpu.remote.nodes import NODE_GONE, NodeSession, RemoteProcess
+from homegpu.remote.nodes import NODE_GONE, NodeSession, RemoteProcess, cause
 
 CONNECT_TIMEOUT_S = 5.0
 LISTENER_LIFETIME_S = 60.0
@@ -125,8 +125,8 @@ async def _connect(source: Endpoint, listening: Sequence[Endpoint], secrets_by_n
     argv = [node.spec.python, "-c", CONNECT_SCRIPT, str(timeout), json.dumps(targets)]
     try:
         result = await node.run(argv, timeout=timeout + _START_TIMEOUT_S)
-    except (asyncio.TimeoutError, *NODE_GONE) as exc:
-        return _none_tested(node.name, targets, owner, f"the test could not run on {node.name}: {exc or 'no answer'}")
+    except NODE_GONE as exc:  # a command past its timeout is one too (CommandTimeout)
+        return _none_tested(node.name, targets, owner, f"the test could not run on {node.name}: {cause(exc)}")
     found = (json_object(line) or {} for line in result.stdout.splitlines())
     answered = [said for said in found if (said.get("host"), said.get("port")) in owner]
     if not answered:
