@@ -74,6 +74,8 @@ def worker_processes(sim: SimCluster) -> list[int]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv[1:3] == [b"-m", b"homegpu.trainer"] or (len(argv) > 1 and argv[1].endswith(b"train.py")):
+        # the built-in trainer, a user's script through user_script.py, or a script run by itself
+        if argv[1:3] in ([b"-m", b"homegpu.trainer"], [b"-m", b"homegpu.trainer.user_script"]) \
+                or (len(argv) > 1 and argv[1].endswith(b"train.py")):
             found.append(pid)
     return found

@@ -105,9 +105,21 @@ def test_trainer_and_script_command_lines():
     env = worker_env(trainer, paths)
     assert env["PYTHONPATH"] == "/w/code/j/_homegpu" and env["TF_USE_LEGACY_KERAS"] == "1"
     script = JobSpec(name="j", script="my/train.py", args=("--lr", "0.1"), env={"A": "1"})
-    assert worker_argv(script, paths, "sub/train.py") == ("/opt/py", "/w/code/j/sub/train.py", "--lr", "0.1")
-    assert worker_env(script, paths)["A"] == "1" and "PYTHONPATH" not in worker_env(script, paths)
+    assert worker_argv(script, paths, "sub/train.py") == (
+        "/opt/py", "-m", "homegpu.trainer.user_script", "/w/code/j/sub/train.py", "--lr", "0.1")
+    env = worker_env(script, paths)
+    assert env["A"] == "1" and env["PYTHONPATH"] == "/w/code/j/_homegpu" and "HOMEGPU_KERAS" not in env
     assert worker_cwd(paths) == "/w/runs/r/out/n"
+
+
+def test_a_scripts_keras_choice_and_pythonpath_reach_its_workers():
+    """The shipped package comes first on PYTHONPATH, the job's own entries after it (user_script.py hands the
+    script the job's own back); keras = "tf-keras" reaches the worker as HOMEGPU_KERAS."""
+    paths = NodePaths(python="/opt/py", code_dir="/w/code/j", output_dir="/w/out")
+    job = JobSpec(name="j", script="train.py", keras="tf-keras", env={"PYTHONPATH": "/opt/libs"})
+    env = worker_env(job, paths)
+    assert env["PYTHONPATH"] == "/w/code/j/_homegpu:/opt/libs" and env["HOMEGPU_KERAS"] == "tf-keras"
+    assert "HOMEGPU_KERAS" not in worker_env(JobSpec(name="j", keras="tf-keras"), paths)  # the trainer has tf-keras
 
 
 @pytest.mark.parametrize("status, words", [

@@ -160,3 +160,16 @@ def test_live_steps_from_the_unfinished_line_of_a_recording() -> None:
     assert {epoch for epoch, _ in steps} == {1, 2, 3}
     assert steps == sorted(steps) and all(0 < step <= 40 for _, step in steps)
     assert [e["epoch"] for e in got if e["event"] == "epoch"] == [1, 2, 3]
+
+
+def test_an_accuracy_is_found_under_the_name_of_the_metric_that_was_compiled():
+    """keras.io's scripts compile keras.metrics.SparseCategoricalAccuracy(), which Keras prints by its own name."""
+    from homegpu.remote.logs import Metric
+    line = ("63/63 - 1s - loss: 1.4584 - sparse_categorical_accuracy: 0.6295 - val_loss: 1.4700 - "
+            "val_sparse_categorical_accuracy: 0.5790 - 1s/epoch - 22ms/step")
+    progress = KerasProgress()
+    progress.feed("Epoch 3/4")
+    metric = Metric(progress.feed(line))
+    assert (metric.accuracy, metric.val_accuracy) == (0.6295, 0.5790)
+    assert metric.figures() == {"loss": 1.4584, "accuracy": 0.6295, "val_loss": 1.47, "val_accuracy": 0.579}
+    assert Metric({"loss": 1.0}).figures() == {"loss": 1.0, "accuracy": None}

@@ -20,6 +20,7 @@ import threading
 import pytest
 
 from helpers import homegpu_argv, job_table, read_metrics, worker_processes, write_config
+from test_user_scripts_lan import keras_io_job
 
 pytestmark = pytest.mark.cluster
 
@@ -27,10 +28,10 @@ CUT_SECONDS = 25
 REBOOT_SECONDS = 20
 
 
-def run_with_outage(config, cwd, cue: str, strike, seconds: float, end) -> tuple[int, str, bool]:
-    """`homegpu run demo --no-tui`; at the first line containing `cue`, strike() (the outage begins)
+def run_with_outage(config, cwd, cue: str, strike, seconds: float, end, job: str = "demo") -> tuple[int, str, bool]:
+    """`homegpu run JOB --no-tui`; at the first line containing `cue`, strike() (the outage begins)
     and end() `seconds` later. Returns (exit status, output, whether the outage happened)."""
-    process = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=cwd,
+    process = subprocess.Popen(homegpu_argv("--config", str(config), "run", job, "--no-tui"), cwd=cwd,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     timer = threading.Timer(seconds, end)
     output = []
@@ -64,6 +65,26 @@ def test_a_25_second_link_cut_mid_job_is_ridden_out_with_no_restart_and_nothing_
     epochs = [line for line in saved if re.search(r"\bepoch \d+/8\b", line) and "HOMEGPU_METRIC" not in line]
     numbers = [int(re.search(r"epoch (\d+)/8", line).group(1)) for line in epochs]
     assert numbers == list(range(1, 9)), f"a gap or a duplicate in node2's log: {numbers}"
+    assert not worker_processes(sim_cluster)
+
+
+def test_a_users_script_rides_out_a_25_second_link_cut_too(sim_cluster, tmp_path):
+    """The keras.io-style script (`import keras`, keras = "tf-keras") knows nothing of homegpu: the two
+    settings reach it through user_script.py, which starts every user script."""
+    config = keras_io_job(sim_cluster, tmp_path, keras="tf-keras", args=["10"], max_restarts=2)
+    node2 = sim_cluster.node("node2")
+    status, text, cut = run_with_outage(config, tmp_path, "node2 * epoch 2/10", node2.cut_link, CUT_SECONDS,
+                                        node2.restore_link, job="mine")
+    print(text[-3000:])
+    assert cut, f"the job ended before the link was cut:\n{text}"
+    assert status == 0, text
+    assert "generation 2" not in text, f"the drop restarted the job:\n{text}"
+    offline = text.find("== node node2 offline")
+    assert offline >= 0 and text.find("== node node2 back online", offline) > offline, text
+    (run_dir,) = (tmp_path / "experiments").iterdir()
+    saved = (run_dir / "logs" / "node2.log").read_text().splitlines()
+    numbers = [int(m.group(1)) for line in saved if (m := re.fullmatch(r"Epoch (\d+)/10", line.strip()))]
+    assert numbers == list(range(1, 11)), f"a gap or a duplicate in node2's log: {numbers}"
     assert not worker_processes(sim_cluster)
 
 

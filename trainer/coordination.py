@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import os
 
-import tensorflow as tf
-
 DEFAULT_PEER_TIMEOUT = 120.0  # seconds; $HOMEGPU_PEER_TIMEOUT overrides it
 
 
@@ -29,7 +27,9 @@ def peer_timeout(env: os._Environ | dict = os.environ) -> float:
 def tolerate_quiet_peers(seconds: float) -> None:
     """Configure the coordination service as MultiWorkerMirroredStrategy would, with a heartbeat
     timeout of `seconds`. Call it before the strategy is built (which then keeps this config)."""
+    # Imported here: a user's script is started before TensorFlow is imported (user_script.py).
     # Private API (TF 2.21): the strategy calls the same method with the same leader and jobs.
+    import tensorflow as tf
     from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
     from tensorflow.python.distribute import multi_worker_util
     from tensorflow.python.eager import context

@@ -18,13 +18,14 @@ from textual.widgets import Button, Label, OptionList, Static
 from homegpu.remote.config import JobSpec
 from homegpu.remote.nodes import visible
 from homegpu.remote.plan import JobLayout, tf_config
+from homegpu.tui.text import runs_what
 
 
 def launch_preview(job: JobSpec, layout: JobLayout) -> Text:
     """What launching `job` starts: its settings, each worker with the TF_CONFIG it will get, then
     the device plan (or why there is none yet)."""
     slots, plan_lines = layout.slots, layout.plan_lines()
-    what = f"trainer: {job.model} on {job.data} data" if job.uses_trainer else f"script: {job.script}"
+    what = f"trainer: {job.model} on {job.data} data" if job.uses_trainer else f"script: {runs_what(job)}"
     out = Text.assemble((job.name, "bold"), f"  {what}, {job.epochs} epochs, batch {job.batch_size}, "
                         f"image {job.image}, restart {job.restart} (max {job.max_restarts})\n")
     for slot in slots:

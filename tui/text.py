@@ -9,10 +9,12 @@ import shutil
 from itertools import groupby
 from typing import Callable, Mapping, Sequence
 
-from homegpu.remote.config import SWITCHES, AlertRules, ClusterSpec
+from homegpu.remote.config import SWITCHES, AlertRules, ClusterSpec, JobSpec
 from homegpu.remote.doctor import Check
+from homegpu.remote.jobs import keras3_problem
 from homegpu.remote.net import BandwidthMatrix, format_gbits
 from homegpu.remote.nodes import NA, SshTarget, gib, owner_text
+from homegpu.remote.plan import worker_slots
 
 DIAGONAL = "—"
 NOT_MEASURED = "·"
@@ -85,11 +87,19 @@ def _format_jobs(spec: ClusterSpec) -> list[str]:
         first = spec.nodes[0].name if spec.nodes else "NODE"
         return [f"No job yet: add one, e.g. a [jobs.demo] table with nodes = [\"{first}\"] trains the built-in "
                 "demo there (README.md, \"cluster.toml reference\")."]
-    rows = [(job.name, "built-in trainer" if job.uses_trainer else job.script,
-             ", ".join(job.nodes) if job.nodes else "every node", job.workers_per_node, job.port)
-            for job in spec.jobs.values()]
-    return [table(("JOB", "RUNS", "NODES", "WORKERS/NODE", "PORT"), rows),
+    rows = [(job.name, runs_what(job), ", ".join(job.nodes) if job.nodes else "every node", job.workers_per_node,
+             job.port) for job in spec.jobs.values()]
+    refusals = [f"✗ {job.name}: {problem}" for job in spec.jobs.values()
+                if (problem := keras3_problem(job, spec.source, len(worker_slots(spec, job))))]
+    return [table(("JOB", "RUNS", "NODES", "WORKERS/NODE", "PORT"), rows), *refusals,
             "", "Next: homegpu doctor, then homegpu run JOB (homegpu tfconfig JOB shows each worker's TF_CONFIG)."]
+
+
+def runs_what(job: JobSpec) -> str:
+    """The built-in trainer, or the script with what its `import keras` gives on the workers."""
+    if job.uses_trainer:
+        return "built-in trainer"
+    return f"{job.script} ({'import keras runs tf-keras' if job.keras == 'tf-keras' else 'keras as installed'})"
 
 
 def _ssh_columns(node, target: SshTarget | None) -> tuple[str, str, str]:

@@ -18,6 +18,7 @@ from homegpu.trainer import MODELS
 DEFAULT_IMAGE = "homegpu/tensorflow:2.21"
 DEFAULT_JOB_PORT = 23456
 RESTART_POLICIES = ("never", "on-failure")
+KERAS_CHOICES = ("keras", "tf-keras")  # what a script's `import keras` gives: the python's own keras, or tf-keras
 
 # (lowest, highest, unit) of each number: far beyond what a real job needs, so that only a typo (or a
 # fuzzer) meets them, and nothing downstream sees NaN, infinity or a thousand-digit integer.
@@ -38,7 +39,7 @@ _DATA_RE = re.compile(r"synthetic|(npz|dir):.+")
 _JOB_KEYS = {
     "image", "python", "script", "code_dir", "args", "data", "model", "data_dir", "env", "nodes",
     "workers_per_node", "share_gpus", "port", "epochs", "batch_size", "steps_per_epoch", "restart",
-    "max_restarts", "stall_timeout", "reconnect_timeout",
+    "max_restarts", "stall_timeout", "reconnect_timeout", "keras",
 }
 PER_GPU = "per-gpu"  # workers_per_node: one worker per GPU of each node (one on a node without GPUs)
 MAX_GPUS_PER_NODE = 16  # the ports a "per-gpu" job may need on one node
@@ -69,6 +70,7 @@ class JobSpec:
     max_restarts: int = 3
     stall_timeout: float = 300.0
     reconnect_timeout: float = 300.0  # how long a restart waits for a node that is away (rebooting)
+    keras: str = "keras"  # "tf-keras": a script's `import keras` gets tf-keras (Keras 3 cannot train under MWMS)
 
     @property
     def uses_trainer(self) -> bool:
@@ -134,6 +136,8 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...])
         max_restarts=get("max_restarts", int, 3),
         stall_timeout=get("stall_timeout", float, 300.0),
         reconnect_timeout=get("reconnect_timeout", float, 300.0),
+        keras=get("keras", str, "keras", v.choice(KERAS_CHOICES, 'use "keras" (what `import keras` gives on the '
+                                                           'node) or "tf-keras" (tf-keras in its place)')),
     )
     _check_worker_ports(v, job)
     return job

@@ -7,8 +7,9 @@ from __future__ import annotations
 from homegpu.remote.jobs.guard import attach_if_running, launch_or_attach
 from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError, list_workers
 from homegpu.remote.jobs.run import JobRun, RunOutcome
+from homegpu.remote.jobs.script_check import keras3_problem
 
 __all__ = [
     "JobNodes", "JobRun", "LaunchError", "RunOutcome", "attach_if_running", "launch_or_attach",
-    "list_workers",
+    "keras3_problem", "list_workers",
 ]

@@ -21,7 +21,8 @@ from typing import Sequence
 from homegpu.remote.node_side import scan, script
 from homegpu.remote.nodes import NODE_GONE, NodeSession, RemoteProcess, TransportError
 
-SKIP_DIRS = frozenset({"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache"})
+# Never sent, and left alone on the node: "_homegpu" is where homegpu's own trainer package lands beside the job's code.
+SKIP_DIRS = frozenset({"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache", "_homegpu"})
 CHUNK = 1 << 20  # bytes read from a file and handed to the connection at a time
 SECOND = 10**9
 OUTCOME_WAIT = 30.0  # seconds for the node's process to finish once it has all its input

@@ -17,6 +17,7 @@ from homegpu.remote.plan import DevicePlan, WorkerSlot, docker_device_ids, tf_co
 from homegpu.remote.runtimes import NodePaths, Runtime, WorkerLaunch
 
 TRAINER_PACKAGE_DIR = "_homegpu"  # under the synced code root: holds homegpu/trainer for PYTHONPATH
+USER_SCRIPT_MODULE = "homegpu.trainer.user_script"  # starts a user's script (trainer/user_script.py)
 
 
 def new_run_id(job: str, now: float | None = None) -> str:
@@ -26,7 +27,8 @@ def new_run_id(job: str, now: float | None = None) -> str:
 
 def worker_argv(job: JobSpec, paths: NodePaths, script_rel: str = "") -> tuple[str, ...]:
     """The worker's command: the built-in trainer, or the user's script (`script_rel`, relative
-    to the synced code dir) with its args. Workers run in their output dir (see worker_cwd)."""
+    to the synced code dir) with its args, started through trainer/user_script.py (which runs it
+    as `python SCRIPT ARGS` would). Workers run in their output dir (see worker_cwd)."""
     if job.uses_trainer:
         argv = [paths.python, "-m", "homegpu.trainer", "--data", _data_arg(job.data, paths),
                 "--model", job.model, "--epochs", str(job.epochs), "--batch-size", str(job.batch_size),
@@ -34,7 +36,8 @@ def worker_argv(job: JobSpec, paths: NodePaths, script_rel: str = "") -> tuple[s
         if job.steps_per_epoch:
             argv += ["--steps-per-epoch", str(job.steps_per_epoch)]
         return tuple(argv)
-    return (paths.python, posixpath.join(paths.code_dir, script_rel or PurePosixPath(job.script).name), *job.args)
+    script = posixpath.join(paths.code_dir, script_rel or PurePosixPath(job.script).name)
+    return (paths.python, "-m", USER_SCRIPT_MODULE, script, *job.args)
 
 
 def worker_cwd(paths: NodePaths) -> str:
@@ -52,11 +55,15 @@ def _data_arg(data: str, paths: NodePaths) -> str:
 
 
 def worker_env(job: JobSpec, paths: NodePaths) -> dict[str, str]:
-    """Environment for a worker: the job's env, the shipped trainer on PYTHONPATH, legacy Keras."""
+    """Environment for a worker: the job's env, the shipped trainer package first on PYTHONPATH (a
+    user's script gets the job's PYTHONPATH back from user_script.py), legacy Keras (`tf.keras` is
+    tf-keras), and the job's `keras` choice for a script's own `import keras`."""
     env = {"TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1", "HOMEGPU_OUTPUT_DIR": paths.output_dir,
            **job.env}
-    if job.uses_trainer:
-        env["PYTHONPATH"] = posixpath.join(paths.code_dir, TRAINER_PACKAGE_DIR)
+    shipped = posixpath.join(paths.code_dir, TRAINER_PACKAGE_DIR)
+    env["PYTHONPATH"] = shipped if job.uses_trainer else ":".join(filter(None, (shipped, job.env.get("PYTHONPATH"))))
+    if not job.uses_trainer and job.keras == "tf-keras":
+        env["HOMEGPU_KERAS"] = "tf-keras"
     return env
 
 
@@ -70,8 +77,13 @@ def local_code(job: JobSpec, config_source: str) -> Path:
     """The job's code on this machine: the built-in trainer's package, else its code_dir (or its
     script's folder), relative to the cluster file's folder (`config_source`'s)."""
     if job.uses_trainer:
-        return Path(str(resources.files("homegpu.trainer")))
+        return trainer_package()
     return (_config_dir(config_source) / (job.code_dir or Path(job.script).parent)).expanduser().resolve()
+
+
+def trainer_package() -> Path:
+    """homegpu/trainer on this machine: shipped to every node for the built-in trainer and user scripts."""
+    return Path(str(resources.files("homegpu.trainer")))
 
 
 def script_rel(job: JobSpec, config_source: str) -> str:

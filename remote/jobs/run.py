@@ -23,10 +23,13 @@ from homegpu.remote.jobs.disk import full_disks
 from homegpu.remote.jobs.failure import Verdict, judge, might_be_script_error
 from homegpu.remote.jobs.guard import RunGuard
 from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError
-from homegpu.remote.jobs.launch_plan import TRAINER_PACKAGE_DIR, local_code, new_run_id, script_rel, worker_launch
+from homegpu.remote.jobs.launch_plan import (
+    TRAINER_PACKAGE_DIR, local_code, new_run_id, script_rel, trainer_package, worker_launch,
+)
 from homegpu.remote.jobs.lock import LockHolder
 from homegpu.remote.jobs.outputs import FetchedOutputs, fetch_outputs, remove_backups
 from homegpu.remote.jobs.preflight import restart_port_problems, run_preflight
+from homegpu.remote.jobs.script_check import keras3_problem
 from homegpu.remote.jobs.watch import WorkerTrack, WorkerWatch, all_succeeded, retry_is_pointless, worker_ends
 from homegpu.remote.jobs.worker_logs import WorkerLines, finish_tails, stop_tails
 from homegpu.remote.logs import Metric
@@ -129,10 +132,12 @@ class JobRun:
         Raises:
             LaunchError: naming each node that is not ready and what to do.
         """
+        self._refuse_keras3()  # read here, in a second: before anything on a node or in experiments/
         self._start_record()
         try:
             self._publish(JobState.PREFLIGHT)
             await self.prepare()
+            self._refuse_keras3()  # again with the layout's workers ("per-gpu" knows them only now)
             cache_problem = self.record.describe_setup(
                 self.job, {s.label: tf_config_json(self.slots, s.index) for s in self.slots})
             if cache_problem:
@@ -149,6 +154,13 @@ class JobRun:
         except BaseException:
             await self.record.close()
             raise
+
+    def _refuse_keras3(self) -> None:
+        """Raises LaunchError when the job's script would train with Keras 3 under the strategy."""
+        problem = keras3_problem(self.job, self.cluster.spec.source, len(self.slots))
+        if problem:
+            self._publish(JobState.FAILED, "preflight failed")
+            raise LaunchError(problem)
 
     def _start_record(self) -> None:
         nodes = [slot.node.name for slot in self.slots]
@@ -177,12 +189,15 @@ class JobRun:
             await self._guard.release()
 
     async def _sync_code(self) -> None:
-        # the built-in trainer ships homegpu/trainer, so nodes need no homegpu install
-        under = f"/{TRAINER_PACKAGE_DIR}/homegpu/trainer" if self.job.uses_trainer else ""
-        problems = await sync_trees(local_code(self.job, self.cluster.spec.source),
-                                    [(node, self.code_dir(node.name) + under) for node in self._nodes()])
-        if problems:
-            raise LaunchError("code sync failed: " + "; ".join(problems))
+        """Ship the job's code, then homegpu's trainer package beside it (the built-in trainer, and the
+        start of a user's script: nodes need no homegpu install) under the code's `_homegpu/`."""
+        trees = [(trainer_package(), f"/{TRAINER_PACKAGE_DIR}/homegpu/trainer")]
+        if not self.job.uses_trainer:
+            trees.insert(0, (local_code(self.job, self.cluster.spec.source), ""))
+        for local, under in trees:  # one after the other: the job's code sync leaves `_homegpu/` alone
+            problems = await sync_trees(local, [(node, self.code_dir(node.name) + under) for node in self._nodes()])
+            if problems:
+                raise LaunchError("code sync failed: " + "; ".join(problems))
 
     async def _start_generation(self) -> None:
         self._publish(JobState.STARTING, f"starting TensorFlow on {len(self.slots)} worker(s)")

@@ -15,6 +15,8 @@ from typing import Any, Mapping
 
 PROGRESS_EVENTS = frozenset({"step", "epoch", "end"})  # lines that prove training ran
 FIGURES = ("loss", "accuracy", "val_loss", "val_accuracy")
+# What Keras calls an accuracy in its output, after the metric compiled: metrics=["accuracy"] or a metric object.
+ACCURACY_NAMES = ("accuracy", "acc", "sparse_categorical_accuracy", "categorical_accuracy", "binary_accuracy")
 RATE_UNITS = {"examples_per_sec": "examples/s", "steps_per_sec": "steps/s"}  # a worker's pace, best first
 
 
@@ -50,9 +52,9 @@ class Metric:
     params = property(lambda self: self.count("params"))
     batch_size = property(lambda self: self.count("batch_size"))
     loss = property(lambda self: self.number("loss"))
-    accuracy = property(lambda self: self.number("accuracy"))
+    accuracy = property(lambda self: self._accuracy(""))
     val_loss = property(lambda self: self.number("val_loss"))
-    val_accuracy = property(lambda self: self.number("val_accuracy"))
+    val_accuracy = property(lambda self: self._accuracy("val_"))
     examples_per_sec = property(lambda self: self.number("examples_per_sec"))
     steps_per_sec = property(lambda self: self.number("steps_per_sec"))
 
@@ -65,10 +67,14 @@ class Metric:
     def has_validation(self) -> bool:
         return "val_loss" in self.fields
 
+    def _accuracy(self, prefix: str) -> float | None:
+        """The accuracy under whichever name the script compiled it (Keras names it after the metric)."""
+        return next((value for name in ACCURACY_NAMES if (value := self.number(prefix + name)) is not None), None)
+
     def figures(self) -> dict[str, float | None]:
         """loss and accuracy, then the val_ figures when the line has them."""
-        names = [name for name in FIGURES if name in ("loss", "accuracy") or name in self.fields]
-        return {name: self.number(name) for name in names}
+        figures = {name: getattr(self, name) for name in FIGURES}
+        return {name: value for name, value in figures.items() if name in ("loss", "accuracy") or value is not None}
 
     def rate(self) -> tuple[float | None, str]:
         """examples/s, else steps/s (Keras's output of a script whose batch size homegpu does not know)."""
