@@ -14,7 +14,7 @@ die() { echo "tests/run.sh: $*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || die "run as root: the test cluster is network namespaces running real sshd servers (sudo bash tests/run.sh)"
 
 APT_PACKAGES=(openssh-server docker.io iperf3 iproute2 iptables busybox-static debootstrap tmux ca-certificates
-              chromium rsync)
+              chromium rsync prometheus)
 
 installed() { [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]; }
 

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from homegpu.remote.config import ConfigError
 from homegpu.tui import (
     bandwidth_commands, config_commands, doctor_commands, image_commands, job_commands, report_commands,
-    status_commands, trust_commands,
+    serve_commands, status_commands, trust_commands,
 )
 from homegpu.tui.cli_common import EXIT_USAGE, EXPERIMENTS, UserError, load_spec
 from homegpu.tui.terminal import visible_output
@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     job_commands.register(commands)
     image_commands.register(commands)
     report_commands.register(commands)
+    serve_commands.register(commands)
     return parser
 
 

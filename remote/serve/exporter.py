@@ -1,0 +1,116 @@
+"""`/metrics`: the cluster as it is now, in Prometheus's text format, named the way Grafana users expect
+(dcgm-exporter's and node_exporter's habits: a unit in every name, bytes, watts, celsius, ratios as percent).
+
+Read at each scrape from the nodes' latest stats and the job board, nothing stored here. A value a node
+cannot report (NA) is left out rather than written as 0, so a graph shows a gap, not a false zero.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from homegpu.remote.nodes import NA, Cluster, GpuStats, NodeState
+from homegpu.remote.serve.job_board import JobBoard
+
+MIB = 1024 * 1024
+GPU_LABELS = ("cluster", "node", "gpu", "model", "uuid")
+NODE_LABELS = ("cluster", "node")
+WORKER_LABELS = ("cluster", "job", "run", "worker")
+
+# (name, help, how to read it from a GpuStats)
+GPU_GAUGES = (
+    ("homegpu_gpu_utilization_percent", "GPU utilisation (percent of time a kernel ran)", lambda g: g.util),
+    ("homegpu_gpu_memory_used_bytes", "GPU memory in use", lambda g: _bytes(g.mem_used)),
+    ("homegpu_gpu_memory_total_bytes", "GPU memory in all", lambda g: _bytes(g.mem_total)),
+    ("homegpu_gpu_temperature_celsius", "GPU temperature", lambda g: g.temp),
+    ("homegpu_gpu_power_watts", "GPU power draw", lambda g: g.power),
+    ("homegpu_gpu_power_limit_watts", "GPU power limit", lambda g: g.power_limit),
+)
+# (name, help, Metric property)
+WORKER_GAUGES = (
+    ("homegpu_job_epoch", "the last epoch the worker finished", "epoch"),
+    ("homegpu_job_examples_per_second", "the worker's training rate over its last epoch", "examples_per_sec"),
+    ("homegpu_job_steps_per_second", "the worker's steps per second (a script whose batch size is unknown)",
+     "steps_per_sec"),
+    ("homegpu_job_loss", "the worker's loss at its last epoch", "loss"),
+    ("homegpu_job_accuracy", "the worker's accuracy at its last epoch", "accuracy"),
+)
+
+
+def _bytes(mib):
+    return NA if mib is NA else mib * MIB
+
+
+class ClusterCollector(Collector):
+    """Collects `cluster`'s nodes and GPUs and `board`'s runs at each scrape."""
+
+    def __init__(self, cluster: Cluster, board: JobBoard) -> None:
+        self.cluster, self.board = cluster, board
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield from self._nodes()
+        yield from self._gpus()
+        yield from self._jobs()
+
+    def _nodes(self) -> Iterator[GaugeMetricFamily]:
+        name = self.cluster.spec.name
+        up = GaugeMetricFamily("homegpu_node_up", "1 while homegpu reaches the node over SSH, else 0", labels=NODE_LABELS)
+        cpu = GaugeMetricFamily("homegpu_node_cpu_percent", "the node's CPU use", labels=NODE_LABELS)
+        used = GaugeMetricFamily("homegpu_node_memory_used_bytes", "the node's memory in use", labels=NODE_LABELS)
+        total = GaugeMetricFamily("homegpu_node_memory_total_bytes", "the node's memory in all", labels=NODE_LABELS)
+        for node in self.cluster.nodes.values():
+            labels = [name, node.name]
+            online = node.state is NodeState.ONLINE
+            up.add_metric(labels, 1.0 if online else 0.0)
+            stats = node.latest if online else None
+            if stats is not None:
+                _add(cpu, labels, stats.cpu)
+                _add(used, labels, _bytes(stats.mem_used))
+                _add(total, labels, _bytes(stats.mem_total))
+        yield from (up, cpu, used, total)
+
+    def _gpus(self) -> Iterator[GaugeMetricFamily]:
+        families = [GaugeMetricFamily(name, text, labels=GPU_LABELS) for name, text, _ in GPU_GAUGES]
+        processes = GaugeMetricFamily(
+            "homegpu_gpu_process_memory_used_bytes", "GPU memory each process holds, and whose it is",
+            labels=(*GPU_LABELS, "pid", "process", "user", "job", "run"))
+        for node in self.cluster.nodes.values():
+            stats = node.latest if node.state is NodeState.ONLINE else None
+            for gpu in stats.gpus if stats else ():
+                labels = self._gpu_labels(node.name, gpu)
+                for family, (_, _, read) in zip(families, GPU_GAUGES):
+                    _add(family, labels, read(gpu))
+                for process in gpu.processes:
+                    owner = process.owner
+                    who = [_text(owner.user if owner else NA), _text(owner.job if owner else NA),
+                           _text(owner.run_id if owner else NA)]
+                    _add(processes, [*labels, str(process.pid), _text(process.name), *who], _bytes(process.mem))
+        yield from (*families, processes)
+
+    def _gpu_labels(self, node: str, gpu: GpuStats) -> list[str]:
+        return [self.cluster.spec.name, node, _text(gpu.index), _text(gpu.name), _text(gpu.uuid)]
+
+    def _jobs(self) -> Iterator[GaugeMetricFamily]:
+        name = self.cluster.spec.name
+        families = [GaugeMetricFamily(metric, text, labels=WORKER_LABELS) for metric, text, _ in WORKER_GAUGES]
+        restarts = GaugeMetricFamily("homegpu_job_restarts", "restarts of the run so far",
+                                     labels=("cluster", "job", "run"))
+        for run in list(self.board.runs.values()):
+            restarts.add_metric([name, run.job, run.run_id], run.restarts)
+            for worker, metric in run.workers.items():
+                for family, (_, _, key) in zip(families, WORKER_GAUGES):
+                    _add(family, [name, run.job, run.run_id, worker], getattr(metric, key))
+        yield from (*families, restarts)
+
+
+def _add(family: GaugeMetricFamily, labels: list[str], value: object) -> None:
+    """One sample, unless the value is not a number (NA, None: the node or worker did not say)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value is not NA:
+        family.add_metric(labels, float(value))
+
+
+def _text(value: object) -> str:
+    return "" if value is NA or value is None else str(value)

@@ -1,0 +1,105 @@
+"""`homegpu serve`: homegpu that stays on. One process keeps a session to every node, answers Prometheus
+at /metrics, follows the runs of the cluster's jobs wherever they were started, raises the [alerts], and
+(with --web) shows the terminal UI in a browser. It prints one line per URL it serves, then runs until
+Ctrl-C or SIGTERM (a systemd unit: README.md, "Always on").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import signal
+import sys
+from typing import TextIO
+
+from homegpu.remote.alerts import AlertWatcher
+from homegpu.remote.config import ClusterSpec
+from homegpu.remote.nodes import Cluster
+from homegpu.remote.serve import ClusterCollector, JobBoard, MetricsEndpoint, RunFollower
+from homegpu.tui.cli_common import UserError, load_spec
+
+DEFAULT_METRICS_PORT = 9469  # beside node_exporter's 9100 and dcgm-exporter's 9400, and free of both
+LOOPBACK = "127.0.0.1"
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    serve = commands.add_parser(
+        "serve", help="stay on: Prometheus metrics, runs followed, alerts (and the UI in a browser)",
+        description="Keep a session to every node and serve what it sees: Prometheus metrics at /metrics "
+                    "(every GPU's utilisation, memory, temperature and power, every node's state, CPU and "
+                    "memory, and each running job's epoch, rate, loss and restarts, wherever it was started). "
+                    "Runs until Ctrl-C or SIGTERM; made to run under systemd (README.md, \"Always on\").",
+    )
+    serve.add_argument("--metrics-port", type=_port, default=DEFAULT_METRICS_PORT, metavar="PORT",
+                       help=f"port of /metrics (default {DEFAULT_METRICS_PORT}; 0: any free port)")
+    serve.add_argument("--listen", default=LOOPBACK, metavar="ADDRESS",
+                       help="address to serve on (default 127.0.0.1, this machine only; 0.0.0.0: every "
+                            "interface, for a Prometheus on another machine)")
+    serve.set_defaults(handler=run_serve)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port: use 1-65535, or 0 for any free one")
+    return port
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    spec = load_spec(args)
+    _check_address(args.listen)
+    return asyncio.run(serve(spec, args.listen, args.metrics_port))
+
+
+def _check_address(address: str) -> None:
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        raise UserError(f"--listen {address!r} is not an IP address of this machine; use one such as "
+                        "127.0.0.1 or 0.0.0.0") from None
+
+
+async def serve(spec: ClusterSpec, host: str, metrics_port: int, out: TextIO | None = None) -> int:
+    """Serve until SIGINT or SIGTERM; the process's exit status."""
+    out = out or sys.stdout
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    cluster, board = Cluster(spec), JobBoard()
+    endpoint = MetricsEndpoint(ClusterCollector(cluster, board), host, metrics_port)
+    alerts = AlertWatcher(spec, cluster.hub).start()
+    async with cluster:
+        with cluster.subscribe() as events:
+            feeding = asyncio.create_task(_feed(events, board))
+            follower = RunFollower(cluster, spec.jobs.values()).start()
+            try:
+                url = await _start(endpoint, host, metrics_port)
+                print(f"homegpu serve: {spec.name}, {len(spec.nodes)} node(s); Ctrl-C or SIGTERM stops it", file=out)
+                print(f"metrics: {url}", file=out, flush=True)
+                await stop.wait()
+            finally:
+                await endpoint.close()
+                await follower.close()
+                feeding.cancel()
+                await alerts.close()
+    return 0
+
+
+async def _start(endpoint: MetricsEndpoint, host: str, port: int) -> str:
+    try:
+        return await endpoint.start()
+    except OSError as exc:
+        raise UserError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}; pick another with "
+                        "--metrics-port (0: any free port) or stop what holds it") from None
+
+
+async def _feed(events, board: JobBoard) -> None:
+    with contextlib.suppress(asyncio.CancelledError):
+        async for event in events:
+            board.handle(event)
