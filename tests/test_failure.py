@@ -1,8 +1,8 @@
 """remote/jobs/failure.py: script errors told from faults, on tracebacks that real Python printed.
 
-Each script below is run with this test's Python, once per simulated worker in its own directory
-(so paths in the tracebacks differ between workers, as they do between nodes); its output, stdout
-and stderr interleaved as a worker's log holds them, is what the functions judge.
+Each script below (and in tests/script_errors.py) is run with this test's Python, once per simulated
+worker in its own directory (so paths in the tracebacks differ between workers, as they do between
+nodes); its output, stdout and stderr interleaved as a worker's log holds them, is what the functions judge.
 """
 
 from __future__ import annotations
@@ -10,13 +10,17 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from script_errors import RAISED_AT, VALUES, per_replica_error
+
 from homegpu.remote.jobs.failure import (
-    TAIL_LINES, TRACEBACK_HEADER, ErrorTail, WorkerEnd, error_tail, judge, might_be_script_error, shows_progress,
+    TAIL_LINES, ErrorTail, WorkerEnd, error_tail, judge, might_be_script_error, shows_progress,
 )
+from homegpu.remote.logs.tracebacks import TRACEBACK_HEADER, TracebackReader
 
 SCRIPTS = {
     "import_error": """
@@ -195,3 +199,54 @@ def test_a_failure_after_progress_is_not_a_script_error_candidate(tmp_path):
     assert end.progressed and end.exit_status == 1
     assert not might_be_script_error(end)
     assert not might_be_script_error(WorkerEnd("n0", -15))
+
+
+# -- a message of hundreds of lines, with values that differ between workers ---------------------
+
+def _captured(tmp_path, worker: int, place: str = "", window: int = 60) -> WorkerEnd:
+    """A worker's end as the run sees it: the traceback read as its lines came, its last `window` lines."""
+    code_dir, lines = per_replica_error(tmp_path, worker, place=place)
+    reader = TracebackReader()
+    for line in lines:
+        reader.feed(line)
+    return WorkerEnd(f"n{worker}", 1, last_lines=lines[-window:], traceback=reader.last, code_dir=code_dir)
+
+
+def test_the_same_error_with_a_300_line_message_of_differing_values_is_a_script_error(tmp_path):
+    ends = [_captured(tmp_path, worker) for worker in (0, 1)]
+    assert TRACEBACK_HEADER not in ends[0].last_lines  # its header is far above the last lines
+    assert ends[0].last_lines[-1] != ends[1].last_lines[-1]  # TensorFlow's line at exit, stamped on each node
+    assert ends[0].last_lines[-3] != ends[1].last_lines[-3]  # the dumped values
+    assert all(might_be_script_error(end) for end in ends)
+    verdict = judge(ends)
+    assert verdict.script_error and not verdict.retry, verdict.summary
+    assert verdict.summary == (
+        "script error on every worker (n0, n1) before training started: ValueError: Attempt to convert a value "
+        f"(PerReplica:{{ … at {RAISED_AT} (exit 1; not restarted) — known cause: Keras 3 under "
+        "MultiWorkerMirroredStrategy; fix: write `import tf_keras as keras` in the script, or set "
+        'keras = "tf-keras" in the job')
+    assert verdict.tail[0] == TRACEBACK_HEADER and len(verdict.tail) <= TAIL_LINES
+    assert any(line.startswith(f"… {VALUES - 5} lines cut") for line in verdict.tail)
+    assert verdict.tail[-1].endswith("to a Tensor.")
+    # What the last lines alone say: no traceback, two different last lines, so a fault
+    assert judge([replace(end, traceback=None) for end in ends]).retry
+
+
+def test_the_same_type_raised_at_another_place_of_the_users_code_is_a_fault(tmp_path):
+    verdict = judge([_captured(tmp_path, 0), _captured(tmp_path, 1, place="elsewhere")])
+    assert verdict.retry and "different errors" in verdict.summary
+    assert len(verdict.summary) < 400  # the first lines of the messages, not 300 of them
+
+
+def test_without_the_code_dir_the_place_is_the_files_basename(tmp_path):
+    ends = [replace(_captured(tmp_path, worker), code_dir="") for worker in (0, 1)]
+    verdict = judge(ends)
+    assert verdict.script_error and " at model.py:6 " in verdict.summary
+
+
+def test_a_summary_names_a_bounded_number_of_workers_and_a_bounded_message():
+    long = "ValueError: " + "x" * 5000
+    lines = (TRACEBACK_HEADER, '  File "/w/train.py", line 2, in <module>', long)
+    verdict = judge([WorkerEnd(f"n{i}", 1, last_lines=lines) for i in range(40)])
+    assert verdict.script_error and "(n0, n1, n2, n3, n4, n5, n6, n7 and 32 more)" in verdict.summary
+    assert len(verdict.summary) < 300 and " at train.py:2 " in verdict.summary

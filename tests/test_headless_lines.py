@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import io
+import itertools
 from pathlib import Path
 from types import SimpleNamespace
+
+from script_errors import VALUES, per_replica_error
 
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.jobs.outputs import FetchedOutputs, plan_fetch
@@ -13,7 +16,8 @@ from homegpu.remote.logs.classify import LineClassifier
 from homegpu.remote.logs.console import ConsoleLines
 from homegpu.remote.logs.metric import Metric, WorkerMetric
 from homegpu.remote.logs.tail import LogLine
-from homegpu.remote.nodes.events import EventHub, JobState, NodeState, NodeStateChanged, Straggler
+from homegpu.remote.logs.tracebacks import MESSAGE_LINES
+from homegpu.remote.nodes.events import EventHub, JobState, JobStateChanged, NodeState, NodeStateChanged, Straggler
 from homegpu.remote.runtimes.base import WorkerStatus
 from homegpu.tui.headless import LinePrinter, Pump, record_line, summary
 
@@ -29,7 +33,7 @@ def printed(events) -> list[str]:
 
 
 def log(text: str, worker: str = "n1") -> LogLine:
-    return LogLine("n1", "x.log", 1, text, worker)
+    return LogLine(worker, "x.log", 1, text, worker)
 
 
 def test_an_epoch_is_printed_once_per_worker_with_its_val_figures():
@@ -53,8 +57,9 @@ def test_a_node_back_online_is_said_once_and_offline_repeats_are_not():
 def test_tensorflow_start_up_noise_is_not_shown_as_an_error():
     noise = ("E0000 00:00:1795367106.880219   12320 cuda_platform.cc:52] failed call to cuInit: INTERNAL: "
              "CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)")
-    assert printed([log(noise), log("Traceback (most recent call last):")]) == [
-        "      n1 | Traceback (most recent call last):"]
+    error = ("Traceback (most recent call last):", '  File "/w/train.py", line 1, in <module>', "    import x",
+             "ModuleNotFoundError: No module named 'x'")
+    assert printed([log(noise), *map(log, error)]) == [f"      n1 | {line}" for line in error]
 
 
 def test_a_straggler_in_steps_says_steps():
@@ -117,3 +122,26 @@ def test_alerts_are_lines_and_a_failing_command_says_so():
                      "== alert cleared: n1 GPU 0 cooled to 70 °C (at or below 80 °C)",
                      "== alert command failed: cannot run notify-send: No such file (command: notify-send "
                      "'{title}'; said once until it works again)"]
+
+
+def test_the_same_long_traceback_is_printed_once_bounded_with_where_its_whole_text_is(tmp_path):
+    (_, n0), (_, n1) = per_replica_error(tmp_path, 0), per_replica_error(tmp_path, 1)
+    logs = tmp_path / "experiments" / "demo-1" / "logs"
+    events = [JobStateChanged("demo", "demo-1", JobState.RUNNING, 1, 0)]
+    for pair in itertools.zip_longest(n0[:-1], n1[:-1]):  # no line at exit: the messages run on
+        events += [log(text, worker) for worker, text in zip(("n0", "n1"), pair) if text is not None]
+    events.append(WorkerMetric("demo", "demo-1", "n0", 0, Metric({"event": "start"})))  # n0's message is over
+    events.append(JobStateChanged("demo", "demo-1", JobState.FAILED, 1, 0, "script error"))
+    out = io.StringIO()
+    printer = LinePrinter(JobSpec(name="demo"), out, tmp_path / "experiments")
+    for event in events:
+        printer.show(event)
+    lines = out.getvalue().splitlines()
+    assert len(lines) < 25 and sum(line.endswith("| Traceback (most recent call last):") for line in lines) == 1
+    assert sum("tf.Tensor" in line for line in lines) == MESSAGE_LINES
+    cut = lines.index(f"      n0 | … {VALUES - MESSAGE_LINES} lines cut (whole in {logs}/n0.log)")
+    assert lines[cut + 1].endswith("to a Tensor.") and lines[cut + 2].startswith("      n0 | ↳ Keras 3 under")
+    assert lines[cut + 3] == "      n0 * training started"
+    assert [line for line in lines if line.startswith("      n1")] == [
+        "      n1 | building the model", f"      n1 | the same ValueError at model.py:6 as n0 (whole in {logs}/n1.log)"]
+    assert lines[-1].startswith("== demo failed")

@@ -250,6 +250,64 @@ def test_a_script_that_fails_at_import_is_not_restarted_and_its_error_is_quoted(
     assert not worker_processes(sim_cluster)
 
 
+KERAS3_STYLE_ERROR = """\
+import json
+import os
+
+import tensorflow as tf
+
+index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+
+
+def fit():
+    # As Keras 3 fails under MultiWorkerMirroredStrategy: a PerReplica dump, each worker's own values.
+    values = "\\n".join(f"  {i}: {tf.constant(index * 1000.0 + i)!r} on worker {index}" for i in range(300))
+    raise ValueError("Attempt to convert a value (PerReplica:{\\n" + values + "\\n}) with an unsupported type "
+                     "(<class 'tensorflow.python.distribute.values.PerReplica'>) to a Tensor.")
+
+
+fit()
+"""
+RAISED_ON_LINE = 12
+
+
+def test_a_script_error_with_a_300_line_message_of_per_worker_values_ends_at_once_and_is_shown_once(
+        sim_cluster, tmp_path):
+    code = tmp_path / "keras3"
+    code.mkdir()
+    (code / "train.py").write_text(KERAS3_STYLE_ERROR)
+    assert KERAS3_STYLE_ERROR.splitlines()[RAISED_ON_LINE - 1].lstrip().startswith("raise ValueError")
+    config = sim_cluster.write_cluster_toml(
+        tmp_path / "cluster.toml",
+        jobs={"mine": {"python": sys.executable, "script": "keras3/train.py", "nodes": ["node1", "node2"],
+                       "port": free_job_port()}})
+    result = homegpu("--config", str(config), "run", "mine", "--no-tui", cwd=tmp_path)
+    print(result.stdout, result.stderr)  # as the user saw it (pytest -s)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "restarting" not in result.stdout and "generation 2" not in result.stdout, result.stdout
+    final = result.stdout[result.stdout.index("run failed"):].splitlines()[0]
+    assert final.startswith(
+        "run failed: script error on every worker (node1, node2) before training started: ValueError: Attempt to "
+        f"convert a value (PerReplica:{{ … at train.py:{RAISED_ON_LINE} (exit 1; not restarted) — known cause: "
+        "Keras 3 under MultiWorkerMirroredStrategy; fix: "), final
+    assert len(final) < 400, final
+    # The traceback once, its message cut to a few lines with where the whole is; the other worker's in one line.
+    lines = result.stdout.splitlines()
+    run_dir = only_run(tmp_path)
+    assert sum(line.endswith("| Traceback (most recent call last):") for line in lines) == 1, result.stdout
+    assert sum("on worker" in line for line in lines) <= 6, result.stdout
+    shown = next(line.split("|")[0].strip() for line in lines if line.endswith("| Traceback (most recent call last):"))
+    other = ({"node1", "node2"} - {shown}).pop()
+    logs = Path("experiments") / run_dir.name / "logs"
+    assert f"{shown} | … 295 lines cut (whole in {logs / shown}.log)" in result.stdout, result.stdout
+    assert f"{other} | the same ValueError at train.py:{RAISED_ON_LINE} as {shown} (whole in {logs / other}.log)" \
+        in result.stdout, result.stdout
+    # The logs keep every line.
+    for worker in ("node1", "node2"):
+        assert (run_dir / "logs" / f"{worker}.log").read_text().count("on worker") == 300
+    assert not worker_processes(sim_cluster)
+
+
 def test_two_runs_of_one_job_started_together_train_once(sim_cluster, tmp_path):
     config = write_config(sim_cluster, tmp_path, epochs=3, steps_per_epoch=20)
     here, there = tmp_path / "terminal1", tmp_path / "terminal2"

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import json
 import re
-from html import unescape
 import shutil
 import subprocess
+from dataclasses import replace
+from html import unescape
 from pathlib import Path
 
 import pytest
 
 from helpers import homegpu
+from script_errors import VALUES, per_replica_error
 from homegpu.remote.logs.metric import WorkerMetric
+from homegpu.remote.logs.tracebacks import MESSAGE_LINES
+from homegpu.remote.nodes.events import JobState
 from homegpu.remote.record.experiment import ExperimentLog, write_run_manifest
 from homegpu.remote.record.report import ReportError, write_report
 from homegpu.remote.record.report_svg import PLOT_BG, SERIES_COLOURS
@@ -218,3 +222,20 @@ def test_a_slow_link_is_named_when_the_all_reduce_takes_most_of_a_step(tmp_path)
             "0.1 Gbit/s) takes about 174 ms, 333% of a 52 ms step") in summary
     _, summary = write_report(run_dir)  # run.json's 0.94 Gbit/s: 19 ms, under half a step
     assert "The network" not in summary
+
+
+def test_a_failed_runs_report_says_why_and_shows_each_traceback_once_bounded(tmp_path):
+    why = ("script error on every worker (gpu1, gpu2) before training started: ValueError: Attempt to convert a "
+           "value (PerReplica:{ … at src/model.py:6 (exit 1; not restarted)")
+    events = [replace(e, state=JobState.FAILED, detail=why) if getattr(e, "state", None) is JobState.SUCCEEDED else e
+              for e in scripted_run()]
+    run_dir = make_run_dir(tmp_path / "experiments", events, logs=False)
+    for index, worker in enumerate(("gpu1", "gpu2")):  # the logs as a run keeps them: every line
+        _, lines = per_replica_error(tmp_path / "nodes", index)
+        RunFolder(run_dir).log(worker).write_text("\n".join(lines) + "\n")
+    html = unescape(write_report(run_dir)[0].read_text())
+    assert "Why it failed" in html and why in html
+    assert html.count("Traceback (most recent call last):") == 1 and html.count("tf.Tensor") == MESSAGE_LINES
+    assert f"… {VALUES - MESSAGE_LINES} lines cut (whole in logs/gpu1.log)" in html
+    assert "the same ValueError at model.py:6 as gpu1 (whole in logs/gpu2.log)" in html
+    assert "↳ Keras 3 under MultiWorkerMirroredStrategy" in html

@@ -4,10 +4,12 @@ recorded real-GPU nvidia-smi output (see record.py there)."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from script_errors import VALUES, per_replica_error
 
 from homegpu.remote.config.cluster_spec import embedded_default, parse_cluster
 from homegpu.remote.logs.metric import Metric, WorkerMetric
@@ -25,7 +27,8 @@ from homegpu.tui.render import (
     key_bar,
     age, bandwidth_summary, job_summary, level_style, node_cells, node_detail,
 )
-from homegpu.tui.state import JOB, MAX_LINE, NODES, ClusterView, LogBuffers, LogEntry
+from homegpu.remote.logs.tracebacks import MESSAGE_LINES
+from homegpu.tui.state import JOB, LOGS, MAX_LINE, NODES, ClusterView, LogBuffers, LogEntry
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tui"
 
@@ -121,6 +124,24 @@ def test_log_buffers_are_bounded_in_lines_and_line_length() -> None:
     assert len(logs.buffers["a"]) == 100
     assert {len(e.text) for e in logs.buffers["a"]} == {MAX_LINE}
     assert logs.version == 1000
+
+
+def test_the_same_long_traceback_of_two_workers_is_shown_once_bounded(tmp_path) -> None:
+    view = ClusterView(parse_cluster(THREE_NODES, "cluster.toml"), tmp_path / "experiments")
+    (_, big), (_, small) = per_replica_error(tmp_path, 0), per_replica_error(tmp_path, 1)
+    view.apply(run_event(JobState.RUNNING))
+    for pair in itertools.zip_longest(big[:-1], small[:-1]):  # no line at exit: the message runs to the end
+        for node, text in zip(("big", "small"), pair):
+            if text is not None:
+                view.apply(LogLine(node, "log", 1, text, worker=node))
+    assert LOGS in view.apply(run_event(JobState.FAILED))  # the logs were read to their end: the cut is said
+    merged = format_entries(view.logs.buffers[LogBuffers.MERGED])
+    assert len(merged) < 25 and merged.count("big | Traceback (most recent call last):") == 1
+    assert sum("tf.Tensor" in line for line in merged) == MESSAGE_LINES
+    logs = tmp_path / "experiments" / "demo-1" / "logs"
+    assert f"big | … {VALUES - MESSAGE_LINES} lines cut (whole in {logs}/big.log)" in merged
+    assert format_entries(view.logs.buffers["small"], "small") == [
+        "building the model", f"the same ValueError at model.py:6 as big (whole in {logs}/small.log)"]
 
 
 def test_bandwidth_progress_and_result(view: ClusterView) -> None:

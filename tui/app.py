@@ -71,7 +71,7 @@ class HomegpuApp(App[int]):
                  clock: Callable[[], float] = time.time) -> None:
         super().__init__()
         self.spec, self.controller, self.launch_job, self.clock = spec, controller, launch, clock
-        self.view = ClusterView(spec)
+        self.view = ClusterView(spec) if controller is None else ClusterView(spec, controller.experiments)
         self.sub_title = f"cluster {spec.name} · {len(spec.nodes)} node{'s' if len(spec.nodes) != 1 else ''}"
         self._dirty = {NODES, JOB, LOGS, BANDWIDTH, ALERTS}
         self._row_heights: dict[str, int] = {}

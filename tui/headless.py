@@ -15,7 +15,7 @@ from typing import Callable, TextIO
 from homegpu.remote.alerts import AlertWatcher
 from homegpu.remote.config import ClusterSpec, JobSpec
 from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome, launch_or_attach
-from homegpu.remote.logs import LogLine, Metric, WorkerMetric, is_harmless_tf_notice
+from homegpu.remote.logs import LogLine, Metric, TracebackFold, WorkerMetric, is_harmless_tf_notice
 from homegpu.remote.nodes import (
     Alert, AlertCommandFailed, AlertState, Cluster, JobState, JobStateChanged, NodeState, NodeStateChanged,
     PreflightResult, Straggler, Subscription, WorkerExited,
@@ -28,13 +28,17 @@ EXIT_LOG_INCOMPLETE = 3  # every worker succeeded, but a log could not be read t
 
 
 class LinePrinter:
-    """Turns events into lines: prefixed logs, a progress line per metric, state changes."""
+    """Turns events into lines: prefixed logs (each traceback once, bounded: TracebackFold), a
+    progress line per metric, state changes. `experiments`: where the run's full logs are said to be."""
 
-    def __init__(self, job: JobSpec, out: TextIO | None = None) -> None:
+    def __init__(self, job: JobSpec, out: TextIO | None = None, experiments: Path = Path("experiments")) -> None:
         self.job, self.out = job, out or sys.stdout  # sys.stdout as it is now: the command's filtered one
         self.width = 8
+        self.experiments = experiments
         self._offline: set[str] = set()  # nodes said to be offline, to say when they are back
         self._echo: dict[str, str] = {}  # per worker: the built-in trainer's own line for its last epoch
+        self._run_id = ""
+        self._fold = TracebackFold()
 
     def show(self, event: object) -> None:
         line = self.format(event)
@@ -43,14 +47,9 @@ class LinePrinter:
 
     def format(self, event: object) -> str | None:
         if isinstance(event, LogLine):
-            worker = event.worker or event.node
-            if self._echo.pop(worker, None) and event.text.startswith("epoch "):
-                return None  # the built-in trainer's own words for the epoch just shown: once is enough
-            if is_harmless_tf_notice(event.text):
-                return None  # TensorFlow's start-up noise on a node without a GPU (kept in the saved log)
-            return f"{worker:>{self.width}} | {event.text}"
+            return self._log_line(event)
         if isinstance(event, WorkerMetric):
-            return self._progress(event)
+            return _joined(self._logged(event.worker, self._fold.end(event.worker)) + [self._progress(event)])
         if isinstance(event, PreflightResult):
             lines = [f"preflight {event.node}: ✗ {problem}" for problem in event.problems]
             lines += [f"preflight {event.node}: ⚠ {warning}" for warning in event.warnings]
@@ -59,8 +58,9 @@ class LinePrinter:
             return "\n".join(lines)
         if isinstance(event, JobStateChanged):
             detail = f": {event.detail}" if event.detail else ""
-            return f"== {event.job} {event.state.value} (run {event.run_id}, generation {event.generation}, " \
-                   f"restarts {event.restarts}){detail}"
+            return _joined(self._fold_before(event) + [
+                f"== {event.job} {event.state.value} (run {event.run_id}, generation {event.generation}, "
+                f"restarts {event.restarts}){detail}"])
         if isinstance(event, WorkerExited):
             return f"== {event.worker} exited with status {event.exit_status}: {event.meaning}"
         if isinstance(event, Straggler):
@@ -74,6 +74,28 @@ class LinePrinter:
             return (f"== alert command failed: {event.reason} (command: {event.command}; "
                     "said once until it works again)")
         return None
+
+    def _log_line(self, event: LogLine) -> str | None:
+        worker = event.worker or event.node
+        shown = self._fold.feed(worker, event.text)  # the fold reads every line, even those not shown
+        if self._echo.pop(worker, None) and event.text.startswith("epoch "):
+            return None  # the built-in trainer's own words for the epoch just shown: once is enough
+        return _joined(self._logged(worker, shown))
+
+    def _logged(self, worker: str, texts: list[str]) -> list[str]:
+        """Log lines as shown, but TensorFlow's start-up noise on a node without a GPU (kept in the saved log)."""
+        return [f"{worker:>{self.width}} | {text}" for text in texts if not is_harmless_tf_notice(text)]
+
+    def _fold_before(self, event: JobStateChanged) -> list[str]:
+        """What the tracebacks held or cut before a state line: all of it when the generation's logs
+        were read to their end (a new one starts, or the run ended), else what was cut so far."""
+        if event.run_id != self._run_id:
+            self._run_id = event.run_id
+            self._fold.reset()
+            self._fold.log_path = lambda worker: str(RunFolder.of(self.experiments, event.run_id).log(worker))
+        done = event.state is JobState.STARTING or event.state.finished
+        return [line for worker, text in (self._fold.finish() if done else self._fold.pause())
+                for line in self._logged(worker, [text])]
 
     def _node_state(self, event: NodeStateChanged) -> str | None:
         """Offline and the states that need the user, each once; and back online after them."""
@@ -102,6 +124,11 @@ class LinePrinter:
             extra = f" (resumed at epoch {metric.initial_epoch})" if metric.initial_epoch else ""
             return f"{worker} * training {'started' if metric.event == 'start' else 'finished'}{extra}"
         return None
+
+
+def _joined(lines: list[str | None]) -> str | None:
+    """Several lines as one printed text; None when there is none."""
+    return "\n".join(line for line in lines if line is not None) or None
 
 
 def _num(value: object, spec: str = ".4f") -> str:
@@ -137,7 +164,7 @@ async def run_headless(spec: ClusterSpec, job: JobSpec, experiments: Path, detac
                        out: TextIO | None = None) -> int:
     """Launch (or attach to) `job` and print it to `out` (stdout) to the end. Returns the process exit status."""
     out = out or sys.stdout
-    printer = LinePrinter(job, out)
+    printer = LinePrinter(job, out, experiments)
     cluster = Cluster(spec)
     alerts = AlertWatcher(spec, cluster.hub).start()
     async with cluster:

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable
 
 from homegpu.remote.config import ClusterSpec
-from homegpu.remote.logs import LogLine, Metric, WorkerMetric
+from homegpu.remote.logs import LogLine, Metric, TracebackFold, WorkerMetric
 from homegpu.remote.net import BandwidthMatrix, BandwidthMeasured, LinkResult
 from homegpu.remote.nodes import (
     RUN_ALERTS, Alert, AlertCommandFailed, AlertState, GpuStats, JobState, JobStateChanged, NodeState,
     NodeStateChanged, NodeStats, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,
     visible, visible_fields,
 )
+from homegpu.remote.record import RunFolder
 from homegpu.tui.history import GpuHistory
 
 LOSS_POINTS = 2_000
@@ -125,6 +127,7 @@ class LogEntry:
 
 class LogBuffers:
     """The job's log lines: the merged view and one buffer per node, each bounded to `max_lines`.
+    Each traceback is shown once, bounded (`fold`: remote/logs/traceback_fold.py).
 
     `version` counts appended lines so a view knows when to redraw.
     """
@@ -136,17 +139,40 @@ class LogBuffers:
         self.buffers: dict[str, collections.deque[LogEntry]] = {
             name: collections.deque(maxlen=max_lines) for name in (self.MERGED, *nodes)}
         self.version = 0
+        self.fold = TracebackFold()
+        self._nodes: dict[str, str] = {}  # worker -> its node, for the lines the fold says later
 
     def add(self, line: LogLine) -> None:
-        entry = LogEntry(line.node, line.worker or line.node, line.text[:MAX_LINE])
-        self.buffers[self.MERGED].append(entry)
-        if line.node in self.buffers:
-            self.buffers[line.node].append(entry)
-        self.version += 1
+        worker = line.worker or line.node
+        self._nodes[worker] = line.node
+        self._append(worker, self.fold.feed(worker, line.text))
+
+    def end(self, worker: str) -> bool:
+        """`worker` printed a metric line: a traceback's message before it is over. Whether lines came."""
+        return self._append(worker, self.fold.end(worker))
+
+    def settle(self, done: bool) -> bool:
+        """Before a state change: what the fold cut so far, or (`done`: the generation's logs were read
+        to their end) all it still holds. Whether lines came."""
+        lines = self.fold.finish() if done else self.fold.pause()
+        for worker, text in lines:
+            self._append(worker, [text])
+        return bool(lines)
+
+    def _append(self, worker: str, texts: list[str]) -> bool:
+        node = self._nodes.get(worker, worker)
+        for text in texts:
+            entry = LogEntry(node, worker, text[:MAX_LINE])
+            self.buffers[self.MERGED].append(entry)
+            if node in self.buffers:
+                self.buffers[node].append(entry)
+            self.version += 1
+        return bool(texts)
 
     def clear(self) -> None:
         for buffer in self.buffers.values():
             buffer.clear()
+        self.fold.reset()
         self.version += 1
 
 
@@ -180,8 +206,8 @@ class BandwidthView:
 class ClusterView:
     """Everything on screen, as plain data."""
 
-    def __init__(self, spec: ClusterSpec) -> None:
-        self.spec = spec
+    def __init__(self, spec: ClusterSpec, experiments: Path = Path("experiments")) -> None:
+        self.spec, self.experiments = spec, experiments  # where runs are recorded: a log's whole text
         self.nodes = {node.name: NodeView(node.name, node.host) for node in spec.nodes}
         self.job: JobView | None = None
         self.logs = LogBuffers(self.nodes)
@@ -239,7 +265,8 @@ class ClusterView:
             job = self.job
             job.state, job.generation, job.restarts, job.detail = (
                 event.state, event.generation, event.restarts, event.detail)
-            return {JOB}
+            logs = self.logs.settle(event.state is JobState.STARTING or event.state.finished)
+            return {JOB, LOGS} if logs else {JOB}
         job = self.job
         if job is None or getattr(event, "job", None) != job.job:
             return set()
@@ -247,6 +274,8 @@ class ClusterView:
             job.preflight[event.node] = event
         elif isinstance(event, WorkerMetric):
             job.take_metric(event)
+            if self.logs.end(event.worker):
+                return {JOB, LOGS}
         elif isinstance(event, Straggler):
             job.stragglers.add(event.worker)
         elif isinstance(event, WorkerExited):
@@ -258,6 +287,7 @@ class ClusterView:
     def _new_job(self, name: str, run_id: str) -> None:
         """Another run took the screen: its logs and figures start afresh."""
         self.logs.clear()
+        self.logs.fold.log_path = lambda worker: str(RunFolder.of(self.experiments, run_id).log(worker))
         self.job = JobView(name, run_id)
         self.alerts = {key: alert for key, alert in self.alerts.items()  # an earlier run's end is old news
                        if alert.kind not in RUN_ALERTS or alert.run_id == run_id}

@@ -1,29 +1,30 @@
 """Script errors versus faults: whether a failed run is worth restarting, and what to show.
 
 A script that fails before it trained anything, with the same error on every worker (an import
-that fails, a typo, a bad path in its own code), fails the same way on every restart: restarting
-only repeats its traceback. That is a script error: shown once, not retried. Everything else is a
-fault that a restart can cure: a signal, a vanished worker or lost node, a stall, a failure after
-training began (a peer died, out of memory), or errors that differ between workers.
+that fails, a typo, a bad path in its own code, Keras 3 under MultiWorkerMirroredStrategy), fails
+the same way on every restart: restarting only repeats its traceback. That is a script error: said
+once, not retried. "The same error" is the same exception type raised at the same place in the
+user's code (its last frame there, by its path in the job's code); never the message, which can be
+hundreds of lines holding values that differ between workers. Everything else is a fault that a
+restart can cure: a signal, a vanished worker or lost node, a stall, a failure after training began
+(a peer died, out of memory), or errors that differ between workers.
 
-Pure: the caller (the run's watch loop) gathers each worker's end and last log lines.
+Pure: the caller (the run's watch loop) gathers each worker's end: its last traceback, read as its
+lines arrived (remote/logs/tracebacks.py, so a header far above the log's end is not lost), and its
+last log lines.
 """
 
 from __future__ import annotations
 
-import posixpath
 import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from homegpu.remote.logs import classify
+from homegpu.remote.logs import Traceback, classify, clip, known_cause, read_traceback
 
-TRACEBACK_HEADER = "Traceback (most recent call last):"
 TAIL_LINES = 30  # at most this many lines of a traceback are shown
-
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?$')
-# The final line of a traceback printed without a header (a SyntaxError in the main script).
-_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b(?::.*)?$")
+HEAD_CHARS = 120  # of an error's first line in a one-line summary
+NAMED_WORKERS = 8  # workers named in a summary; more are counted
 # Keras' progress bar after a finished step: "12/40 [===>....]" (tf-keras) or "12/40 ━━━━" (Keras 3).
 _KERAS_STEP = re.compile(r"^\s*\d+/(?:\d+|Unknown)\s+(?:\[|━)")
 _SIGNAL_STATUSES = range(129, 160)  # 128 + signal number, as shells and containers report a kill
@@ -31,8 +32,8 @@ _SIGNAL_STATUSES = range(129, 160)  # 128 + signal number, as shells and contain
 
 @dataclass(frozen=True)
 class ErrorTail:
-    """The end of a worker's last traceback: `lines` as printed (at most TAIL_LINES), and its
-    final `exception` line, e.g. "ModuleNotFoundError: No module named 'foo'" ("" when none)."""
+    """The end of a worker's last traceback: `lines` as printed (at most about TAIL_LINES, its
+    message cut), and its exception line, e.g. "ModuleNotFoundError: No module named 'foo'" ("" when none)."""
 
     lines: tuple[str, ...] = ()
     exception: str = ""
@@ -51,6 +52,10 @@ class WorkerEnd:
         last_lines: its last log lines, oldest first.
         stalled: the controller stopped it for printing nothing for too long.
         stopped: the controller stopped it (a peer failed first), so its end says nothing.
+        traceback: its last traceback, read as its lines arrived (however far above its last lines
+            its header is); None: looked for in `last_lines`.
+        code_dir: the job's code as the worker sees it, to name where its error was raised
+            the same way on every node.
     """
 
     label: str
@@ -59,6 +64,8 @@ class WorkerEnd:
     last_lines: tuple[str, ...] = ()
     stalled: bool = False
     stopped: bool = False
+    traceback: Traceback | None = None
+    code_dir: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,37 +87,13 @@ class Verdict:
 def error_tail(lines: Sequence[str], limit: int = TAIL_LINES) -> ErrorTail:
     """The last traceback in `lines` and its exception line; ErrorTail() when there is none.
 
-    The block runs from the last "Traceback (most recent call last):" to the first unindented
-    line after it (the exception). A SyntaxError in the main script prints no header: its block is
-    the indented `File "..."` lines above its exception line. Longer blocks keep their header and
-    their last lines, with a line saying how many were left out.
+    A traceback runs from its "Traceback (most recent call last):" (a SyntaxError in the main script
+    prints none: its indented `File "..."` line) to its exception line and that exception's message.
+    Longer ones keep their header, their deepest frames with a line saying how many were left out,
+    their exception line and the first lines of the message with a count of the rest.
     """
-    lines = [line.rstrip("\r\n") for line in lines]
-    block = _last_block(lines)
-    if not block:
-        return ErrorTail()
-    exception = block[-1].strip()
-    if len(block) > limit:
-        kept = block[-(limit - 2):]
-        block = [block[0], f"  ... ({len(block) - len(kept) - 1} lines left out)", *kept]
-    return ErrorTail(tuple(block), exception)
-
-
-def _last_block(lines: list[str]) -> list[str]:
-    for start in range(len(lines) - 1, -1, -1):
-        if lines[start].strip() == TRACEBACK_HEADER:
-            for end in range(start + 1, len(lines)):
-                if lines[end].strip() and not lines[end][0].isspace():
-                    return lines[start:end + 1]
-            return []  # cut off before its exception line
-    for end in range(len(lines) - 1, -1, -1):
-        if _EXCEPTION.match(lines[end]):
-            start = end
-            while start > 0 and lines[start - 1][:1].isspace():
-                start -= 1
-            if start < end and _FRAME.match(lines[start]):
-                return lines[start:end + 1]
-    return []
+    traceback = read_traceback(lines)
+    return ErrorTail(traceback.lines(limit), traceback.exception) if traceback else ErrorTail()
 
 
 def shows_progress(line: str) -> bool:
@@ -134,10 +117,11 @@ def judge(ends: Sequence[WorkerEnd]) -> Verdict:
 
     Returns:
         Verdict(script_error=True) when every worker failed by itself before any progress with
-        the same error (same exception type raised at the same place, or with no traceback the
-        same exit status and last line); its summary quotes the error's last line and its tail is
-        the first worker's traceback. Any other failure is a fault (retry), with a summary naming
-        its cause.
+        the same error (the same exception type raised at the same place in the user's code, or
+        with no traceback the same exit status and last line); its summary names the error, its
+        first line, where it was raised and the fix when the cause is known (known_causes), and its
+        tail is the first worker's traceback. Any other failure is a fault (retry), with a summary
+        naming its cause.
     """
     failed = [end for end in ends if end.exit_status != 0]
     if not failed:
@@ -148,13 +132,38 @@ def judge(ends: Sequence[WorkerEnd]) -> Verdict:
     keys = {_error_key(end) for end in ends}
     if len(keys) > 1:
         return Verdict(False, "the workers failed with different errors before training: "
-                              + "; ".join(f"{end.label}: {_last_line(end)}" for end in ends))
+                              + "; ".join(f"{end.label}: {_last_line(end)}" for end in ends[:NAMED_WORKERS]))
     first = ends[0]
-    tail = error_tail(first.last_lines)
-    labels = ", ".join(end.label for end in ends)
-    return Verdict(True, f"script error on every worker ({labels}) before training started: "
-                         f"{_last_line(first)} (exit {first.exit_status}; not restarted: "
-                         f"fix the script and run again)", tail.lines)
+    traceback = _traceback(first)
+    return Verdict(True, script_error_summary(ends, traceback),
+                   traceback.lines(TAIL_LINES) if traceback else ())
+
+
+def script_error_summary(ends: Sequence[WorkerEnd], traceback: Traceback | None) -> str:
+    """One line: which workers, the error and its first line, where, the exit status, the fix."""
+    first = ends[0]
+    if traceback:
+        words = _head(traceback) + (f" at {place}" if (place := traceback.place(first.code_dir)) else "")
+        cause = known_cause(traceback.exception, "\n".join((traceback.text, *first.last_lines)))
+    else:
+        words = _last_line(first)
+        cause = known_cause(words, "\n".join(first.last_lines))
+    line = (f"script error on every worker ({_labels(ends)}) before training started: {words} "
+            f"(exit {first.exit_status}; not restarted")
+    return line + (f") — known cause: {cause.words}" if cause else ": fix the script and run again)")
+
+
+def _head(traceback: Traceback) -> str:
+    """"ValueError: Attempt to convert a value (PerReplica:{ …": its type and first line, "…" when
+    the message goes on or was cut here."""
+    first = traceback.first_line
+    head = f"{traceback.short_type}: {clip(first, HEAD_CHARS)}" if first else traceback.short_type
+    return head + " …" if traceback.message_lines > 1 and not head.endswith("…") else head
+
+
+def _labels(ends: Sequence[WorkerEnd]) -> str:
+    labels = ", ".join(end.label for end in ends[:NAMED_WORKERS])
+    return labels + (f" and {len(ends) - NAMED_WORKERS} more" if len(ends) > NAMED_WORKERS else "")
 
 
 def _fault_reason(ends: Sequence[WorkerEnd]) -> str:
@@ -188,22 +197,25 @@ def _signal_words(status: int | None) -> str:
     return f"ended with exit {status}"
 
 
+def _traceback(end: WorkerEnd) -> Traceback | None:
+    return end.traceback or read_traceback(end.last_lines)
+
+
 def _error_key(end: WorkerEnd) -> tuple:
-    """What makes two workers' errors "the same": where it was raised, not per-node paths."""
-    tail = error_tail(end.last_lines)
-    if tail.exception:
-        frames = [m for m in map(_FRAME.match, tail.lines) if m]
-        where = (posixpath.basename(frames[-1]["file"]), frames[-1]["line"]) if frames else ()
-        return ("traceback", tail.exception.split(":", 1)[0], where)
+    """What makes two workers' errors "the same": the type and where in the user's code it was
+    raised (Traceback.key), not the message nor per-node paths."""
+    traceback = _traceback(end)
+    if traceback:
+        return ("traceback", *traceback.key(end.code_dir))
     return ("exit", end.exit_status, _last_line(end))
 
 
 def _last_line(end: WorkerEnd) -> str:
-    """The error's exception line, else the worker's last non-blank log line."""
-    tail = error_tail(end.last_lines)
-    if tail.exception:
-        return tail.exception
+    """The error's exception line, else the worker's last non-blank log line (bounded)."""
+    traceback = _traceback(end)
+    if traceback:
+        return clip(traceback.exception, HEAD_CHARS)
     for line in reversed(end.last_lines):
         if line.strip():
-            return line.strip()
+            return clip(line.strip(), HEAD_CHARS)
     return f"exit {end.exit_status}, no output"

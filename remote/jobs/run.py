@@ -103,7 +103,10 @@ class JobRun:
             nodes.slots = list(self.slots)
             self.nodes = nodes
         for slot in self.slots:
-            self.tracks.setdefault(slot.label, WorkerTrack(slot, self.nodes.runtime(slot)))
+            runtime = self.nodes.runtime(slot)
+            seen_as = runtime.worker_paths(self.run_id, slot.label, self.code_dir(slot.node.name), self.job.data_dir,
+                                           self.job.python).code_dir
+            self.tracks.setdefault(slot.label, WorkerTrack(slot, runtime, code_dir=seen_as))
 
     def _layout(self) -> JobLayout:
         """The job's workers from the nodes' latest stats. The plan may be missing (every worker sees

@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 from homegpu.remote.config import JobSpec
 from homegpu.remote.jobs.failure import WorkerEnd
 from homegpu.remote.jobs.launch_plan import classify_exit
-from homegpu.remote.logs import NO_METRIC, LogTail, Metric
+from homegpu.remote.logs import NO_METRIC, LogTail, Metric, TracebackReader
 from homegpu.remote.nodes import NODE_GONE, EventHub, WorkerExited
 from homegpu.remote.plan import WorkerSlot
 from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus
@@ -37,6 +37,10 @@ class WorkerTrack:
     tail: LogTail | None = None
     last_metric: Metric = NO_METRIC  # the latest figure of each kind, from its epoch and end lines
     progressed: bool = False  # this generation trained (a step, epoch or end metric line came)
+    code_dir: str = ""  # the job's code as the worker sees it (NodePaths.code_dir): where its errors are named
+    # Its last traceback this generation, read as each line came: the header of an error whose message
+    # is hundreds of lines is far above last_lines().
+    tracebacks: TracebackReader = field(default_factory=TracebackReader)
 
     @property
     def label(self) -> str:
@@ -121,10 +125,11 @@ def all_succeeded(tracks: Iterable[WorkerTrack]) -> bool:
 
 
 def worker_ends(tracks: Iterable[WorkerTrack]) -> list[WorkerEnd]:
-    """How each worker ended, with its last log lines, for the script-error verdict (remote/jobs/failure.py)."""
+    """How each worker ended, with its last traceback and log lines, for the script-error verdict
+    (remote/jobs/failure.py)."""
     return [WorkerEnd(t.label, t.status.exit_status if t.status else None, progressed=t.progressed,
-                      last_lines=t.last_lines(),
-                      stopped=not t.ended)
+                      last_lines=t.last_lines(), stopped=not t.ended, traceback=t.tracebacks.last,
+                      code_dir=t.code_dir)
             for t in tracks]
 
 

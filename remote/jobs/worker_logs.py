@@ -1,8 +1,9 @@
 """The workers' logs as a run follows them, and read to their end when it stops.
 
-Every line keeps its worker alive for the stall watchdog and goes to experiments/RUN-ID/logs/. It
-reaches the hub once: a log line as its LogLine, a metric line as a WorkerMetric (and into the run's
-latest figures); once every worker has reported an epoch their rates are compared for a straggler.
+Every line keeps its worker alive for the stall watchdog, is read for a traceback (the track keeps the
+last, for the script-error verdict) and goes to experiments/RUN-ID/logs/. It reaches the hub once: a
+log line as its LogLine, a metric line as a WorkerMetric (and into the run's latest figures); once
+every worker has reported an epoch their rates are compared for a straggler.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 from typing import Iterable
 
 from homegpu.remote.jobs.watch import WorkerTrack
-from homegpu.remote.logs import RATE_UNITS, LogLine, WorkerMetric
+from homegpu.remote.logs import RATE_UNITS, LogLine, TracebackReader, WorkerMetric
 from homegpu.remote.nodes import EventHub, Straggler
 from homegpu.remote.record import ExperimentLog, find_stragglers
 
@@ -30,6 +31,7 @@ class WorkerLines:
         """Start a tail of every worker's output (`batch_size`: the built-in trainer's, for examples/s)."""
         for track in self.tracks.values():
             track.last_activity = time.monotonic()
+            track.tracebacks = TracebackReader()  # this generation's
             track.tail = track.runtime.tail(self.run_id, track.label, generation,
                                             on_line=self._taker(track), worker=track.label,
                                             batch_size=batch_size).start()
@@ -37,6 +39,7 @@ class WorkerLines:
     def _taker(self, track: WorkerTrack):
         def take(line: LogLine) -> None:
             track.last_activity = time.monotonic()
+            track.tracebacks.feed(line.text)
             if self.experiment:
                 self.experiment.log_line(track.label, line.text)
             metric = line.metric

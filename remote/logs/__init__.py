@@ -1,14 +1,19 @@
-"""homegpu.remote.logs: a worker's output followed on its node across reconnects, turned into the lines a
-terminal would show, each classified once (a typed Metric, Keras's progress, a harmless notice, text).
+"""homegpu.remote.logs: a worker's output followed on its node across reconnects, turned into the lines a terminal
+would show, each classified once (a typed Metric, Keras's progress, a notice, text); its tracebacks read and folded.
 """
 
 from __future__ import annotations
 
 from homegpu.remote.logs.classify import classify
+from homegpu.remote.logs.known_causes import KnownCause, known_cause
 from homegpu.remote.logs.metric import NO_METRIC, RATE_UNITS, Metric, WorkerMetric
 from homegpu.remote.logs.tail import LogLine, LogTail
 from homegpu.remote.logs.tf_notices import is_harmless_tf_notice
+from homegpu.remote.logs.traceback_fold import TracebackFold
+from homegpu.remote.logs.tracebacks import TRACEBACK_HEADER, Traceback, TracebackReader, clip, read_traceback
 
 __all__ = [
-    "NO_METRIC", "RATE_UNITS", "LogLine", "LogTail", "Metric", "WorkerMetric", "classify", "is_harmless_tf_notice",
+    "NO_METRIC", "RATE_UNITS", "TRACEBACK_HEADER", "KnownCause", "LogLine", "LogTail", "Metric", "Traceback",
+    "TracebackFold", "TracebackReader", "WorkerMetric", "classify", "clip", "is_harmless_tf_notice", "known_cause",
+    "read_traceback",
 ]

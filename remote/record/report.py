@@ -192,7 +192,7 @@ def _logs(tails: dict[str, list[str]]) -> str:
     if not tails:
         return ""
     return "<h2>Logs</h2>" + "".join(
-        f"<details><summary>{escape(worker)} (last {len(lines)} lines)</summary>"
+        f"<details><summary>{escape(worker)} (last {len(lines)} lines, each traceback once)</summary>"
         f"<pre>{escape(chr(10).join(lines))}</pre></details>" for worker, lines in tails.items())
 
 
@@ -259,6 +259,8 @@ def write_report(run_dir: Path, bandwidth: BandwidthMatrix | None = None) -> tup
     nodes = len(timeline.nodes) or len({w.name for w in workers})
     body = "".join([
         _header(job, run_id, figures, start if times else None), _limits([damage] if damage else [], "Damaged file"),
+        _limits([figures.outcome_detail] if figures.outcome == "failed" and figures.outcome_detail else [],
+                "Why it failed"),
         _cards(figures, len(workers), nodes), _limits(limits),
         _training(workers, start, end, markers), _nodes(timeline, start, end, markers), _events(timeline, start),
         _settings(manifest), _bandwidth(matrix, figures), _logs(log_tails(run_dir)),

@@ -3,14 +3,16 @@ logs' last lines (the timeline has its own reader, timeline_schema.read_timeline
 
 from __future__ import annotations
 
+import collections
 import json
 from pathlib import Path
 
+from homegpu.remote.logs import TracebackFold
 from homegpu.remote.net import BandwidthMatrix, bandwidth_store
 from homegpu.remote.record.run_folder import RunFolder
 from homegpu.remote.record.timeline_schema import Series, WorkerTimeline
 
-LOG_TAIL_LINES = 15
+LOG_TAIL_LINES = 40  # of each log as shown (tracebacks folded): a whole bounded traceback fits
 
 
 class ReportError(Exception):
@@ -94,7 +96,16 @@ def workers_from_metrics(path: Path) -> tuple[WorkerTimeline, ...]:
 
 
 def log_tails(run_dir: Path) -> dict[str, list[str]]:
-    """The last LOG_TAIL_LINES lines of each logs/WORKER.log."""
-    logs = sorted(RunFolder(run_dir).logs.glob("*.log"))
-    return {path.stem: path.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:]
-            for path in logs}
+    """The last LOG_TAIL_LINES lines of each logs/WORKER.log as a person should see them: each
+    traceback once and bounded (TracebackFold), however long its message and however far above the
+    end its header; another worker's that repeats it is one line. Each log is read as a stream."""
+    fold = TracebackFold(lambda worker: f"logs/{worker}.log")
+    tails = {}
+    for path in sorted(RunFolder(run_dir).logs.glob("*.log")):
+        tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        with open(path, encoding="utf-8", errors="replace") as log:
+            for line in log:
+                tail.extend(fold.feed(path.stem, line.rstrip("\n")))
+        tail.extend(text for _, text in fold.finish())
+        tails[path.stem] = list(tail)
+    return tails

@@ -1,0 +1,88 @@
+"""Errors whose cause and fix are known, told from a worker's exception and the words around it.
+
+A script error's summary (remote/jobs/failure.py) and the folded traceback a front end shows
+(traceback_fold.py) add the fix, so the user need not search for it. The table is short on purpose:
+only errors a homegpu user meets for a reason homegpu can name.
+
+Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+_NO_MODULE = re.compile(r"No module named '(?P<module>[^']+)'")
+_OUT_OF_MEMORY = ("OOM when allocating", "CUDA_ERROR_OUT_OF_MEMORY", "RESOURCE_EXHAUSTED: Out of memory")
+_PORT_IN_USE = ("Address already in use", "Failed to add port", "Could not start gRPC server")
+
+
+@dataclass(frozen=True)
+class KnownCause:
+    """What went wrong (`cause`) and what to do (`fix`), each a few words."""
+
+    cause: str
+    fix: str
+
+    @property
+    def words(self) -> str:
+        return f"{self.cause}; fix: {self.fix}"
+
+
+def _keras3_only(exception: str, text: str) -> KnownCause | None:
+    if "is Keras 3-only" in text:
+        return KnownCause('a Keras 3-only name under keras = "tf-keras"',
+                          "write it with the Keras 2 API (tf_keras has no such name)")
+    return None
+
+
+def _keras3_per_replica(exception: str, text: str) -> KnownCause | None:
+    if exception.startswith("ValueError") and "PerReplica" in text and "to a Tensor" in text:
+        return KnownCause("Keras 3 under MultiWorkerMirroredStrategy",
+                          'write `import tf_keras as keras` in the script, or set keras = "tf-keras" in the job')
+    return None
+
+
+def _missing_module(exception: str, text: str) -> KnownCause | None:
+    found = _NO_MODULE.search(exception) if exception.startswith("ModuleNotFoundError") else None
+    if found is None:
+        return None
+    module = found["module"].split(".")[0]
+    return KnownCause(f"no module {module} where the worker runs",
+                      f"install {module} in the node's python (or the job's Docker image)")
+
+
+def _out_of_memory(exception: str, text: str) -> KnownCause | None:
+    if exception.split(":", 1)[0].endswith("ResourceExhaustedError") or any(w in text for w in _OUT_OF_MEMORY):
+        return KnownCause("the GPU ran out of memory", "use a smaller batch_size")
+    return None
+
+
+def _port_in_use(exception: str, text: str) -> KnownCause | None:
+    if any(words in text for words in _PORT_IN_USE):
+        return KnownCause("the job's port is already in use on the node",
+                          "stop what holds it, or set another port in the job")
+    return None
+
+
+# In order: the first that knows wins ("is Keras 3-only" may come as a ModuleNotFoundError).
+_TABLE: tuple[Callable[[str, str], KnownCause | None], ...] = (
+    _keras3_only, _keras3_per_replica, _missing_module, _out_of_memory, _port_in_use,
+)
+
+
+def known_cause(exception: str, context: str = "") -> KnownCause | None:
+    """The known cause of an error, or None.
+
+    Args:
+        exception: its exception line, e.g. "ModuleNotFoundError: No module named 'foo'".
+        context: more of what the worker printed: the message's other lines, its last log lines.
+    """
+    exception = exception.strip()
+    text = f"{exception}\n{context}"
+    for rule in _TABLE:
+        cause = rule(exception, text)
+        if cause is not None:
+            return cause
+    return None
