@@ -132,3 +132,19 @@ def test_killed_homegpu_reattaches_to_containers_without_duplicates(sim_cluster:
         first.kill()
         for container in containers_of(engines, "longdocker"):
             container.remove(force=True)
+
+
+def test_a_keras_io_script_trains_unchanged_in_containers(sim_cluster: SimCluster, engines, tf_image, tmp_path):
+    """`import keras` trains across two containers only through trainer/user_script.py (Keras 3 cannot):
+    the bootstrap runs in the image's Python from the read-only code mount, as on the process runtime."""
+    (tmp_path / "my_model").mkdir()
+    shutil.copy(Path(__file__).parent / "fixtures" / "scripts" / "keras_io_mwms.py", tmp_path / "my_model" / "train.py")
+    config = sim_cluster.write_cluster_toml(tmp_path / "cluster.toml", runtime="docker", jobs={
+        "kerasio": docker_job(tf_image, script="my_model/train.py", keras="tf-keras", args=["3"])})
+    result = homegpu("--config", str(config), "run", "kerasio", "--no-tui", cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Number of devices: 2" in result.stdout and "generation 2" not in result.stdout, result.stdout
+    (run_dir,) = (tmp_path / "experiments").iterdir()
+    epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert {(m["worker_label"], m["epoch"]) for m in epochs if m.get("event") == "epoch"} == {
+        (w, e) for w in ("node1", "node2") for e in (1, 2, 3)}
