@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 import subprocess
 import urllib.request
+from pathlib import Path
 
 from helpers import homegpu, homegpu_argv, wait_for
 
@@ -42,6 +45,11 @@ def test_serve_prints_its_url_answers_prometheus_and_stops_cleanly_on_sigterm(tm
         text = wait_for(scraped, 30, "the local node's stats at /metrics")
         assert 'homegpu_node_up{cluster="home",node="local"} 1.0' in text
         assert "# TYPE homegpu_gpu_utilization_percent gauge" in text  # no GPU here: the family, with no sample
+        served = set(re.findall(r"^# TYPE (homegpu_\w+) gauge$", text, re.M))
+        dashboard = (Path(__file__).parents[1] / "assets" / "grafana-dashboard.json").read_text()
+        wanted = set(re.findall(r"homegpu_[a-z_]+", "".join(p["targets"][0]["expr"] for p in
+                                                             json.loads(dashboard)["panels"])))
+        assert wanted and wanted <= served, f"the dashboard asks for metrics serve does not have: {wanted - served}"
     finally:
         process.terminate()
         status = process.wait(timeout=30)

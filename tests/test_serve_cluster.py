@@ -25,6 +25,7 @@ pytestmark = pytest.mark.cluster
 
 H100 = FIXTURES / "h100-80gb-hbm3"
 PROMETHEUS = "/usr/bin/prometheus"
+DASHBOARD = Path(__file__).parents[1] / "assets" / "grafana-dashboard.json"
 
 
 @contextmanager
@@ -101,6 +102,11 @@ def test_prometheus_scrapes_the_gpus_nodes_and_a_running_job_from_serve(sim_clus
             assert len(rates) == 2 and all(rate > 0 for rate in rates.values()), rates
             assert len(query(api, "homegpu_job_loss")) == 2
             assert list(query(api, "homegpu_job_restarts").values()) == [0.0]
+            # Grafana is not packaged by Debian: every panel of the dashboard asks this Prometheus instead,
+            # and each finds data (the GPU panels node3's replayed H100, the job panels this run).
+            for panel in json.loads(DASHBOARD.read_text())["panels"]:
+                expression = panel["targets"][0]["expr"].replace("$cluster", ".*").replace("$node", ".*")
+                assert query(api, expression), f"the panel {panel['title']!r} finds nothing: {expression}"
         finally:
             run.terminate()  # homegpu stops every worker
             run.wait(timeout=60)
