@@ -3,8 +3,10 @@
 #
 # Installs what the tests need on a fresh Debian/Ubuntu machine (sshd test nodes, the Docker
 # engine, iperf3, ip/tc/iptables for the nodes' namespaces and links, busybox and debootstrap for
-# the test images, tmux for the TUI tests, chromium to render the run report, rsync for the sync benchmark), builds .venv with
-# the package and its dev extras, then runs pytest. Reruns skip the slow steps.
+# the test images, tmux for the TUI tests, chromium to render the run report and to open the web view
+# (driven by playwright, a dev extra from pip that uses this chromium, never a download of its own),
+# rsync for the sync benchmark), builds .venv with the package and its dev extras, then runs pytest.
+# Reruns skip the slow steps.
 # The Docker engine is started (and stopped again) by the docker_engine fixture, not here.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -12,6 +12,7 @@ from homegpu.remote.config import ClusterSpec, embedded_default, find_config, lo
 
 EXIT_USAGE = 2
 EXPERIMENTS = Path("experiments")  # where runs are recorded unless --experiments says otherwise
+WEB_TOKEN_ENV = "HOMEGPU_WEB_TOKEN"  # a web view's token of your own; never passed on to its apps
 
 
 class UserError(Exception):
