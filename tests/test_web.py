@@ -2,8 +2,8 @@
 and finds the nodes' table; nothing the view serves answers without its token, and a request without
 it starts no app process.
 
-The server is the temporary `homegpu --web` command as a user runs it (its children are the browser
-sessions' apps), or `start_web` on this test's event loop, as `homegpu serve` will run it.
+The server is `homegpu serve --web` as a user runs it (its children are the browser sessions' apps), or
+`start_web` on this test's event loop, as serve runs it.
 """
 
 from __future__ import annotations
@@ -83,24 +83,25 @@ def cluster_file(folder: Path) -> Path:
     return path
 
 
-def first_line(output: Path, process: subprocess.Popen) -> str | None:
-    """The first line the server wrote, or what it left if it exited first; None while neither."""
+def web_line(output: Path, process: subprocess.Popen) -> str | None:
+    """The `web: URL` line serve wrote, or what it left if it exited first; None while neither."""
     text = output.read_text()
-    if "\n" in text:
-        return text.split("\n", 1)[0]
+    if found := [line for line in text.splitlines(keepends=True) if line.startswith("web: ") and line.endswith("\n")]:
+        return found[0].strip()
     return f"(exit {process.returncode}) {text}" if process.poll() is not None else None
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """`homegpu --config cluster.toml --web 127.0.0.1:0` with a token of its own from the environment."""
+    """`homegpu --config cluster.toml serve --web` on free ports, with a token of its own from the environment."""
     folder = tmp_path_factory.mktemp("web")
     output = folder / "output.txt"  # a file, not a pipe nobody reads: the server writes its apps' stderr there
     with output.open("w") as sink:
         process = subprocess.Popen(
-            homegpu_argv("--config", str(cluster_file(folder)), "--web", "127.0.0.1:0"), cwd=folder,
+            homegpu_argv("--config", str(cluster_file(folder)), "serve", "--web", "--web-port", "0",
+                         "--metrics-port", "0"), cwd=folder,
             stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "HOMEGPU_WEB_TOKEN": TOKEN})
-    line = wait_for(lambda: first_line(output, process), 30, "the address line")
+    line = wait_for(lambda: web_line(output, process), 30, "the address line")
     assert line.startswith("web: http://127.0.0.1:"), f"no address printed: {output.read_text()}"
     url = line.split()[1]
     assert url.endswith(f"/?token={TOKEN}")
@@ -268,7 +269,8 @@ def test_only_loopback_goes_without_a_token_given():
 
 def test_web_on_another_address_without_a_token_is_one_line_exit_2(tmp_path):
     env_free = {key: value for key, value in os.environ.items() if key != "HOMEGPU_WEB_TOKEN"}
-    result = subprocess.run(homegpu_argv("--local", "--web", "0.0.0.0:0"), cwd=tmp_path, capture_output=True,
+    result = subprocess.run(homegpu_argv("--local", "serve", "--web", "--listen", "0.0.0.0", "--web-port", "0"),
+                            cwd=tmp_path, capture_output=True,
                             text=True, timeout=60, env=env_free)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.count("\n") == 1

@@ -16,7 +16,7 @@ from homegpu.tui import (
     bandwidth_commands, config_commands, doctor_commands, image_commands, job_commands, report_commands,
     serve_commands, status_commands, trust_commands,
 )
-from homegpu.tui.cli_common import EXIT_USAGE, EXPERIMENTS, WEB_TOKEN_ENV, UserError, load_spec
+from homegpu.tui.cli_common import EXIT_USAGE, EXPERIMENTS, UserError, load_spec
 from homegpu.tui.terminal import visible_output
 
 DESCRIPTION = """\
@@ -51,10 +51,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"homegpu {package_version()}")
     add_cluster_options(parser, default=None)
-    parser.add_argument("--web", metavar="[HOST:]PORT",
-                        help="serve the terminal UI to browsers, with a token, until Ctrl-C (temporary, until "
-                             f"`homegpu serve`); a token of your own comes from ${WEB_TOKEN_ENV}, which other "
-                             "addresses than 127.0.0.1 need")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     config_commands.register(commands)
     status_commands.register(commands)
@@ -107,12 +103,6 @@ def open_tui(args: argparse.Namespace) -> int:
     return run_app(load_spec(args), EXPERIMENTS)
 
 
-def open_web(args: argparse.Namespace) -> int:
-    from homegpu.tui.web import serve_web  # aiohttp and textual-serve load only for the web view
-
-    return serve_web(args, args.web, os.environ.pop(WEB_TOKEN_ENV, None))  # popped: no child inherits it
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """The `homegpu` command. What it prints passes a filter: text from a node is shown, its control
     sequences are never sent to the terminal (tui/terminal.py)."""
@@ -124,11 +114,7 @@ def _command(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
-    if args.web is not None:
-        if handler is not None:
-            parser.error("--web takes no command")
-        handler = open_web
-    elif handler is None:
+    if handler is None:
         # textual-serve runs the UI through pipes, having chosen Textual's web driver: that is its terminal
         if not (sys.stdin.isatty() and sys.stdout.isatty()) and not os.environ.get("TEXTUAL_DRIVER"):
             parser.print_help()  # no terminal to draw on: say what there is instead

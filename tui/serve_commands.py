@@ -10,17 +10,22 @@ import argparse
 import asyncio
 import contextlib
 import ipaddress
+import os
 import signal
 import sys
+from dataclasses import dataclass
 from typing import TextIO
 
-from homegpu.remote.alerts import AlertWatcher
+from typing import TYPE_CHECKING
+
 from homegpu.remote.config import ClusterSpec
-from homegpu.remote.nodes import Cluster
-from homegpu.remote.serve import ClusterCollector, JobBoard, MetricsEndpoint, RunFollower
-from homegpu.tui.cli_common import UserError, load_spec
+from homegpu.tui.cli_common import WEB_TOKEN_ENV, UserError, load_spec
+
+if TYPE_CHECKING:
+    from homegpu.tui.web import Listen
 
 DEFAULT_METRICS_PORT = 9469  # beside node_exporter's 9100 and dcgm-exporter's 9400, and free of both
+DEFAULT_WEB_PORT = 8765
 LOOPBACK = "127.0.0.1"
 
 
@@ -36,7 +41,11 @@ def register(commands: argparse._SubParsersAction) -> None:
                        help=f"port of /metrics (default {DEFAULT_METRICS_PORT}; 0: any free port)")
     serve.add_argument("--listen", default=LOOPBACK, metavar="ADDRESS",
                        help="address to serve on (default 127.0.0.1, this machine only; 0.0.0.0: every "
-                            "interface, for a Prometheus on another machine)")
+                            f"interface, for a Prometheus on another machine; the web view then needs ${WEB_TOKEN_ENV})")
+    serve.add_argument("--web", action="store_true",
+                       help="also serve the terminal UI to browsers, behind a token (README.md, \"In a browser\")")
+    serve.add_argument("--web-port", type=_port, default=DEFAULT_WEB_PORT, metavar="PORT",
+                       help=f"port of the web view (default {DEFAULT_WEB_PORT}; 0: any free port)")
     serve.set_defaults(handler=run_serve)
 
 
@@ -51,9 +60,25 @@ def _port(text: str) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    spec = load_spec(args)
+    from homegpu.tui.web import Listen, check_token, cluster_args  # aiohttp and textual-serve load only for serve
+
+    spec = load_spec(args)  # a broken cluster file fails here, once, not in every browser session
     _check_address(args.listen)
-    return asyncio.run(serve(spec, args.listen, args.metrics_port))
+    web = None
+    if args.web:
+        listen = Listen(args.listen, args.web_port)
+        token = check_token(listen, os.environ.pop(WEB_TOKEN_ENV, None))  # popped: no child inherits it
+        web = WebOptions(cluster_args(args), listen, token)
+    return asyncio.run(serve(spec, args.listen, args.metrics_port, web))
+
+
+@dataclass(frozen=True)
+class WebOptions:
+    """What the web view needs: the cluster options its apps get, where it listens, its token."""
+
+    cluster_options: list[str]
+    listen: Listen
+    token: str
 
 
 def _check_address(address: str) -> None:
@@ -64,8 +89,14 @@ def _check_address(address: str) -> None:
                         "127.0.0.1 or 0.0.0.0") from None
 
 
-async def serve(spec: ClusterSpec, host: str, metrics_port: int, out: TextIO | None = None) -> int:
+async def serve(spec: ClusterSpec, host: str, metrics_port: int, web: WebOptions | None = None,
+                out: TextIO | None = None) -> int:
     """Serve until SIGINT or SIGTERM; the process's exit status."""
+    from homegpu.remote.alerts import AlertWatcher
+    from homegpu.remote.nodes import Cluster
+    from homegpu.remote.serve import ClusterCollector, JobBoard, MetricsEndpoint, RunFollower
+    from homegpu.tui.web import start_web
+
     out = out or sys.stdout
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -74,16 +105,23 @@ async def serve(spec: ClusterSpec, host: str, metrics_port: int, out: TextIO | N
     cluster, board = Cluster(spec), JobBoard()
     endpoint = MetricsEndpoint(ClusterCollector(cluster, board), host, metrics_port)
     alerts = AlertWatcher(spec, cluster.hub).start()
+    view = None
     async with cluster:
         with cluster.subscribe() as events:
             feeding = asyncio.create_task(_feed(events, board))
             follower = RunFollower(cluster, spec.jobs.values()).start()
             try:
                 url = await _start(endpoint, host, metrics_port)
+                if web is not None:
+                    view = await start_web(web.cluster_options, web.listen, web.token, f"homegpu · cluster {spec.name}")
                 print(f"homegpu serve: {spec.name}, {len(spec.nodes)} node(s); Ctrl-C or SIGTERM stops it", file=out)
                 print(f"metrics: {url}", file=out, flush=True)
+                if view is not None:
+                    print(f"web: {view.url}", file=out, flush=True)
                 await stop.wait()
             finally:
+                if view is not None:
+                    await view.stop()
                 await endpoint.close()
                 await follower.close()
                 feeding.cancel()
@@ -91,7 +129,7 @@ async def serve(spec: ClusterSpec, host: str, metrics_port: int, out: TextIO | N
     return 0
 
 
-async def _start(endpoint: MetricsEndpoint, host: str, port: int) -> str:
+async def _start(endpoint, host: str, port: int) -> str:
     try:
         return await endpoint.start()
     except OSError as exc:
@@ -99,7 +137,7 @@ async def _start(endpoint: MetricsEndpoint, host: str, port: int) -> str:
                         "--metrics-port (0: any free port) or stop what holds it") from None
 
 
-async def _feed(events, board: JobBoard) -> None:
+async def _feed(events, board) -> None:
     with contextlib.suppress(asyncio.CancelledError):
         async for event in events:
             board.handle(event)

@@ -12,8 +12,6 @@ person reaches the loopback one with `ssh -L`.
     print(f"web: {view.url}")      # the address with its token, for the person who opens it
     ...
     await view.stop()              # stops listening, asks every session's app to quit, then ends it
-
-`serve_web` is the same as a command of its own (the temporary `homegpu --web`).
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ from textual_serve.app_service import AppService
 from textual_serve.server import Server, to_int
 
 from homegpu.remote.config import find_config
-from homegpu.tui.cli_common import WEB_TOKEN_ENV, UserError, load_spec
+from homegpu.tui.cli_common import WEB_TOKEN_ENV, UserError
 from homegpu.tui.web_token import MIN_TOKEN_LENGTH, QUERY, new_token, token_middleware
 
 DEFAULT_PORT = 8765
@@ -148,27 +146,6 @@ async def start_web(cluster_options: Sequence[str], listen: Listen, token: str |
         await runner.cleanup()
         raise
     return WebView(runner, server, f"http://{_url_host(listen.host)}:{port}/?{QUERY}={token}")
-
-
-def serve_web(args: argparse.Namespace, listen: str, token: str | None = None) -> int:
-    """`homegpu --web [HOST:]PORT`: the web view alone until Ctrl-C (temporary, until `homegpu serve`)."""
-    spec = load_spec(args)  # a broken cluster file fails here, once, not in every browser session
-    return asyncio.run(_serve_until_stopped(cluster_args(args), parse_listen(listen), token,
-                                            f"homegpu · cluster {spec.name}"))
-
-
-async def _serve_until_stopped(options: list[str], listen: Listen, token: str | None, title: str) -> int:
-    view = await start_web(options, listen, token, title)
-    print(f"web: {view.url}", flush=True)
-    stopped = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stopped.set)
-    try:
-        await stopped.wait()
-    finally:
-        await view.stop()
-    return 0
 
 
 def _ipv6(host: str) -> bool:
