@@ -71,7 +71,8 @@ class RunHours:
 @dataclass(frozen=True)
 class OfflineInterval:
     """A node offline from `start` to `stop`; `ongoing` while it still is (then `stop` is the recorder's
-    latest write). `state` and `reason` are the hub's first word of it ("offline", "connection lost")."""
+    latest mark, at most 10 s old while it runs). `state` and `reason` are the hub's first word of it
+    ("offline", "connection lost")."""
 
     start: float
     stop: float

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import sqlite3
 import time
 from pathlib import Path
@@ -32,6 +33,7 @@ FLUSH_SECONDS = 1.0
 WAKE_SECONDS = 0.25
 COMPACT_EVERY_SECONDS = 60.0
 MAX_GAP_SECONDS = 10.0  # a sample stands for at most this much GPU time (the node's agent stalled)
+MARK_SECONDS = 10.0  # how often the session's end is moved on: where a killed recorder's intervals end
 
 Clock = Callable[[], float]
 
@@ -78,7 +80,7 @@ class HistoryRecorder:
         self._last_sample: dict[int, float] = {}  # node -> its previous sample's time, while online
         self._down: set[int] = set()  # nodes with an offline interval open
         self._seen: set[int] = set()  # nodes with a state in this session
-        self._last_flush = self._last_compact = self.clock()
+        self._last_flush = self._last_compact = self._marked = self.clock()
         self._task: asyncio.Task | None = None
 
     # -- recording ----------------------------------------------------------------------------
@@ -107,7 +109,9 @@ class HistoryRecorder:
                 for table, rows in self._rows.items():
                     if rows:
                         self._db.executemany(INSERT[table], rows)
-                self._db.execute("UPDATE sessions SET stop = ? WHERE rowid = ?", (now, self._session))
+                if self._new or not 0 <= now - self._marked < MARK_SECONDS:
+                    self._marked = now
+                    self._db.execute("UPDATE sessions SET stop = ? WHERE rowid = ?", (now, self._session))
         except sqlite3.OperationalError as exc:  # rolled back: what was buffered stays for the next try
             raise cannot_write(self.path, exc) from None
         self._new.clear()
@@ -165,6 +169,7 @@ class HistoryRecorder:
         for node in sorted(self._down):
             self._new.append(("close_down", (now, node)))
         self._down.clear()
+        self._marked = -math.inf  # the session ends now
         self.flush()
         self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._db.close()

@@ -121,16 +121,19 @@ class Compactor:
                 drop_before(self.db, cutoff)
 
     def _compact(self, tier: Tier, now: float) -> None:
+        """Bucket what aged into `tier` since it last ran. The marker is stored with the rows it bucketed;
+        moved over a range without rows it is only kept in memory (no write a minute per idle tier):
+        reopened from an older marker, the next run finds the same rows to bucket."""
         until = _floor(now - tier.after, tier.bucket)
         since = self.markers[tier.marker]
         while since < until:
             first = oldest_sample(self.db, since)
             start = until if first is None else max(since, _floor(first, tier.bucket))
+            if start >= until:
+                self.markers[tier.marker] = until  # nothing to bucket up to there
+                return
             stop = min(until, start + tier.step)
             with transaction(self.db):
-                if start < until:
-                    compact_range(self.db, tier.bucket, start, stop)
-                else:
-                    stop = until  # nothing left to bucket: move the marker on
+                compact_range(self.db, tier.bucket, start, stop)
                 self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (tier.marker, stop))
             since = self.markers[tier.marker] = stop
