@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from homegpu.remote.record.downsample import bucket_index, bucket_time
+from homegpu.remote.record.downsample import bucket_index, bucket_time, bucket_time_sql
 from homegpu.remote.record.experiment import ExperimentLog, find_stragglers
 from homegpu.remote.record.recorder import RunRecord
 from homegpu.remote.record.report import write_report
@@ -15,6 +15,6 @@ from homegpu.remote.record.timeline_schema import NodeTimeline, Timeline, Timeli
 
 __all__ = [
     "ExperimentLog", "NodeTimeline", "ReportError", "RunFolder", "RunRecord", "Timeline", "TimelineDamaged",
-    "WorkerTimeline", "bucket_index", "bucket_time", "find_stragglers", "load_timeline", "read_meta", "timelines",
-    "write_report",
+    "WorkerTimeline", "bucket_index", "bucket_time", "bucket_time_sql", "find_stragglers", "load_timeline",
+    "read_meta", "timelines", "write_report",
 ]

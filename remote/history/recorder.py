@@ -1,0 +1,260 @@
+"""The cluster's history, recorded: one more subscriber of the event hub, writing one SQLite file.
+
+`HistoryRecorder.handle(event)` only appends rows to a buffer; the buffer is written in one
+transaction once a second by the clock (never a commit per sample), then the tiers are compacted
+once a minute and the size bound kept, so recording costs the event loop a few microseconds per
+sample. The clock is injected: with one that follows simulated time, a test or a benchmark writes a
+month of history with this code in seconds.
+
+Recorded: every node's CPU and memory and every GPU's utilisation, memory, temperature and power
+(tiers.py); each GPU process's owner and the GPU time it was given (samples.py has the rule); the
+intervals a node was offline, and the sessions the recorder ran (a node is offline from the hub's
+first word that it is not online, after it was online or failed to connect, until it is online again;
+the connecting a session starts with is not offline). Time when nothing was recording is neither.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import sqlite3
+import time
+from pathlib import Path
+from typing import Callable
+
+from homegpu.remote.history.bound import DEFAULT_MAX_BYTES, SizeBound
+from homegpu.remote.history.samples import OwnerKey, owner_shares, whole
+from homegpu.remote.history.schema import cannot_write, open_writer, transaction
+from homegpu.remote.history.tiers import INSERT, Compactor
+from homegpu.remote.nodes import NodeState, NodeStateChanged, NodeStatsUpdated
+
+FLUSH_SECONDS = 1.0
+WAKE_SECONDS = 0.25
+COMPACT_EVERY_SECONDS = 60.0
+MAX_GAP_SECONDS = 10.0  # a sample stands for at most this much GPU time (the node's agent stalled)
+MARK_SECONDS = 10.0  # how often the session's end is moved on: where a killed recorder's intervals end
+
+Clock = Callable[[], float]
+
+
+class HistoryRecorder:
+    """Writes the history file; one instance is its only writer.
+
+    Args:
+        path: the SQLite file (created with its folder; an existing one is checked and added to).
+        max_bytes: the size bound of the file and its WAL together (bound.py); at least 1 MiB.
+        clock: now, in Unix seconds: when to write, compact and drop. Samples keep their events' times.
+        max_gap: the most GPU time one sample stands for; give 3 × the cluster's stats_interval where
+            that is longer than 10 s.
+
+    Raises:
+        HistoryDamaged: the file is not a whole history (one line naming it and what to do).
+        HistoryError: it cannot be created or written (a read-only folder): one line too.
+        ValueError: `max_bytes` is too small.
+    """
+
+    def __init__(self, path: Path, max_bytes: int = DEFAULT_MAX_BYTES, clock: Clock = time.time,
+                 max_gap: float = MAX_GAP_SECONDS) -> None:
+        self.path, self.clock, self.max_gap = Path(path), clock, max_gap
+        self._db = open_writer(self.path)
+        try:
+            self.bound = SizeBound(self._db, self.path, max_bytes)
+            self.compactor = Compactor(self._db)
+            self._nodes = dict(self._db.execute("SELECT name, id FROM nodes"))
+            self._owners = {OwnerKey(*key): id_ for id_, *key in self._db.execute(
+                "SELECT id, kind, user, job, run_id, container FROM owners")}
+            self._gpus = {(node, gpu): (name, uuid) for node, gpu, name, uuid in self._db.execute(
+                "SELECT node, gpu, name, uuid FROM gpus")}
+            self._session = self._start_session()
+            self.bound.keep()  # a bound lowered since the file was last written takes hold at once
+        except BaseException:
+            self._db.close()
+            raise
+        self._node_rows: list[tuple] = []
+        self._gpu_rows: list[tuple] = []
+        self._owner_rows: list[tuple] = []
+        self._rows = {"node_samples": self._node_rows, "gpu_samples": self._gpu_rows,
+                      "owner_samples": self._owner_rows}
+        self._new: list[tuple[str, tuple]] = []  # nodes, owners, GPU names, state changes: in event order
+        self._last_sample: dict[int, float] = {}  # node -> its previous sample's time, while online
+        self._down: set[int] = set()  # nodes with an offline interval open
+        self._seen: set[int] = set()  # nodes with a state in this session
+        self._last_flush = self._last_compact = self._marked = self.clock()
+        self._task: asyncio.Task | None = None
+
+    # -- recording ----------------------------------------------------------------------------
+
+    def handle(self, event: object) -> None:
+        """Record one hub event (other kinds are ignored); writes only once a second of the clock."""
+        kind = type(event)
+        if kind is NodeStatsUpdated:
+            self._stats(event)
+        elif kind is NodeStateChanged:
+            self._state(event)
+        if not 0 <= self.clock() - self._last_flush < FLUSH_SECONDS:  # due, or the clock was set back
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is buffered in one transaction; then, when due, compact, and keep the bound.
+
+        Raises:
+            HistoryError: the file could not be written (a full disk, say); one line naming it.
+        """
+        now = self._last_flush = self.clock()
+        try:
+            with transaction(self._db):
+                for op, values in self._new:
+                    self._db.execute(_NEW[op], values)
+                for table, rows in self._rows.items():
+                    if rows:
+                        self._db.executemany(INSERT[table], rows)
+                if self._new or not 0 <= now - self._marked < MARK_SECONDS:
+                    self._marked = now
+                    self._db.execute("UPDATE sessions SET stop = ? WHERE rowid = ?", (now, self._session))
+        except sqlite3.OperationalError as exc:  # rolled back: what was buffered stays for the next try
+            raise cannot_write(self.path, exc) from None
+        self._new.clear()
+        for rows in self._rows.values():
+            rows.clear()
+        try:
+            if not 0 <= now - self._last_compact < COMPACT_EVERY_SECONDS:
+                self._last_compact = now
+                self.compactor.run(now)
+            self.bound.keep()
+        except sqlite3.OperationalError as exc:
+            raise cannot_write(self.path, exc) from None
+
+    async def run(self, subscription) -> None:
+        """Record what `subscription` brings until cancelled, taking what is queued WAKE_SECONDS apart
+        (a few wake-ups a second, not one per event), and writing at least once a second. On
+        cancellation the events still queued are recorded and written."""
+        try:
+            while True:
+                await asyncio.sleep(WAKE_SECONDS)
+                self._take(subscription)
+                if not 0 <= self.clock() - self._last_flush < FLUSH_SECONDS:
+                    self.flush()  # handle() flushes as events come; this covers quiet spells
+        finally:
+            self._take(subscription)
+            self.flush()
+
+    def follow(self, cluster) -> "HistoryRecorder":
+        """Subscribe to `cluster`'s hub (anything with subscribe(): a Cluster, an EventHub) and record
+        in a task until stop()."""
+        subscription = cluster.subscribe()
+        self._task = asyncio.create_task(self._follow(subscription), name="history")
+        return self
+
+    async def _follow(self, subscription) -> None:
+        try:
+            await self.run(subscription)
+        finally:
+            subscription.close()
+
+    async def stop(self) -> None:
+        """End follow()'s task (what is queued is recorded) and close the file."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.close()
+
+    def close(self) -> None:
+        """Write what is buffered, end the open offline intervals and the session now, close (idempotent)."""
+        if self._db is None:
+            return
+        now = self.clock()
+        for node in sorted(self._down):
+            self._new.append(("close_down", (now, node)))
+        self._down.clear()
+        self._marked = -math.inf  # the session ends now
+        self.flush()
+        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._db.close()
+        self._db = None
+
+    def _take(self, subscription) -> None:
+        for event in subscription.drain(1_000_000):
+            self.handle(event)
+
+    # -- per event kind ---------------------------------------------------------------------------
+
+    def _stats(self, event: NodeStatsUpdated) -> None:
+        """A node row, a row per GPU, a row per owner of a GPU's processes (the one path run per sample:
+        kept free of calls that are not needed)."""
+        at = event.at
+        if at < self.compactor.full_rate_since:
+            return  # over an hour late: its time is already bucketed
+        node = self._nodes.get(event.node) or self._node(event.node)
+        stats, t = event.stats, round(at, 3)
+        previous = self._last_sample.get(node)
+        self._last_sample[node] = at
+        credit_ms = 1000 * min(at - previous, self.max_gap) if previous is not None and at > previous else 0.0
+        self._node_rows.append((t, node, 1, whole(stats.cpu), whole(stats.mem_used), whole(stats.mem_total)))
+        gpu_rows = self._gpu_rows
+        for position, gpu in enumerate(stats.gpus):
+            index = gpu.index if type(gpu.index) is int else position
+            gpu_rows.append((t, node, index, 1, whole(gpu.util), whole(gpu.mem_used), whole(gpu.mem_total),
+                             whole(gpu.temp), whole(gpu.power)))
+            names = self._gpus.get((node, index))
+            if names is None or names[0] != gpu.name or names[1] != gpu.uuid:
+                self._gpu_name(node, index, gpu)
+            if gpu.processes:
+                for owner, share, mem in owner_shares(gpu.processes):
+                    owner_id = self._owners.get(owner) or self._owner(owner)
+                    self._owner_rows.append((t, node, index, owner_id, 1, round(credit_ms * share), mem))
+
+    def _state(self, event: NodeStateChanged) -> None:
+        node = self._node(event.node)
+        first = node not in self._seen
+        self._seen.add(node)
+        if event.state is NodeState.ONLINE:
+            if node in self._down:
+                self._down.discard(node)
+                self._new.append(("close_down", (event.at, node)))
+            return
+        self._last_sample.pop(node, None)  # the next sample starts afresh: no GPU time across a gap
+        if node in self._down or (first and event.state is NodeState.CONNECTING):
+            return  # already offline; or the connecting a session starts with
+        self._down.add(node)
+        self._new.append(("open_down", (node, event.state.value, event.reason, event.at)))
+
+    # -- the small tables, kept in memory, written with the next flush --------------------------------
+
+    def _node(self, name: str) -> int:
+        node = self._nodes.get(name)
+        if node is None:
+            node = self._nodes[name] = max(self._nodes.values(), default=0) + 1
+            self._new.append(("node", (node, name)))
+        return node
+
+    def _owner(self, key: OwnerKey) -> int:
+        owner = self._owners.get(key)
+        if owner is None:
+            owner = self._owners[key] = max(self._owners.values(), default=0) + 1
+            self._new.append(("owner", (owner, *key)))
+        return owner
+
+    def _gpu_name(self, node: int, index: int, gpu) -> None:
+        names = self._gpus[(node, index)] = (str(gpu.name), str(gpu.uuid))  # NA is "n/a"
+        self._new.append(("gpu", (node, index, *names)))
+
+    def _start_session(self) -> int:
+        """A new recording session; offline intervals a previous one left open (it ended without
+        close()) end where it last wrote."""
+        now = self.clock()
+        with transaction(self._db):
+            self._db.execute("UPDATE node_down SET stop = max(start, coalesce((SELECT max(stop) FROM sessions), "
+                             "start)) WHERE stop IS NULL")
+            return self._db.execute("INSERT INTO sessions VALUES (?, ?)", (now, now)).lastrowid
+
+
+_NEW = {
+    "node": "INSERT INTO nodes VALUES (?, ?)",
+    "owner": "INSERT INTO owners VALUES (?, ?, ?, ?, ?, ?)",
+    "gpu": "INSERT OR REPLACE INTO gpus VALUES (?, ?, ?, ?)",
+    "open_down": "INSERT INTO node_down VALUES (?, ?, ?, ?, NULL)",
+    "close_down": "UPDATE node_down SET stop = ? WHERE node = ? AND stop IS NULL",
+}

@@ -1,0 +1,188 @@
+"""The history file's tables, how it is created and opened, and the one-line error for a damaged one.
+
+Every sample table is clustered by time (WITHOUT ROWID, time first in the key): new rows go at the
+end, compaction and the size bound delete from the front, and a window is one range scan. Nodes and
+owners are small integers pointing into their own tables. Created with auto_vacuum=INCREMENTAL (it
+can only be chosen before the first table), so the file can give pages back when the bound shrinks.
+A new file is built under a temporary name and renamed into place, so the path never holds half a
+store. Times are Unix seconds; values are whole units (see samples.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from pathlib import Path
+from typing import Iterator
+
+APPLICATION_ID = 0x68677068  # "hgph": PRAGMA application_id, which marks the file as homegpu's history
+SCHEMA_VERSION = 1  # PRAGMA user_version
+AUTO_VACUUM_INCREMENTAL = 2
+
+SCHEMA = """
+CREATE TABLE nodes (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE gpus (node INTEGER NOT NULL, gpu INTEGER NOT NULL, name TEXT NOT NULL, uuid TEXT NOT NULL,
+    PRIMARY KEY (node, gpu)) WITHOUT ROWID;
+CREATE TABLE owners (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, user TEXT NOT NULL, job TEXT NOT NULL,
+    run_id TEXT NOT NULL, container TEXT NOT NULL, UNIQUE (kind, user, job, run_id, container));
+CREATE TABLE node_samples (t REAL NOT NULL, node INTEGER NOT NULL, n INTEGER NOT NULL, cpu INTEGER,
+    mem_used INTEGER, mem_total INTEGER, PRIMARY KEY (t, node)) WITHOUT ROWID;
+CREATE TABLE gpu_samples (t REAL NOT NULL, node INTEGER NOT NULL, gpu INTEGER NOT NULL, n INTEGER NOT NULL,
+    util INTEGER, mem_used INTEGER, mem_total INTEGER, temp INTEGER, power INTEGER,
+    PRIMARY KEY (t, node, gpu)) WITHOUT ROWID;
+CREATE TABLE owner_samples (t REAL NOT NULL, node INTEGER NOT NULL, gpu INTEGER NOT NULL, owner INTEGER NOT NULL,
+    n INTEGER NOT NULL, gpu_ms INTEGER NOT NULL, mem INTEGER, PRIMARY KEY (t, node, gpu, owner)) WITHOUT ROWID;
+CREATE TABLE node_down (node INTEGER NOT NULL, state TEXT NOT NULL, reason TEXT NOT NULL, start REAL NOT NULL,
+    stop REAL);
+CREATE INDEX node_down_stop ON node_down (stop);
+CREATE TABLE sessions (start REAL NOT NULL, stop REAL NOT NULL);
+CREATE TABLE meta (key TEXT PRIMARY KEY, value REAL NOT NULL) WITHOUT ROWID;
+"""
+
+# The tables of samples, each clustered by time: what compaction, retention and the bound act on.
+SAMPLE_TABLES = ("node_samples", "gpu_samples", "owner_samples")
+
+
+class HistoryError(Exception):
+    """The history cannot be used or written; the message is one line naming the file and what to do."""
+
+
+class HistoryDamaged(HistoryError):
+    """The history file is there but is not a whole history (truncated, overwritten, not ours)."""
+
+
+def is_damage(exc: sqlite3.DatabaseError) -> bool:
+    """Whether SQLite's error is about the file's content (corrupt, not a database), not a passing state
+    such as another connection's lock."""
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or not name
+
+
+def cannot_write(path: Path, exc: BaseException) -> HistoryError:
+    """A write that failed for a reason outside the file's content: a read-only folder, a full disk."""
+    return HistoryError(f"cannot write the history {path} ({exc}): check that its folder is writable and "
+                        f"has free space, or give homegpu another place for it")
+
+
+def damaged(path: Path, why: str) -> HistoryDamaged:
+    return HistoryDamaged(
+        f"{path} is damaged ({why}): move it aside (e.g. mv {path} {path}.damaged) or delete it; "
+        f"a new history is started there")
+
+
+@contextlib.contextmanager
+def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One transaction on an autocommit connection: committed if the block ends, rolled back if it raises."""
+    db.execute("BEGIN")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def create(path: Path) -> None:
+    """Make an empty store at `path` (its folder too), atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    building = path.with_name(f"{path.name}.new-{os.getpid()}")
+    building.unlink(missing_ok=True)
+    db = sqlite3.connect(building, isolation_level=None)
+    try:
+        db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.executescript(f"BEGIN; {SCHEMA} COMMIT;")
+    finally:
+        db.close()
+    os.replace(building, path)
+
+
+def check(db: sqlite3.Connection, path: Path, thorough: bool) -> None:
+    """Whether an open file is a whole history of this version (`thorough`: read every page once).
+
+    Raises:
+        HistoryDamaged: it is not.
+    """
+    try:
+        application_id = db.execute("PRAGMA application_id").fetchone()[0]
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if application_id != APPLICATION_ID:
+            raise damaged(path, "not a homegpu history file")
+        if version != SCHEMA_VERSION:
+            raise damaged(path, f"history format {version}, this homegpu reads {SCHEMA_VERSION}")
+        if thorough:
+            verdict = db.execute("PRAGMA quick_check").fetchone()
+            if verdict != ("ok",):
+                raise damaged(path, verdict[0] if verdict else "quick_check said nothing")
+            if db.execute("PRAGMA auto_vacuum").fetchone()[0] != AUTO_VACUUM_INCREMENTAL:
+                raise damaged(path, "made without incremental auto_vacuum")
+        for table in (*SAMPLE_TABLES, "nodes", "gpus", "owners", "node_down", "sessions", "meta"):
+            db.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchall()  # a table missing: not a history of ours
+    except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            raise
+        raise damaged(path, str(exc)) from None
+
+
+def open_writer(path: Path) -> sqlite3.Connection:
+    """The store's one writing connection (created if missing; an existing file is checked whole).
+
+    Raises:
+        HistoryDamaged: the file is not a usable history.
+    """
+    path = Path(path)
+    try:
+        if not path.exists():
+            create(path)
+    except (OSError, sqlite3.Error) as exc:
+        raise cannot_write(path, exc) from None
+    if not path.is_file():
+        raise damaged(path, "not a file")
+    if path.stat().st_size == 0:  # SQLite would take it for a new, empty database
+        raise damaged(path, "an empty file")
+    try:
+        db = sqlite3.connect(path, isolation_level=None)
+    except sqlite3.DatabaseError as exc:
+        raise cannot_write(path, exc) from None
+    try:
+        check(db, path, thorough=True)  # before anything is changed: a file not ours is left as it was
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = NORMAL")  # in WAL mode: durable at checkpoints, never corrupt
+    except sqlite3.Error as exc:
+        db.close()
+        raise cannot_write(path, exc) from None
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def open_reader(path: Path) -> sqlite3.Connection:
+    """A connection that only reads, beside a running writer (WAL). Read-write where the file may be
+    written (a read-only one that closes last cannot fold the WAL back), read-only otherwise.
+
+    Raises:
+        FileNotFoundError: there is no history at `path`.
+        HistoryDamaged: the file is not a usable history.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no history at {path}")
+    if path.stat().st_size == 0:
+        raise damaged(path, "an empty file")
+    try:
+        try:
+            db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=rw", uri=True)
+            db.execute("PRAGMA query_only = ON")
+        except sqlite3.OperationalError:
+            db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+    except sqlite3.DatabaseError as exc:
+        raise damaged(path, str(exc)) from None
+    try:
+        check(db, path, thorough=False)
+    except HistoryDamaged:
+        db.close()
+        raise
+    return db
