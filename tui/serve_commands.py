@@ -42,6 +42,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--listen", default=LOOPBACK, metavar="ADDRESS",
                        help="address to serve on (default 127.0.0.1, this machine only; 0.0.0.0: every "
                             f"interface, for a Prometheus on another machine; the web view then needs ${WEB_TOKEN_ENV})")
+    serve.add_argument("--history-mib", type=_mib, default=None, metavar="MIB",
+                       help="the most the history file may take on disk, in MiB (default 256; the oldest goes first)")
     serve.add_argument("--web", action="store_true",
                        help="also serve the terminal UI to browsers, behind a token (README.md, \"In a browser\")")
     serve.add_argument("--web-port", type=_port, default=DEFAULT_WEB_PORT, metavar="PORT",
@@ -59,6 +61,16 @@ def _port(text: str) -> int:
     return port
 
 
+def _mib(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of MiB") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("the history needs at least 1 MiB")
+    return value
+
+
 def run_serve(args: argparse.Namespace) -> int:
     from homegpu.tui.web import Listen, check_token, cluster_args  # aiohttp and textual-serve load only for serve
 
@@ -69,7 +81,8 @@ def run_serve(args: argparse.Namespace) -> int:
         listen = Listen(args.listen, args.web_port)
         token = check_token(listen, os.environ.pop(WEB_TOKEN_ENV, None))  # popped: no child inherits it
         web = WebOptions(cluster_args(args), listen, token)
-    return asyncio.run(serve(spec, args.listen, args.metrics_port, web))
+    history_bytes = args.history_mib * 1024 * 1024 if args.history_mib else None
+    return asyncio.run(serve(spec, args.listen, args.metrics_port, web, history_bytes))
 
 
 @dataclass(frozen=True)
@@ -90,9 +103,10 @@ def _check_address(address: str) -> None:
 
 
 async def serve(spec: ClusterSpec, host: str, metrics_port: int, web: WebOptions | None = None,
-                out: TextIO | None = None) -> int:
+                history_bytes: int | None = None, out: TextIO | None = None) -> int:
     """Serve until SIGINT or SIGTERM; the process's exit status."""
     from homegpu.remote.alerts import AlertWatcher
+    from homegpu.remote.history import DEFAULT_MAX_BYTES, HistoryError, HistoryRecorder, history_path
     from homegpu.remote.nodes import Cluster
     from homegpu.remote.serve import ClusterCollector, JobBoard, MetricsEndpoint, RunFollower
     from homegpu.tui.web import start_web
@@ -102,11 +116,17 @@ async def serve(spec: ClusterSpec, host: str, metrics_port: int, web: WebOptions
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    path = history_path(spec)
+    try:  # a sample stands for at most 3 stats intervals of GPU time (an agent that stalled)
+        recorder = HistoryRecorder(path, history_bytes or DEFAULT_MAX_BYTES, max_gap=max(10.0, 3 * spec.stats_interval))
+    except HistoryError as exc:  # damaged (it says how to move it aside), or not writable
+        raise UserError(str(exc)) from None
     cluster, board = Cluster(spec), JobBoard()
     endpoint = MetricsEndpoint(ClusterCollector(cluster, board), host, metrics_port)
     alerts = AlertWatcher(spec, cluster.hub).start()
     view = None
     async with cluster:
+        recorder.follow(cluster)  # subscribed before the first event, so the history misses none
         with cluster.subscribe() as events:
             feeding = asyncio.create_task(_feed(events, board))
             follower = RunFollower(cluster, spec.jobs.values()).start()
@@ -115,9 +135,10 @@ async def serve(spec: ClusterSpec, host: str, metrics_port: int, web: WebOptions
                 if web is not None:
                     view = await start_web(web.cluster_options, web.listen, web.token, f"homegpu · cluster {spec.name}")
                 print(f"homegpu serve: {spec.name}, {len(spec.nodes)} node(s); Ctrl-C or SIGTERM stops it", file=out)
-                print(f"metrics: {url}", file=out, flush=True)
+                print(f"metrics: {url}", file=out)
                 if view is not None:
-                    print(f"web: {view.url}", file=out, flush=True)
+                    print(f"web: {view.url}", file=out)
+                print(f"history: {path} (homegpu history reads it)", file=out, flush=True)
                 await stop.wait()
             finally:
                 if view is not None:
@@ -125,6 +146,7 @@ async def serve(spec: ClusterSpec, host: str, metrics_port: int, web: WebOptions
                 await endpoint.close()
                 await follower.close()
                 feeding.cancel()
+                await recorder.stop()
                 await alerts.close()
     return 0
 

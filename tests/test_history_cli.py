@@ -1,0 +1,79 @@
+"""`homegpu history` over a store the real HistoryRecorder wrote: the last 40 minutes of a cluster, its GPU fed
+by the agent's NVML lines recorded on a real H100 (tests/history_events.py), a run's worker on it for ten
+minutes, and a node offline for five."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from helpers import homegpu
+from history_events import h100_lines, owned, worker
+
+from homegpu.remote.config import embedded_default
+from homegpu.remote.history import HistoryRecorder, history_path
+from homegpu.remote.nodes import NodeState, NodeStateChanged, NodeStatsUpdated
+
+
+@pytest.fixture
+def recorded(tmp_path, monkeypatch):
+    """The embedded default's history file (this machine's node, "local"), written as serve writes it."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    now = time.time()
+    start = now - 2460  # 40 minutes, the last a minute ago: no serve is recording now
+    clock = {"t": start}
+    recorder = HistoryRecorder(history_path(embedded_default()), clock=lambda: clock["t"])
+    lines = h100_lines()
+    for second in range(0, 2400, 5):
+        t = start + second
+        clock["t"] = t
+        if second == 1200:
+            recorder.handle(NodeStateChanged("local", NodeState.OFFLINE, "connection lost", at=t))
+        if 1200 <= second < 1500:
+            continue  # offline: no samples
+        if second == 1500:
+            recorder.handle(NodeStateChanged("local", NodeState.ONLINE, at=t))
+        owner = worker("alice", "mnist", "mnist-1") if 300 <= second < 900 else {"kind": "process", "user": "bob",
+                                                                                  "uid": 1001}
+        recorder.handle(NodeStatsUpdated("local", owned(lines[second % len(lines)], [owner]), at=t))
+    recorder.close()
+    return now, tmp_path
+
+
+def test_history_tells_gpu_use_gpu_hours_and_offline_spells(recorded):
+    now, cwd = recorded
+    result = homegpu("--local", "history", "--since", "1h", "--json", cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    history = json.loads(result.stdout)
+    (gpu,) = history["gpus"]
+    assert (gpu["node"], gpu["gpu"], gpu["name"]) == ("local", 0, "NVIDIA H100 80GB HBM3")
+    assert {u for u in gpu["util"] if u is not None} == {100.0}  # the recording: a GPU at 100 % all along
+    runs = {r["run_id"]: r for r in history["gpu_hours_by_run"]}
+    assert runs["mnist-1"]["job"] == "mnist" and runs["mnist-1"]["user"] == "alice"
+    assert runs["mnist-1"]["gpu_hours"] == pytest.approx(600 / 3600, rel=0.05)  # 10 minutes on one GPU
+    users = {u["user"]: u["gpu_hours"] for u in history["gpu_hours_by_user"]}
+    assert users["bob"] == pytest.approx((2400 - 600 - 300) / 3600, rel=0.05)
+    (node,) = history["offline"]
+    (spell,) = node["intervals"]
+    assert spell["stop"] - spell["start"] == pytest.approx(300, abs=6) and spell["reason"] == "connection lost"
+
+    text = homegpu("--local", "history", "--since", "1h", cwd=cwd).stdout
+    assert "local GPU 0 NVIDIA H100 80GB HBM3" in text and "avg 100%" in text
+    assert "mnist  mnist-1  alice  0.17" in text
+    assert "local: offline 5 min in 1 interval(s)" in text
+    assert "not recording now (its last sample is from" in text  # no serve wrote in the last 30 s
+
+
+def test_a_window_before_anything_was_recorded_and_a_node_filter(recorded):
+    now, cwd = recorded
+    narrow = json.loads(homegpu("--local", "history", "local", "--since", "30s", "--json", cwd=cwd).stdout)
+    assert narrow["node"] == "local" and narrow["gpu_hours_by_run"] == []
+    assert homegpu("--local", "history", "closet", cwd=cwd).stderr.startswith("homegpu: error: no node 'closet'")
+
+
+def test_without_a_history_it_says_how_to_start_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "empty"))  # the homegpu subprocess inherits it
+    result = homegpu("--local", "history", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "no history of cluster home yet" in result.stderr and "start `homegpu serve` to record it" in result.stderr
