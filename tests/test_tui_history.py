@@ -148,3 +148,39 @@ async def test_the_h_key_cycles_the_node_details_window() -> None:
             await pilot.pause()
             seen.append(next(line for line in shown().splitlines() if line.startswith("history:")))
         assert [line.split(" (")[0] for line in seen] == ["history: 1 h", "history: all", "history: 5 min"]
+
+
+async def test_the_h_key_reaches_back_a_day_and_a_week_through_serves_history(tmp_path, monkeypatch) -> None:
+    """Where `homegpu serve` records this cluster, h goes on past the TUI's own windows to a day and a week,
+    read from the store (here written by the real HistoryRecorder: 20 hours of the recorded H100 at 100 %)."""
+    import time
+
+    from history_events import h100_lines, owned
+
+    from homegpu.remote.config import embedded_default
+    from homegpu.remote.history import HistoryRecorder, history_path
+    from homegpu.tui.history import STORED_WINDOWS
+    from homegpu.tui.stored import StoredHistory
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    spec = embedded_default()
+    stored = StoredHistory(spec)
+    view = NodeView("local", "local")
+    stats = owned(h100_lines()[0], [None])
+    view.take_stats(stats)
+    assert not stored.available and "h: 5 min · 1 h · all)" in node_detail(view, 80, "", len(WINDOWS), stored).plain
+    now = time.time()
+    clock = {"t": now - 20 * HOUR}
+    recorder = HistoryRecorder(history_path(spec), clock=lambda: clock["t"])
+    for minute in range(20 * 60):
+        clock["t"] = now - 20 * HOUR + 60 * minute
+        recorder.handle(NodeStatsUpdated("local", stats, at=clock["t"]))
+    recorder.close()
+
+    assert stored.available and stored.due(STORED_WINDOWS[0][1])
+    await stored.read(STORED_WINDOWS[0][1])
+    text = node_detail(view, 80, "", len(WINDOWS), stored).plain
+    assert "history: 1 d (homegpu serve's history) (h: 5 min · 1 h · all · 1 d · 7 d)" in text, text
+    util = next(line for line in text.splitlines() if line.startswith(" util "))[6:70]
+    assert util.count("█") / len(util) == pytest.approx(20 / 24, abs=0.05), util  # 20 of the day's 24 hours
+    assert util.startswith(" ") and not stored.due(STORED_WINDOWS[0][1])  # the day's first hours: not recorded

@@ -27,7 +27,8 @@ from homegpu.remote.net import BandwidthError
 from homegpu.remote.nodes import NODE_GONE, NodeState, Subscription, visible
 from homegpu.remote.plan import job_nodes
 from homegpu.tui.controller import Busy, Controller
-from homegpu.tui.history import WINDOWS
+from homegpu.tui.history import STORED_WINDOWS, WINDOWS
+from homegpu.tui.stored import StoredHistory
 from homegpu.tui.logview import LogView
 from homegpu.tui.panel import Panel
 from homegpu.tui.render import (
@@ -78,7 +79,8 @@ class HomegpuApp(App[int]):
         self._cells: dict[str, list[Text]] = {}
         self._log_views: dict[str, LogView] = {}  # by the id of the tab that holds it
         self._quitting = False
-        self.history_window = 0  # which of history.WINDOWS the node detail shows (h cycles)
+        self.history_window = 0  # which of history.WINDOWS, then STORED_WINDOWS, the node detail shows (h cycles)
+        self.stored = StoredHistory(spec)  # the history `homegpu serve` records, for the longer windows
         self.farewell = ""  # printed after the app closes: how to come back to a job left running
 
     # -- layout ------------------------------------------------------------------------------------
@@ -218,7 +220,8 @@ class HomegpuApp(App[int]):
     def _draw_detail(self) -> None:
         node = self.selected_node()
         run_id, window = self.view.job.run_id if self.view.job else "", self.history_window
-        self.query_one("#detail", Panel).show(lambda width: node_detail(node, width, run_id, window))
+        self.query_one("#detail", Panel).show(lambda width: node_detail(node, width, run_id, window, self.stored))
+        self._read_stored()
 
     def on_data_table_row_highlighted(self) -> None:
         self._draw_detail()
@@ -405,8 +408,23 @@ class HomegpuApp(App[int]):
     # -- help and quit -----------------------------------------------------------------------------
 
     def action_history(self) -> None:
-        """The node detail's sparklines span the next window: 5 min, 1 h, all since the TUI opened."""
-        self.history_window = (self.history_window + 1) % len(WINDOWS)
+        """The node detail's sparklines span the next window: 5 min, 1 h, all since the TUI opened, then a
+        day and a week from serve's history where it records this cluster."""
+        windows = len(WINDOWS) + (len(STORED_WINDOWS) if self.stored.available else 0)
+        self.history_window = (self.history_window + 1) % windows
+        self._draw_detail()
+
+    def _read_stored(self) -> None:
+        """A stored window on screen: read it from the store (in a thread) unless read lately, then redraw."""
+        stored_window = self.history_window - len(WINDOWS)
+        if stored_window < 0 or not self.stored.available:
+            return
+        seconds = STORED_WINDOWS[stored_window][1]
+        if self.stored.due(seconds):
+            self.run_worker(self._reread(seconds), group="stored-history")
+
+    async def _reread(self, seconds: float) -> None:
+        await self.stored.read(seconds)
         self._draw_detail()
 
     def action_help(self) -> None:

@@ -22,6 +22,8 @@ SLOTS_PER_SERIES = sum(keep for _, keep in TIERS)
 
 # The node detail's windows, cycled with a key: (label, seconds; None is all there is).
 WINDOWS = (("5 min", 300.0), ("1 h", 3600.0), ("all", None))
+# Then, where `homegpu serve` records this cluster's history, windows read from its store (tui/stored.py).
+STORED_WINDOWS = (("1 d", 86_400.0), ("7 d", 604_800.0))
 
 
 def _number(value: object) -> float | None:

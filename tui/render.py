@@ -13,7 +13,8 @@ from rich.text import Text
 from homegpu.remote.net import RESNET50_PARAMS, BandwidthMatrix, advice
 from homegpu.remote.nodes import NA, Alert, GpuStats, JobState, NodeState, gib, is_run_worker, owner_text
 from homegpu.remote.plan import short_gpu_name
-from homegpu.tui.history import WINDOWS, GpuHistory
+from homegpu.tui.history import STORED_WINDOWS, WINDOWS, GpuHistory
+from homegpu.tui.stored import StoredHistory, squeeze
 from homegpu.tui.plot import braille_plot, progress_bar, sparkline
 from homegpu.tui.state import BandwidthView, JobView, NodeView, history_key
 from homegpu.tui.text import STATE_MARKS, format_matrix
@@ -127,13 +128,26 @@ def _lines(gpus: Sequence[GpuStats], column) -> Text:
 # -- node detail ---------------------------------------------------------------------------------
 
 
-def node_detail(node: NodeView | None, width: int = 40, run_id: str = "", window: int = 0) -> Text:
+def _gpu_cells(node: NodeView, gpu, seconds: float | None, width: int,
+               stored: StoredHistory | None) -> tuple[list, list]:
+    """A GPU's utilisation and memory cells over the last `seconds` (None: all there is): from the TUI's own
+    history, or from `stored` where given (serve's, read by the app for that window)."""
+    if stored is not None:
+        series = stored.series.get((node.name, gpu.index))
+        return (squeeze(series.util, width), squeeze(series.mem, width)) if series else ([], [])
+    history = node.history.get(history_key(gpu)) or GpuHistory()
+    return history.util.window(seconds, width), history.mem.window(seconds, width)
+
+
+def node_detail(node: NodeView | None, width: int = 40, run_id: str = "", window: int = 0,
+                stored: StoredHistory | None = None) -> Text:
     """The selected node: versions and stats source, per-GPU history sparklines, GPU processes and
     who owns each.
 
     Args:
         run_id: the run on screen, if any: its workers read as "this job's".
-        window: which of history.WINDOWS the sparklines span (the h key cycles them).
+        window: which of history.WINDOWS, then STORED_WINDOWS, the sparklines span (the h key cycles them).
+        stored: the history serve records, whose windows follow the TUI's own where there is one.
     """
     if node is None:
         return Text("no node selected", style="dim")
@@ -153,15 +167,19 @@ def node_detail(node: NodeView | None, width: int = 40, run_id: str = "", window
         out.append("\nCPU only: no GPU found (it can still train on its CPU)", style="dim")
         return out
     out.append(f"\nGPUs via {stats.source} · driver {stats.driver} · CUDA {stats.cuda}")
-    label, seconds = WINDOWS[window % len(WINDOWS)]
-    out.append(f"\nhistory: {label} (h: {' · '.join(name for name, _ in WINDOWS)})", style="dim")
+    windows = WINDOWS + (STORED_WINDOWS if stored is not None and stored.available else ())
+    window %= len(windows)
+    label = windows[window][0] + (" (homegpu serve's history)" if window >= len(WINDOWS) else "")
+    out.append(f"\nhistory: {label} (h: {' · '.join(name for name, _ in windows)})", style="dim")
+    if window >= len(WINDOWS) and stored.problem:
+        out.append(f"\n{stored.problem}", style="red")
     spark = max(8, width - 16)
     for gpu in stats.gpus:
-        history = node.history.get(history_key(gpu)) or GpuHistory()
+        util, mem = _gpu_cells(node, gpu, windows[window][1], spark, stored if window >= len(WINDOWS) else None)
         out.append(f"\n[{gpu.index}] {gpu.name}", style="bold")
-        out.append(f"\n util {sparkline(history.util.window(seconds, spark), spark)} ")
+        out.append(f"\n util {sparkline(util, spark)} ")
         out.append(pct(gpu.util), style=level_style(gpu.util, UTIL_LEVELS))
-        out.append(f"\n mem  {sparkline(history.mem.window(seconds, spark), spark)} ")
+        out.append(f"\n mem  {sparkline(mem, spark)} ")
         out.append(pct(gpu.mem_percent), style=level_style(gpu.mem_percent, MEM_LEVELS))
         for proc in gpu.processes:
             memory = f"{gib(proc.mem)} GiB" if proc.mem is not NA else "memory n/a"
