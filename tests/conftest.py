@@ -45,12 +45,14 @@ def _or_fail(step: Callable[[], T]) -> T:
 @pytest.fixture(scope="session", autouse=True)
 def _private_cache_and_config() -> Iterator[None]:
     """The tests (and every homegpu they start) keep their cache and config in a temp dir: never in
-    the user's real ~/.cache/homegpu. Fails at the end if something wrote there anyway."""
+    the user's real ~/.cache/homegpu, nor serve's history in ~/.local/share/homegpu. Fails at the end if
+    something wrote the real cache anyway."""
     real = Path.home() / ".cache" / "homegpu"
     started = time.time()
     private = Path(tempfile.mkdtemp(prefix="homegpu-test-home-"))
-    saved = {name: os.environ.get(name) for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME")}
+    saved = {name: os.environ.get(name) for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME")}
     os.environ["XDG_CACHE_HOME"], os.environ["XDG_CONFIG_HOME"] = str(private / "cache"), str(private / "config")
+    os.environ["XDG_DATA_HOME"] = str(private / "data")
     yield
     for name, value in saved.items():
         if value is None:

@@ -34,8 +34,8 @@ HOLD = f"import time\nprint('holding GPU 0', flush=True)\ntime.sleep({HOLD_SECON
 
 
 @contextmanager
-def serve_process(config: Path, env: dict) -> Iterator[subprocess.Popen]:
-    process = subprocess.Popen(homegpu_argv("--config", str(config), "serve", "--metrics-port", "0"), env=env,
+def serve_process(config: Path) -> Iterator[subprocess.Popen]:
+    process = subprocess.Popen(homegpu_argv("--config", str(config), "serve", "--metrics-port", "0"),
                                cwd=config.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         first = process.stdout.readline()
@@ -48,8 +48,8 @@ def serve_process(config: Path, env: dict) -> Iterator[subprocess.Popen]:
 
 
 def test_history_shows_a_runs_gpu_time_a_nodes_offline_spell_and_survives_a_killed_serve(sim_cluster: SimCluster,
-                                                                                          tmp_path: Path):
-    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")}
+                                                                                          tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # every homegpu below inherits it
     (tmp_path / "hold").mkdir()
     (tmp_path / "hold" / "hold.py").write_text(HOLD)
     config = sim_cluster.write_cluster_toml(tmp_path / "cluster.toml", jobs={"hold": {
@@ -59,10 +59,10 @@ def test_history_shows_a_runs_gpu_time_a_nodes_offline_spell_and_survives_a_kill
     write_apps_with_pids(H100 / "apps_load.csv", [os.getpid()], apps)  # a stranger's process (this test's) at first
     node1 = sim_cluster.node("node1")
     with replaying_node3(sim_cluster, apps):
-        with serve_process(config, env) as first:
+        with serve_process(config) as first:
             time.sleep(3)
             run = subprocess.Popen(homegpu_argv("--config", str(config), "run", "hold", "--no-tui"), cwd=tmp_path,
-                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             line = wait_for(lambda: next((l for l in iter(run.stdout.readline, "") if l.startswith("== hold running")),
                                          None), 60, "the run to start")
             run_id = run_id_from(line)
@@ -79,7 +79,7 @@ def test_history_shows_a_runs_gpu_time_a_nodes_offline_spell_and_survives_a_kill
             first.wait(timeout=10)
             killed_at = time.time()
         time.sleep(2)
-        with serve_process(config, env):  # what systemd's Restart=on-failure does
+        with serve_process(config):  # what systemd's Restart=on-failure does
             time.sleep(8)
         restarted_at = killed_at + 2
     result = homegpu("--config", str(config), "history", "--since", "10m", "--json", cwd=tmp_path)

@@ -42,9 +42,9 @@ def test_a_keras_3_script_is_refused_before_anything_starts(sim_cluster, tmp_pat
     assert "import tf_keras as keras" in refusal and 'keras = "tf-keras" in [jobs.mine]' in refusal, refusal
     assert not worker_processes(sim_cluster)
     assert not (tmp_path / "experiments").exists()
-    for name in ("node1", "node2"):  # nothing shipped, nothing started
+    for name in ("node1", "node2"):  # nothing of this job shipped or started (other tests' runs share the nodes)
         work = sim_cluster.node(name).work_dir
-        assert not list(work.glob("code/*")) and not list(work.glob("runs/*")), sorted(work.rglob("*"))
+        assert not (work / "code" / "mine").exists() and not list(work.glob("runs/mine-*")), sorted(work.rglob("mine*"))
 
 
 def test_the_same_script_with_keras_tf_keras_trains_on_two_nodes_and_learns(sim_cluster, tmp_path):
