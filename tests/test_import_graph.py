@@ -21,7 +21,7 @@ PACKAGES = {"remote": "homegpu.remote", "tui": "homegpu.tui"}
 
 # remote/'s groups, each importing only those before it (README, "Architecture").
 GROUP_ORDER = ("node_side", "config", "nodes", "logs", "net", "record", "plan", "runtimes", "images", "jobs",
-               "doctor", "alerts", "history", "serve")
+               "doctor", "alerts", "history", "serve", "queue")
 NODE_SIDE = "node_side"
 
 

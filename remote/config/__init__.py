@@ -10,12 +10,12 @@ from homegpu.remote.config.cluster_spec import (
     DEFAULT_CONFIG_NAME, DEMO_JOB, EMBEDDED_DEFAULT, ClusterSpec, embedded_default, find_config, load_cluster,
     parse_cluster,
 )
-from homegpu.remote.config.job_spec import DEFAULT_IMAGE, DEFAULT_JOB_PORT, PER_GPU, JobSpec
+from homegpu.remote.config.job_spec import DEFAULT_IMAGE, DEFAULT_JOB_PORT, PER_GPU, JobSpec, parse_job_table
 from homegpu.remote.config.node_spec import LOCAL_HOST, RUNTIMES, NodeSpec
 from homegpu.remote.config.writer import cluster_to_toml, starter_cluster
 
 __all__ = [
     "DEFAULT_CONFIG_NAME", "DEFAULT_IMAGE", "DEFAULT_JOB_PORT", "DEMO_JOB", "EMBEDDED_DEFAULT", "LOCAL_HOST", "PER_GPU",
     "RUNTIMES", "SWITCHES", "AlertRules", "ClusterSpec", "ConfigError", "JobSpec", "NodeSpec", "cluster_to_toml",
-    "embedded_default", "find_config", "load_cluster", "parse_cluster", "starter_cluster",
+    "embedded_default", "find_config", "load_cluster", "parse_cluster", "parse_job_table", "starter_cluster",
 ]

@@ -13,6 +13,7 @@ from typing import Mapping
 
 from homegpu.remote.config.checks import MAX_PORT, NAME_RE, Check, Limits, Validator, show
 from homegpu.remote.config.node_spec import NodeSpec
+from homegpu.remote.config.toml_lines import LineIndex
 from homegpu.trainer import MODELS
 
 DEFAULT_IMAGE = "homegpu/tensorflow:2.21"
@@ -141,6 +142,12 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...])
     )
     _check_worker_ports(v, job)
     return job
+
+
+def parse_job_table(name: str, table: dict, node_names: tuple[str, ...], file: str) -> JobSpec:
+    """One [jobs.NAME] table validated on its own, outside any file (the queue's `--set KEY=VALUE`): the
+    same checks and messages as in cluster.toml; `file` names where the table came from. Raises ConfigError."""
+    return parse_job(Validator(file, LineIndex("")), name, table, node_names)
 
 
 def _check_worker_ports(v: Validator, job: JobSpec) -> None:

@@ -14,7 +14,7 @@ from homegpu.remote.nodes.events import (
     RUN_ALERTS, Alert, AlertCommandFailed, AlertState, EventHub, JobState, JobStateChanged, NodeState,
     NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, Subscription, WorkerExited,
 )
-from homegpu.remote.nodes.owners import foreign_memory_warnings, is_run_worker, owner_text
+from homegpu.remote.nodes.owners import FOREIGN_SHARE, foreign_memory_warnings, is_run_worker, owner_text
 from homegpu.remote.nodes.session import NODE_GONE, NodeOffline, NodeSession
 from homegpu.remote.nodes.stats import NA, GpuStats, NodeStats, StatsParseError, describe_gpus, parse_agent_line
 from homegpu.remote.nodes.transport import (
@@ -24,7 +24,8 @@ from homegpu.remote.nodes.units import MIB_PER_GIB, format_bytes, gib
 from homegpu.remote.nodes.visible import visible, visible_fields
 
 __all__ = [
-    "MIB_PER_GIB", "NA", "NODE_GONE", "RUN_ALERTS", "Alert", "AlertCommandFailed", "AlertState", "Cluster",
+    "FOREIGN_SHARE", "MIB_PER_GIB", "NA", "NODE_GONE", "RUN_ALERTS", "Alert", "AlertCommandFailed", "AlertState",
+    "Cluster",
     "CommandResult", "CommandTimeout", "EventHub", "GpuStats", "JobState", "JobStateChanged", "NodeError",
     "NodeOffline", "NodeSession", "NodeState", "NodeStateChanged", "NodeStats", "NodeStatsUnavailable",
     "NodeStatsUpdated", "OfferedKey", "PreflightResult", "RemoteProcess", "SshTarget", "SshTransport",
