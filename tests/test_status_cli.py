@@ -52,7 +52,14 @@ def test_status_watch_keeps_printing_until_interrupted(cluster_toml):
             reports.append(json.loads(line))
     finally:
         process.send_signal(signal.SIGINT)
-        process.wait(timeout=20)
+        # Read on to the end: a pipe left unread fills (a report with GPU processes is kilobytes) and blocks
+        # the writer in write(), where SIGINT's cancellation never gets its turn.
+        try:
+            _, errors = process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, errors = process.communicate()
+            pytest.fail(f"status --watch did not end within 20 s of SIGINT; its stderr: {errors[-3000:]}")
     assert reports[0]["at"] < reports[1]["at"] < reports[2]["at"]
     assert all(len(report["nodes"]) == 3 for report in reports)
 

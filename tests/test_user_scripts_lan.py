@@ -22,29 +22,30 @@ KERAS_IO_SCRIPT = Path(__file__).parent / "fixtures" / "scripts" / "keras_io_mwm
 IMPORT_LINE = KERAS_IO_SCRIPT.read_text().splitlines().index("import keras  # noqa: E402") + 1
 
 
-def keras_io_job(sim_cluster, tmp_path: Path, **job) -> Path:
-    """cluster.toml with job "mine": the keras.io-style script in my_model/, on node1 and node2."""
+def keras_io_job(sim_cluster, tmp_path: Path, name: str = "mine", **job) -> Path:
+    """cluster.toml with job `name`: the keras.io-style script in my_model/, on node1 and node2."""
     (tmp_path / "my_model").mkdir()
     shutil.copy(KERAS_IO_SCRIPT, tmp_path / "my_model" / "train.py")
     table = {"python": sys.executable, "script": "my_model/train.py", "nodes": ["node1", "node2"],
              "port": free_job_port(), "stall_timeout": 120.0, "max_restarts": 1, **job}
-    return sim_cluster.write_cluster_toml(tmp_path / "cluster.toml", jobs={"mine": table})
+    return sim_cluster.write_cluster_toml(tmp_path / "cluster.toml", jobs={name: table})
 
 
 def test_a_keras_3_script_is_refused_before_anything_starts(sim_cluster, tmp_path):
-    config = keras_io_job(sim_cluster, tmp_path)
-    result = homegpu("--config", str(config), "run", "mine", "--no-tui", cwd=tmp_path)
+    config = keras_io_job(sim_cluster, tmp_path, name="keras3")  # a name no other test's runs use on the nodes
+    result = homegpu("--config", str(config), "run", "keras3", "--no-tui", cwd=tmp_path)
     print(result.stdout, result.stderr)  # what a user saw (pytest -s)
     assert result.returncode == 1, result.stdout + result.stderr
     (refusal,) = [line for line in result.stderr.splitlines() if line.strip()]
-    assert refusal.startswith(f"homegpu: mine not started: my_model/train.py:{IMPORT_LINE}: `import keras` is "
+    assert refusal.startswith(f"homegpu: keras3 not started: my_model/train.py:{IMPORT_LINE}: `import keras` is "
                               "Keras 3, which cannot train under MultiWorkerMirroredStrategy"), refusal
-    assert "import tf_keras as keras" in refusal and 'keras = "tf-keras" in [jobs.mine]' in refusal, refusal
+    assert "import tf_keras as keras" in refusal and 'keras = "tf-keras" in [jobs.keras3]' in refusal, refusal
     assert not worker_processes(sim_cluster)
     assert not (tmp_path / "experiments").exists()
     for name in ("node1", "node2"):  # nothing of this job shipped or started (other tests' runs share the nodes)
         work = sim_cluster.node(name).work_dir
-        assert not (work / "code" / "mine").exists() and not list(work.glob("runs/mine-*")), sorted(work.rglob("mine*"))
+        assert not (work / "code" / "keras3").exists() and not list(work.glob("runs/keras3-*")), \
+            sorted(work.rglob("keras3*"))
 
 
 def test_the_same_script_with_keras_tf_keras_trains_on_two_nodes_and_learns(sim_cluster, tmp_path):
