@@ -18,7 +18,8 @@ import os
 import sqlite3
 from pathlib import Path
 
-from homegpu.remote.history.schema import SAMPLE_TABLES, transaction
+from homegpu.remote.history.schema import SAMPLE_TABLES
+from homegpu.remote.record import transaction
 from homegpu.remote.history.tiers import drop_before, oldest_sample
 
 MIB = 1024 * 1024

@@ -25,7 +25,8 @@ from typing import Callable
 
 from homegpu.remote.history.bound import DEFAULT_MAX_BYTES, SizeBound
 from homegpu.remote.history.samples import OwnerKey, owner_shares, whole
-from homegpu.remote.history.schema import cannot_write, open_writer, transaction
+from homegpu.remote.history.schema import cannot_write, open_writer
+from homegpu.remote.record import transaction
 from homegpu.remote.history.tiers import INSERT, Compactor
 from homegpu.remote.nodes import NodeState, NodeStateChanged, NodeStatsUpdated
 

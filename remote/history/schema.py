@@ -10,11 +10,10 @@ store. Times are Unix seconds; values are whole units (see samples.py).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sqlite3
 from pathlib import Path
-from typing import Iterator
+
+from homegpu.remote.record import create_atomically, open_for_writing
 
 APPLICATION_ID = 0x68677068  # "hgph": PRAGMA application_id, which marks the file as homegpu's history
 SCHEMA_VERSION = 1  # PRAGMA user_version
@@ -71,32 +70,9 @@ def damaged(path: Path, why: str) -> HistoryDamaged:
         f"a new history is started there")
 
 
-@contextlib.contextmanager
-def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One transaction on an autocommit connection: committed if the block ends, rolled back if it raises."""
-    db.execute("BEGIN")
-    try:
-        yield db
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
-
-
 def create(path: Path) -> None:
-    """Make an empty store at `path` (its folder too), atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    building = path.with_name(f"{path.name}.new-{os.getpid()}")
-    building.unlink(missing_ok=True)
-    db = sqlite3.connect(building, isolation_level=None)
-    try:
-        db.execute("PRAGMA auto_vacuum = INCREMENTAL")
-        db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        db.executescript(f"BEGIN; {SCHEMA} COMMIT;")
-    finally:
-        db.close()
-    os.replace(building, path)
+    """Make an empty store at `path` (its folder too), atomically; auto_vacuum lets the size bound shrink it."""
+    create_atomically(path, APPLICATION_ID, SCHEMA_VERSION, SCHEMA, pragmas=("auto_vacuum = INCREMENTAL",))
 
 
 def check(db: sqlite3.Connection, path: Path, thorough: bool) -> None:
@@ -131,32 +107,13 @@ def open_writer(path: Path) -> sqlite3.Connection:
 
     Raises:
         HistoryDamaged: the file is not a usable history.
+        HistoryError: it cannot be created or opened for writing.
     """
     path = Path(path)
-    try:
-        if not path.exists():
-            create(path)
-    except (OSError, sqlite3.Error) as exc:
-        raise cannot_write(path, exc) from None
-    if not path.is_file():
-        raise damaged(path, "not a file")
-    if path.stat().st_size == 0:  # SQLite would take it for a new, empty database
-        raise damaged(path, "an empty file")
-    try:
-        db = sqlite3.connect(path, isolation_level=None)
-    except sqlite3.DatabaseError as exc:
-        raise cannot_write(path, exc) from None
-    try:
-        check(db, path, thorough=True)  # before anything is changed: a file not ours is left as it was
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = NORMAL")  # in WAL mode: durable at checkpoints, never corrupt
-    except sqlite3.Error as exc:
-        db.close()
-        raise cannot_write(path, exc) from None
-    except BaseException:
-        db.close()
-        raise
-    return db
+    # in WAL mode synchronous=NORMAL is durable at checkpoints and never corrupt
+    return open_for_writing(path, create, lambda db: check(db, path, thorough=True),
+                            ("journal_mode = WAL", "synchronous = NORMAL"),
+                            lambda why: damaged(path, why), lambda exc: cannot_write(path, exc))
 
 
 def open_reader(path: Path) -> sqlite3.Connection:

@@ -18,8 +18,8 @@ import math
 import sqlite3
 from dataclasses import dataclass
 
-from homegpu.remote.history.schema import SAMPLE_TABLES, transaction
-from homegpu.remote.record import bucket_time_sql
+from homegpu.remote.history.schema import SAMPLE_TABLES
+from homegpu.remote.record import bucket_time_sql, transaction
 
 FULL_RATE_SECONDS = 3600.0
 RETENTION_SECONDS = 30 * 86400.0

@@ -8,13 +8,12 @@ holds half a store. Times are Unix seconds; `overrides` and `after` are JSON lis
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sqlite3
 from pathlib import Path
-from typing import Iterator
 
 from homegpu.remote.queue.entries import QueueError
+from homegpu.remote.record import create_atomically, open_for_writing
+from homegpu.remote.record import transaction as sqlite_transaction
 
 APPLICATION_ID = 0x68677071  # "hgpq": PRAGMA application_id, which marks the file as homegpu's queue
 SCHEMA_VERSION = 1  # PRAGMA user_version
@@ -41,33 +40,16 @@ def cannot_write(path: Path, exc: BaseException) -> QueueError:
     return QueueError(f"cannot write the queue {path} ({exc}): check that its folder is writable and has free space")
 
 
-@contextlib.contextmanager
-def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One write transaction on an autocommit connection (BEGIN IMMEDIATE: the write lock is taken first,
-    so a read-then-write cannot interleave with another writer); rolled back if the block raises."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield db
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
+def transaction(db: sqlite3.Connection):
+    """One write transaction that takes the write lock first: a read-then-write cannot interleave with
+    another writer; rolled back if the block raises."""
+    return sqlite_transaction(db, immediate=True)
 
 
 def create(path: Path) -> None:
-    """Make an empty queue at `path` (its folder too, private to its user), atomically."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    building = path.with_name(f"{path.name}.new-{os.getpid()}")
-    building.unlink(missing_ok=True)
-    db = sqlite3.connect(building, isolation_level=None)
-    try:
-        db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        db.executescript(f"BEGIN; {SCHEMA} COMMIT;")
-    finally:
-        db.close()
-    os.chmod(building, 0o600)  # who queued what, with which settings, is its user's own
-    os.replace(building, path)
+    """Make an empty queue at `path`, atomically: 0600 in a 0700 folder (who queued what, with which
+    settings, is its user's own)."""
+    create_atomically(path, APPLICATION_ID, SCHEMA_VERSION, SCHEMA, private=True)
 
 
 def check(db: sqlite3.Connection, path: Path) -> None:
@@ -97,28 +79,7 @@ def open_queue(path: Path) -> sqlite3.Connection:
         QueueError: it cannot be created or opened for writing.
     """
     path = Path(path)
-    try:
-        if not path.exists():
-            create(path)
-    except (OSError, sqlite3.Error) as exc:
-        raise cannot_write(path, exc) from None
-    if not path.is_file():
-        raise damaged(path, "not a file")
-    if path.stat().st_size == 0:  # SQLite would take it for a new, empty database
-        raise damaged(path, "an empty file")
-    try:
-        db = sqlite3.connect(path, isolation_level=None)
-    except sqlite3.DatabaseError as exc:
-        raise cannot_write(path, exc) from None
-    try:
-        check(db, path)  # before anything is changed: a file not ours is left as it was
-        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = FULL")  # a start recorded is on disk before its launch begins
-    except sqlite3.Error as exc:
-        db.close()
-        raise cannot_write(path, exc) from None
-    except BaseException:
-        db.close()
-        raise
-    return db
+    # synchronous=FULL: a start recorded is on disk before its launch begins
+    return open_for_writing(path, create, lambda db: check(db, path),
+                            (f"busy_timeout = {BUSY_TIMEOUT_MS}", "journal_mode = WAL", "synchronous = FULL"),
+                            lambda why: damaged(path, why), lambda exc: cannot_write(path, exc))

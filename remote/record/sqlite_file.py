@@ -1,0 +1,84 @@
+"""What every homegpu SQLite file of its own does alike (serve's history, its queue): made atomically under a
+temporary name and marked as homegpu's, one transaction at a time on an autocommit connection, and opened for
+writing only after it was checked, so that a file that is not ours is left as it was. Each store keeps its
+own schema, its check and the words of its errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+
+@contextlib.contextmanager
+def transaction(db: sqlite3.Connection, immediate: bool = False) -> Iterator[sqlite3.Connection]:
+    """One transaction on an autocommit connection: committed if the block ends, rolled back if it raises.
+    `immediate` takes the write lock first, so a read-then-write cannot interleave with another writer."""
+    db.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def create_atomically(path: Path, application_id: int, version: int, schema: str, pragmas: Sequence[str] = (),
+                      private: bool = False) -> None:
+    """Make an empty store at `path` (its folder too) under a temporary name, then rename it into place, so
+    the path never holds half a store. `pragmas` run first (auto_vacuum must precede the first table);
+    `private`: the file 0600 in a 0700 folder, its user's own."""
+    path.parent.mkdir(mode=0o700 if private else 0o777, parents=True, exist_ok=True)
+    building = path.with_name(f"{path.name}.new-{os.getpid()}")
+    building.unlink(missing_ok=True)
+    db = sqlite3.connect(building, isolation_level=None)
+    try:
+        for pragma in pragmas:
+            db.execute(f"PRAGMA {pragma}")
+        db.execute(f"PRAGMA application_id = {application_id}")
+        db.execute(f"PRAGMA user_version = {version}")
+        db.executescript(f"BEGIN; {schema} COMMIT;")
+    finally:
+        db.close()
+    if private:
+        os.chmod(building, 0o600)
+    os.replace(building, path)
+
+
+def open_for_writing(path: Path, create: Callable[[Path], None], check: Callable[[sqlite3.Connection], None],
+                     pragmas: Sequence[str], damaged: Callable[[str], Exception],
+                     cannot_write: Callable[[BaseException], Exception]) -> sqlite3.Connection:
+    """The store's writing connection: `create` makes the file where there is none; an existing one is
+    `check`ed before anything is changed; then `pragmas` apply.
+
+    Raises:
+        what `damaged(why)` makes: the file is not a whole store of ours (empty, not a file, `check`'s verdict).
+        what `cannot_write(exc)` makes: it cannot be created or opened for writing.
+    """
+    try:
+        if not path.exists():
+            create(path)
+    except (OSError, sqlite3.Error) as exc:
+        raise cannot_write(exc) from None
+    if not path.is_file():
+        raise damaged("not a file")
+    if path.stat().st_size == 0:  # SQLite would take it for a new, empty database
+        raise damaged("an empty file")
+    try:
+        db = sqlite3.connect(path, isolation_level=None)
+    except sqlite3.DatabaseError as exc:
+        raise cannot_write(exc) from None
+    try:
+        check(db)  # before anything is changed: a file not ours is left as it was
+        for pragma in pragmas:
+            db.execute(f"PRAGMA {pragma}")
+    except sqlite3.Error as exc:
+        db.close()
+        raise cannot_write(exc) from None
+    except BaseException:
+        db.close()
+        raise
+    return db
