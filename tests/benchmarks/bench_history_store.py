@@ -46,8 +46,10 @@ sys.path.insert(0, str(TESTS))
 
 from history_events import h100_lines, process, sxm8_idle, tui_line, worker  # noqa: E402
 
+from bench_timeline import handle_stream  # noqa: E402  (beside this file: the same stream, timed the same way)
+
 from homegpu.remote.history import HistoryReader, HistoryRecorder  # noqa: E402
-from homegpu.remote.nodes.events import EventHub, NodeStatsUpdated  # noqa: E402
+from homegpu.remote.nodes.events import NodeStatsUpdated  # noqa: E402
 from homegpu.remote.nodes.stats import parse_agent_line  # noqa: E402
 from homegpu.remote.record.timeline import TimelineRecorder  # noqa: E402
 
@@ -158,28 +160,6 @@ def stats_lines(seconds: int) -> list[str]:
     lines = node_lines()
     return [(f"node{n + 1:02d}", json.dumps(dict(lines[n][s % len(lines[n])], t=T0 + s + n / 100)))
             for s in range(seconds) for n in range(NODES)]
-
-
-def handle_stream(lines: list[tuple[str, str]], recorder, clock: Clock | None) -> float:
-    """CPU seconds to parse, publish and consume every line, and record it when `recorder` is given."""
-    hub = EventHub(max_queue=len(lines) + 1)
-    front_end = hub.subscribe()
-    own = hub.subscribe() if recorder else None
-    seen = 0
-    start = time.process_time()
-    for node, line in lines:
-        stats = parse_agent_line(line)
-        hub.publish(NodeStatsUpdated(node, stats, at=stats.timestamp))
-        for event in front_end.drain(1000):
-            seen += event.stats.has_gpus
-        if own is not None:
-            for event in own.drain(1000):
-                if clock is not None:
-                    clock.t = event.at
-                recorder.handle(event)
-    if recorder is not None:
-        recorder.flush()
-    return time.process_time() - start
 
 
 def bench_write_cost(seconds: int) -> None:

@@ -67,11 +67,13 @@ def agent_lines(nodes: int, seconds: int) -> list[tuple[str, str]]:
     return lines
 
 
-def handle_stream(lines: list[tuple[str, str]], recorder: TimelineRecorder | None) -> float:
-    """CPU seconds to parse, publish and consume every line (and record it when `recorder` is given)."""
+def handle_stream(lines: list[tuple[str, str]], recorder, clock=None) -> float:
+    """CPU seconds to parse, publish and consume every line (and record it when `recorder` is given: the
+    run's TimelineRecorder, or anything with handle() and flush(); `clock`, an object with a `t`, follows
+    the events' times for a recorder that reads one)."""
     hub = EventHub(max_queue=len(lines) + 1)
     front_end = hub.subscribe()
-    timeline = hub.subscribe() if recorder else None
+    own = hub.subscribe() if recorder else None
     seen = 0
     start = time.process_time()
     for node, line in lines:
@@ -79,8 +81,10 @@ def handle_stream(lines: list[tuple[str, str]], recorder: TimelineRecorder | Non
         hub.publish(NodeStatsUpdated(node, stats, at=stats.timestamp))
         for event in front_end.drain(1000):
             seen += event.stats.has_gpus
-        if timeline is not None:
-            for event in timeline.drain(1000):
+        if own is not None:
+            for event in own.drain(1000):
+                if clock is not None:
+                    clock.t = event.at
                 recorder.handle(event)
     if recorder is not None:
         recorder.flush()
