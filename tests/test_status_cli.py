@@ -42,8 +42,11 @@ def test_status_table_and_exit_1_with_a_node_down(sim_cluster, cluster_toml):
 
 
 def test_status_watch_keeps_printing_until_interrupted(cluster_toml):
+    # Ctrl-C's signal as a terminal delivers it: a suite started in the background (`cmd &` in a script)
+    # ignores SIGINT, and its children would inherit that and never see it.
     process = subprocess.Popen(homegpu_argv("--config", str(cluster_toml), "status", "--watch", "--json"),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     reports = []
     try:
         while len(reports) < 3:
