@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from homegpu.remote.record import create_atomically, open_for_writing
+from homegpu.remote.record import check_store, create_atomically, errors_as_damage, open_for_writing
 
 APPLICATION_ID = 0x68677068  # "hgph": PRAGMA application_id, which marks the file as homegpu's history
 SCHEMA_VERSION = 1  # PRAGMA user_version
@@ -81,25 +81,12 @@ def check(db: sqlite3.Connection, path: Path, thorough: bool) -> None:
     Raises:
         HistoryDamaged: it is not.
     """
-    try:
-        application_id = db.execute("PRAGMA application_id").fetchone()[0]
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        if application_id != APPLICATION_ID:
-            raise damaged(path, "not a homegpu history file")
-        if version != SCHEMA_VERSION:
-            raise damaged(path, f"history format {version}, this homegpu reads {SCHEMA_VERSION}")
-        if thorough:
-            verdict = db.execute("PRAGMA quick_check").fetchone()
-            if verdict != ("ok",):
-                raise damaged(path, verdict[0] if verdict else "quick_check said nothing")
-            if db.execute("PRAGMA auto_vacuum").fetchone()[0] != AUTO_VACUUM_INCREMENTAL:
-                raise damaged(path, "made without incremental auto_vacuum")
+    check_store(db, APPLICATION_ID, SCHEMA_VERSION, "history", thorough, lambda why: damaged(path, why))
+    with errors_as_damage(lambda why: damaged(path, why)):
+        if thorough and db.execute("PRAGMA auto_vacuum").fetchone()[0] != AUTO_VACUUM_INCREMENTAL:
+            raise damaged(path, "made without incremental auto_vacuum")
         for table in (*SAMPLE_TABLES, "nodes", "gpus", "owners", "node_down", "sessions", "meta"):
             db.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchall()  # a table missing: not a history of ours
-    except sqlite3.DatabaseError as exc:
-        if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-            raise
-        raise damaged(path, str(exc)) from None
 
 
 def open_writer(path: Path) -> sqlite3.Connection:

@@ -135,12 +135,14 @@ class JobRun:
         Raises:
             LaunchError: naming each node that is not ready and what to do.
         """
+        workers = len(self.slots)
         self._refuse_keras3()  # read here, in a second: before anything on a node or in experiments/
         self._start_record()
         try:
             self._publish(JobState.PREFLIGHT)
             await self.prepare()
-            self._refuse_keras3()  # again with the layout's workers ("per-gpu" knows them only now)
+            if len(self.slots) != workers:  # "per-gpu" knows its workers only now
+                self._refuse_keras3()
             cache_problem = self.record.describe_setup(
                 self.job, {s.label: tf_config_json(self.slots, s.index) for s in self.slots})
             if cache_problem:

@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 
 from homegpu.remote.queue.entries import QueueError
-from homegpu.remote.record import create_atomically, open_for_writing
+from homegpu.remote.record import check_store, create_atomically, errors_as_damage, open_for_writing
 from homegpu.remote.record import transaction as sqlite_transaction
 
 APPLICATION_ID = 0x68677071  # "hgpq": PRAGMA application_id, which marks the file as homegpu's queue
@@ -54,21 +54,10 @@ def create(path: Path) -> None:
 
 def check(db: sqlite3.Connection, path: Path) -> None:
     """Whether an open file is a whole queue of this version. Raises QueueDamaged."""
-    try:
-        if db.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
-            raise damaged(path, "not a homegpu queue file")
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        if version != SCHEMA_VERSION:
-            raise damaged(path, f"queue format {version}, this homegpu reads {SCHEMA_VERSION}")
-        verdict = db.execute("PRAGMA quick_check").fetchone()
-        if verdict != ("ok",):
-            raise damaged(path, verdict[0] if verdict else "quick_check said nothing")
+    check_store(db, APPLICATION_ID, SCHEMA_VERSION, "queue", True, lambda why: damaged(path, why))
+    with errors_as_damage(lambda why: damaged(path, why)):  # a table missing: not a queue of ours
         db.execute("SELECT id, job, overrides, after, priority, submitted, user, state, run_id, reason, started, "
                    "ended FROM entries LIMIT 1").fetchall()
-    except sqlite3.DatabaseError as exc:
-        if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-            raise
-        raise damaged(path, str(exc)) from None
 
 
 def open_queue(path: Path) -> sqlite3.Connection:

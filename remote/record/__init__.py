@@ -10,12 +10,14 @@ from homegpu.remote.record.recorder import RunRecord
 from homegpu.remote.record.report import write_report
 from homegpu.remote.record.report_inputs import ReportError
 from homegpu.remote.record.run_folder import RunFolder, timelines
-from homegpu.remote.record.sqlite_file import create_atomically, open_for_writing, transaction
+from homegpu.remote.record.sqlite_file import (
+    check_store, create_atomically, errors_as_damage, open_for_writing, transaction,
+)
 from homegpu.remote.record.timeline import load_timeline
 from homegpu.remote.record.timeline_schema import NodeTimeline, Timeline, TimelineDamaged, WorkerTimeline, read_meta
 
 __all__ = [
     "ExperimentLog", "NodeTimeline", "ReportError", "RunFolder", "RunRecord", "Timeline", "TimelineDamaged",
     "WorkerTimeline", "bucket_index", "bucket_time", "bucket_time_sql", "find_stragglers", "load_timeline",
-    "create_atomically", "open_for_writing", "read_meta", "timelines", "transaction", "write_report",
+    "check_store", "create_atomically", "errors_as_damage", "open_for_writing", "read_meta", "timelines", "transaction", "write_report",
 ]

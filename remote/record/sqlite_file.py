@@ -48,6 +48,35 @@ def create_atomically(path: Path, application_id: int, version: int, schema: str
     os.replace(building, path)
 
 
+def check_store(db: sqlite3.Connection, application_id: int, version: int, kind: str, pages: bool,
+                damaged: Callable[[str], Exception]) -> None:
+    """The checks every store starts with: its marks say it is homegpu's `kind` of this `version` and (`pages`)
+    every page reads back. An SQLite error on the way says the file is not a whole store, except another
+    connection's lock, which is not the file's fault and passes through. Raises what `damaged(why)` makes."""
+    with errors_as_damage(damaged):
+        found_id = db.execute("PRAGMA application_id").fetchone()[0]
+        found_version = db.execute("PRAGMA user_version").fetchone()[0]
+        if found_id != application_id:
+            raise damaged(f"not a homegpu {kind} file")
+        if found_version != version:
+            raise damaged(f"{kind} format {found_version}, this homegpu reads {version}")
+        if pages:
+            verdict = db.execute("PRAGMA quick_check").fetchone()
+            if verdict != ("ok",):
+                raise damaged(verdict[0] if verdict else "quick_check said nothing")
+
+
+@contextlib.contextmanager
+def errors_as_damage(damaged: Callable[[str], Exception]) -> Iterator[None]:
+    """SQLite errors in the block become `damaged(why)`; a lock held elsewhere (busy, locked) passes through."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            raise
+        raise damaged(str(exc)) from None
+
+
 def open_for_writing(path: Path, create: Callable[[Path], None], check: Callable[[sqlite3.Connection], None],
                      pragmas: Sequence[str], damaged: Callable[[str], Exception],
                      cannot_write: Callable[[BaseException], Exception]) -> sqlite3.Connection:
