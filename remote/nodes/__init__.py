@@ -12,7 +12,8 @@ from homegpu.remote.nodes.connect import (
 )
 from homegpu.remote.nodes.events import (
     RUN_ALERTS, Alert, AlertCommandFailed, AlertState, EventHub, JobState, JobStateChanged, NodeState,
-    NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, Subscription, WorkerExited,
+    NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, QueueRunChanged, Straggler,
+    Subscription, WorkerExited,
 )
 from homegpu.remote.nodes.owners import FOREIGN_SHARE, foreign_memory_warnings, is_run_worker, owner_text
 from homegpu.remote.nodes.session import NODE_GONE, NodeOffline, NodeSession
@@ -28,7 +29,8 @@ __all__ = [
     "Cluster",
     "CommandResult", "CommandTimeout", "EventHub", "GpuStats", "JobState", "JobStateChanged", "NodeError",
     "NodeOffline", "NodeSession", "NodeState", "NodeStateChanged", "NodeStats", "NodeStatsUnavailable",
-    "NodeStatsUpdated", "OfferedKey", "PreflightResult", "RemoteProcess", "SshTarget", "SshTransport",
+    "NodeStatsUpdated", "OfferedKey", "PreflightResult", "QueueRunChanged", "RemoteProcess", "SshTarget",
+    "SshTransport",
     "StatsParseError", "Straggler", "Subscription", "TransportError", "WorkerExited", "agent_command", "agent_payload",
     "cause", "connect_wait", "describe_gpus", "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib",
     "hostkeys", "is_run_worker", "owner_text", "parse_agent_line", "ssh_target", "tied_to_session", "visible",

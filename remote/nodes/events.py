@@ -81,6 +81,20 @@ class JobStateChanged:
 
 
 @dataclass(frozen=True)
+class QueueRunChanged:
+    """A queued run moved on (serve's queue runner says it): `state` is "started" (its launch begins),
+    "succeeded", "failed" or "cancelled", with `reason` saying why where there is a why. `run_id` is ""
+    for an entry cancelled before it started."""
+
+    entry_id: str
+    job: str
+    run_id: str
+    state: str
+    reason: str = ""
+    at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
 class PreflightResult:
     """One node's preflight: empty `problems` means ready; `warnings` do not stop the launch
     (another process holding much of a GPU the job will use, say)."""
