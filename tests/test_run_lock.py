@@ -117,6 +117,23 @@ async def test_a_lock_from_another_host_is_stale_only_without_heartbeats(cluster
         await cluster.close()
 
 
+async def test_a_controller_that_took_a_run_over_takes_its_live_lock(cluster_toml, job, node_disk):
+    """serve restarted while its queue's run went on: asking with that run's id, it gets the lock at once
+    (heartbeats fresh or not), and then alone refreshes and releases it; any other run id is refused."""
+    cluster, node, work_dir = await _open(cluster_toml)
+    try:
+        killed_serve = ProcessIdentity("serve-host", 4242, "another-machine-id")
+        assert (await acquire(node, work_dir, job, "queued-run", owner=killed_serve)).acquired
+        assert not (await acquire(node, work_dir, job, "other-run")).acquired
+        resumed = await acquire(node, work_dir, job, "queued-run")
+        assert resumed.acquired and resumed.took_over is None
+        assert _lock_file(node_disk, job)["pid"] == ProcessIdentity.this().pid
+        assert not await refresh(node, work_dir, job, "queued-run", owner=killed_serve)
+        assert await release(node, work_dir, job, "queued-run")
+    finally:
+        await cluster.close()
+
+
 async def test_release_frees_the_lock_and_only_its_owner_can(cluster_toml, job, node_disk):
     cluster, node, work_dir = await _open(cluster_toml)
     try:

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from homegpu.remote.config import ConfigError
 from homegpu.tui import (
     bandwidth_commands, config_commands, doctor_commands, history_commands, image_commands, job_commands,
-    report_commands, serve_commands, status_commands, trust_commands,
+    queue_commands, report_commands, serve_commands, status_commands, trust_commands,
 )
 from homegpu.tui.cli_common import EXIT_USAGE, EXPERIMENTS, UserError, load_spec
 from homegpu.tui.terminal import visible_output
@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     report_commands.register(commands)
     serve_commands.register(commands)
     history_commands.register(commands)
+    queue_commands.register(commands)
     return parser
 
 

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 from homegpu.remote.config import JobSpec
 from homegpu.remote.logs import LogLine, LogTail
-from homegpu.remote.nodes import NODE_GONE, Cluster, NodeSession, NodeState, cause, connect_wait
+from homegpu.remote.nodes import NODE_GONE, Cluster, JobState, NodeSession, NodeState, cause, connect_wait
 from homegpu.remote.plan import WorkerSlot, job_nodes, lay_out
 from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus, expand_path, make_runtime
 
@@ -104,6 +104,16 @@ class JobNodes:
             return None
         newest = max(active, key=lambda w: (w.run_id, w.generation or 0))
         return newest.run_id, newest.generation or 1
+
+    async def ended_state(self, run_id: str) -> JobState:
+        """How run `run_id` ended as its workers' exit statuses tell it: SUCCEEDED when every worker found
+        exited 0, else FAILED (none found, one unreachable node's workers left out)."""
+        try:
+            found = await asyncio.gather(*(r.list_workers() for r in self.runtimes.values()))
+        except (*NODE_GONE, asyncio.TimeoutError):
+            found = []
+        statuses = [w.exit_status for group in found for w in group if w.run_id == run_id]
+        return JobState.SUCCEEDED if statuses and all(s == 0 for s in statuses) else JobState.FAILED
 
     async def stop(self, run_id: str, slots: Sequence[WorkerSlot] | None = None) -> list[WorkerStatus | BaseException]:
         """Stop every worker of `run_id` (or of `slots`): TERM, a grace period, then KILL.

@@ -12,6 +12,8 @@ its owner alone.
 Times are this node's clock (`age` is measured here), so the controllers' clocks do not matter.
 A lock is stale when its owner ran on this machine and its pid is gone (its heartbeat does not
 matter then), or, taken from another machine, when its heartbeat is older than stale_after seconds.
+A controller asking for the lock with the run id the lock holds gets it: it took that run over (serve
+resuming its queue's run after a restart), so the run keeps its lock and releases it when it ends.
 """
 
 import fcntl
@@ -72,6 +74,11 @@ def same_owner(current, me):
     return all(current.get(key) == me.get(key) for key in ("run_id", "host", "machine", "pid"))
 
 
+def same_run(current, me):
+    # a controller that took over the run itself (serve resuming its queue's run after a restart)
+    return bool(me.get("run_id")) and current.get("run_id") == me.get("run_id")
+
+
 def stale(current, now, stale_after):
     if current.get("host") == socket.gethostname() and current.get("machine", "") == machine_id():
         return not pid_alive(current.get("pid"), current.get("start_time"))
@@ -93,7 +100,7 @@ def command(name, args, path, now):
     if name == "peek":
         return {"holder": described(current, now)}
     if name == "acquire":
-        if current is None or same_owner(current, me):
+        if current is None or same_owner(current, me) or same_run(current, me):
             write(path, dict(me, acquired=(current or {}).get("acquired", now)))
             return {"acquired": True}
         if stale(current, now, args["stale_after"]):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from homegpu.remote.config import JobSpec
 from homegpu.remote.jobs import JobNodes, LaunchError
@@ -32,10 +32,15 @@ class _Followed:
 
 
 class RunFollower:
-    """Follows the running runs of `jobs` on `cluster`; start() it, close() it."""
+    """Follows the running runs of `jobs` on `cluster`; start() it, close() it.
 
-    def __init__(self, cluster: Cluster, jobs: Iterable[JobSpec], find_seconds: float = FIND_SECONDS) -> None:
-        self.cluster, self.jobs, self.find_seconds = cluster, list(jobs), find_seconds
+    Args:
+        ours: whether serve runs that run id itself (the queue's runs): those are not followed twice.
+    """
+
+    def __init__(self, cluster: Cluster, jobs: Iterable[JobSpec], find_seconds: float = FIND_SECONDS,
+                 ours: Callable[[str], bool] = lambda run_id: False) -> None:
+        self.cluster, self.jobs, self.find_seconds, self.ours = cluster, list(jobs), find_seconds, ours
         self._nodes: dict[str, JobNodes] = {}
         self._followed: dict[str, _Followed] = {}
         self._task: asyncio.Task | None = None
@@ -66,6 +71,8 @@ class RunFollower:
             found = await nodes.find(running_only=True)
         except (LaunchError, *NODE_GONE):
             return
+        if found and self.ours(found[0]):
+            found = None
         current = self._followed.get(job.name)
         if current and found == (current.run_id, current.generation):
             return
@@ -92,12 +99,7 @@ class RunFollower:
 
     async def _announce_end(self, job: JobSpec, nodes: JobNodes, ended: _Followed) -> None:
         """The run's end as its workers' exit statuses tell it (all 0: succeeded)."""
-        try:
-            found = await asyncio.gather(*(r.list_workers() for r in nodes.runtimes.values()))
-        except (*NODE_GONE, asyncio.TimeoutError):
-            found = []
-        statuses = [w.exit_status for group in found for w in group if w.run_id == ended.run_id]
-        state = JobState.SUCCEEDED if statuses and all(s == 0 for s in statuses) else JobState.FAILED
+        state = await nodes.ended_state(ended.run_id)
         self.cluster.hub.publish(JobStateChanged(job.name, ended.run_id, state, ended.generation,
                                                  ended.generation - 1, FOLLOWED))
 

@@ -1,0 +1,288 @@
+"""The queue's runner, inside `homegpu serve`: it starts waiting entries when schedule.decide says so,
+through the same path as `homegpu run` (JobRun: the job's lock, preflight, code sync, launch), follows each
+run to its end, and finishes its entry.
+
+One start, in order (nothing is recorded until the launch is sure to be tried):
+1. the run is prepared (its nodes reached, its workers laid out on their GPUs);
+2. the job must not already run outside the queue, and every node's GPUs are checked again on a stats
+   sample taken after the decision (a process that came in between makes it wait again);
+3. the job's lock is taken, then the entry is marked starting with the run's id (store.py says why first);
+4. the launch; the entry is running once every worker started, failed with the launch's own words if not.
+
+When serve stops, the runs go on: the runner stops following them and leaves their entries running. A
+serve started again resumes them (resume.py): it attaches to a run whose workers are still there, else
+finishes the entry with what its workers' exit statuses say. Nothing is ever started twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from homegpu.remote.config import JobSpec
+from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome
+from homegpu.remote.nodes import Cluster, JobState, NodeStats, QueueRunChanged
+from homegpu.remote.queue.desk import QueueDesk
+from homegpu.remote.queue.entries import EntryState, QueueEntry, QueueError
+from homegpu.remote.queue.overrides import apply_overrides
+from homegpu.remote.queue.resume import ATTACH, resume_action
+from homegpu.remote.queue.schedule import NodeView, decide, entry_nodes
+from homegpu.remote.queue.store import QueueStore
+
+TICK_SECONDS = 2.0  # how often the queue is looked at without a change to prompt it
+FRESH_STATS_INTERVALS = 3  # stats intervals to wait for a sample newer than the decision
+_ENDS = {JobState.SUCCEEDED: EntryState.SUCCEEDED, JobState.STOPPED: EntryState.CANCELLED}
+
+
+class QueueRunner:
+    """Runs `store`'s queue on `cluster`, recording runs under `experiments`; start() it, close() it.
+    `desk` answers the socket's requests (QueueDesk) with this runner behind it."""
+
+    def __init__(self, cluster: Cluster, store: QueueStore, experiments: Path,
+                 clock: Callable[[], float] = time.time, tick: float = TICK_SECONDS) -> None:
+        self.cluster, self.spec, self.store = cluster, cluster.spec, store
+        self.experiments, self.clock, self.tick = Path(experiments), clock, tick
+        self.desk = QueueDesk(self.spec, store, changed=self.wake, stop_run=self._stop_run, clock=clock)
+        self._wake = asyncio.Event()
+        self._starting: dict[str, QueueEntry] = {}  # entries between their decision and their record
+        self._runs: dict[str, JobRun] = {}  # entry id -> its run, while followed
+        self._cancelled_by: dict[str, str] = {}  # entry id -> who cancelled its run
+        self._unresumed: set[str] = set()  # active entries whose nodes did not answer yet
+        self._tasks: set[asyncio.Task] = set()
+        self._loop_task: asyncio.Task | None = None
+
+    # -- life ------------------------------------------------------------------------------------
+
+    def start(self) -> QueueRunner:
+        self._unresumed = {entry.id for entry in self.store.unfinished()}
+        self._loop_task = asyncio.create_task(self._loop(), name="queue runner")
+        return self
+
+    async def close(self) -> None:
+        """Stop starting runs and stop following them; the runs themselves go on (a restart resumes them)."""
+        tasks = [task for task in (self._loop_task, *self._tasks) if task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def wake(self) -> None:
+        """Look at the queue now (a submit, a cancel, a run's end)."""
+        self._wake.set()
+
+    def owns(self, run_id: str) -> bool:
+        """Whether run `run_id` is one of the queue's (serve's run follower leaves those alone)."""
+        return any(entry.run_id == run_id for entry in self.store.unfinished())
+
+    async def _loop(self) -> None:
+        while True:
+            self._wake.clear()
+            await self._resume()
+            self._pass()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.tick)
+
+    def _spawn(self, coroutine, name: str) -> None:
+        task = asyncio.create_task(coroutine, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- deciding --------------------------------------------------------------------------------
+
+    def _views(self) -> dict[str, NodeView]:
+        return {name: NodeView(node.state, node.latest) for name, node in self.cluster.nodes.items()}
+
+    def _needs(self, entries: list[QueueEntry]) -> dict[str, tuple[str, ...]]:
+        """entry id -> its run's nodes (`--set` cannot change them: overrides.py)."""
+        return {e.id: entry_nodes(self.spec, self.spec.jobs[e.job]) for e in entries if e.job in self.spec.jobs}
+
+    def _entries(self) -> list[QueueEntry]:
+        """The store's entries, those being started counted as starting (their nodes are taken)."""
+        return [replace(e, state=EntryState.STARTING) if e.id in self._starting and e.state is EntryState.WAITING
+                else e for e in self.store.entries()]
+
+    def _pass(self) -> None:
+        entries = self._entries()
+        decision = decide(entries, self._views(), self._needs(entries))
+        now = self.clock()
+        for id_, reason in decision.cancels.items():
+            with contextlib.suppress(QueueError):  # cancelled by hand meanwhile
+                entry = self.store.cancel(id_, reason, now)
+                self._tell(entry, "cancelled", reason)
+        self.store.note_reasons(decision.waits)
+        by_id = {entry.id: entry for entry in entries}
+        for id_ in decision.start:
+            self._starting[id_] = by_id[id_]
+            self._spawn(self._start(by_id[id_]), f"queue start {id_}")
+
+    def _tell(self, entry: QueueEntry, state: str, reason: str = "") -> None:
+        self.cluster.hub.publish(QueueRunChanged(entry.id, entry.job, entry.run_id, state, reason))
+
+    # -- starting --------------------------------------------------------------------------------
+
+    async def _start(self, entry: QueueEntry) -> None:
+        try:
+            run = await self._ready_run(entry)
+            if run is not None:
+                await self._launch(entry, run)
+        finally:
+            self._starting.pop(entry.id, None)
+            self.wake()
+
+    async def _ready_run(self, entry: QueueEntry) -> JobRun | None:
+        """Steps 1-3 of a start (the module's docstring): the run with its lock held, or None after noting
+        why the entry waits (or cancelling it, if its settings no longer apply)."""
+        job = self._job(entry)
+        if job is None:
+            return None
+        run = JobRun(self.cluster, job, self.experiments)
+        decided = self._samples(entry)
+        try:
+            await run.prepare()
+            other = await run.nodes.find(running_only=True)
+            if other is not None:
+                return self._wait(entry, f"job {job.name} already runs as run {other[0]}, started outside the "
+                                         "queue; it starts after that run ends")
+            blocked = await self._gpus_taken(entry, decided)
+            if blocked:
+                return self._wait(entry, blocked)
+            holder = await run.take_lock()
+        except LaunchError as exc:
+            return self._wait(entry, f"not started yet: {exc}")
+        if holder is not None:
+            return self._wait(entry, f"job {job.name} is being started by {holder.describe()}")
+        return run
+
+    def _job(self, entry: QueueEntry) -> JobSpec | None:
+        """The entry's job with its `--set` applied; None (and the entry cancelled) when they no longer apply."""
+        try:
+            return apply_overrides(self.spec, self.spec.jobs[entry.job], entry.overrides)
+        except (KeyError, QueueError) as exc:
+            reason = (f"job {entry.job} is no longer in {self.spec.source}" if isinstance(exc, KeyError)
+                      else f"its settings no longer apply: {exc}")
+            with contextlib.suppress(QueueError):
+                self._tell(self.store.cancel(entry.id, reason, self.clock()), "cancelled", reason)
+            return None
+
+    def _wait(self, entry: QueueEntry, reason: str) -> None:
+        self.store.note_reasons({entry.id: reason})
+        return None
+
+    def _samples(self, entry: QueueEntry) -> dict[str, NodeStats | None]:
+        """The stats samples the decision to start `entry` saw, by node."""
+        return {name: self.cluster.node(name).latest for name in entry_nodes(self.spec, self.spec.jobs[entry.job])}
+
+    async def _gpus_taken(self, entry: QueueEntry, decided: dict[str, NodeStats | None]) -> str:
+        """Why the entry's GPUs are not free on a stats sample newer than those `decided` on ("" when they are)."""
+        await asyncio.gather(*(self._fresh_stats(name, seen) for name, seen in decided.items()))
+        entries = [e for e in self._entries() if e.id != entry.id] + [entry]
+        decision = decide(entries, self._views(), self._needs(entries))
+        return "" if entry.id in decision.start else decision.waits.get(entry.id, "not its turn any more")
+
+    async def _fresh_stats(self, name: str, seen: NodeStats | None) -> None:
+        """Wait for a sample of `name` other than `seen` (a few stats intervals at most: a node whose agent
+        stalled is judged on what it last sent)."""
+        wait = FRESH_STATS_INTERVALS * self.spec.stats_interval
+        with contextlib.suppress(asyncio.TimeoutError):
+            await self.cluster.node(name).wait_for(lambda node: node.latest is not seen, timeout=wait)
+
+    async def _launch(self, entry: QueueEntry, run: JobRun) -> None:
+        try:
+            entry = self.store.mark_starting(entry.id, run.run_id, self.clock())
+        except QueueError:  # cancelled while it was prepared
+            await run.release_lock()
+            return
+        self._tell(entry, "started")
+        try:
+            await run.launch()
+        except LaunchError as exc:
+            await run.release_lock()
+            self._end(entry, EntryState.FAILED, f"not started: {exc}")
+            return
+        except BaseException:
+            await run.release_lock()
+            raise
+        self._follow(self.store.mark_running(entry.id), run)
+
+    # -- following -------------------------------------------------------------------------------
+
+    def _follow(self, entry: QueueEntry, run: JobRun) -> None:
+        self._runs[entry.id] = run
+        if entry.id in self._cancelled_by:
+            run.stop()
+        self._spawn(self._watch(entry, run), f"queue run {entry.id}")
+
+    async def _watch(self, entry: QueueEntry, run: JobRun) -> None:
+        try:  # cancelled when serve stops: watch() stops following, the run goes on, a restart resumes it
+            outcome = await run.watch()
+        finally:
+            self._runs.pop(entry.id, None)
+        state, reason = self._outcome(entry, outcome)
+        self._end(entry, state, reason)
+        self.wake()
+
+    def _outcome(self, entry: QueueEntry, outcome: RunOutcome) -> tuple[EntryState, str]:
+        state = _ENDS.get(outcome.state, EntryState.FAILED)
+        if state is EntryState.CANCELLED:
+            user = self._cancelled_by.pop(entry.id, "")
+            return state, f"cancelled by {user} while it ran" if user else "stopped outside the queue"
+        return state, "" if state is EntryState.SUCCEEDED else outcome.detail
+
+    def _end(self, entry: QueueEntry, state: EntryState, reason: str) -> None:
+        with contextlib.suppress(QueueError):
+            entry = self.store.finish(entry.id, state, reason, self.clock())
+            self._tell(entry, state.value, reason)
+
+    def _stop_run(self, entry: QueueEntry, user: str) -> None:
+        """A cancel of a starting or running entry: its run is stopped (TERM, then KILL), and its entry
+        ends as cancelled when the run has."""
+        self._cancelled_by[entry.id] = user
+        run = self._runs.get(entry.id)
+        if run is not None:
+            run.stop()
+
+    # -- resuming after a restart ----------------------------------------------------------------
+
+    async def _resume(self) -> None:
+        """Resume each entry serve left starting or running, once its nodes answer (resume.py)."""
+        for entry in [e for e in self.store.unfinished() if e.id in self._unresumed]:
+            if await self._resume_one(entry):
+                self._unresumed.discard(entry.id)
+
+    async def _resume_one(self, entry: QueueEntry) -> bool:
+        """True once `entry` is attached to or finished; False while its nodes do not answer."""
+        job = self.spec.jobs.get(entry.job)
+        if job is None:
+            self._end(entry, EntryState.FAILED, f"job {entry.job} is no longer in {self.spec.source}; its run "
+                                                 f"{entry.run_id} is not followed")
+            return True
+        with contextlib.suppress(QueueError):
+            job = apply_overrides(self.spec, job, entry.overrides)
+        run = JobRun(self.cluster, job, self.experiments, run_id=entry.run_id)
+        try:
+            await run.prepare()
+            found = await run.nodes.find(running_only=True)
+        except LaunchError:
+            return False
+        if resume_action(entry, found is not None and found[0] == entry.run_id).action == ATTACH:
+            run.adopt(entry.run_id, found[1])
+            with contextlib.suppress(LaunchError):
+                await run.take_lock()  # the run's own lock, taken over (node_side/job_lock.py)
+            self._follow(self.store.mark_running(entry.id), run)
+            return True
+        await self._resume_ended(entry, run)
+        return True
+
+    async def _resume_ended(self, entry: QueueEntry, run: JobRun) -> None:
+        """A run that is not running any more: its workers' exit statuses say how it ended. Its lock, which
+        the stopped serve held, is taken over and released, so the queue's next run of the job need not wait."""
+        with contextlib.suppress(LaunchError):
+            await run.take_lock()
+            await run.release_lock()
+        if entry.state is EntryState.RUNNING and await run.nodes.ended_state(entry.run_id) is JobState.SUCCEEDED:
+            self._end(entry, EntryState.SUCCEEDED, "ended while serve was stopped")
+            return
+        self._end(entry, EntryState.FAILED, resume_action(entry, False).reason)
