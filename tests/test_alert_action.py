@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from homegpu.remote.alerts.command import alert_argv, alert_env, alert_values, fill, run_command
+from homegpu.remote.alerts.command import TITLES, alert_argv, alert_env, alert_values, fill, run_command
 from homegpu.remote.alerts.watcher import AlertWatcher
-from homegpu.remote.config.alert_rules import AlertRules
+from homegpu.remote.config.alert_rules import KINDS, PLACEHOLDERS, QUEUED_RUN_KINDS, AlertRules
 from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.nodes.events import (
-    Alert, AlertCommandFailed, AlertState, EventHub, NodeState, NodeStateChanged, NodeStatsUpdated,
+    RUN_ALERTS, Alert, AlertCommandFailed, AlertState, EventHub, NodeState, NodeStateChanged, NodeStatsUpdated,
+    QueueRunChanged,
 )
 from timeline_events import recorded_stats
 
@@ -79,6 +80,29 @@ def test_the_environment_carries_the_alert_and_keeps_the_controllers_own():
         "HOMEGPU_RUN_ID": "train-1", "HOMEGPU_JOB": "train", "HOMEGPU_CLUSTER": "lab"}
     assert env["HOMEGPU_ALERT_MESSAGE"] == FIRED.message
     assert env["HOMEGPU_ALERT_TIME"].startswith("2026-11-22T")
+    assert env["HOMEGPU_QUEUE_ID"] == ""  # not about a queue entry
+
+
+QUEUED = Alert("queued_run_failed", AlertState.FIRING, "q-12 (train) failed: w1: exit 1", job="train",
+               run_id="train-1", queue_id="q-12", at=T0)
+
+
+def test_a_queued_runs_alert_carries_its_queue_entry():
+    values = alert_values(QUEUED, "lab")
+    assert fill("{queue_id} {alert} {run_id}: {title}", values) == \
+        "q-12 queued_run_failed train-1: homegpu lab: queued run failed"
+    env = alert_env(values, base={})
+    assert (env["HOMEGPU_QUEUE_ID"], env["HOMEGPU_ALERT"], env["HOMEGPU_RUN_ID"], env["HOMEGPU_JOB"]) == (
+        "q-12", "queued_run_failed", "train-1", "train")
+    assert set(values) == set(PLACEHOLDERS)  # every placeholder the config lets through has a value
+    assert "queued_run_cancelled" in PLACEHOLDERS["alert"] and "q-12" in PLACEHOLDERS["queue_id"]
+
+
+def test_every_kind_has_a_title_and_a_queued_run_is_about_a_run():
+    assert set(TITLES) == set(KINDS)
+    assert [TITLES[kind] for kind in QUEUED_RUN_KINDS] == [
+        "queued run started", "queued run succeeded", "queued run failed", "queued run cancelled"]
+    assert set(QUEUED_RUN_KINDS) <= set(RUN_ALERTS)
 
 
 async def test_run_command_says_why_it_failed(tmp_path):
@@ -192,5 +216,27 @@ async def test_node_offline_fires_from_the_clock_when_no_event_comes():
                 break
             await asyncio.sleep(0.05)
         assert [(a.kind, a.node, a.value) for a in alerts] == [("node_offline", "desk", 5.0)]
+    finally:
+        await watcher.close()
+
+
+async def test_a_queued_run_reaches_the_command_once_per_entry_and_state(tmp_path):
+    argv, out = recorder(tmp_path)
+    hub = EventHub()
+    rules = AlertRules(queued_runs=True, command=(*argv, "{alert}", "{queue_id}", "{message}"))
+    watcher = AlertWatcher(spec_with(rules), hub).start()
+    try:
+        hub.publish(QueueRunChanged("q-12", "train", "train-1", "started", at=T0))
+        hub.publish(QueueRunChanged("q-12", "train", "train-1", "started", at=T0 + 1))  # said again: sent once
+        hub.publish(QueueRunChanged("q-12", "train", "train-1", "failed", "w1: exit 1", at=T0 + 9))
+        hub.publish(QueueRunChanged("q-13", "train", "", "cancelled", "after q-12, which failed", at=T0 + 9))
+        await settle(watcher)
+        calls = recorded(out)
+        assert [call["argv"] for call in calls] == [
+            ["queued_run_started", "q-12", "q-12 (train) started as run train-1"],
+            ["queued_run_failed", "q-12", "q-12 (train) failed: w1: exit 1"],
+            ["queued_run_cancelled", "q-13", "q-13 (train) cancelled: after q-12, which failed"]]
+        assert [call["env"]["HOMEGPU_QUEUE_ID"] for call in calls] == ["q-12", "q-12", "q-13"]
+        assert calls[2]["env"]["HOMEGPU_RUN_ID"] == ""
     finally:
         await watcher.close()

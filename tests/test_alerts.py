@@ -14,7 +14,8 @@ from homegpu.remote.alerts.evaluate import AlertEvaluator
 from homegpu.remote.config.alert_rules import AlertRules
 from homegpu.remote.logs.metric import Metric, WorkerMetric
 from homegpu.remote.nodes.events import (
-    AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, Straggler,
+    Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, QueueRunChanged,
+    Straggler,
 )
 from homegpu.remote.nodes.stats import NA
 from timeline_events import recorded_stats
@@ -113,7 +114,8 @@ def test_rules_that_are_off_fire_nothing():
     events = [NodeStatsUpdated("desk", hot(120, mem_used=81_559), at=T0),
               NodeStateChanged("desk", NodeState.ONLINE, at=T0), NodeStateChanged("desk", NodeState.OFFLINE, at=T0),
               JobStateChanged("j", "r", JobState.FAILED, 1, 0, "x (stalled)", at=T0),
-              Straggler("j", "r", "w", 1.0, 10.0, at=T0, epoch=2)]
+              Straggler("j", "r", "w", 1.0, 10.0, at=T0, epoch=2),
+              QueueRunChanged("q-1", "j", "r", "failed", "w0: exit 1", at=T0)]
     assert [alert for event in events for alert in evaluator.take(event)] == []
     assert evaluator.tick(T0 + 10_000) == []
 
@@ -213,3 +215,74 @@ def test_job_alerts_name_the_run_and_the_worker():
     (failed, cleared) = evaluator.take(state(JobState.FAILED, 20, "w1: exit 137 (killed)"))
     assert failed.message == "train (run r1) failed: w1: exit 137 (killed)"
     assert cleared.message == "train (run r1) failed" and cleared.key == slow.key
+
+
+RUN = "train-20261124-021500-a3f9"
+
+
+def queued(state: str, at: float, entry: str = "q-12", run: str = RUN, reason: str = "") -> QueueRunChanged:
+    return QueueRunChanged(entry, "train", run, state, reason, at=T0 + at)
+
+
+# (events; alerts as (kind, queue entry, index of the event))
+QUEUE_CASES = [
+    ("a run's life: started, then succeeded", [queued("started", 0), queued("succeeded", 60)],
+     [("queued_run_started", "q-12", 0), ("queued_run_succeeded", "q-12", 1)]),
+    ("a repeated event fires once", [queued("started", 0), queued("started", 1), queued("failed", 9, reason="x"),
+                                     queued("failed", 10, reason="x")],
+     [("queued_run_started", "q-12", 0), ("queued_run_failed", "q-12", 2)]),
+    ("once per entry and state, with or without the run id", [queued("cancelled", 0, run=""), queued("cancelled", 1)],
+     [("queued_run_cancelled", "q-12", 0)]),
+    ("two entries in one state are two alerts", [queued("started", 0), queued("started", 0, "q-13", "train-2")],
+     [("queued_run_started", "q-12", 0), ("queued_run_started", "q-13", 1)]),
+    ("a failure, and the entry after it cancelled",
+     [queued("started", 0), queued("failed", 9, reason="w1: exit 1"),
+      queued("cancelled", 9, "q-13", "", "after q-12, which failed")],
+     [("queued_run_started", "q-12", 0), ("queued_run_failed", "q-12", 1), ("queued_run_cancelled", "q-13", 2)]),
+    ("a state that is not one of the four says nothing", [queued("running", 0), queued("waiting", 1)], []),
+]
+
+
+@pytest.mark.parametrize("name, events, expected", QUEUE_CASES, ids=[case[0] for case in QUEUE_CASES])
+def test_queued_run_alerts(name, events, expected):
+    evaluator = AlertEvaluator(AlertRules(queued_runs=True))
+    got = [(alert.kind, alert.queue_id, i) for i, event in enumerate(events) for alert in evaluator.take(event)]
+    assert got == expected
+    assert evaluator.firing == ()  # news, not a condition: nothing to clear
+
+
+def test_queued_run_alerts_say_the_entry_the_job_the_run_and_why():
+    evaluator = AlertEvaluator(AlertRules(queued_runs=True))
+    (started,) = evaluator.take(queued("started", 0))
+    assert (started.kind, started.state, started.job, started.run_id, started.queue_id) == (
+        "queued_run_started", FIRING, "train", RUN, "q-12")
+    assert started.message == f"q-12 (train) started as run {RUN}" and started.at == T0
+    (failed,) = evaluator.take(queued("failed", 9, reason="w1: exit 1 (ValueError: bad shape)"))
+    assert failed.message == "q-12 (train) failed: w1: exit 1 (ValueError: bad shape)"
+    assert (failed.kind, failed.run_id, failed.queue_id) == ("queued_run_failed", RUN, "q-12")
+    (cancelled,) = evaluator.take(queued("cancelled", 9, "q-13", "", "after q-12, which failed"))
+    assert cancelled.message == "q-13 (train) cancelled: after q-12, which failed"
+    assert (cancelled.kind, cancelled.run_id, cancelled.queue_id) == ("queued_run_cancelled", "", "q-13")
+    (succeeded,) = evaluator.take(queued("succeeded", 20, "q-14", "train-3"))
+    assert succeeded.message == "q-14 (train) succeeded (run train-3)"
+    (bare,) = evaluator.take(queued("failed", 20, "q-15", ""))
+    assert bare.message == "q-15 (train) failed"
+
+
+def test_queued_runs_is_its_own_switch_and_leaves_the_run_alerts_alone():
+    events = [queued("started", 0), JobStateChanged("train", RUN, JobState.RUNNING, 1, 0, at=T0 + 1),
+              JobStateChanged("train", RUN, JobState.FAILED, 1, 0, "w1: exit 1", at=T0 + 9),
+              queued("failed", 9, reason="w1: exit 1")]
+    every_other_rule = AlertEvaluator(dataclasses.replace(ALL_JOB_RULES, gpu_temperature=85, node_offline_seconds=1))
+    assert [alert.kind for event in events for alert in every_other_rule.take(event)] == ["job_failed"]
+    both = AlertEvaluator(dataclasses.replace(ALL_JOB_RULES, queued_runs=True))
+    got = [alert for event in events for alert in both.take(event)]
+    assert [alert.kind for alert in got] == ["queued_run_started", "job_failed", "queued_run_failed"]
+    assert got[1].queue_id == ""  # job_failed is about the run, whoever started it
+
+
+def test_two_entries_alerts_never_share_a_key():
+    one = Alert("queued_run_failed", FIRING, "q-1 (train) failed", job="train", run_id="r", queue_id="q-1")
+    assert one.key != dataclasses.replace(one, queue_id="q-2").key
+    assert one.key != dataclasses.replace(one, kind="queued_run_cancelled").key
+    assert one.key != dataclasses.replace(one, run_id="r2").key  # about a run, like job_failed

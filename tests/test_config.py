@@ -115,7 +115,7 @@ def test_repository_example_is_valid():
                 jobs=MappingProxyType({"t": JobSpec(name="t", image="me/tf:1", script="s/train.py", args=("-x",),
                                                     env=MappingProxyType({"A": "1"}), nodes=("n",), epochs=5,
                                                     restart="never", stall_timeout=60.0)}),
-                alerts=AlertRules(gpu_temperature=85.0, node_offline_seconds=60.0, job_failed=True,
+                alerts=AlertRules(gpu_temperature=85.0, node_offline_seconds=60.0, job_failed=True, queued_runs=True,
                                   command=("curl", "-d", "{message}", "https://ntfy.sh/t"), command_timeout=5.0)),
 ])
 def test_writer_round_trip(spec):
@@ -261,6 +261,11 @@ BAD_INPUTS = [
     (ALERTS + 'node_offline_seconds = nan\n', 5, "[alerts].node_offline_seconds", "got nan", "in that range"),
     (ALERTS + 'node_offline_seconds = true\n', 5, "[alerts].node_offline_seconds", "got a boolean", "= 1.5"),
     (ALERTS + 'job_failed = "yes"\n', 5, "[alerts].job_failed", "expected true or false", "job_failed = true"),
+    (ALERTS + 'queued_runs = "yes"\n', 5, "[alerts].queued_runs", "expected true or false", "queued_runs = true"),
+    (ALERTS + 'queued_run = true\n', 5, "[alerts].queued_run", "unknown key 'queued_run'",
+     "did you mean 'queued_runs'?"),
+    (ALERTS + 'command = ["curl", "{queue}"]\n', 5, "[alerts].command", "unknown placeholder '{queue}'",
+     "{queue_id}"),
     (ALERTS + 'command = []\n', 5, "[alerts].command", "the command is empty", 'command = ["notify-send"'),
     (ALERTS + 'command = "notify-send hi"\n', 5, "[alerts].command", "expected a list, got a string",
      'command = ["a", "b"]'),
@@ -319,7 +324,7 @@ def test_repository_example_has_every_alert_on():
     alerts = load_cluster(REPO / "cluster.toml").alerts
     assert alerts.enabled and alerts.command[0] == "notify-send"
     assert (alerts.gpu_temperature, alerts.gpu_memory_percent, alerts.node_offline_seconds) == (85, 95, 60)
-    assert alerts.job_failed and alerts.job_stalled and alerts.straggler and alerts.job_succeeded
+    assert alerts.job_failed and alerts.job_stalled and alerts.straggler and alerts.job_succeeded and alerts.queued_runs
 
 
 def test_init_writes_alerts_commented_out_ready_to_enable(tmp_path):
@@ -327,22 +332,23 @@ def test_init_writes_alerts_commented_out_ready_to_enable(tmp_path):
     assert parse_cluster(text).alerts == AlertRules()  # off until the user says
     example = [line for line in text.splitlines() if line.startswith("# ") and "=" in line
                and line.split("=")[0][2:].strip() in ("gpu_temperature", "node_offline_seconds", "job_failed",
-                                                       "command_timeout")]
+                                                       "queued_runs", "command_timeout")]
     ntfy = next(line for line in text.splitlines() if "ntfy.sh" in line)
     enabled = text + "\n[alerts]\n" + "\n".join(line[2:] for line in [*example, ntfy]) + "\n"
     alerts = parse_cluster(enabled).alerts
     assert alerts.gpu_temperature == 85 and alerts.job_failed and alerts.command[:2] == ("curl", "-s")
+    assert alerts.queued_runs and not alerts.job_stalled
 
 
 def test_check_shows_the_alert_rules_and_whether_the_command_is_found(tmp_path, capsys):
     from homegpu.tui.cli import main
 
     path = tmp_path / "cluster.toml"
-    path.write_text(NODE + '[alerts]\ngpu_temperature = 85\njob_failed = true\n'
+    path.write_text(NODE + '[alerts]\ngpu_temperature = 85\njob_failed = true\nqueued_runs = true\n'
                            f'command = ["{tmp_path}/nope", "{{message}}"]\n')
     assert main(["--config", str(path), "check"]) == 0
     out = capsys.readouterr().out
-    assert "Alerts: GPU at 85 °C or more, job failed" in out
+    assert "Alerts: GPU at 85 °C or more, job failed, queued runs\n" in out
     assert f"command: {tmp_path}/nope '{{message}}'  (not found: {tmp_path}/nope is not on this machine's PATH)" in out
     path.write_text(NODE)
     assert main(["--config", str(path), "check"]) == 0

@@ -398,10 +398,14 @@ def test_the_alert_banner_holds_what_fires_and_a_clear_becomes_a_toast():
     view.apply(AlertCommandFailed("notify-send", "cannot run notify-send: No such file"))
     assert list(view.notices) == [("cleared: big GPU 0 cooled to 70 °C", "information"),
                                   ("alert command failed: cannot run notify-send: No such file", "error")]
-    # a new run takes the screen: the last run's alerts go, a node's stay
+    # a new run takes the screen: the last run's alerts go (a queued run's too), a node's stay
     view.apply(hot)
+    view.apply(Alert("queued_run_failed", AlertState.FIRING, "q-1 (j) failed", job="j", run_id="r1", queue_id="q-1"))
+    mine = Alert("queued_run_started", AlertState.FIRING, "q-2 (j) started as run r2", job="j", run_id="r2",
+                 queue_id="q-2")
+    view.apply(mine)
     view.apply(JobStateChanged("j", "r2", JobState.PREFLIGHT, 1, 0))
-    assert list(view.alerts.values()) == [hot]
+    assert list(view.alerts.values()) == [hot, mine]
 
 
 def test_the_alert_banner_fits_its_width_and_counts_the_rest():
@@ -414,3 +418,20 @@ def test_the_alert_banner_fits_its_width_and_counts_the_rest():
     assert text == ["⚠ node4 has been of…", "⚠ node3 has been of…", "⚠ node2 has been of…", "  and 2 more"]
     done = alert_banner([Alert("job_succeeded", AlertState.FIRING, "train (run r) succeeded")], 80)
     assert done.plain == "✓ train (run r) succeeded"
+
+
+def test_a_queued_runs_success_is_good_news_its_start_news_and_its_failure_trouble():
+    from homegpu.remote.nodes.events import Alert, AlertState
+    from homegpu.tui.render import alert_banner
+
+    def queued(state: str, message: str) -> Alert:
+        return Alert(f"queued_run_{state}", AlertState.FIRING, message, job="train", run_id="r", queue_id="q-12")
+
+    banner = alert_banner([queued("failed", "q-12 (train) failed: w1: exit 1"),
+                           queued("cancelled", "q-13 (train) cancelled: after q-12, which failed"),
+                           queued("started", "q-14 (train) started as run r"),
+                           queued("succeeded", "q-14 (train) succeeded (run r)")], 80)
+    assert banner.plain.splitlines() == ["✓ q-14 (train) succeeded (run r)", "▸ q-14 (train) started as run r",
+                                         "⚠ q-13 (train) cancelled: after q-12, which failed", "  and 1 more"]
+    line_styles = {banner.plain[span.start]: span.style for span in banner.spans if banner.plain[span.start] in "✓▸⚠"}
+    assert line_styles == {"✓": "bold green", "▸": "bold", "⚠": "bold red"}

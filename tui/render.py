@@ -34,6 +34,11 @@ JOB_STYLES = {
     JobState.RUNNING: "green", JobState.SUCCEEDED: "bold green", JobState.FAILED: "bold red",
     JobState.RESTARTING: "yellow", JobState.STOPPED: "yellow",
 }
+# Alerts that are news rather than trouble: (mark, the line's style, the message's own); any other is a red "⚠".
+ALERT_TONES = {
+    "job_succeeded": ("✓ ", "bold green", ""), "queued_run_succeeded": ("✓ ", "bold green", ""),
+    "queued_run_started": ("▸ ", "bold", ""),
+}
 REASON_WIDTH = 24
 NODE_COLUMNS = ("NODE", "GPU", "UTIL", "MEM", "TEMP", "POWER", "CPU", "RAM")
 
@@ -283,9 +288,9 @@ def alert_banner(alerts: Sequence[Alert], width: int, shown: int = 3) -> Text:
     out = Text()
     latest = list(reversed(alerts))
     for alert in latest[:shown]:
-        good = alert.kind == "job_succeeded"
-        line = Text("✓ " if good else "⚠ ", style="bold green" if good else "bold red")
-        line.append(alert.message, style="" if good else "bold")
+        mark, mark_style, style = ALERT_TONES.get(alert.kind, ("⚠ ", "bold red", "bold"))
+        line = Text(mark, style=mark_style)
+        line.append(alert.message, style=style)
         line.truncate(max(width, 10), overflow="ellipsis")
         out.append_text(line)
         out.append("\n")

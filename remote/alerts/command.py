@@ -22,7 +22,9 @@ STDERR_KEPT = 2_000  # bytes of the command's stderr kept to say why it failed
 TITLES = {
     "gpu_temperature": "GPU too hot", "gpu_memory": "GPU memory nearly full", "node_offline": "node offline",
     "job_failed": "job failed", "job_stalled": "job stalled", "straggler": "straggler",
-    "job_succeeded": "job succeeded",
+    "job_succeeded": "job succeeded", "queued_run_started": "queued run started",
+    "queued_run_succeeded": "queued run succeeded", "queued_run_failed": "queued run failed",
+    "queued_run_cancelled": "queued run cancelled",
 }
 
 
@@ -33,7 +35,7 @@ def alert_values(alert: Alert, cluster: str) -> dict[str, str]:
     return {
         "title": title, "message": alert.message, "alert": alert.kind, "state": alert.state.value,
         "node": alert.node, "gpu": "" if alert.gpu is None else str(alert.gpu), "worker": alert.worker,
-        "job": alert.job, "run_id": alert.run_id, "value": _number(alert.value),
+        "job": alert.job, "run_id": alert.run_id, "queue_id": alert.queue_id, "value": _number(alert.value),
         "threshold": _number(alert.threshold), "cluster": cluster,
         "time": datetime.fromtimestamp(alert.at).astimezone().isoformat(timespec="seconds"),
     }
@@ -41,12 +43,14 @@ def alert_values(alert: Alert, cluster: str) -> dict[str, str]:
 
 def alert_env(values: dict[str, str], base: dict[str, str] | None = None) -> dict[str, str]:
     """The command's environment: the controller's own (DISPLAY and DBUS for notify-send, PATH, proxies)
-    with the alert in HOMEGPU_ALERT (its kind) and HOMEGPU_ALERT_* / HOMEGPU_JOB / HOMEGPU_RUN_ID / HOMEGPU_CLUSTER."""
+    with the alert in HOMEGPU_ALERT (its kind) and HOMEGPU_ALERT_* / HOMEGPU_JOB / HOMEGPU_RUN_ID / HOMEGPU_QUEUE_ID /
+    HOMEGPU_CLUSTER."""
     env = dict(os.environ if base is None else base)
     env["HOMEGPU_ALERT"] = values["alert"]
     for name in ("state", "title", "message", "node", "gpu", "worker", "value", "threshold", "time"):
         env[f"HOMEGPU_ALERT_{name.upper()}"] = values[name]
-    env.update(HOMEGPU_JOB=values["job"], HOMEGPU_RUN_ID=values["run_id"], HOMEGPU_CLUSTER=values["cluster"])
+    env.update(HOMEGPU_JOB=values["job"], HOMEGPU_RUN_ID=values["run_id"], HOMEGPU_QUEUE_ID=values["queue_id"],
+               HOMEGPU_CLUSTER=values["cluster"])
     return env
 
 

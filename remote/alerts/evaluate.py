@@ -16,7 +16,11 @@ does not flap. What each rule watches:
 - straggler: the controller's own straggler detection (a worker's rate for an epoch below 60% of
   the median of the others'); clears when a later epoch passes without it being flagged.
 - job_failed / job_succeeded: the run's end, once per run.
-Alerts about a run that are still firing when it ends clear then (but not the stall that ended it).
+- queued_runs: each run `homegpu serve`'s queue starts (QueueRunChanged): queued_run_started,
+  queued_run_succeeded, queued_run_failed, queued_run_cancelled (an entry cancelled before or while it
+  ran), once per queue entry and state.
+Alerts about a run that are still firing when it ends clear then (but not the stall that ended it). A
+run's end and a queued run's alerts are news, not conditions: they fire once and never clear.
 """
 
 from __future__ import annotations
@@ -28,12 +32,14 @@ from typing import Callable
 from homegpu.remote.config import AlertRules
 from homegpu.remote.logs import WorkerMetric
 from homegpu.remote.nodes import (
-    RUN_ALERTS, Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, Straggler,
+    RUN_ALERTS, Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated,
+    QueueRunChanged, Straggler,
 )
 
 TEMPERATURE_MARGIN = 5.0  # °C below the threshold before a hot GPU's alert clears
 MEMORY_MARGIN = 5.0  # percentage points below the threshold before a full GPU's alert clears
 _STALLED = re.compile(r"\bstalled\b")
+QUEUED_STATES = ("started", "succeeded", "failed", "cancelled")  # QueueRunChanged.state: one alert kind each
 
 
 class AlertEvaluator:
@@ -42,10 +48,10 @@ class AlertEvaluator:
     def __init__(self, rules: AlertRules) -> None:
         self.rules = rules
         self._firing: dict[tuple, Alert] = {}
-        self._said: set[tuple] = set()  # one-shot alerts (a run's end) already given
+        self._said: set[tuple] = set()  # one-shot alerts (a run's end, a queued run's news) already given
         self._online_once: set[str] = set()
         self._offline: dict[str, tuple[float, str]] = {}  # node -> (since, why)
-        self._flagged: dict[tuple, int] = {}  # straggler key -> the epoch it was last flagged for
+        self._flagged: dict[tuple[str, str], int] = {}  # (run id, worker) -> the epoch it was last flagged for
         self._run: tuple[str, str] = ("", "")  # (job, run id) of the run going on
 
     @property
@@ -77,10 +83,12 @@ class AlertEvaluator:
         return [replace(fired, state=AlertState.CLEARED, message=message, at=at, job=job, run_id=run_id,
                         value=fired.value if value is None else value)]
 
-    def _once(self, alert: Alert) -> list[Alert]:
-        if alert.key in self._said:
+    def _once(self, alert: Alert, key: tuple | None = None) -> list[Alert]:
+        """`alert` the first time its `key` (else its own) comes; nothing after."""
+        key = alert.key if key is None else key
+        if key in self._said:
             return []
-        self._said.add(alert.key)
+        self._said.add(key)
         return [alert]
 
     def _alert(self, kind: str, message: str, at: float, **about) -> Alert:
@@ -166,7 +174,7 @@ class AlertEvaluator:
         """Clear the alerts of `kinds` still firing about the run that ended; forget its stragglers."""
         if self._run[1] == event.run_id:
             self._run = ("", "")
-        self._flagged = {key: epoch for key, epoch in self._flagged.items() if key[-1] != event.run_id}
+        self._flagged = {flag: epoch for flag, epoch in self._flagged.items() if flag[0] != event.run_id}
         ended = [key for key, alert in self._firing.items() if alert.kind in kinds and alert.run_id == event.run_id]
         return [cleared for key in ended
                 for cleared in self._clear(key, event.at, f"{event.job} (run {event.run_id}) {event.state.value}")]
@@ -178,24 +186,35 @@ class AlertEvaluator:
         alerts = self._clear(_key("job_stalled", run_id=event.run_id), event.at,
                              f"{event.job} (run {event.run_id}) makes progress again: {event.worker} "
                              f"reported {metric.event} {metric.step or metric.epoch or ''}".rstrip())
-        key = _key("straggler", worker=event.worker, run_id=event.run_id)
-        epoch = metric.epoch
-        if metric.event == "epoch" and key in self._flagged and epoch is not None and epoch >= self._flagged[key] + 2:
-            del self._flagged[key]  # the epoch after the flagged one passed without a flag
-            alerts += self._clear(key, event.at, f"{event.worker} keeps pace again (epoch {epoch})")
+        flag, epoch = (event.run_id, event.worker), metric.epoch
+        if metric.event == "epoch" and flag in self._flagged and epoch is not None and epoch >= self._flagged[flag] + 2:
+            del self._flagged[flag]  # the epoch after the flagged one passed without a flag
+            alerts += self._clear(_key("straggler", worker=event.worker, run_id=event.run_id), event.at,
+                                  f"{event.worker} keeps pace again (epoch {epoch})")
         return alerts
 
     def _straggler(self, event: Straggler) -> list[Alert]:
         if not self.rules.straggler:
             return []
-        key = _key("straggler", worker=event.worker, run_id=event.run_id)
+        flag = (event.run_id, event.worker)
         epoch = event.epoch if event.epoch is not None else 0
-        self._flagged[key] = max(self._flagged.get(key, epoch), epoch)
+        self._flagged[flag] = max(self._flagged.get(flag, epoch), epoch)
         message = (f"{event.worker} is a straggler in {event.job} (run {event.run_id}): "
                    f"{event.examples_per_sec:.0f} {event.unit} against {event.others_median:.0f} for the others")
         return self._fire(Alert("straggler", AlertState.FIRING, message, worker=event.worker, job=event.job,
                                 run_id=event.run_id, value=event.examples_per_sec,
                                 threshold=event.others_median, at=event.at))
+
+    # -- serve's queue ---------------------------------------------------------------------------
+
+    def _queued_run(self, event: QueueRunChanged) -> list[Alert]:
+        """One alert per entry and state (the runner may say a state twice, with or without the run id)."""
+        if not self.rules.queued_runs or event.state not in QUEUED_STATES:
+            return []
+        alert = Alert(f"queued_run_{event.state}", AlertState.FIRING, _queued_words(event), job=event.job,
+                      run_id=event.run_id, queue_id=event.entry_id, at=event.at)
+        return self._once(alert, ("queued_run", event.entry_id, event.state))
+
 
 _HANDLERS = {
     NodeStatsUpdated: AlertEvaluator._stats,
@@ -203,6 +222,7 @@ _HANDLERS = {
     JobStateChanged: AlertEvaluator._job_state,
     WorkerMetric: AlertEvaluator._metric,
     Straggler: AlertEvaluator._straggler,
+    QueueRunChanged: AlertEvaluator._queued_run,
 }
 
 
@@ -226,6 +246,16 @@ def _memory_words(where: str, value: float, threshold: float, firing: bool) -> s
     if firing:
         return f"{where} has {value:.0f}% of its memory in use (alert at {threshold:g}%)"
     return f"{where} memory use is down to {value:.0f}% (at or below {threshold:g}%)"
+
+
+def _queued_words(event: QueueRunChanged) -> str:
+    """The alert's sentence: `q-12 (train) started as run R`, `q-12 (train) failed: why`, `q-13 (train) cancelled`."""
+    words = f"{event.entry_id} ({event.job}) {event.state}"
+    if event.state == "started" and event.run_id:
+        return f"{words} as run {event.run_id}"
+    if event.reason:
+        return f"{words}: {event.reason}"
+    return f"{words} (run {event.run_id})" if event.run_id else words
 
 
 def _duration(seconds: float) -> str:

@@ -19,7 +19,11 @@ LIMITS: Limits = {
     "node_offline_seconds": (1.0, 604_800.0, " seconds (a week)"),
     "command_timeout": (1.0, 3600.0, " seconds"),
 }
-SWITCHES = ("job_failed", "job_stalled", "straggler", "job_succeeded")
+SWITCHES = ("job_failed", "job_stalled", "straggler", "job_succeeded", "queued_runs")
+# What the rules raise (an alert's kind): queued_runs raises one kind per state of a queued run.
+QUEUED_RUN_KINDS = ("queued_run_started", "queued_run_succeeded", "queued_run_failed", "queued_run_cancelled")
+KINDS = ("gpu_temperature", "gpu_memory", "node_offline", "job_failed", "job_stalled", "straggler", "job_succeeded",
+         *QUEUED_RUN_KINDS)
 ALERT_KEYS = {*LIMITS, *SWITCHES, "command"}
 MAX_ARGS = 100
 
@@ -27,13 +31,14 @@ MAX_ARGS = 100
 PLACEHOLDERS = {
     "title": "a short headline: homegpu CLUSTER: what happened (cleared)",
     "message": "one sentence: what happened, with the figures",
-    "alert": "the rule: " + ", ".join(("gpu_temperature", "gpu_memory", "node_offline", *SWITCHES)),
+    "alert": "the rule: " + ", ".join(KINDS),
     "state": '"firing", or "cleared" when the condition is over',
     "node": "the node (empty for job alerts)",
     "gpu": "the GPU index (empty unless a GPU alert)",
     "worker": "the worker (straggler alerts)",
     "job": "the job of the run, if one runs",
     "run_id": "the run's id, if one runs",
+    "queue_id": "the queue entry (q-12) a queued run's alert is about (empty for other alerts)",
     "value": "the measured value (°C, %, seconds offline)",
     "threshold": "the rule's threshold",
     "cluster": "[cluster].name",
@@ -52,6 +57,7 @@ class AlertRules:
     job_stalled: bool = False
     straggler: bool = False
     job_succeeded: bool = False
+    queued_runs: bool = False  # each run of `homegpu serve`'s queue: started, succeeded, failed, cancelled
     command: tuple[str, ...] = ()
     command_timeout: float = 30.0
 

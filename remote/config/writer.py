@@ -36,6 +36,7 @@ ALERTS_EXAMPLE = """\
 # job_stalled = true
 # straggler = true
 # job_succeeded = true
+# queued_runs = true            # runs of `homegpu serve`'s queue: started, succeeded, failed, cancelled
 # command = ["notify-send", "{title}", "{message}"]    # a desktop notification; or, instead,
 # a phone push through ntfy (install its app and subscribe to your topic):
 # command = ["curl", "-s", "-d", "{message}", "-H", "Title: {title}", "https://ntfy.sh/YOUR-TOPIC"]
