@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -79,3 +80,20 @@ def worker_processes(sim: SimCluster) -> list[int]:
                 or (len(argv) > 1 and argv[1].endswith(b"train.py")):
             found.append(pid)
     return found
+
+
+NOBODY = 65534
+
+
+def nobody_argv(code: str) -> list[str]:
+    """argv of a Python that imports homegpu's CLI and queue as this user (root), then becomes user nobody
+    before it runs `code`: a second Unix user, wherever the checkout lives. Needs root."""
+    assert os.geteuid() == 0, "this test switches to user nobody: run the suite as root (CI does)"
+    prelude = ("import os, sys\nimport homegpu.tui.cli, homegpu.tui.queue_commands, homegpu.remote.queue\n"
+               f"os.setgroups([]); os.setgid({NOBODY}); os.setuid({NOBODY})\n")
+    return [sys.executable, "-c", prelude + code]
+
+
+def as_nobody(code: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """Run `code` as user nobody (nobody_argv) to its end."""
+    return subprocess.run(nobody_argv(code), capture_output=True, text=True, timeout=timeout, cwd="/")

@@ -176,6 +176,14 @@ def test_the_same_exit_message_on_every_worker_is_a_script_error(tmp_path):
     assert verdict.tail == ()
 
 
+def test_an_exit_message_is_named_even_after_the_supervisors_exit_note():
+    """The worker's log ends with the note of its supervisor (node_side/worker_process.py); the summary
+    names the script's own last words, as the queue and `run` show them."""
+    lines = ("the experiment is broken: exit 3", "=== homegpu: node1 generation 1 exited with status 1 ===")
+    verdict = judge([WorkerEnd("node1", 1, last_lines=lines)])
+    assert verdict.script_error and "before training started: the experiment is broken: exit 3 (exit 1;" in verdict.summary
+
+
 @pytest.mark.parametrize("name, second, overrides, cause", [
     ("mid_training", "mid_training", {}, "n0 failed after training began: RuntimeError: Collective ops"),
     ("keras_mid_epoch", "keras_mid_epoch", {}, "after training began: MemoryError"),

@@ -18,13 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from helpers import NOBODY, as_nobody, nobody_argv
+
 from homegpu.remote.config import load_cluster
 from homegpu.remote.queue import (
     EntryState, NoServe, QueueClient, QueueDesk, QueueError, QueueServer, QueueStore, socket_path,
 )
 from homegpu.remote.queue.rendezvous import private_folder
 
-NOBODY = 65534
 CLUSTER = """
 [cluster]
 name = "lab"
@@ -165,8 +166,8 @@ async def test_another_user_is_refused_in_one_line(spec, served):
     queue it is, in one line, with nothing added."""
     _need_root()
     store, _ = served
-    result = await _as_nobody("from homegpu.tui.cli import main\n"
-                              f"sys.exit(main(['--config', {spec.source!r}, 'submit', 'train']))")
+    result = await asyncio.to_thread(as_nobody, f"sys.exit(homegpu.tui.cli.main(['--config', {spec.source!r}, "
+                                                f"'submit', 'train']))")
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert f"this cluster's queue is {_me()}'s" in result.stderr
@@ -179,17 +180,16 @@ async def test_root_is_refused_by_another_users_serve(open_folder, tmp_path):
     path = Path(tempfile.mkdtemp(prefix="homegpu-queue-nobody-")) / "q" / "queue.sock"
     path.parent.parent.chmod(0o777)
     (open_folder / "cluster.toml").write_text(CLUSTER)
-    serve = asyncio.create_task(_as_nobody(
-        "import asyncio, tempfile\n"
+    serve = await asyncio.create_subprocess_exec(*nobody_argv(
+        "import asyncio, pathlib, tempfile\n"
         "from homegpu.remote.config import load_cluster\n"
         "from homegpu.remote.queue import QueueDesk, QueueServer, QueueStore\n"
         "async def serve():\n"
         f"    spec = load_cluster({str(open_folder / 'cluster.toml')!r})\n"
-        "    store = QueueStore(__import__('pathlib').Path(tempfile.mkdtemp()) / 'queue.sqlite')\n"
+        "    store = QueueStore(pathlib.Path(tempfile.mkdtemp()) / 'queue.sqlite')\n"
         f"    await QueueServer({str(path)!r}, QueueDesk(spec, store)).start()\n"
-        "    print('listening', flush=True)\n"
         "    await asyncio.sleep(60)\n"
-        "asyncio.run(serve())\n"))
+        "asyncio.run(serve())\n"), cwd="/")
     try:
         for _ in range(200):
             if path.exists():
@@ -198,25 +198,9 @@ async def test_root_is_refused_by_another_users_serve(open_folder, tmp_path):
         with pytest.raises(QueueError, match=f"this queue is nobody's .*{_me()} may not submit"):
             await QueueClient(path).submit("train")
     finally:
-        serve.cancel()
-        subprocess.run(["pkill", "-u", "nobody", "-f", "homegpu.remote.queue"], check=False)
+        serve.kill()
+        await serve.wait()
         subprocess.run(["rm", "-rf", str(path.parent.parent)], check=True)
-
-
-async def _as_nobody(code: str) -> subprocess.CompletedProcess:
-    """Run `code` in a Python that imported homegpu as this user, then became nobody."""
-    prelude = ("import os, sys\nimport homegpu.tui.cli, homegpu.tui.queue_commands, homegpu.remote.queue\n"
-               f"os.setgroups([]); os.setgid({NOBODY}); os.setuid({NOBODY})\n")
-    process = await asyncio.create_subprocess_exec(sys.executable, "-c", prelude + code, cwd="/",
-                                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), 90)
-    except asyncio.CancelledError:
-        process.kill()
-        await process.wait()
-        raise
-    return subprocess.CompletedProcess(process.args if hasattr(process, "args") else [], process.returncode,
-                                       out.decode(), err.decode())
 
 
 def _need_root() -> None:

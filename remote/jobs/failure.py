@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from homegpu.remote.logs import Traceback, classify, clip, known_cause, read_traceback
+from homegpu.remote.logs import Traceback, classify, clip, is_supervisor_note, known_cause, read_traceback
 
 TAIL_LINES = 30  # at most this many lines of a traceback are shown
 HEAD_CHARS = 120  # of an error's first line in a one-line summary
@@ -211,11 +211,11 @@ def _error_key(end: WorkerEnd) -> tuple:
 
 
 def _last_line(end: WorkerEnd) -> str:
-    """The error's exception line, else the worker's last non-blank log line (bounded)."""
+    """The error's exception line, else the worker's last non-blank log line of its own (bounded)."""
     traceback = _traceback(end)
     if traceback:
         return clip(traceback.exception, HEAD_CHARS)
     for line in reversed(end.last_lines):
-        if line.strip():
+        if line.strip() and not is_supervisor_note(line):
             return clip(line.strip(), HEAD_CHARS)
     return f"exit {end.exit_status}, no output"

@@ -10,10 +10,12 @@ from homegpu.remote.logs.metric import NO_METRIC, RATE_UNITS, Metric, WorkerMetr
 from homegpu.remote.logs.tail import LogLine, LogTail
 from homegpu.remote.logs.tf_notices import is_harmless_tf_notice
 from homegpu.remote.logs.traceback_fold import TracebackFold
-from homegpu.remote.logs.tracebacks import TRACEBACK_HEADER, Traceback, TracebackReader, clip, read_traceback
+from homegpu.remote.logs.tracebacks import (
+    TRACEBACK_HEADER, Traceback, TracebackReader, clip, is_supervisor_note, read_traceback,
+)
 
 __all__ = [
     "NO_METRIC", "RATE_UNITS", "TRACEBACK_HEADER", "KnownCause", "LogLine", "LogTail", "Metric", "Traceback",
-    "TracebackFold", "TracebackReader", "WorkerMetric", "classify", "clip", "is_harmless_tf_notice", "known_cause",
-    "read_traceback",
+    "TracebackFold", "TracebackReader", "WorkerMetric", "classify", "clip", "is_harmless_tf_notice",
+    "is_supervisor_note", "known_cause", "read_traceback",
 ]

@@ -53,10 +53,16 @@ _OTHER_OUTPUT = re.compile(
     r"|Epoch \d+/\d+\s*$"  # Keras starting an epoch
     r"|\s*\d+/(?:\d+|Unknown)\s+(?:\[|━)"  # Keras's progress bar
     r"|Exception ignored in"
-    r"|=== homegpu: .* ===$)")  # the worker's supervisor (node_side/worker_process.py): it started, it exited
+    r"|=== homegpu: .* ===$)")  # the worker's supervisor's notes (below)
+_SUPERVISOR_NOTE = re.compile(r"^=== homegpu: .* ===$")
 # Files that are not the user's code: Python's own library, installed packages, frozen or generated
 # code, and homegpu's (the trainer and the script bootstrap live under _homegpu/ in the synced code).
 _NOT_USERS = re.compile(r"(?:^|/)(?:site-packages|dist-packages|_homegpu)/|/lib(?:64)?/python\d[\d.]*/|^<")
+
+
+def is_supervisor_note(text: str) -> bool:
+    """A line the worker's supervisor (node_side/worker_process.py) wrote: it started, it exited."""
+    return bool(_SUPERVISOR_NOTE.match(text.strip()))
 
 
 def _is_header(text: str) -> bool:
