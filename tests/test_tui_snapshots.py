@@ -1,4 +1,5 @@
-"""Snapshots of the main screen, the launch dialog and the help screen (pytest-textual-snapshot).
+"""Snapshots of the main screen (with serve's queue too), the launch dialog and the help screen
+(pytest-textual-snapshot).
 
 The screens are rendered from recordings, with no cluster: stats lines the real agent printed from
 recorded real-GPU nvidia-smi output, the metrics and logs of a real two-worker demo run, and a real
@@ -118,6 +119,48 @@ def test_launch_dialog(snap_compare) -> None:
         await pilot.pause()
 
     assert snap_compare(recorded_app(), terminal_size=(160, 48), run_before=open_launch)
+
+
+def queue_entries(spec) -> list:
+    """serve's queue over the recorded run: one finished, one cancelled, demo's run, three waiting with the
+    reasons serve's scheduler gives for the recorded nodes (attic's host key is unknown: it is offline to it)."""
+    from homegpu.remote.queue import EntryState, NodeView, QueueEntry, decide, entry_nodes
+
+    def entry(number, job, state, submitted, **fields):
+        return QueueEntry(f"q-{number}", job, fields.pop("overrides", ()), fields.pop("after", ()),
+                          fields.pop("priority", 0), NOW - submitted, "alice", state, **fields)
+
+    entries = [
+        entry(1, "demo", EntryState.SUCCEEDED, 2000, run_id="demo-20261122-023300-0c1d", started=NOW - 1500,
+              ended=NOW - 1300),
+        entry(2, "resnet", EntryState.CANCELLED, 1000, reason="cancelled by alice", ended=NOW - 900),
+        entry(3, "demo", EntryState.RUNNING, 400, run_id=RUN_ID, started=NOW - 125),
+        entry(4, "resnet", EntryState.WAITING, 300, overrides=("epochs=5",)),
+        entry(5, "demo", EntryState.WAITING, 200, after=("q-4",)),
+        entry(6, "demo", EntryState.WAITING, 100, priority=2),
+    ]
+    nodes = {name: NodeView(NodeState.ONLINE, stats(recording))
+             for name, recording in (("desktop", "h100_mig_load"), ("closet", "h100nvl_idle"), ("laptop", "cpu_only"))}
+    nodes["attic"] = NodeView(NodeState.HOST_KEY_UNKNOWN)
+    waits = decide(entries, nodes, {e.id: entry_nodes(spec, spec.jobs[e.job]) for e in entries}).waits
+    return [replace(e, reason=waits.get(e.id, e.reason)) for e in entries]
+
+
+async def show_queue(pilot) -> None:
+    from homegpu.tui.queue_panel import QueuePanel
+
+    await show_recording(pilot)
+    pilot.app.query_one(QueuePanel).show(queue_entries(pilot.app.spec), NOW)
+    pilot.app.action_queue()
+    await pilot.pause()
+
+
+def test_main_screen_with_the_queue(snap_compare) -> None:
+    assert snap_compare(recorded_app(), terminal_size=(160, 48), run_before=show_queue)
+
+
+def test_main_screen_with_the_queue_at_80_by_24(snap_compare) -> None:
+    assert snap_compare(recorded_app(), terminal_size=(80, 24), run_before=show_queue)
 
 
 def test_help_screen(snap_compare) -> None:

@@ -3,12 +3,14 @@
 The app only draws and asks. Events from the cluster's hub go into a ClusterView (tui/state.py) in
 batches; a timer redraws the parts that changed, at most REFRESH_SECONDS apart, so a flood of log
 lines or a slow node never blocks a keypress. Every action calls the Controller (tui/controller.py),
-which calls remote/ — the same code the headless runner uses.
+which calls remote/ — the same code the headless runner uses. serve's queue is asked over its socket
+every QUEUE_SECONDS while its panel is on screen, by a worker of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -19,6 +21,7 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.widget import Widget
 from textual.widgets import DataTable, Header, Input, Static, TabbedContent, TabPane
 
 from homegpu.remote.config import ClusterSpec
@@ -26,21 +29,25 @@ from homegpu.remote.jobs import LaunchError
 from homegpu.remote.net import BandwidthError
 from homegpu.remote.nodes import NODE_GONE, NodeState, Subscription, visible
 from homegpu.remote.plan import job_nodes
-from homegpu.tui.controller import Busy, Controller
+from homegpu.remote.queue import EntryState, QueueError
+from homegpu.tui.controller import Busy, Controller, serve_command
 from homegpu.tui.history import STORED_WINDOWS, WINDOWS
 from homegpu.tui.stored import StoredHistory
 from homegpu.tui.logview import LogView
 from homegpu.tui.panel import Panel
+from homegpu.tui.queue_panel import QueuePanel
+from homegpu.tui.queue_text import job_words
 from homegpu.tui.render import (
     NODE_COLUMNS, alert_banner, bandwidth_summary, job_summary, key_bar, node_cells, node_detail,
 )
-from homegpu.tui.screens import ConfirmScreen, LaunchScreen, QuitScreen, TextScreen
+from homegpu.tui.screens import ConfirmScreen, LaunchChoice, LaunchScreen, QuitScreen, TextScreen
 from homegpu.tui.state import ALERTS, BANDWIDTH, JOB, LOGS, NODES, ClusterView, LogBuffers
 from homegpu.tui.text import format_report
 
 REFRESH_SECONDS = 0.25
 TALL = 36  # terminal rows from which the loss plot gets four rows instead of one
 EVENT_BATCH = 5_000
+QUEUE_SECONDS = 2.0  # how often serve's queue is asked while its panel is on screen
 
 
 class HomegpuApp(App[int]):
@@ -66,6 +73,8 @@ class HomegpuApp(App[int]):
         Binding("w", "wrap", "Wrap"),
         Binding("e", "save_log", "Save log"),
         Binding("h", "history", "History"),
+        Binding("u", "queue", "Queue"),
+        Binding("c", "cancel_entry", "Cancel entry", show=False),  # the queue panel's border names it
     ]
 
     def __init__(self, spec: ClusterSpec, controller: Controller | None = None, *, launch: str | None = None,
@@ -82,6 +91,9 @@ class HomegpuApp(App[int]):
         self.history_window = 0  # which of history.WINDOWS, then STORED_WINDOWS, the node detail shows (h cycles)
         self.stored = StoredHistory(spec)  # the history `homegpu serve` records, for the longer windows
         self.farewell = ""  # printed after the app closes: how to come back to a job left running
+        self.queue_shown = False  # u: serve's queue in the logs' place
+        self._queue_wake = asyncio.Event()  # ask serve now rather than at the next tick
+        self._focus_before_queue: Widget | None = None
 
     # -- layout ------------------------------------------------------------------------------------
 
@@ -102,6 +114,7 @@ class HomegpuApp(App[int]):
                         self._log_views[tab.id] = view
                         yield view
             yield Input(placeholder="filter the logs (Enter keeps it, Escape clears it)", id="filter")
+        yield QueuePanel(serve_command(self.spec), id="queue", classes="panel")
         yield Panel(id="keys")
 
     async def on_mount(self) -> None:
@@ -113,7 +126,8 @@ class HomegpuApp(App[int]):
             self.query_one(panel).border_title = title
         self.query_one("#filter", Input).display = False
         self.query_one("#alerts").display = False
-        keys = [(binding.key_display or binding.key, binding.description) for binding in self.BINDINGS]
+        self.query_one("#queue").display = False
+        keys = [(binding.key_display or binding.key, binding.description) for binding in self.BINDINGS if binding.show]
         self.query_one("#keys", Panel).show(lambda width: key_bar(keys, width))
         self.redraw()
         self.set_interval(REFRESH_SECONDS, self._redraw_panels)
@@ -122,6 +136,7 @@ class HomegpuApp(App[int]):
         self.set_interval(1.0, self._age_matrix)
         if self.controller is not None:
             self._pump_events(self.controller.subscribe())  # before connecting: no event is missed
+            self._poll_queue()
             self.view.bandwidth.finish(*self.controller.saved_bandwidth())  # the last test's, if any; or why not
             await self.controller.__aenter__()
             if self.launch_job:
@@ -251,8 +266,11 @@ class HomegpuApp(App[int]):
         if not self.spec.jobs:
             self.notify(f"{self.spec.source} declares no [jobs.NAME]", severity="warning")
             return
-        self.push_screen(LaunchScreen(list(self.spec.jobs.values()), self.controller.layout),
-                         lambda name: name and self._launch(name))
+        self.push_screen(LaunchScreen(list(self.spec.jobs.values()), self.controller.layout), self._launch_chosen)
+
+    def _launch_chosen(self, choice: LaunchChoice | None) -> None:
+        if choice is not None:
+            (self._submit if choice.queue else self._launch)(choice.job)
 
     @work(group="job")
     async def _launch(self, name: str) -> None:
@@ -288,6 +306,81 @@ class HomegpuApp(App[int]):
         if yes:
             self.controller.stop_job()
             self.notify("stopping every worker …")
+
+    # -- serve's queue -----------------------------------------------------------------------------
+
+    def action_queue(self) -> None:
+        """u: serve's queue in the logs' place, or the logs back."""
+        self.queue_shown = not self.queue_shown
+        panel = self.query_one(QueuePanel)
+        if self.queue_shown:
+            self._focus_before_queue = self.focused
+        panel.display = self.queue_shown
+        self.query_one("#logs").display = not self.queue_shown
+        if self.queue_shown:
+            self._queue_wake.set()
+            self.query_one("#queue-table", DataTable).focus()
+            return
+        before = self._focus_before_queue
+        (before if before is not None and before.is_attached else self.query_one("#nodes", DataTable)).focus()
+
+    @work(group="queue-poll", exclusive=True)
+    async def _poll_queue(self) -> None:
+        """Ask serve for its queue every QUEUE_SECONDS while the panel shows (at once when woken). A failure
+        is the panel's line until serve answers again: never a toast, however often it is asked."""
+        panel = self.query_one(QueuePanel)
+        while True:
+            self._queue_wake.clear()
+            if self.queue_shown:
+                try:
+                    answer = await self.controller.queue.entries()
+                except QueueError as exc:
+                    answer = exc
+                panel.show(answer, self.clock())
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._queue_wake.wait(), QUEUE_SECONDS)
+
+    @work(group="queue")
+    async def _submit(self, name: str) -> None:
+        """The launch dialog's Queue: the job goes to serve's queue, which starts it when its nodes are free."""
+        try:
+            entry = await self.controller.queue.submit(name)
+        except QueueError as exc:
+            self.notify(f"{name} not queued: {exc}", severity="error", timeout=15)
+            return
+        self.notify(f"{name} queued as {entry.id}" + ("" if self.queue_shown else " (u shows the queue)"))
+        self._queue_wake.set()
+
+    def action_cancel_entry(self) -> None:
+        """c: cancel the queue entry selected in the queue panel, after a confirmation."""
+        if not self._has_controller():
+            return
+        entry = self.query_one(QueuePanel).selected() if self.queue_shown else None
+        if entry is None:
+            self.notify("no queue entry selected: u shows serve's queue, ↑/↓ selects one", severity="warning")
+            return
+        if entry.state.finished:
+            self.notify(f"{entry.id} already ended ({entry.state.value}): there is nothing to cancel",
+                        severity="warning")
+            return
+        question = f"Cancel {entry.id} ({job_words(entry)}, {entry.state.value})?"
+        if entry.state.active:
+            question += f" serve stops its run {entry.run_id}: every worker gets TERM, then KILL."
+        self.push_screen(ConfirmScreen(question, yes="Cancel entry", no="Keep it"),
+                         lambda yes: yes and self._cancel(entry.id))
+
+    @work(group="queue")
+    async def _cancel(self, id_: str) -> None:
+        try:
+            entry = await self.controller.queue.cancel(id_)
+        except QueueError as exc:
+            self.notify(f"{id_} not cancelled: {exc}", severity="error", timeout=15)
+            return
+        if entry.state is EntryState.CANCELLED:
+            self.notify(f"cancelled {entry.id} ({entry.job})")
+        else:
+            self.notify(f"cancelling {entry.id} ({entry.job}): serve is stopping its run {entry.run_id}")
+        self._queue_wake.set()
 
     # -- nodes -------------------------------------------------------------------------------------
 
@@ -468,6 +561,11 @@ Nodes
 Jobs
   l        launch a job: choose it, see its workers and TF_CONFIG, confirm
   s        stop the running job (after a confirmation)
+
+Queue (homegpu serve's)
+  u        the queue in the logs' place, and back: running, waiting in start order, finished, and why
+  ↑/↓ c    select an entry; cancel it (after a confirmation)
+  l, u     queue a job for serve to start when its nodes are free, instead of launching it now
 
 Logs
   tab      move between the panels; ←/→ on the tabs picks a node's log or "all"

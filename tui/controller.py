@@ -1,4 +1,4 @@
-"""The TUI's hands: the Cluster, the one job run on screen, bandwidth, doctor and trust.
+"""The TUI's hands: the Cluster, the one job run on screen, bandwidth, doctor and trust, and serve's queue.
 
 No Textual here: the app calls these coroutines from its workers and learns what happened from the
 cluster's event stream, exactly as the headless runner does. Every behaviour lives in remote/.
@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 from pathlib import Path
 
 from homegpu.remote.alerts import AlertWatcher
-from homegpu.remote.config import ClusterSpec, JobSpec
+from homegpu.remote.config import DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT, ClusterSpec, JobSpec
 from homegpu.remote.doctor import Check, diagnose
 from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome, attach_if_running, launch_or_attach
 from homegpu.remote.net import BandwidthMatrix, LinkCallback, bandwidth_store, link_timeout, measure, pairs
 from homegpu.remote.nodes import Cluster, OfferedKey, Subscription
 from homegpu.remote.plan import JobLayout, job_nodes, last_timeline, lay_out
+from homegpu.remote.queue import QueueClient, socket_path
 
 BANDWIDTH_SECONDS = 1.0
 
@@ -32,6 +34,7 @@ class Controller:
         self.spec, self.experiments = spec, experiments
         self.cluster = Cluster(spec)
         self.alerts = AlertWatcher(spec, self.cluster.hub)  # [alerts] while open
+        self.queue = QueueClient(socket_path(spec), serve_command(spec))  # the queue serve runs, if one does
         self.run: JobRun | None = None
         self.outcome: RunOutcome | None = None
         self._watching: asyncio.Task | None = None
@@ -146,3 +149,13 @@ class Controller:
 
     def trust(self, node: str, key: OfferedKey) -> None:
         self.cluster.trust(node, key)
+
+
+def serve_command(spec: ClusterSpec) -> str:
+    """How to start the serve of `spec`'s cluster file from here: the command a "no serve" line names."""
+    if spec.source == EMBEDDED_DEFAULT:
+        return "homegpu --local serve"
+    path = Path(spec.source).resolve()
+    if path == Path(DEFAULT_CONFIG_NAME).resolve():
+        return "homegpu serve"
+    return f"homegpu --config {shlex.quote(str(path))} serve"

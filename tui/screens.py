@@ -1,4 +1,4 @@
-"""The TUI's dialogs: launch a job, confirm, quit with a job running, and read-only text (help, doctor).
+"""The TUI's dialogs: launch (or queue) a job, confirm, quit with a job running, and read-only text (help, doctor).
 
 Each dismisses with its answer; the app decides what to do with it.
 """
@@ -6,6 +6,7 @@ Each dismisses with its answer; the app decides what to do with it.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from rich.text import Text
@@ -45,10 +46,19 @@ def as_text(body: str | Text) -> Text:
     return Text(visible(body, multiline=True)) if isinstance(body, str) else body
 
 
-class LaunchScreen(ModalScreen[str | None]):
-    """Choose a job, see the nodes and the TF_CONFIG it will generate, confirm."""
+@dataclass(frozen=True)
+class LaunchChoice:
+    """What the launch dialog was answered with: launch `job` now, or (`queue`) submit it to serve's queue."""
 
-    BINDINGS = [Binding("escape", "dismiss_none", "Cancel")]
+    job: str
+    queue: bool = False
+
+
+class LaunchScreen(ModalScreen[LaunchChoice | None]):
+    """Choose a job, see the nodes and the TF_CONFIG it will generate, then launch it now (Enter) or queue it
+    for `homegpu serve` to start when its nodes are free (u)."""
+
+    BINDINGS = [Binding("escape", "dismiss_none", "Cancel"), Binding("u", "queue", "Queue")]
 
     def __init__(self, jobs: Sequence[JobSpec], layout_of: Callable[[JobSpec], JobLayout]) -> None:
         super().__init__()
@@ -56,12 +66,13 @@ class LaunchScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="wide"):
-            yield Label("Launch a job", classes="title")
+            yield Label("Launch a job now (Enter), or queue it for serve (u)", classes="title")
             yield OptionList(*(job.name for job in self.jobs), id="jobs")
             with VerticalScroll(id="preview-box"):
                 yield Static(id="preview")
             with Horizontal(classes="buttons"):
                 yield Button("Launch", variant="primary", id="launch")
+                yield Button("Queue", id="queue-job")
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
@@ -74,18 +85,23 @@ class LaunchScreen(ModalScreen[str | None]):
         self._preview(event.option_index)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(self.jobs[event.option_index].name)
+        self.dismiss(LaunchChoice(self.jobs[event.option_index].name))
 
     def _preview(self, index: int) -> None:
         job = self.jobs[index]
         self.query_one("#preview", Static).update(launch_preview(job, self.layout_of(job)))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "launch":
-            index = self.query_one("#jobs", OptionList).highlighted or 0
-            self.dismiss(self.jobs[index].name)
+        if event.button.id in ("launch", "queue-job"):
+            self.dismiss(LaunchChoice(self._chosen(), queue=event.button.id == "queue-job"))
         else:
             self.dismiss(None)
+
+    def _chosen(self) -> str:
+        return self.jobs[self.query_one("#jobs", OptionList).highlighted or 0].name
+
+    def action_queue(self) -> None:
+        self.dismiss(LaunchChoice(self._chosen(), queue=True))
 
     def action_dismiss_none(self) -> None:
         self.dismiss(None)
