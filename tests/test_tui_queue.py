@@ -155,6 +155,22 @@ async def test_queue_in_the_launch_dialog_submits_the_job_and_says_its_id(spec, 
         await pilot.press("q")
 
 
+async def test_while_a_job_runs_the_launch_dialog_can_only_queue(spec, store, tmp_path):
+    """The app runs one job; the dialog (what `l` opens then) queues another for serve: Enter queues too."""
+    app = make_app(spec, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        app.push_screen(LaunchScreen(list(spec.jobs.values()), app.controller.layout, running="demo"),
+                        app._launch_chosen)
+        assert await wait_until(lambda: isinstance(app.screen, LaunchScreen) and app.screen.query("#launch"), 10)
+        assert app.screen.query_one("#launch").disabled
+        assert "demo runs here: queue a job for serve" in str(app.screen.query_one(".title").render())
+        await pilot.press("down", "enter")
+        assert await wait_until(lambda: store.entries(), 10)
+        assert [(e.id, e.job) for e in store.entries()] == [("q-1", "other")]
+        assert app.controller.run is None
+        await pilot.press("q")
+
+
 async def test_c_cancels_the_selected_waiting_entry_after_a_confirmation(spec, store, tmp_path):
     client = QueueClient(socket_path(spec))
     keep = await client.submit("demo")

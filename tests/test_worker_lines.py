@@ -3,6 +3,8 @@ WorkerMetric (never also as log text), and into the run's record."""
 
 from __future__ import annotations
 
+import json
+
 from homegpu.remote.config import NodeSpec
 from homegpu.remote.jobs.watch import WorkerTrack
 from homegpu.remote.jobs.worker_logs import WorkerLines
@@ -32,7 +34,7 @@ def published(hub: EventHub, feed) -> list[object]:
 def test_a_metric_line_is_published_once_as_a_worker_metric_and_a_log_line_as_a_log_line(tmp_path):
     hub, workers = EventHub(), tracks("big")
     experiment = ExperimentLog(tmp_path, "run-1")
-    take = WorkerLines("demo", "run-1", hub, workers, experiment)._taker(workers["big"])
+    take = WorkerLines("demo", "run-1", hub, workers, experiment)._taker(workers["big"], 0)
     epoch = format_metric(event="epoch", epoch=1, epochs=2, loss=0.5, examples_per_sec=900.0)
     events = published(hub, lambda: [take(line("big", 1, epoch)), take(line("big", 2, "plain"))])
     experiment.close()
@@ -45,6 +47,29 @@ def test_a_metric_line_is_published_once_as_a_worker_metric_and_a_log_line_as_a_
     assert '"loss": 0.5' in experiment.folder.metrics.read_text()
 
 
+def test_attaching_again_records_only_what_the_record_lacks(tmp_path):
+    """A controller that attaches to a run again (serve restarted, a second `homegpu run`) reads the current
+    generation from its start: the lines its record already holds are followed, never written twice."""
+    first = ExperimentLog(tmp_path, "run-1")
+    old = ["=== homegpu: big generation 1 starting ===", "gen 1", "=== homegpu: big generation 2 starting ===",
+           format_metric(event="epoch", epoch=1, loss=0.9)]
+    for text in old:
+        first.log_line("big", text)
+    first.metric("big", classify(old[-1]))
+    first.close()
+    again, hub, workers = ExperimentLog(tmp_path, "run-1"), EventHub(), tracks("big")
+    assert again.recorded_lines("big", 2) == 2 and again.recorded_lines("big", 3) == 0
+    assert again.recorded_lines("other", 2) == 0
+    take = WorkerLines("demo", "run-1", hub, workers, again)._taker(workers["big"], again.recorded_lines("big", 2))
+    generation_2 = [*old[2:], format_metric(event="epoch", epoch=2, loss=0.5), "after"]
+    events = published(hub, lambda: [take(line("big", seq, text)) for seq, text in enumerate(generation_2)])
+    again.close()
+    assert again.folder.log("big").read_text().splitlines() == old + generation_2[2:]
+    assert [json.loads(row)["epoch"] for row in again.folder.metrics.read_text().splitlines()] == [1, 2]
+    assert len([e for e in events if isinstance(e, WorkerMetric)]) == 2  # the hub still sees all of it
+    assert workers["big"].last_metric.loss == 0.5
+
+
 def test_a_slow_worker_is_a_straggler_once_every_worker_reported_the_epoch():
     hub, workers = EventHub(), tracks("fast", "slow", "mid")
     lines = WorkerLines("demo", "run-1", hub, workers, None)
@@ -53,7 +78,7 @@ def test_a_slow_worker_is_a_straggler_once_every_worker_reported_the_epoch():
     def feed():
         for seq, (worker, rate) in enumerate(rates.items(), 1):
             text = format_metric(event="epoch", epoch=2, examples_per_sec=rate)
-            lines._taker(workers[worker])(line(worker, seq, text))
+            lines._taker(workers[worker], 0)(line(worker, seq, text))
 
     stragglers = [e for e in published(hub, feed) if isinstance(e, Straggler)]
     assert [(s.worker, s.examples_per_sec, s.unit, s.epoch) for s in stragglers] == [("slow", 300.0, "examples/s", 2)]

@@ -260,13 +260,12 @@ class HomegpuApp(App[int]):
     def action_launch(self) -> None:
         if not self._has_controller():
             return
-        if self.controller.job_running:
-            self.notify(f"{self.controller.run.job.name} is running: stop it (s) first", severity="warning")
-            return
         if not self.spec.jobs:
             self.notify(f"{self.spec.source} declares no [jobs.NAME]", severity="warning")
             return
-        self.push_screen(LaunchScreen(list(self.spec.jobs.values()), self.controller.layout), self._launch_chosen)
+        running = self.controller.run.job.name if self.controller.job_running else ""  # then it can only queue
+        self.push_screen(LaunchScreen(list(self.spec.jobs.values()), self.controller.layout, running),
+                         self._launch_chosen)
 
     def _launch_chosen(self, choice: LaunchChoice | None) -> None:
         if choice is not None:

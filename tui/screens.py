@@ -56,22 +56,25 @@ class LaunchChoice:
 
 class LaunchScreen(ModalScreen[LaunchChoice | None]):
     """Choose a job, see the nodes and the TF_CONFIG it will generate, then launch it now (Enter) or queue it
-    for `homegpu serve` to start when its nodes are free (u)."""
+    for `homegpu serve` to start when its nodes are free (u). With `running` (the job this app runs) it can
+    only queue: Enter queues too."""
 
     BINDINGS = [Binding("escape", "dismiss_none", "Cancel"), Binding("u", "queue", "Queue")]
 
-    def __init__(self, jobs: Sequence[JobSpec], layout_of: Callable[[JobSpec], JobLayout]) -> None:
+    def __init__(self, jobs: Sequence[JobSpec], layout_of: Callable[[JobSpec], JobLayout], running: str = "") -> None:
         super().__init__()
-        self.jobs, self.layout_of = list(jobs), layout_of
+        self.jobs, self.layout_of, self.running = list(jobs), layout_of, running
 
     def compose(self) -> ComposeResult:
+        title = (f"{self.running} runs here: queue a job for serve (Enter or u)" if self.running
+                 else "Launch a job now (Enter), or queue it for serve (u)")
         with Vertical(id="dialog", classes="wide"):
-            yield Label("Launch a job now (Enter), or queue it for serve (u)", classes="title")
+            yield Label(title, classes="title")
             yield OptionList(*(job.name for job in self.jobs), id="jobs")
             with VerticalScroll(id="preview-box"):
                 yield Static(id="preview")
             with Horizontal(classes="buttons"):
-                yield Button("Launch", variant="primary", id="launch")
+                yield Button("Launch", variant="primary", id="launch", disabled=bool(self.running))
                 yield Button("Queue", id="queue-job")
                 yield Button("Cancel", id="cancel")
 
@@ -85,7 +88,7 @@ class LaunchScreen(ModalScreen[LaunchChoice | None]):
         self._preview(event.option_index)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(LaunchChoice(self.jobs[event.option_index].name))
+        self.dismiss(LaunchChoice(self.jobs[event.option_index].name, queue=bool(self.running)))
 
     def _preview(self, index: int) -> None:
         job = self.jobs[index]

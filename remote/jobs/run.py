@@ -216,9 +216,9 @@ class JobRun:
         self._follow_logs()
         self._publish(JobState.RUNNING)
 
-    def _follow_logs(self) -> None:
+    def _follow_logs(self, recorded: dict[str, int] | None = None) -> None:
         lines = WorkerLines(self.job.name, self.run_id, self.hub, self.tracks, self.experiment)
-        lines.follow(self.generation, self.job.batch_size if self.job.uses_trainer else None)
+        lines.follow(self.generation, self.job.batch_size if self.job.uses_trainer else None, recorded)
 
     # -- reattach ------------------------------------------------------------------------------
 
@@ -227,7 +227,7 @@ class JobRun:
         self.run_id, self.generation = run_id, generation
         self.experiment = ExperimentLog(self.experiments_root, run_id)
         self._start_record()
-        self._follow_logs()
+        self._follow_logs({label: self.experiment.recorded_lines(label, generation) for label in self.tracks})
         self._publish(JobState.RUNNING, "attached to a running job")
 
     # -- watch ---------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from homegpu.remote.jobs.watch import WorkerTrack
 from homegpu.remote.logs import RATE_UNITS, LogLine, TracebackReader, WorkerMetric
@@ -27,20 +27,26 @@ class WorkerLines:
                  experiment: ExperimentLog | None) -> None:
         self.job, self.run_id, self.hub, self.tracks, self.experiment = job, run_id, hub, tracks, experiment
 
-    def follow(self, generation: int, batch_size: int | None) -> None:
-        """Start a tail of every worker's output (`batch_size`: the built-in trainer's, for examples/s)."""
+    def follow(self, generation: int, batch_size: int | None, recorded: Mapping[str, int] | None = None) -> None:
+        """Start a tail of every worker's output (`batch_size`: the built-in trainer's, for examples/s).
+        `recorded`: worker -> lines of this generation the experiment already holds (an attach): not written again."""
         for track in self.tracks.values():
             track.last_activity = time.monotonic()
             track.tracebacks = TracebackReader()  # this generation's
             track.tail = track.runtime.tail(self.run_id, track.label, generation,
-                                            on_line=self._taker(track), worker=track.label,
-                                            batch_size=batch_size).start()
+                                            on_line=self._taker(track, (recorded or {}).get(track.label, 0)),
+                                            worker=track.label, batch_size=batch_size).start()
 
-    def _taker(self, track: WorkerTrack):
+    def _taker(self, track: WorkerTrack, recorded: int):
+        skipped = 0
+
         def take(line: LogLine) -> None:
+            nonlocal skipped
             track.last_activity = time.monotonic()
             track.tracebacks.feed(line.text)
-            if self.experiment:
+            new = skipped >= recorded
+            skipped += not new
+            if self.experiment and new:
                 self.experiment.log_line(track.label, line.text)
             metric = line.metric
             if metric is None:
@@ -49,7 +55,7 @@ class WorkerLines:
             track.progressed = track.progressed or metric.progressed
             if metric.event in ("epoch", "end"):  # the summary's figures: the latest of each
                 track.last_metric = track.last_metric.merged(metric)
-            if self.experiment:
+            if self.experiment and new:
                 self.experiment.metric(track.label, metric)
             self.hub.publish(WorkerMetric(self.job, self.run_id, track.label, track.slot.index, metric))
             if metric.event == "epoch" and (metric.epoch or 0) >= 2:  # epoch 1 includes warm-up

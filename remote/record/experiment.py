@@ -27,6 +27,18 @@ class ExperimentLog:
         handle.write(text + "\n")
         handle.flush()
 
+    def recorded_lines(self, worker: str, generation: int) -> int:
+        """How many lines of `worker`'s `generation` this record already holds (from that generation's start
+        note on): a controller that attaches to the run again reads the generation from its start, and
+        skips these rather than record them twice."""
+        try:
+            lines = self.folder.log(worker).read_text(encoding="utf-8", errors="replace").splitlines()
+        except FileNotFoundError:
+            return 0
+        start = f"=== homegpu: {worker} generation {generation} starting ==="  # node_side/worker_process.py
+        starts = [index for index, line in enumerate(lines) if line == start]
+        return len(lines) - starts[-1] if starts else 0
+
     def metric(self, worker: str, metric: Metric) -> None:
         self._metrics.write(json.dumps({"worker_label": worker, **metric.fields}) + "\n")
         self._metrics.flush()
