@@ -25,7 +25,8 @@ from homegpu.remote.queue import (
     EntryState, NodeView, QueueClient, QueueDesk, QueueServer, QueueStore, decide, entry_nodes, socket_path,
 )
 from homegpu.tui.app import HomegpuApp
-from homegpu.tui.controller import Controller, serve_command
+from homegpu.tui.cli_common import serve_command
+from homegpu.tui.controller import Controller
 from homegpu.tui.queue_panel import QueuePanel, no_serve_line
 from homegpu.tui.screens import ConfirmScreen, LaunchScreen
 

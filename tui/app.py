@@ -30,7 +30,8 @@ from homegpu.remote.net import BandwidthError
 from homegpu.remote.nodes import NODE_GONE, NodeState, Subscription, visible
 from homegpu.remote.plan import job_nodes
 from homegpu.remote.queue import EntryState, QueueError
-from homegpu.tui.controller import Busy, Controller, serve_command
+from homegpu.tui.cli_common import serve_command
+from homegpu.tui.controller import Busy, Controller
 from homegpu.tui.history import STORED_WINDOWS, WINDOWS
 from homegpu.tui.stored import StoredHistory
 from homegpu.tui.logview import LogView

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shlex
 from pathlib import Path
 
 from homegpu.remote.alerts import AlertWatcher
-from homegpu.remote.config import DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT, ClusterSpec, JobSpec
+from homegpu.remote.config import ClusterSpec, JobSpec
 from homegpu.remote.doctor import Check, diagnose
 from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome, attach_if_running, launch_or_attach
 from homegpu.remote.net import BandwidthMatrix, LinkCallback, bandwidth_store, link_timeout, measure, pairs
 from homegpu.remote.nodes import Cluster, OfferedKey, Subscription
 from homegpu.remote.plan import JobLayout, job_nodes, last_timeline, lay_out
 from homegpu.remote.queue import QueueClient, socket_path
+from homegpu.tui.cli_common import serve_command
 
 BANDWIDTH_SECONDS = 1.0
 
@@ -149,13 +149,3 @@ class Controller:
 
     def trust(self, node: str, key: OfferedKey) -> None:
         self.cluster.trust(node, key)
-
-
-def serve_command(spec: ClusterSpec) -> str:
-    """How to start the serve of `spec`'s cluster file from here: the command a "no serve" line names."""
-    if spec.source == EMBEDDED_DEFAULT:
-        return "homegpu --local serve"
-    path = Path(spec.source).resolve()
-    if path == Path(DEFAULT_CONFIG_NAME).resolve():
-        return "homegpu serve"
-    return f"homegpu --config {shlex.quote(str(path))} serve"

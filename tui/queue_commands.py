@@ -13,7 +13,7 @@ import time
 from typing import TextIO
 
 from homegpu.remote.queue import MAX_PRIORITY, EntryState, QueueClient, QueueError, entry_fields, socket_path
-from homegpu.tui.cli_common import UserError, load_spec
+from homegpu.tui.cli_common import UserError, load_spec, serve_command
 from homegpu.tui.queue_text import FINISHED_SHOWN, format_queue, job_words
 
 
@@ -69,15 +69,8 @@ def _priority(text: str) -> int:
 
 
 def client(args: argparse.Namespace) -> QueueClient:
-    return QueueClient(socket_path(load_spec(args)), serve_command(args))
-
-
-def serve_command(args: argparse.Namespace) -> str:
-    """How to start serve for the cluster file these options name."""
-    if getattr(args, "local", False):
-        return "homegpu --local serve"
-    config = getattr(args, "config", None)
-    return f"homegpu --config {config} serve" if config else "homegpu serve"
+    spec = load_spec(args)
+    return QueueClient(socket_path(spec), serve_command(spec))
 
 
 def _ask(request):
