@@ -48,9 +48,25 @@ def served_side(port):
             except OSError:
                 continue
 
+def listening_family(port):
+    # The family gRPC's listener has (it may listen on IPv6 alone): connecting by the other could reach
+    # another program that holds the same port number there.
+    for fd in range(3, 1024):
+        try:
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        with sock:
+            try:
+                if sock.type == socket.SOCK_STREAM and sock.getsockname()[1] == port:
+                    return sock.family
+            except (OSError, IndexError):
+                continue
+
 server = tf.distribute.Server({"worker": ["localhost:0"]}, job_name="worker", task_index=0)
 port = int(server.target.rsplit(":", 1)[1])
-client = socket.create_connection(("127.0.0.1", port))
+loopback = "::1" if listening_family(port) == socket.AF_INET6 else "127.0.0.1"
+client = socket.create_connection((loopback, port))
 deadline = time.monotonic() + 60
 while served_side(port) is None and time.monotonic() < deadline:
     time.sleep(0.1)
