@@ -227,11 +227,12 @@ class QueueRunner:
     def _outcome(self, entry: QueueEntry, outcome: RunOutcome) -> tuple[EntryState, str]:
         state = _ENDS.get(outcome.state, EntryState.FAILED)
         if state is EntryState.CANCELLED:
-            user = self._cancelled_by.pop(entry.id, "")
+            user = self._cancelled_by.get(entry.id, "")
             return state, f"cancelled by {user} while it ran" if user else "stopped outside the queue"
         return state, "" if state is EntryState.SUCCEEDED else outcome.detail
 
     def _end(self, entry: QueueEntry, state: EntryState, reason: str) -> None:
+        self._cancelled_by.pop(entry.id, None)  # a cancel asked during a launch that failed is done with too
         with contextlib.suppress(QueueError):
             entry = self.store.finish(entry.id, state, reason, self.clock())
             self._tell(entry, state.value, reason)
@@ -267,16 +268,17 @@ class QueueRunner:
             found = await run.nodes.find(running_only=True)
         except LaunchError:
             return False
-        if resume_action(entry, found is not None and found[0] == entry.run_id).action == ATTACH:
+        resume = resume_action(entry, found is not None and found[0] == entry.run_id)
+        if resume.action == ATTACH:
             run.adopt(entry.run_id, found[1])
             with contextlib.suppress(LaunchError):
                 await run.take_lock()  # the run's own lock, taken over (node_side/job_lock.py)
             self._follow(self.store.mark_running(entry.id), run)
             return True
-        await self._resume_ended(entry, run)
+        await self._resume_ended(entry, run, resume.reason)
         return True
 
-    async def _resume_ended(self, entry: QueueEntry, run: JobRun) -> None:
+    async def _resume_ended(self, entry: QueueEntry, run: JobRun, reason: str) -> None:
         """A run that is not running any more: its workers' exit statuses say how it ended. Its lock, which
         the stopped serve held, is taken over and released, so the queue's next run of the job need not wait."""
         with contextlib.suppress(LaunchError):
@@ -285,4 +287,4 @@ class QueueRunner:
         if entry.state is EntryState.RUNNING and await run.nodes.ended_state(entry.run_id) is JobState.SUCCEEDED:
             self._end(entry, EntryState.SUCCEEDED, "ended while serve was stopped")
             return
-        self._end(entry, EntryState.FAILED, resume_action(entry, False).reason)
+        self._end(entry, EntryState.FAILED, reason)
