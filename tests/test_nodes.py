@@ -165,13 +165,15 @@ async def test_wrong_client_key_is_auth_failed_and_others_are_unaffected(sim_clu
     async with Cluster(load_cluster(path)) as cluster:
         await cluster.wait_settled(timeout=20)
         node1 = cluster.node("node1")
-        # A first try that outlasts the 5 s connect timeout on a loaded machine is offline and retried;
-        # the refusal must come, and then stay (retrying cannot fix a key).
+        # A first try that outlasts the 5 s connect timeout on a loaded machine is offline and retried
+        # (for any node: CI found node1, then node2, offline at first); the refusal must come, and the
+        # others must come online and stream beside it.
         await node1.wait_for(lambda n: n.state is NodeState.AUTH_FAILED, timeout=30)
         assert "authentication failed as root" in node1.reason and "authorized_keys" in node1.reason
         for name in ("node2", "node3"):
-            assert cluster.node(name).state is NodeState.ONLINE
-            assert cluster.node(name).latest is not None
+            await cluster.node(name).wait_for(lambda n: n.state is NodeState.ONLINE and n.latest is not None,
+                                              timeout=30)
+        assert node1.state is NodeState.AUTH_FAILED  # retrying cannot fix a key: it stays refused
 
 
 async def test_unreachable_node_reports_offline_with_reason(sim_cluster, tmp_path):
@@ -184,4 +186,5 @@ async def test_unreachable_node_reports_offline_with_reason(sim_cluster, tmp_pat
         assert "connection refused" in node1.reason
         with pytest.raises(NodeError):
             await node1.run(["true"])
-        assert cluster.node("node2").state is NodeState.ONLINE
+        # node2's first try may outlast the connect timeout on a loaded machine: it is retried
+        await cluster.node("node2").wait_for(lambda n: n.state is NodeState.ONLINE, timeout=30)
