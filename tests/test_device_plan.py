@@ -167,6 +167,22 @@ def test_batch_that_does_not_divide_is_refused(batch, fragment):
     assert fragment in str(caught.value)
 
 
+def test_a_scripts_plan_has_no_batch_of_ours_to_refuse():
+    """batch_size is the built-in trainer's: a user's script on a 3-GPU worker (default batch_size 64, which
+    does not split in 3) is laid out, and the plan says nothing of a batch."""
+    from homegpu.remote.config import parse_cluster
+    from homegpu.remote.plan.tfconfig import job_device_plan
+
+    three = [(0, "NVIDIA GeForce RTX 3090"), (1, "NVIDIA GeForce RTX 3090"), (2, "NVIDIA GeForce RTX 3090")]
+    spec = parse_cluster('[[nodes]]\nname = "box"\nhost = "10.0.0.2"\n[jobs.mine]\nscript = "train.py"\n'
+                         '[jobs.demo]\n')
+    plan = job_device_plan(spec, spec.jobs["mine"], {"box": three})
+    assert plan.batch is None and plan.workers[0].gpus == (0, 1, 2)
+    assert not any("batch" in line for line in plan.lines())
+    with pytest.raises(DevicePlanError, match="batch_size = 64 per worker does not split over its 3 replicas"):
+        job_device_plan(spec, spec.jobs["demo"], {"box": three})
+
+
 # -- inventories as the nodes report them -----------------------------------------------------------
 
 def test_inventory_from_the_h100_agent_line():

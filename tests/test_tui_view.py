@@ -382,6 +382,20 @@ def test_the_launch_dialog_shows_the_tf_configs_then_the_device_plan():
     assert waiting.count("TF_CONFIG=") == 2  # a "per-gpu" node whose GPUs are not known yet counts one worker
 
 
+def test_the_launch_dialog_shows_a_scripts_args_not_the_trainers_schedule():
+    from homegpu.remote.plan.layout import lay_out
+    from homegpu.tui.screens import launch_preview
+
+    spec = parse_cluster('[[nodes]]\nname = "box"\nhost = "10.0.0.2"\n'
+                         '[jobs.mnist]\nscript = "my_model/train.py"\nargs = ["--epochs", "6"]\nkeras = "tf-keras"\n'
+                         '[jobs.demo]\nepochs = 5\n')
+    script = launch_preview(spec.jobs["mnist"], lay_out(spec, spec.jobs["mnist"], {"box": []})).plain
+    assert "script: my_model/train.py (import keras runs tf-keras) --epochs 6, image" in script
+    assert "epochs," not in script and "batch" not in script  # the trainer's keys do not reach a script
+    trainer = launch_preview(spec.jobs["demo"], lay_out(spec, spec.jobs["demo"], {"box": []})).plain
+    assert "5 epochs, batch 64, image" in trainer
+
+
 def test_the_alert_banner_holds_what_fires_and_a_clear_becomes_a_toast():
     from homegpu.remote.nodes.events import Alert, AlertCommandFailed, AlertState
     from homegpu.tui.render import alert_banner

@@ -6,6 +6,7 @@ Each dismisses with its answer; the app decides what to do with it.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -26,9 +27,12 @@ def launch_preview(job: JobSpec, layout: JobLayout) -> Text:
     """What launching `job` starts: its settings, each worker with the TF_CONFIG it will get, then
     the device plan (or why there is none yet)."""
     slots, plan_lines = layout.slots, layout.plan_lines()
-    what = f"trainer: {job.model} on {job.data} data" if job.uses_trainer else f"script: {runs_what(job)}"
-    out = Text.assemble((job.name, "bold"), f"  {what}, {job.epochs} epochs, batch {job.batch_size}, "
-                        f"image {job.image}, restart {job.restart} (max {job.max_restarts})\n")
+    if job.uses_trainer:
+        what = f"trainer: {job.model} on {job.data} data, {job.epochs} epochs, batch {job.batch_size}"
+    else:  # epochs and batch_size are the trainer's: a script's own schedule is in its args
+        what = f"script: {runs_what(job)} {shlex.join(job.args)}".rstrip()
+    out = Text.assemble((job.name, "bold"), f"  {what}, image {job.image}, "
+                        f"restart {job.restart} (max {job.max_restarts})\n")
     for slot in slots:
         role = "chief" if slot.is_chief else "worker"
         out.append(f"\n{slot.label}", style="bold")

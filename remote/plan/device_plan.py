@@ -75,7 +75,7 @@ class DevicePlan:
 
     workers: tuple[WorkerDevices, ...]
     collective: str
-    batch: BatchPlan
+    batch: BatchPlan | None  # None for a user's script: its batch is its own
     pace: PaceAdvice
 
     def workers_on(self, node: str) -> tuple[WorkerDevices, ...]:
@@ -95,7 +95,8 @@ class DevicePlan:
         why = "every worker has a GPU" if self.collective == NCCL else "a worker runs on CPU"
         source = ["speeds from the job's last run (its examples/s and how busy each worker's GPUs were)"
                   ] if self.pace.measured and self.pace.sentences else []
-        return rows + [f"collective {self.collective} ({why})", self.batch.text, *source, *self.pace.sentences]
+        batch = [self.batch.text] if self.batch else []
+        return rows + [f"collective {self.collective} ({why})", *batch, *source, *self.pace.sentences]
 
 
 def gpu_inventory(source: Any) -> tuple[Gpu, ...]:
@@ -113,7 +114,7 @@ def gpu_inventory(source: Any) -> tuple[Gpu, ...]:
     return tuple(gpus)
 
 
-def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_size: int,
+def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_size: int | None,
                  share_gpus: bool = False, measured: Mapping[str, float] | None = None) -> DevicePlan:
     """Lay the job's workers out on its nodes.
 
@@ -121,7 +122,7 @@ def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_si
         nodes: the job's nodes in TF_CONFIG order, each mapped to its GPUs (see :func:`gpu_inventory`;
             an empty list for a CPU-only node, None while its GPUs are not known).
         workers_per_node: ``"per-gpu"`` or a positive integer (the job's ``workers_per_node``).
-        batch_size: the job's per-worker batch size.
+        batch_size: the job's per-worker batch size (the built-in trainer's); None for a user's script.
         share_gpus: let several workers of a node use one GPU when it has fewer GPUs than workers.
         measured: examples/s per worker label from the job's last run, for the pace advice
             (see ``pace.advise_pace``); without it the GPU models decide.
@@ -182,7 +183,9 @@ def _equal_replicas(workers: Sequence[WorkerDevices]) -> int:
         f'number on every worker: set workers_per_node = "per-gpu" (one GPU per worker)')
 
 
-def _batch(batch_size: int, workers: int, replicas: int) -> BatchPlan:
+def _batch(batch_size: int | None, workers: int, replicas: int) -> BatchPlan | None:
+    if batch_size is None:
+        return None
     if batch_size < 1:
         raise DevicePlanError(f"batch_size = {batch_size}: use a positive integer")
     if batch_size % replicas:

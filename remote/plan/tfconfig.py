@@ -123,11 +123,12 @@ def job_device_plan(cluster: ClusterSpec, job: JobSpec, gpus: Mapping[str, Any],
         DevicePlanError: the layout cannot run on these nodes (one line naming node and fix).
     """
     nodes = {node.name: gpus.get(node.name) for node in job_nodes(cluster, job)}
-    plan = plan_devices(nodes, job.workers_per_node, job.batch_size, job.share_gpus)
+    batch_size = job.batch_size if job.uses_trainer else None  # a script's batch is its own business
+    plan = plan_devices(nodes, job.workers_per_node, batch_size, job.share_gpus)
     speeds = own_speeds(last_run, plan.workers) if last_run else {}
     if not speeds:
         return plan
-    return plan_devices(nodes, job.workers_per_node, job.batch_size, job.share_gpus, measured=speeds)
+    return plan_devices(nodes, job.workers_per_node, batch_size, job.share_gpus, measured=speeds)
 
 
 def plan_counts(plan: DevicePlan) -> dict[str, int]:
