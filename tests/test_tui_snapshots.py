@@ -10,13 +10,12 @@ new pictures and accept them with `pytest tests/test_tui_snapshots.py --snapshot
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
 from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.logs.classify import classify
-from homegpu.remote.logs.metric import Metric, WorkerMetric
+from homegpu.remote.logs.metric import WorkerMetric
 from homegpu.remote.logs.tail import LogLine
 from homegpu.remote.net.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult, parse_iperf3_json
 from homegpu.remote.nodes.events import JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated
@@ -76,13 +75,10 @@ def recorded_events() -> list[object]:
     events.append(NodeStateChanged("attic", NodeState.HOST_KEY_UNKNOWN, reason="host key not in known_hosts",
                                    fingerprint="SHA256:Jv3rk0Xc4ZT2yq4tU0k5i1T7pZ6Q6oAq9yJ1wz0Xb2c"))
     events.append(JobStateChanged("demo", RUN_ID, JobState.RUNNING, 1, 0))
-    for line in (FIXTURES / "tui" / "demo_metrics.jsonl").read_text().splitlines():
-        data = json.loads(line)
-        events.append(WorkerMetric("demo", RUN_ID, WORKERS[data.pop("worker_label")], data["worker"], Metric(data)))
-    for index, worker in enumerate(WORKERS.values()):
-        log = (FIXTURES / "tui" / f"demo_worker{index}.log").read_text().splitlines()
-        events += [LogLine(worker, "log", seq, text, worker=worker)  # what the run publishes: not its metric lines
-                   for seq, text in enumerate(log, 1) if classify(text) is None]
+    for index, worker in enumerate(WORKERS.values()):  # what the run publishes, in each log's order:
+        log = (FIXTURES / "tui" / f"demo_worker{index}.log").read_text().splitlines()  # a metric line as its metric
+        events += [LogLine(worker, "log", seq, text, worker=worker) if (metric := classify(text)) is None
+                   else WorkerMetric("demo", RUN_ID, worker, index, metric) for seq, text in enumerate(log, 1)]
     gbits = parse_iperf3_json((FIXTURES / "iperf3" / "client_loopback_1s.json").read_text()) / 1e9
     links = [LinkResult(src, dst, gbits, at=NOW - 180) for src in ("desktop", "closet")
              for dst in ("desktop", "closet") if src != dst]

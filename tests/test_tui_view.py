@@ -99,6 +99,37 @@ def test_a_run_collects_progress_loss_and_speed_from_the_chief(view: ClusterView
     assert job.stragglers == {"small"}
 
 
+def publish(view: ClusterView, worker: str, index: int, lines: list[str]) -> None:
+    """A worker's log as its run publishes it: each metric line (LineClassifier) as its metric, the rest as lines."""
+    from homegpu.remote.logs.classify import LineClassifier
+
+    classifier = LineClassifier()
+    for seq, text in enumerate(lines, 1):
+        found = classifier.classify(text)
+        view.apply(LogLine(worker, "log", seq, text, worker=worker) if found is None
+                   else WorkerMetric("demo", "demo-1", worker, index, found))
+
+
+def test_a_scripts_keras_epoch_figures_are_a_line_of_the_logs(view: ClusterView) -> None:
+    """keras.io's fit(verbose=2) prints an epoch's figures as one progress line, which is a metric: the logs
+    show it as `run --no-tui` does, under its `Epoch N/M` line, not a bare header."""
+    view.apply(run_event(JobState.RUNNING))
+    publish(view, "big", 0, ["Epoch 1/6", "63/63 - 2s - 27ms/step - loss: 1.8467 - sparse_categorical_accuracy: "
+                             "0.4083 - val_loss: 1.7759 - val_sparse_categorical_accuracy: 0.4240", "Epoch 2/6"])
+    assert [e.text for e in view.logs.buffers["big"]] == [  # the first `Epoch` line is the start's metric
+        "* epoch 1/6  loss 1.8467  accuracy 0.4083  val_loss 1.7759  val_accuracy 0.4240  37.0 steps/s", "Epoch 2/6"]
+
+
+def test_the_built_in_trainers_epoch_is_shown_once(view: ClusterView) -> None:
+    view.apply(run_event(JobState.RUNNING))
+    record = ('{"event":"epoch","worker":0,"workers":2,"epoch":1,"epochs":2,"loss":1.0089,"accuracy":0.7614,'
+              '"examples_per_sec":926.7}')
+    publish(view, "big", 0, ["HOMEGPU_METRIC " + record, "epoch 1/2  loss 1.0089  accuracy 0.7614  (3.9 s, 927 "
+                             "examples/s on this worker)", "after"])
+    assert [e.text for e in view.logs.buffers["big"]] == ["* epoch 1/2  loss 1.0089  accuracy 0.7614  927 examples/s",
+                                                          "after"]
+
+
 def test_a_new_run_starts_afresh_and_clears_the_logs(view: ClusterView) -> None:
     view.apply(run_event(JobState.RUNNING))
     view.apply(metric("big", 0, event="epoch", epoch=1, epochs=2, loss=1.0))

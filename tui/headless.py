@@ -15,13 +15,13 @@ from typing import Callable, TextIO
 from homegpu.remote.alerts import AlertWatcher
 from homegpu.remote.config import ClusterSpec, JobSpec
 from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome, launch_or_attach
-from homegpu.remote.logs import LogLine, Metric, TracebackFold, WorkerMetric, is_harmless_tf_notice
+from homegpu.remote.logs import LogLine, TracebackFold, WorkerMetric, is_harmless_tf_notice
 from homegpu.remote.nodes import (
     Alert, AlertCommandFailed, AlertState, Cluster, JobState, JobStateChanged, NodeState, NodeStateChanged,
     PreflightResult, Straggler, Subscription, WorkerExited,
 )
 from homegpu.remote.record import RunFolder
-from homegpu.tui.text import table
+from homegpu.tui.text import epoch_line, number, rate_text, table
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 EXIT_LOG_INCOMPLETE = 3  # every worker succeeded, but a log could not be read to its end
@@ -114,10 +114,10 @@ class LinePrinter:
         if metric.event == "epoch":
             self._echo[event.worker] = "epoch"
             total = metric.epochs or (self.job.epochs if self.job.uses_trainer else "?")
-            return f"{worker} * epoch {metric.epoch}/{total}  {_figures(metric)}  {_rate(metric)}"
+            return f"{worker} * {epoch_line(metric, total)}"
         if metric.event == "step" and event.index == 0:
-            return (f"{worker} . epoch {metric.epoch} step {metric.step}  loss {_num(metric.loss)}  "
-                    f"{_num(metric.examples_per_sec, '.0f')} examples/s")
+            return (f"{worker} . epoch {metric.epoch} step {metric.step}  loss {number(metric.loss)}  "
+                    f"{number(metric.examples_per_sec, '.0f')} examples/s")
         if metric.event == "saving":
             return f"{worker} * saving the model"
         if metric.event in ("start", "end"):
@@ -131,28 +131,14 @@ def _joined(lines: list[str | None]) -> str | None:
     return "\n".join(line for line in lines if line is not None) or None
 
 
-def _num(value: object, spec: str = ".4f") -> str:
-    return format(value, spec) if isinstance(value, (int, float)) else "n/a"
-
-
-def _figures(metric: Metric) -> str:
-    """loss and accuracy, then the val_ figures when the epoch has them."""
-    return "  ".join(f"{name} {_num(value)}" for name, value in metric.figures().items())
-
-
-def _rate(metric: Metric) -> str:
-    value, unit = metric.rate()
-    return f"{_num(value, '.0f' if unit == 'examples/s' else '.1f')} {unit}"
-
-
 def summary(outcome: RunOutcome) -> str:
     rows = []
     with_val = any(metric.has_validation for _, _, metric in outcome.workers)
     for label, status, metric in outcome.workers:
-        vals = (_num(metric.val_loss), _num(metric.val_accuracy)) if with_val else ()
+        vals = (number(metric.val_loss), number(metric.val_accuracy)) if with_val else ()
         rows.append((label, status.exit_status if status and status.exit_status is not None else "-",
-                     metric.fields.get("epoch", "-"), _num(metric.loss), _num(metric.accuracy), *vals,
-                     _rate(metric).split()[0]))
+                     metric.fields.get("epoch", "-"), number(metric.loss), number(metric.accuracy), *vals,
+                     rate_text(metric).split()[0]))
     unit = "STEPS/S" if rows and all(m.rate()[1] == "steps/s" for _, _, m in outcome.workers) else "EXAMPLES/S"
     head = f"run {outcome.state.value}: {outcome.detail}"
     val_columns = ("VAL_LOSS", "VAL_ACCURACY") if with_val else ()

@@ -23,6 +23,7 @@ from homegpu.remote.nodes import (
 )
 from homegpu.remote.record import RunFolder
 from homegpu.tui.history import GpuHistory
+from homegpu.tui.text import epoch_line
 
 LOSS_POINTS = 2_000
 LOG_LINES = 5_000  # per buffer (each node, and the merged view)
@@ -141,11 +142,23 @@ class LogBuffers:
         self.version = 0
         self.fold = TracebackFold()
         self._nodes: dict[str, str] = {}  # worker -> its node, for the lines the fold says later
+        self._echo: set[str] = set()  # workers whose epoch was just shown: the built-in trainer says it again
 
     def add(self, line: LogLine) -> None:
         worker = line.worker or line.node
         self._nodes[worker] = line.node
-        self._append(worker, self.fold.feed(worker, line.text))
+        shown = self.fold.feed(worker, line.text)  # the fold reads every line, even those not shown
+        if worker in self._echo:
+            self._echo.discard(worker)
+            if line.text.startswith("epoch "):
+                return  # the built-in trainer's own words for the epoch just shown: once is enough
+        self._append(worker, shown)
+
+    def epoch(self, worker: str, text: str) -> None:
+        """`worker` ended an epoch: its figures as one line, `* epoch 2/6  loss …`, as `run --no-tui` shows
+        them (a script's Keras prints them as a progress line, which is a metric, not a log line)."""
+        self._echo.add(worker)
+        self._append(worker, [*self.fold.end(worker), f"* {text}"])
 
     def end(self, worker: str) -> bool:
         """`worker` printed a metric line: a traceback's message before it is over. Whether lines came."""
@@ -274,6 +287,9 @@ class ClusterView:
             job.preflight[event.node] = event
         elif isinstance(event, WorkerMetric):
             job.take_metric(event)
+            if event.metric.event == "epoch":
+                self.logs.epoch(event.worker, epoch_line(event.metric, event.metric.epochs or job.epochs or "?"))
+                return {JOB, LOGS}
             if self.logs.end(event.worker):
                 return {JOB, LOGS}
         elif isinstance(event, Straggler):

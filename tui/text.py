@@ -12,6 +12,7 @@ from typing import Callable, Mapping, Sequence
 from homegpu.remote.config import SWITCHES, AlertRules, ClusterSpec, JobSpec
 from homegpu.remote.doctor import Check
 from homegpu.remote.jobs import keras3_problem
+from homegpu.remote.logs import Metric
 from homegpu.remote.net import BandwidthMatrix, format_gbits
 from homegpu.remote.nodes import NA, SshTarget, gib, owner_text
 from homegpu.remote.plan import worker_slots
@@ -19,6 +20,23 @@ from homegpu.remote.plan import worker_slots
 DIAGONAL = "—"
 NOT_MEASURED = "·"
 CHECK_MARKS = {True: "✓", False: "✗", None: "-"}
+
+
+def number(value: object, spec: str = ".4f") -> str:
+    return format(value, spec) if isinstance(value, (int, float)) else "n/a"
+
+
+def rate_text(metric: Metric) -> str:
+    """"412 examples/s", or "37.0 steps/s" where a script's Keras says only its steps."""
+    value, unit = metric.rate()
+    return f"{number(value, '.0f' if unit == 'examples/s' else '.1f')} {unit}"
+
+
+def epoch_line(metric: Metric, total: object) -> str:
+    """An epoch's figures as `run --no-tui` and the TUI's logs show them:
+    "epoch 2/6  loss 1.8467  accuracy 0.4083  val_loss 1.7759  val_accuracy 0.4240  37.0 steps/s"."""
+    figures = "  ".join(f"{name} {number(value)}" for name, value in metric.figures().items())
+    return f"epoch {metric.epoch}/{total}  {figures}  {rate_text(metric)}"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "  ") -> str:
