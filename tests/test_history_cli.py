@@ -59,7 +59,10 @@ def test_history_tells_gpu_use_gpu_hours_and_offline_spells(recorded):
     assert spell["stop"] - spell["start"] == pytest.approx(300, abs=6) and spell["reason"] == "connection lost"
 
     text = homegpu("--local", "history", "--since", "1h", cwd=cwd).stdout
-    assert "local GPU 0 NVIDIA H100 80GB HBM3" in text and "avg 100%" in text
+    assert "local GPU 0 NVIDIA H100 80GB HBM3" in text
+    util_row, mem_row = (line for line in text.splitlines() if line.startswith(("    util ", "    mem ")))
+    assert util_row.endswith("avg 100%") and mem_row.endswith(" GiB")  # each figure beside its own sparkline
+    assert "max " in mem_row and "max " not in util_row
     assert "mnist  mnist-1  alice  0.17" in text
     assert "local: offline 5 min in 1 interval(s)" in text
     assert "not recording now (its last sample is from" in text  # no serve wrote in the last 30 s

@@ -101,10 +101,10 @@ class Report:
         mem = [m for m in gpu.mem_used if m is not None]
         total = gpu.mem_total or (max(mem) if mem else 0) or 1
         mem_share = [None if m is None else 100 * m / total for m in gpu.mem_used]
-        figures = (f"avg {sum(util) / len(util):3.0f}%" if util else "avg   -") + \
-                  (f"  max {max(mem) / 1024:.1f}/{total / 1024:.1f} GiB" if mem else "")
-        return (f"  {gpu.node} GPU {gpu.gpu} {gpu.name}\n    util {sparkline(gpu.util, POINTS)}  {figures}\n"
-                f"    mem  {sparkline(mem_share, POINTS)}")
+        util_figure = f"avg {sum(util) / len(util):3.0f}%" if util else "avg   -"
+        mem_figure = f"max {max(mem) / 1024:.1f}/{total / 1024:.1f} GiB" if mem else "max   -"
+        return (f"  {gpu.node} GPU {gpu.gpu} {gpu.name}\n    util {sparkline(gpu.util, POINTS)}  {util_figure}\n"
+                f"    mem  {sparkline(mem_share, POINTS)}  {mem_figure}")
 
     @staticmethod
     def _offline_line(node: NodeOffline) -> str:
