@@ -257,6 +257,9 @@ def test_queued_run_alerts_say_the_entry_the_job_the_run_and_why():
     assert (started.kind, started.state, started.job, started.run_id, started.queue_id) == (
         "queued_run_started", FIRING, "train", RUN, "q-12")
     assert started.message == f"q-12 (train) started as run {RUN}" and started.at == T0
+    (tuned,) = evaluator.take(QueueRunChanged("q-14", "train", RUN, "started", at=T0,
+                                              settings=("epochs=20", "env.SEED=7")))
+    assert tuned.message == f"q-14 (train epochs=20 env.SEED=7) started as run {RUN}"  # which experiment it is
     (failed,) = evaluator.take(queued("failed", 9, reason="w1: exit 1 (ValueError: bad shape)"))
     assert failed.message == "q-12 (train) failed: w1: exit 1 (ValueError: bad shape)"
     assert (failed.kind, failed.run_id, failed.queue_id) == ("queued_run_failed", RUN, "q-12")

@@ -249,8 +249,9 @@ def _memory_words(where: str, value: float, threshold: float, firing: bool) -> s
 
 
 def _queued_words(event: QueueRunChanged) -> str:
-    """The alert's sentence: `q-12 (train) started as run R`, `q-12 (train) failed: why`, `q-13 (train) cancelled`."""
-    words = f"{event.entry_id} ({event.job}) {event.state}"
+    """The alert's sentence: `q-12 (train epochs=20) started as run R`, `q-12 (train) failed: why`, `q-13 (train)
+    cancelled`: the job with the entry's own settings, as `homegpu queue` names it."""
+    words = f"{event.entry_id} ({' '.join((event.job, *event.settings))}) {event.state}"
     if event.state == "started" and event.run_id:
         return f"{words} as run {event.run_id}"
     if event.reason:

@@ -84,7 +84,7 @@ class JobStateChanged:
 class QueueRunChanged:
     """A queued run moved on (serve's queue runner says it): `state` is "started" (its launch begins),
     "succeeded", "failed" or "cancelled", with `reason` saying why where there is a why. `run_id` is ""
-    for an entry cancelled before it started."""
+    for an entry cancelled before it started; `settings`: the entry's `--set KEY=VALUE`s."""
 
     entry_id: str
     job: str
@@ -92,6 +92,7 @@ class QueueRunChanged:
     state: str
     reason: str = ""
     at: float = field(default_factory=time.time)
+    settings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

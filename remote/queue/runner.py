@@ -119,7 +119,8 @@ class QueueRunner:
             self._spawn(self._start(by_id[id_]), f"queue start {id_}")
 
     def _tell(self, entry: QueueEntry, state: str, reason: str = "") -> None:
-        self.cluster.hub.publish(QueueRunChanged(entry.id, entry.job, entry.run_id, state, reason))
+        self.cluster.hub.publish(QueueRunChanged(entry.id, entry.job, entry.run_id, state, reason,
+                                                 settings=entry.overrides))
 
     # -- starting --------------------------------------------------------------------------------
 
