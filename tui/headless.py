@@ -21,7 +21,7 @@ from homegpu.remote.nodes import (
     PreflightResult, Straggler, Subscription, WorkerExited,
 )
 from homegpu.remote.record import RunFolder
-from homegpu.tui.text import epoch_line, number, rate_text, table
+from homegpu.tui.text import EpochEcho, epoch_line, number, rate_text, table
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 EXIT_LOG_INCOMPLETE = 3  # every worker succeeded, but a log could not be read to its end
@@ -36,7 +36,7 @@ class LinePrinter:
         self.width = 8
         self.experiments = experiments
         self._offline: set[str] = set()  # nodes said to be offline, to say when they are back
-        self._echo: dict[str, str] = {}  # per worker: the built-in trainer's own line for its last epoch
+        self._echo = EpochEcho()
         self._run_id = ""
         self._fold = TracebackFold()
 
@@ -78,8 +78,8 @@ class LinePrinter:
     def _log_line(self, event: LogLine) -> str | None:
         worker = event.worker or event.node
         shown = self._fold.feed(worker, event.text)  # the fold reads every line, even those not shown
-        if self._echo.pop(worker, None) and event.text.startswith("epoch "):
-            return None  # the built-in trainer's own words for the epoch just shown: once is enough
+        if self._echo.repeats(worker, event.text):
+            return None
         return _joined(self._logged(worker, shown))
 
     def _logged(self, worker: str, texts: list[str]) -> list[str]:
@@ -112,7 +112,7 @@ class LinePrinter:
     def _progress(self, event: WorkerMetric) -> str | None:
         metric, worker = event.metric, f"{event.worker:>{self.width}}"
         if metric.event == "epoch":
-            self._echo[event.worker] = "epoch"
+            self._echo.shown(event.worker)
             total = metric.epochs or (self.job.epochs if self.job.uses_trainer else "?")
             return f"{worker} * {epoch_line(metric, total)}"
         if metric.event == "step" and event.index == 0:

@@ -23,7 +23,7 @@ from homegpu.remote.nodes import (
 )
 from homegpu.remote.record import RunFolder
 from homegpu.tui.history import GpuHistory
-from homegpu.tui.text import epoch_line
+from homegpu.tui.text import EpochEcho, epoch_line
 
 LOSS_POINTS = 2_000
 LOG_LINES = 5_000  # per buffer (each node, and the merged view)
@@ -142,22 +142,19 @@ class LogBuffers:
         self.version = 0
         self.fold = TracebackFold()
         self._nodes: dict[str, str] = {}  # worker -> its node, for the lines the fold says later
-        self._echo: set[str] = set()  # workers whose epoch was just shown: the built-in trainer says it again
+        self._echo = EpochEcho()
 
     def add(self, line: LogLine) -> None:
         worker = line.worker or line.node
         self._nodes[worker] = line.node
         shown = self.fold.feed(worker, line.text)  # the fold reads every line, even those not shown
-        if worker in self._echo:
-            self._echo.discard(worker)
-            if line.text.startswith("epoch "):
-                return  # the built-in trainer's own words for the epoch just shown: once is enough
-        self._append(worker, shown)
+        if not self._echo.repeats(worker, line.text):
+            self._append(worker, shown)
 
     def epoch(self, worker: str, text: str) -> None:
         """`worker` ended an epoch: its figures as one line, `* epoch 2/6  loss …`, as `run --no-tui` shows
         them (a script's Keras prints them as a progress line, which is a metric, not a log line)."""
-        self._echo.add(worker)
+        self._echo.shown(worker)
         self._append(worker, [*self.fold.end(worker), f"* {text}"])
 
     def end(self, worker: str) -> bool:

@@ -39,6 +39,24 @@ def epoch_line(metric: Metric, total: object) -> str:
     return f"epoch {metric.epoch}/{total}  {figures}  {rate_text(metric)}"
 
 
+class EpochEcho:
+    """The built-in trainer says each epoch twice: its metric line, then the same figures in its own words
+    (`epoch 2/2  loss …  (2.7 s, …)`). A front end that shows the metric as epoch_line drops those words."""
+
+    def __init__(self) -> None:
+        self._shown: set[str] = set()  # workers whose epoch was just shown
+
+    def shown(self, worker: str) -> None:
+        self._shown.add(worker)
+
+    def repeats(self, worker: str, text: str) -> bool:
+        """Whether `worker`'s next line `text` is the trainer's words for the epoch just shown."""
+        if worker not in self._shown:
+            return False
+        self._shown.discard(worker)
+        return text.startswith("epoch ")
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "  ") -> str:
     """Left-aligned columns sized to their widest cell."""
     cells = [[str(cell) for cell in row] for row in [headers, *rows]]
