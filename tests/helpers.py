@@ -49,11 +49,11 @@ async def wait_until(condition, timeout: float, step: float = 0.1) -> bool:
 
 
 def job_table(**overrides) -> dict:
-    """A quick demo job: the built-in trainer on the synthetic set, two nodes, this test's Python."""
-    table = {"python": sys.executable, "nodes": ["node1", "node2"], "epochs": 2, "steps_per_epoch": 20,
-             "batch_size": 32, "port": free_job_port(), "stall_timeout": 120.0, "max_restarts": 2}
-    table.update(overrides)
-    return table
+    """A quick demo job: the built-in trainer on the synthetic set, two nodes, this test's Python; with a
+    `script`, that script (its schedule its own: the trainer's keys are refused for it)."""
+    schedule = {} if "script" in overrides else {"epochs": 2, "steps_per_epoch": 20, "batch_size": 32}
+    return {"python": sys.executable, "nodes": ["node1", "node2"], **schedule, "port": free_job_port(),
+            "stall_timeout": 120.0, "max_restarts": 2, **overrides}
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

@@ -32,10 +32,10 @@ pytestmark = [pytest.mark.cluster, pytest.mark.docker]
 
 
 def docker_job(image: str, **overrides) -> dict:
-    table = {"image": image, "nodes": ["node1", "node2"], "epochs": 2, "steps_per_epoch": 20, "batch_size": 32,
-             "port": free_job_port(), "stall_timeout": 180.0, "max_restarts": 1}
-    table.update(overrides)
-    return table
+    """The built-in trainer's quick schedule in containers, or with a `script` the script (its schedule its own)."""
+    schedule = {} if "script" in overrides else {"epochs": 2, "steps_per_epoch": 20, "batch_size": 32}
+    return {"image": image, "nodes": ["node1", "node2"], **schedule, "port": free_job_port(), "stall_timeout": 180.0,
+            "max_restarts": 1, **overrides}
 
 
 @pytest.fixture(scope="module")

@@ -71,7 +71,7 @@ def test_mismatched_replicas_refuse_the_launch_in_one_line_before_anything_start
 
 
 def test_tfconfig_shows_the_plan_and_offline_only_addresses(two_gpu_node3, tmp_path):
-    config = write_job(two_gpu_node3, tmp_path, workers_per_node="per-gpu", batch_size=32)
+    config = write_job(two_gpu_node3, tmp_path, workers_per_node="per-gpu")
     result = homegpu("--config", str(config), "tfconfig", "show", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()

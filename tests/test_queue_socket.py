@@ -35,7 +35,6 @@ name = "here"
 host = "local"
 
 [jobs.train]
-script = "train.py"
 epochs = 3
 """
 

@@ -42,6 +42,7 @@ _JOB_KEYS = {
     "workers_per_node", "share_gpus", "port", "epochs", "batch_size", "steps_per_epoch", "restart",
     "max_restarts", "stall_timeout", "reconnect_timeout", "keras",
 }
+TRAINER_KEYS = ("epochs", "batch_size", "steps_per_epoch", "data", "model")  # the built-in trainer's alone
 PER_GPU = "per-gpu"  # workers_per_node: one worker per GPU of each node (one on a node without GPUs)
 MAX_GPUS_PER_NODE = 16  # the ports a "per-gpu" job may need on one node
 
@@ -141,6 +142,7 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...])
                                                            'node) or "tf-keras" (tf-keras in its place)')),
     )
     _check_worker_ports(v, job)
+    _refuse_trainer_keys(v, table, path, job)
     return job
 
 
@@ -148,6 +150,18 @@ def parse_job_table(name: str, table: dict, node_names: tuple[str, ...], file: s
     """One [jobs.NAME] table validated on its own, outside any file (the queue's `--set KEY=VALUE`): the
     same checks and messages as in cluster.toml; `file` names where the table came from. Raises ConfigError."""
     return parse_job(Validator(file, LineIndex("")), name, table, node_names)
+
+
+def _refuse_trainer_keys(v: Validator, table: dict, path: tuple, job: JobSpec) -> None:
+    """The built-in trainer's keys do nothing for a script, which has its own schedule: said, not ignored."""
+    if job.uses_trainer:
+        return
+    for key in TRAINER_KEYS:
+        if key in table:
+            raise v.fail(path + (key,), f"the built-in trainer's key, but this job runs {job.script}, which never "
+                                        "sees it",
+                         f'give the script its own setting in args (e.g. args = ["--{key.replace("_", "-")}", '
+                         f'"..."]), or remove {key}')
 
 
 def _check_worker_ports(v: Validator, job: JobSpec) -> None:
