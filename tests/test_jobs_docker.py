@@ -21,9 +21,9 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
-from helpers import homegpu
+from helpers import homegpu, job_table
 
-from simcluster import SimCluster, free_job_port
+from simcluster import SimCluster
 from simdocker import NodeEngine, image_id, own_engines
 
 JOB_NODES = ("node1", "node2")
@@ -32,10 +32,10 @@ pytestmark = [pytest.mark.cluster, pytest.mark.docker]
 
 
 def docker_job(image: str, **overrides) -> dict:
-    """The built-in trainer's quick schedule in containers, or with a `script` the script (its schedule its own)."""
-    schedule = {} if "script" in overrides else {"epochs": 2, "steps_per_epoch": 20, "batch_size": 32}
-    return {"image": image, "nodes": ["node1", "node2"], **schedule, "port": free_job_port(), "stall_timeout": 180.0,
-            "max_restarts": 1, **overrides}
+    """job_table's job in containers of `image` (no `python`: that is for process nodes), more patient."""
+    table = job_table(image=image, stall_timeout=180.0, max_restarts=1, **overrides)
+    del table["python"]
+    return table
 
 
 @pytest.fixture(scope="module")

@@ -61,31 +61,29 @@ def gpu_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 async def test_a_process_that_came_after_the_decision_makes_the_entry_wait(gpu_node, stranger, tmp_path: Path):
     spec, apps = gpu_node
-    async with Cluster(spec) as cluster:
-        node = cluster.node("here")
-        await node.wait_for(lambda n: n.latest is not None and n.latest.gpus, timeout=30)
-        store = QueueStore(tmp_path / "queue.sqlite")
-        runner = QueueRunner(cluster, store, tmp_path / "experiments")
-        entry = store.submit("gpu", user="root", now=0.0)
+    with QueueStore(tmp_path / "queue.sqlite") as store:
+        async with Cluster(spec) as cluster:
+            node = cluster.node("here")
+            await node.wait_for(lambda n: n.latest is not None and n.latest.gpus, timeout=30)
+            runner = QueueRunner(cluster, store, tmp_path / "experiments")
+            entry = store.submit("gpu", user="root", now=0.0)
 
-        decided = runner._samples(entry)  # what a decision to start sees: the GPU free
-        assert not decided["here"].gpus[0].processes
-        assert await runner._gpus_taken(entry, decided) == ""  # a newer sample, still free: it may start
+            decided = runner._samples(entry)  # what a decision to start sees: the GPU free
+            assert not decided["here"].gpus[0].processes
+            assert await runner._gpus_taken(entry, decided) == ""  # a newer sample, still free: it may start
 
-        decided = runner._samples(entry)
-        write_apps_with_pids(H100 / "apps_load.csv", [stranger], apps)  # nobody's python3 takes 19.6 GiB
-        await node.wait_for(lambda n: n.latest.gpus[0].processes, timeout=30)
-        reason = await runner._gpus_taken(entry, decided)
-        assert reason == "here GPU 0 busy: nobody's python3 holds 19.6 GiB"
+            decided = runner._samples(entry)
+            write_apps_with_pids(H100 / "apps_load.csv", [stranger], apps)  # nobody's python3 takes 19.6 GiB
+            await node.wait_for(lambda n: n.latest.gpus[0].processes, timeout=30)
+            reason = await runner._gpus_taken(entry, decided)
+            assert reason == "here GPU 0 busy: nobody's python3 holds 19.6 GiB"
 
-        # The whole step before a start: nothing taken while the stranger is there, the reason kept for
-        # `homegpu queue`; once its process is gone, the run comes back with the job's lock held.
-        assert await runner._ready_run(entry) is None
-        assert store.get(entry.id).reason == reason and store.get(entry.id).state.value == "waiting"
-        write_apps_with_pids(H100 / "apps_load.csv", [], apps)
-        await node.wait_for(lambda n: not n.latest.gpus[0].processes, timeout=30)
-        run = await runner._ready_run(entry)
-        assert run is not None and run.job.name == "gpu"
-        await run.release_lock()
-        store.close()
-
+            # The whole step before a start: nothing taken while the stranger is there, the reason kept for
+            # `homegpu queue`; once its process is gone, the run comes back with the job's lock held.
+            assert await runner._ready_run(entry) is None
+            assert store.get(entry.id).reason == reason and store.get(entry.id).state.value == "waiting"
+            write_apps_with_pids(H100 / "apps_load.csv", [], apps)
+            await node.wait_for(lambda n: not n.latest.gpus[0].processes, timeout=30)
+            run = await runner._ready_run(entry)
+            assert run is not None and run.job.name == "gpu"
+            await run.release_lock()
