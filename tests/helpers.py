@@ -89,7 +89,7 @@ def nobody_argv(code: str) -> list[str]:
     """argv of a Python that imports homegpu's CLI and queue as this user (root), then becomes user nobody
     before it runs `code`: a second Unix user, wherever the checkout lives. Needs root."""
     assert os.geteuid() == 0, "this test switches to user nobody: run the suite as root (CI does)"
-    prelude = ("import os, sys\nimport homegpu.tui.cli, homegpu.tui.queue_commands, homegpu.remote.queue\n"
+    prelude = ("import os, sys\nimport homegpu.tui.cli.main, homegpu.tui.cli.queue, homegpu.remote.queue\n"
                f"os.setgroups([]); os.setgid({NOBODY}); os.setuid({NOBODY})\n")
     return [sys.executable, "-c", prelude + code]
 

@@ -28,9 +28,9 @@ from homegpu.remote.net.bandwidth import (
     pairs, parse_iperf3_json,
 )
 from homegpu.remote.nodes.cluster import Cluster
-from homegpu.tui import bandwidth_commands
-from homegpu.tui.bandwidth_commands import matrix_json
-from homegpu.tui.text import format_matrix
+from homegpu.tui.cli import bandwidth as bandwidth_command
+from homegpu.tui.cli.bandwidth import matrix_json
+from homegpu.tui.view.text import format_matrix
 
 FIXTURES = Path(__file__).parent / "fixtures" / "iperf3"
 RESNET50 = 25_600_000
@@ -408,7 +408,7 @@ def test_homegpu_bandwidth_prints_progress_the_matrix_and_advice(sim_cluster, cl
 def test_bandwidth_json_prints_only_json(sim_cluster, cluster_toml, capsys):
     parser = argparse.ArgumentParser(prog="homegpu")
     parser.add_argument("--config")
-    bandwidth_commands.register(parser.add_subparsers())
+    bandwidth_command.register(parser.add_subparsers())
     args = parser.parse_args(["--config", str(cluster_toml), "bandwidth", "--json", "--star", "node3",
                               "--params", "1000000"])
     assert args.handler(args) == 0

@@ -11,7 +11,7 @@ import pytest
 from helpers import homegpu
 
 from homegpu.remote.config.cluster_spec import load_cluster
-from homegpu.tui.cli import build_parser
+from homegpu.tui.cli.main import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 

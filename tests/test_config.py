@@ -146,7 +146,7 @@ def test_starter_cluster_without_nodes_is_this_machine_with_two_workers():
 
 
 def test_init_then_check_and_tfconfig_need_no_edit(tmp_path, capsys):
-    from homegpu.tui.cli import main
+    from homegpu.tui.cli.main import main
 
     config = str(tmp_path / "cluster.toml")
     assert main(["--config", config, "init", "--node", "a=10.0.0.1", "--node", "b=10.0.0.2:2222"]) == 0
@@ -343,7 +343,7 @@ def test_init_writes_alerts_commented_out_ready_to_enable(tmp_path):
 
 
 def test_check_shows_the_alert_rules_and_whether_the_command_is_found(tmp_path, capsys):
-    from homegpu.tui.cli import main
+    from homegpu.tui.cli.main import main
 
     path = tmp_path / "cluster.toml"
     path.write_text(NODE + '[alerts]\ngpu_temperature = 85\njob_failed = true\nqueued_runs = true\n'

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from homegpu.tui.cli import main
+from homegpu.tui.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = (REPO / "cluster.toml").read_text(encoding="utf-8")

@@ -34,8 +34,8 @@ from homegpu.remote.node_side.stats_agent import parse_nvidia_smi_gpus
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.nodes.transport import CommandResult
-from homegpu.tui.doctor_commands import job_port
-from homegpu.tui.text import format_check, format_report
+from homegpu.tui.cli.doctor import job_port
+from homegpu.tui.view.text import format_check, format_report
 
 REPLAY_GPUS = FIXTURES / "gpus_2x_h100nvl_idle.csv"
 REPLAY_APPS = FIXTURES / "apps_none.csv"

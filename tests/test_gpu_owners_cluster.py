@@ -28,8 +28,8 @@ from simcluster import SimCluster, SimNode, free_job_port
 
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.nodes.cluster import Cluster
-from homegpu.tui.render import node_detail
-from homegpu.tui.state import NodeView
+from homegpu.tui.view.render import node_detail
+from homegpu.tui.view.state import NodeView
 
 pytestmark = pytest.mark.cluster
 

@@ -19,7 +19,7 @@ from homegpu.remote.logs.tail import LogLine
 from homegpu.remote.logs.tracebacks import MESSAGE_LINES
 from homegpu.remote.nodes.events import EventHub, JobState, JobStateChanged, NodeState, NodeStateChanged, Straggler
 from homegpu.remote.runtimes.base import WorkerStatus
-from homegpu.tui.headless import LinePrinter, Pump, record_line, summary
+from homegpu.tui.cli.headless import LinePrinter, Pump, record_line, summary
 
 KERAS = Path(__file__).parent / "fixtures" / "keras"
 

@@ -1,28 +1,42 @@
-"""The import graph of remote/ and tui/, read from their source: the groups' order, no circles, and
-the boundaries hold.
+"""The import graph of remote/ and tui/: the order of their rooms, no circles, and the boundaries hold.
 
-remote/ is one folder per concern (its groups), in an order: a group may import the groups before it,
-never one after it. Another group is reached through its package's exports (`__all__` in its
-`__init__.py`), never through its modules. The scripts that run on the nodes (node_side/) use the
-standard library and each other only. Every import counts, also those inside functions (a lazy
-import still ties two modules together).
+The order is written as import-linter contracts in pyproject.toml ([tool.importlinter]), as harlequin
+does, and `lint-imports` checks it here: remote/ is one folder per concern (its groups), each importing
+only the groups below it; tui/ is rooms (cli, daemon, app | web, view, errors), each importing only the
+rooms below it, and nothing in view/ imports Textual. What import-linter cannot say is walked here from
+the source: another group of remote/ is reached through its package's exports (`__all__` in its
+`__init__.py`), never through its modules; the scripts that run on the nodes (node_side/) use the
+standard library and each other only; no circle among modules; every folder is packaged. Every import
+counts, also those inside functions (a lazy import still ties two modules together).
 """
 
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"remote": "homegpu.remote", "tui": "homegpu.tui"}
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
-# remote/'s groups, each importing only those before it (README, "Architecture").
-GROUP_ORDER = ("node_side", "config", "nodes", "logs", "net", "record", "plan", "runtimes", "images", "jobs",
-               "doctor", "alerts", "history", "serve", "queue")
+
+def contract(name: str) -> dict:
+    """The import-linter contract of pyproject.toml whose name starts with `name`."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    return next(c for c in contracts if c["name"].startswith(name))
+
+
+# remote/'s groups, lowest first, and tui/'s rooms (README, "Architecture"): read from the contracts.
+GROUP_ORDER = tuple(reversed(contract("remote/'s groups")["layers"]))
+TUI_ROOMS = {part.strip() for layer in contract("tui/'s rooms")["layers"] for part in layer.split("|")}
 NODE_SIDE = "node_side"
+MAX_TUI_TOP = 8  # modules at tui/'s top, __init__.py included: past that, rooms
 
 
 def module_name(path: Path) -> str:
@@ -111,14 +125,6 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def order_violations(graph: dict[str, set[str]], order: tuple[str, ...]) -> list[str]:
-    """"A -> B" for every import of a group later in `order` than the importer's own."""
-    rank = {group: index for index, group in enumerate(order)}
-    return sorted(f"{source} -> {target}" for source, targets in graph.items() for target in targets
-                  if group_of(source) in rank and group_of(target) in rank
-                  and rank[group_of(target)] > rank[group_of(source)])
-
-
 def private_reaches(folder: str) -> list[str]:
     """Imports from `folder` into another group of remote/ that bypass that group's exports."""
     bad = []
@@ -141,12 +147,6 @@ def private_reaches(folder: str) -> list[str]:
 def test_find_cycle_finds_a_circle_and_none_in_a_tree():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
-
-
-def test_an_import_of_a_later_group_is_a_violation():
-    graph = {"homegpu.remote.nodes.cluster": {"homegpu.remote.alerts.watcher", "homegpu.remote.config"},
-             "homegpu.remote.alerts.watcher": {"homegpu.remote.nodes"}}
-    assert order_violations(graph, GROUP_ORDER) == ["homegpu.remote.nodes.cluster -> homegpu.remote.alerts.watcher"]
 
 
 def test_imports_inside_functions_and_relative_imports_count(tmp_path, monkeypatch):
@@ -195,14 +195,52 @@ def test_every_module_of_remote_is_in_a_group_of_the_order():
     assert groups == set(GROUP_ORDER)
 
 
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    """`lint-imports` with pyproject.toml's contracts, on the homegpu packages found under `root` first."""
+    return subprocess.run([str(LINT_IMPORTS), str(ROOT / "pyproject.toml"), "--no-cache"],
+                          cwd=root, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_import_contracts_hold():
+    done = lint_imports(ROOT / "tests")  # no homegpu there: the installed (editable) one, this checkout
+    assert done.returncode == 0 and "0 broken" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("module, line, contract_name", [
+    ("tui/view/plot.py", "import textual", "view/ is pure"),
+    ("tui/view/plot.py", "from homegpu.tui.app import main", "tui/'s rooms in order"),
+    ("tui/web/token_gate.py", "from homegpu.tui.app import screens", "tui/'s rooms in order"),  # siblings
+    ("remote/nodes/units.py", "from homegpu.remote.alerts import AlertWatcher", "remote/'s groups in order"),
+])
+def test_a_step_back_up_breaks_a_contract(tmp_path, module, line, contract_name):
+    """The contracts are tried on a copy of the tree with one import against them (inside a function:
+    lazy imports count too)."""
+    copy = tmp_path / "homegpu"
+    for folder in ("remote", "tui", "trainer"):
+        shutil.copytree(ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    with (copy / module).open("a") as source:
+        source.write(f"\n\ndef _against_the_order():\n    {line}\n")
+    done = lint_imports(tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    broken = done.stdout.split("Broken contracts")[-1]
+    assert contract_name in broken, done.stdout
+
+
+def test_tui_is_in_rooms():
+    top = sorted(path.name for path in (ROOT / "tui").glob("*.py"))
+    assert len(top) <= MAX_TUI_TOP, f"tui/ keeps {len(top)} modules at its top: {top}"
+    rooms = {path.name for path in (ROOT / "tui").iterdir() if (path / "__init__.py").is_file()}
+    modules = {name.removesuffix(".py") for name in top} - {"__init__"}
+    assert rooms | modules == TUI_ROOMS, f"tui/'s rooms and top modules {sorted(rooms | modules)} against the " \
+                                         f"contract's {sorted(TUI_ROOMS)}"
+    for room in rooms:
+        assert (ROOT / "tui" / room / "__init__.py").read_text().startswith('"""'), f"tui/{room}/__init__.py: say what it holds"
+
+
 def test_no_import_circle_among_remote_and_tui():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import circle: " + " -> ".join(cycle)
-
-
-def test_no_group_imports_a_later_group():
-    violations = order_violations(import_graph(), GROUP_ORDER)
-    assert not violations, "imports against the group order " + " < ".join(GROUP_ORDER) + ":\n" + "\n".join(violations)
 
 
 @pytest.mark.parametrize("folder", ["remote", "tui"])
@@ -231,20 +269,6 @@ def test_node_scripts_import_only_the_standard_library_and_each_other():
     assert not bad, f"node scripts import what a node does not have: {bad}"
 
 
-@pytest.mark.parametrize("folder, banned", [
-    ("tui", {"asyncssh", "docker", "homegpu.trainer"}),
-    ("remote", {"textual", "homegpu.tui"}),
-])
-def test_boundaries(folder, banned):
-    crossing = {}
-    for path in source_files(folder):
-        tops = {name.split(".")[0] if not name.startswith("homegpu.") else ".".join(name.split(".")[:2])
-                for name, _ in imports(path)}
-        if tops & banned:
-            crossing[str(path.relative_to(ROOT))] = sorted(tops & banned)
-    assert not crossing, f"{folder}/ imports what it must not: {crossing}"
-
-
 def test_only_the_runtimes_name_a_runtime_class():
     """What differs by runtime is a method of the runtime: nobody else asks which one it is."""
     named = {}
@@ -258,11 +282,11 @@ def test_only_the_runtimes_name_a_runtime_class():
     assert not named, f"runtime classes named outside the runtimes: {named}"
 
 
-def test_every_group_is_packaged():
+def test_every_group_and_room_is_packaged():
     """A folder missing from pyproject.toml's packages works in an editable install and is missing
     from a real one (`pip install .`, README's first command)."""
-    import tomllib
-
     packages = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    missing = sorted({f"homegpu.remote.{group}" for group in GROUP_ORDER} - packages)
+    folders = {f"homegpu.{path.parent.relative_to(ROOT)}".replace("/", ".")
+               for folder in PACKAGES for path in (ROOT / folder).rglob("__init__.py")}
+    missing = sorted(folders - packages)
     assert not missing, f"pyproject.toml [tool.setuptools] packages lacks {missing}"

@@ -182,7 +182,7 @@ def test_serve_killed_mid_queue_resumes_it_without_running_anything_twice(sim_cl
 
 def test_another_user_is_refused_by_serve_in_one_line(sim_cluster: SimCluster, lab: Path, tmp_path: Path):
     with serving(lab, tmp_path / "serve.log", tmp_path / "experiments"):
-        result = as_nobody(f"sys.exit(homegpu.tui.cli.main(['--config', {str(lab)!r}, 'submit', 'sleepy']))")
+        result = as_nobody(f"sys.exit(homegpu.tui.cli.main.main(['--config', {str(lab)!r}, 'submit', 'sleepy']))")
         assert result.returncode == 2, result.stderr
         assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
         assert "this cluster's queue is root's" in result.stderr

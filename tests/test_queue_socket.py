@@ -117,7 +117,7 @@ async def test_without_serve_the_commands_say_how_to_start_one(spec, open_folder
 
 
 def test_the_cli_without_serve_is_one_line_and_exit_2(spec):
-    result = subprocess.run([sys.executable, "-m", "homegpu.tui.cli", "--config", spec.source, "submit", "train"],
+    result = subprocess.run([sys.executable, "-m", "homegpu.tui.cli.main", "--config", spec.source, "submit", "train"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and "start one with `homegpu --config" in result.stderr
@@ -165,7 +165,7 @@ async def test_another_user_is_refused_in_one_line(spec, served):
     queue it is, in one line, with nothing added."""
     _need_root()
     store, _ = served
-    result = await asyncio.to_thread(as_nobody, f"sys.exit(homegpu.tui.cli.main(['--config', {spec.source!r}, "
+    result = await asyncio.to_thread(as_nobody, f"sys.exit(homegpu.tui.cli.main.main(['--config', {spec.source!r}, "
                                                 f"'submit', 'train']))")
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr

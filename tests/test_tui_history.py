@@ -1,4 +1,4 @@
-"""The TUI's long history (tui/history.py): downsampling, its bounds, and the node detail's window key.
+"""The TUI's long history (tui/view/gpu_trail.py): downsampling, its bounds, and the node detail's window key.
 
 Stats are the real agent's lines from recorded GPU output (tests/fixtures/tui/), re-stamped a
 second apart to stand for hours of a TUI left open; no clock is waited for.
@@ -16,10 +16,10 @@ from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.nodes.events import NodeState, NodeStateChanged, NodeStatsUpdated
 from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.record.downsample import bucket_index, bucket_time, bucket_time_sql
-from homegpu.tui.app import HomegpuApp
-from homegpu.tui.history import SLOTS_PER_SERIES, TIERS, WINDOWS, Series, Tier
-from homegpu.tui.render import node_detail
-from homegpu.tui.state import NodeView
+from homegpu.tui.app.main import HomegpuApp
+from homegpu.tui.view.gpu_trail import SLOTS_PER_SERIES, TIERS, TRAIL_WINDOWS, Series, Tier
+from homegpu.tui.view.render import node_detail
+from homegpu.tui.view.state import NodeView
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tui"
 GPU_FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
@@ -118,7 +118,7 @@ def hours_of_node(view: NodeView, hours: float) -> None:
 def test_node_detail_draws_the_window_it_is_given() -> None:
     node = NodeView("desktop", "192.168.1.20", NodeState.ONLINE)
     hours_of_node(node, 2)
-    drawn = {label: node_detail(node, 60, window=i).plain for i, (label, _) in enumerate(WINDOWS)}
+    drawn = {label: node_detail(node, 60, window=i).plain for i, (label, _) in enumerate(TRAIL_WINDOWS)}
     assert "history: 5 min (h: 5 min · 1 h · all)" in drawn["5 min"]
     util = {label: next(line for line in text.splitlines() if line.startswith(" util"))
             for label, text in drawn.items()}
@@ -159,16 +159,15 @@ async def test_the_h_key_reaches_back_a_day_and_a_week_through_serves_history(tm
 
     from homegpu.remote.config import embedded_default
     from homegpu.remote.history import HistoryRecorder, history_path
-    from homegpu.tui.history import STORED_WINDOWS
-    from homegpu.tui.stored import StoredHistory
+    from homegpu.tui.view.lookback import LOOKBACK_WINDOWS, Lookback
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     spec = embedded_default()
-    stored = StoredHistory(spec)
+    stored = Lookback(spec)
     view = NodeView("local", "local")
     stats = owned(h100_lines()[0], [None])
     view.take_stats(stats)
-    assert not stored.available and "h: 5 min · 1 h · all)" in node_detail(view, 80, "", len(WINDOWS), stored).plain
+    assert not stored.available and "h: 5 min · 1 h · all)" in node_detail(view, 80, "", len(TRAIL_WINDOWS), stored).plain
     now = time.time()
     clock = {"t": now - 20 * HOUR}
     recorder = HistoryRecorder(history_path(spec), clock=lambda: clock["t"])
@@ -177,10 +176,10 @@ async def test_the_h_key_reaches_back_a_day_and_a_week_through_serves_history(tm
         recorder.handle(NodeStatsUpdated("local", stats, at=clock["t"]))
     recorder.close()
 
-    assert stored.available and stored.due(STORED_WINDOWS[0][1])
-    await stored.read(STORED_WINDOWS[0][1])
-    text = node_detail(view, 80, "", len(WINDOWS), stored).plain
+    assert stored.available and stored.due(LOOKBACK_WINDOWS[0][1])
+    await stored.read(LOOKBACK_WINDOWS[0][1])
+    text = node_detail(view, 80, "", len(TRAIL_WINDOWS), stored).plain
     assert "history: 1 d (homegpu serve's history) (h: 5 min · 1 h · all · 1 d · 7 d)" in text, text
     util = next(line for line in text.splitlines() if line.startswith(" util "))[6:70]
     assert util.count("█") / len(util) == pytest.approx(20 / 24, abs=0.05), util  # 20 of the day's 24 hours
-    assert util.startswith(" ") and not stored.due(STORED_WINDOWS[0][1])  # the day's first hours: not recorded
+    assert util.startswith(" ") and not stored.due(LOOKBACK_WINDOWS[0][1])  # the day's first hours: not recorded

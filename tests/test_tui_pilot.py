@@ -18,9 +18,9 @@ from gpu_replay import write_replay_nvidia_smi
 from helpers import homegpu, wait_until, worker_processes, write_config
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.nodes.events import JobState, NodeState
-from homegpu.tui.app import HomegpuApp
-from homegpu.tui.controller import Controller
-from homegpu.tui.screens import ConfirmScreen, LaunchScreen, QuitScreen
+from homegpu.tui.app.controller import Controller
+from homegpu.tui.app.main import HomegpuApp
+from homegpu.tui.app.screens import ConfirmScreen, LaunchScreen, QuitScreen
 from simcluster import SimCluster
 
 pytestmark = pytest.mark.cluster

@@ -24,11 +24,11 @@ from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.queue import (
     EntryState, NodeView, QueueClient, QueueDesk, QueueServer, QueueStore, decide, entry_nodes, socket_path,
 )
-from homegpu.tui.app import HomegpuApp
-from homegpu.tui.cli_common import serve_command
-from homegpu.tui.controller import Controller
-from homegpu.tui.queue_panel import QueuePanel, no_serve_line
-from homegpu.tui.screens import ConfirmScreen, LaunchScreen
+from homegpu.tui.app.controller import Controller
+from homegpu.tui.app.main import HomegpuApp
+from homegpu.tui.app.queue_panel import QueuePanel, no_serve_line
+from homegpu.tui.app.screens import ConfirmScreen, LaunchScreen
+from homegpu.tui.view.text import serve_command
 
 SIZE = (160, 48)
 STATS = Path(__file__).parent / "fixtures" / "tui" / "cpu_only.json"

@@ -22,8 +22,8 @@ from homegpu.remote.nodes.events import JobState, JobStateChanged, NodeState, No
 from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.plan.layout import JobLayout
 from homegpu.remote.plan.tfconfig import worker_slots
-from homegpu.tui.app import HomegpuApp
-from homegpu.tui.screens import LaunchScreen
+from homegpu.tui.app.main import HomegpuApp
+from homegpu.tui.app.screens import LaunchScreen
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NOW = 1795316700.0  # 2026-11-22, a little after the recorded run
@@ -143,7 +143,7 @@ def queue_entries(spec) -> list:
 
 
 async def show_queue(pilot) -> None:
-    from homegpu.tui.queue_panel import QueuePanel
+    from homegpu.tui.app.queue_panel import QueuePanel
 
     await show_recording(pilot)
     pilot.app.query_one(QueuePanel).show(queue_entries(pilot.app.spec), NOW)

@@ -14,8 +14,8 @@ from pathlib import Path
 from helpers import wait_until
 from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.net import bandwidth_store
-from homegpu.tui.app import HomegpuApp
-from homegpu.tui.controller import Controller
+from homegpu.tui.app.controller import Controller
+from homegpu.tui.app.main import HomegpuApp
 
 TWO_NODES = '[[nodes]]\nname = "a"\nhost = "127.0.0.1"\nport = 1\n[[nodes]]\nname = "b"\nhost = "127.0.0.1"\nport = 2\n'
 # What a cache looked like that crashed the TUI at start: a number saved as text.
@@ -48,8 +48,8 @@ CRASHING = """
 import sys
 from pathlib import Path
 from homegpu.remote.config.cluster_spec import parse_cluster
-from homegpu.tui import app
-from homegpu.tui.controller import Controller
+from homegpu.tui.app import main as app
+from homegpu.tui.app.controller import Controller
 
 def crash(self):
     raise TypeError("a bug on the way to the screen")

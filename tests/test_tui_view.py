@@ -14,21 +14,21 @@ from script_errors import VALUES, per_replica_error
 from homegpu.remote.config.cluster_spec import embedded_default, parse_cluster
 from homegpu.remote.logs.metric import Metric, WorkerMetric
 from homegpu.remote.logs.tail import LogLine
+from homegpu.remote.logs.tracebacks import MESSAGE_LINES
 from homegpu.remote.net import bandwidth_store
 from homegpu.remote.net.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
 from homegpu.remote.nodes.events import (
     JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler,
 )
 from homegpu.remote.nodes.stats import parse_agent_line
-from homegpu.tui.app import left_running_note
-from homegpu.tui.logview import clean, format_entries, matching, wrap_rows
-from homegpu.tui.plot import BRAILLE_BASE, braille_plot, progress_bar, sparkline
-from homegpu.tui.render import (
+from homegpu.tui.app.log_pane import clean, format_entries, matching, wrap_rows
+from homegpu.tui.app.main import left_running_note
+from homegpu.tui.view.plot import BRAILLE_BASE, braille_plot, progress_bar, sparkline
+from homegpu.tui.view.render import (
     key_bar,
     age, bandwidth_summary, job_summary, level_style, node_cells, node_detail,
 )
-from homegpu.remote.logs.tracebacks import MESSAGE_LINES
-from homegpu.tui.state import JOB, LOGS, MAX_LINE, NODES, ClusterView, LogBuffers, LogEntry
+from homegpu.tui.view.state import JOB, LOGS, MAX_LINE, NODES, ClusterView, LogBuffers, LogEntry
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tui"
 
@@ -74,9 +74,9 @@ def test_stats_fill_the_node_and_its_gpu_history(view: ClusterView) -> None:
         view.apply(NodeStatsUpdated("big", replace(stats, timestamp=stats.timestamp + second)))
     node = view.nodes["big"]
     assert node.online and node.stats.timestamp == stats.timestamp + 699
-    assert sorted(node.history) == [0, 1]
-    assert len(node.history[0].util.tiers[0].values) == 600  # the 1 s tier keeps 10 minutes however long it runs
-    assert node.history[1].mem.window(300, 10)[-1] == 0.0
+    assert sorted(node.trail) == [0, 1]
+    assert len(node.trail[0].util.tiers[0].values) == 600  # the 1 s tier keeps 10 minutes however long it runs
+    assert node.trail[1].mem.window(300, 10)[-1] == 0.0
 
 
 def test_events_for_unknown_nodes_or_jobs_change_nothing(view: ClusterView) -> None:
@@ -395,7 +395,7 @@ def test_leaving_a_job_running_names_the_commands_that_come_back_to_it() -> None
 
 def test_the_launch_dialog_shows_the_tf_configs_then_the_device_plan():
     from homegpu.remote.plan.layout import lay_out
-    from homegpu.tui.screens import launch_preview
+    from homegpu.tui.app.screens import launch_preview
 
     spec = parse_cluster('[[nodes]]\nname = "box"\nhost = "10.0.0.2"\n[[nodes]]\nname = "laptop"\nhost = "10.0.0.3"\n'
                          '[jobs.mixed]\nworkers_per_node = "per-gpu"\n')
@@ -415,7 +415,7 @@ def test_the_launch_dialog_shows_the_tf_configs_then_the_device_plan():
 
 def test_the_launch_dialog_shows_a_scripts_args_not_the_trainers_schedule():
     from homegpu.remote.plan.layout import lay_out
-    from homegpu.tui.screens import launch_preview
+    from homegpu.tui.app.screens import launch_preview
 
     spec = parse_cluster('[[nodes]]\nname = "box"\nhost = "10.0.0.2"\n'
                          '[jobs.mnist]\nscript = "my_model/train.py"\nargs = ["--epochs", "6"]\nkeras = "tf-keras"\n'
@@ -429,8 +429,8 @@ def test_the_launch_dialog_shows_a_scripts_args_not_the_trainers_schedule():
 
 def test_the_alert_banner_holds_what_fires_and_a_clear_becomes_a_toast():
     from homegpu.remote.nodes.events import Alert, AlertCommandFailed, AlertState
-    from homegpu.tui.render import alert_banner
-    from homegpu.tui.state import ALERTS
+    from homegpu.tui.view.render import alert_banner
+    from homegpu.tui.view.state import ALERTS
 
     view = ClusterView(parse_cluster(THREE_NODES))
     hot = Alert("gpu_temperature", AlertState.FIRING, "big GPU 0 is at 91 °C (alert at 85 °C)", node="big", gpu=0)
@@ -455,7 +455,7 @@ def test_the_alert_banner_holds_what_fires_and_a_clear_becomes_a_toast():
 
 def test_the_alert_banner_fits_its_width_and_counts_the_rest():
     from homegpu.remote.nodes.events import Alert, AlertState
-    from homegpu.tui.render import alert_banner
+    from homegpu.tui.view.render import alert_banner
 
     alerts = [Alert("node_offline", AlertState.FIRING, f"node{i} has been offline for 2 min", node=f"node{i}")
               for i in range(5)]
@@ -467,7 +467,7 @@ def test_the_alert_banner_fits_its_width_and_counts_the_rest():
 
 def test_a_queued_runs_success_is_good_news_its_start_news_and_its_failure_trouble():
     from homegpu.remote.nodes.events import Alert, AlertState
-    from homegpu.tui.render import alert_banner
+    from homegpu.tui.view.render import alert_banner
 
     def queued(state: str, message: str) -> Alert:
         return Alert(f"queued_run_{state}", AlertState.FIRING, message, job="train", run_id="r", queue_id="q-12")

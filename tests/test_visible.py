@@ -18,11 +18,11 @@ from homegpu.remote.nodes import (
     NA, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, visible,
 )
 from homegpu.remote.nodes import parse_agent_line, visible_fields
-from homegpu.tui.app import HomegpuApp
-from homegpu.tui.render import job_summary, node_cells, node_detail
-from homegpu.tui.screens import ConfirmScreen, TextScreen
-from homegpu.tui.state import ClusterView
-from homegpu.tui.terminal import VisibleStream, unfiltered, visible_output
+from homegpu.tui.app.main import HomegpuApp
+from homegpu.tui.app.screens import ConfirmScreen, TextScreen
+from homegpu.tui.cli.terminal import VisibleStream, unfiltered, visible_output
+from homegpu.tui.view.render import job_summary, node_cells, node_detail
+from homegpu.tui.view.state import ClusterView
 
 TITLE = "\x1b]0;pwned\x07"
 CLIPBOARD = "\x1b]52;c;cHduZWQ=\x07"

@@ -1,4 +1,4 @@
-"""The terminal UI in a browser (tui/web.py): a real Chromium, driven by playwright, opens the web view
+"""The terminal UI in a browser (tui/web/server.py): a real Chromium, driven by playwright, opens the web view
 and finds the nodes' table; nothing the view serves answers without its token, and a request without
 it starts no app process.
 
@@ -21,9 +21,9 @@ import pytest
 from helpers import homegpu, homegpu_argv, wait_for, wait_until
 from playwright.sync_api import sync_playwright
 
-from homegpu.tui.cli_common import UserError
-from homegpu.tui.web import Listen, check_token, parse_listen, start_web
-from homegpu.tui.web_token import REFUSED, cookie_name
+from homegpu.tui.errors import UserError
+from homegpu.tui.web.server import Listen, check_token, parse_listen, start_web
+from homegpu.tui.web.token_gate import REFUSED, cookie_name
 
 CHROMIUM = "/usr/bin/chromium"
 TOKEN = "test-token-for-the-web-view-0123456789"
@@ -72,7 +72,7 @@ def app_children(pid: int) -> list[int]:
             command = Path(f"/proc/{entry}/cmdline").read_bytes()
         except (OSError, ValueError):
             continue  # it ended while we looked
-        if int(parent) == pid and state != "Z" and b"homegpu.tui.cli" in command:
+        if int(parent) == pid and state != "Z" and b"homegpu.tui.cli.main" in command:
             found.append(int(entry))
     return found
 

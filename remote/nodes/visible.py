@@ -8,7 +8,7 @@ in Python (ESC as `\\x1b`, a newline as `\\n`): each one alone, so a sequence sp
 or cut short by a column width is harmless too, and the form is plain ASCII nothing re-interprets.
 
 The data itself stays exact (`status --json` prints it as the node said it; JSON escapes controls):
-this is applied where text reaches a person, at the front ends' few entrances (tui/terminal.py for
+this is applied where text reaches a person, at the front ends' few entrances (tui/cli/terminal.py for
 the commands' output, the TUI's view and its notices and dialogs). Rich markup is the front end's
 own concern: the TUI never parses node text as markup.
 """

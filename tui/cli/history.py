@@ -1,0 +1,138 @@
+"""`homegpu history [NODE] [--since 2h|1d|7d] [--json]`: what the cluster did, from the history that
+`homegpu serve` records: each GPU's utilisation and memory over the window (sparklines), GPU-hours per
+user and per job run, and when each node was offline."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from dataclasses import asdict
+from typing import TextIO
+
+from homegpu.remote.config import ClusterSpec
+from homegpu.remote.history import GpuSeries, HistoryReader, NodeOffline, history_path
+from homegpu.tui.cli.common import UserError, load_spec
+from homegpu.tui.view.plot import sparkline
+from homegpu.tui.view.text import table
+
+POINTS = 48  # sparkline cells
+RECORDING_SLACK = 30.0  # seconds: a history whose newest sample is older than this is not being recorded
+_SINCE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+START_SERVE = "start `homegpu serve` to record it (README.md, \"Always on\")"
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    history = commands.add_parser(
+        "history", help="what the cluster did: GPU use, GPU-hours per user and job, nodes offline",
+        description="Read the history `homegpu serve` records for this cluster file: each GPU's utilisation and "
+                    "memory over the window, GPU-hours per user and per job run, and when each node was offline.",
+    )
+    history.add_argument("node", nargs="?", metavar="NODE", help="only this node")
+    history.add_argument("--since", default="2h", type=since_seconds, metavar="AGE",
+                         help="how far back: 30m, 2h, 1d, 7d (default 2h)")
+    history.add_argument("--json", action="store_true", help="print one JSON object for scripts")
+    history.set_defaults(handler=run_history)
+
+
+def since_seconds(text: str) -> float:
+    match = _SINCE.fullmatch(text.strip())
+    if not match or float(match[1]) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an age: write a number and s, m, h, d or w (2h, 1d, 7d)")
+    return float(match[1]) * _UNIT_SECONDS[match[2]]
+
+
+def run_history(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    spec = load_spec(args)
+    if args.node is not None and args.node not in {node.name for node in spec.nodes}:
+        raise UserError(f"no node {args.node!r} in {spec.source}; use one of: {', '.join(n.name for n in spec.nodes)}")
+    path = history_path(spec)
+    if not path.is_file():
+        raise UserError(f"no history of cluster {spec.name} yet ({path}): {START_SERVE}")
+    now = time.time()
+    with HistoryReader(path) as reader:
+        since = now - args.since
+        report = Report(spec, args.node, since, now, reader.span(), reader.gpus(since, now, POINTS),
+                        reader.gpu_hours_by_user(since, now), reader.gpu_hours_by_run(since, now),
+                        reader.offline(since, now))
+    out = out or sys.stdout
+    print(json.dumps(report.as_json()) if args.json else report.text(), file=out)
+    return 0
+
+
+class Report:
+    """One window of the history, for one node or all, as text or JSON."""
+
+    def __init__(self, spec: ClusterSpec, node: str | None, since: float, until: float, span, gpus, users, runs,
+                 offline) -> None:
+        self.spec, self.node, self.since, self.until, self.span = spec, node, since, until, span
+        self.gpus: tuple[GpuSeries, ...] = tuple(g for g in gpus if node in (None, g.node))
+        self.users, self.runs = users, runs
+        self.offline: tuple[NodeOffline, ...] = tuple(o for o in offline if node in (None, o.node))
+
+    @property
+    def recording(self) -> bool:
+        return self.span is not None and self.until - self.span[1] <= RECORDING_SLACK
+
+    def text(self) -> str:
+        lines = [f"{self.spec.name}{' · ' + self.node if self.node else ''}: the last {_age(self.until - self.since)}"
+                 f" ({_clock(self.since)} to {_clock(self.until)})"]
+        if not self.recording:
+            last = f"its last sample is from {_when(self.span[1])}" if self.span else "it holds no sample yet"
+            lines.append(f"not recording now ({last}): {START_SERVE}")
+        lines += ["", "GPUs: utilisation and memory, oldest left"]
+        lines += [self._gpu_line(gpu) for gpu in self.gpus] or ["  no GPU seen in this window"]
+        lines += ["", "GPU-hours by user"]
+        lines += [table(("USER", "GPU-HOURS"), [(u.user or "(unknown)", f"{u.gpu_hours:.2f}") for u in self.users])
+                  if self.users else "  none"]
+        lines += ["", "GPU-hours by job run"]
+        lines += [table(("JOB", "RUN", "USER", "GPU-HOURS"),
+                        [(r.job, r.run_id, r.user or "-", f"{r.gpu_hours:.2f}") for r in self.runs])
+                  if self.runs else "  none"]
+        lines += ["", "Offline"]
+        lines += [self._offline_line(node) for node in self.offline] or ["  no node known yet"]
+        return "\n".join(lines)
+
+    def _gpu_line(self, gpu: GpuSeries) -> str:
+        util = [u for u in gpu.util if u is not None]
+        mem = [m for m in gpu.mem_used if m is not None]
+        total = gpu.mem_total or (max(mem) if mem else 0) or 1
+        mem_share = [None if m is None else 100 * m / total for m in gpu.mem_used]
+        util_figure = f"avg {sum(util) / len(util):3.0f}%" if util else "avg   -"
+        mem_figure = f"max {max(mem) / 1024:.1f}/{total / 1024:.1f} GiB" if mem else "max   -"
+        return (f"  {gpu.node} GPU {gpu.gpu} {gpu.name}\n    util {sparkline(gpu.util, POINTS)}  {util_figure}\n"
+                f"    mem  {sparkline(mem_share, POINTS)}  {mem_figure}")
+
+    @staticmethod
+    def _offline_line(node: NodeOffline) -> str:
+        if not node.intervals:
+            return f"  {node.node}: online throughout"
+        spans = ", ".join(f"{_clock(i.start)}–{'now' if i.ongoing else _clock(i.stop)} ({i.state}"
+                          f"{': ' + i.reason if i.reason else ''})" for i in node.intervals)
+        return f"  {node.node}: offline {_age(node.seconds)} in {len(node.intervals)} interval(s): {spans}"
+
+    def as_json(self) -> dict:
+        return {"cluster": self.spec.name, "node": self.node, "since": self.since, "until": self.until,
+                "recording": self.recording, "gpus": [asdict(g) for g in self.gpus],
+                "gpu_hours_by_user": [asdict(u) for u in self.users],
+                "gpu_hours_by_run": [asdict(r) for r in self.runs], "offline": [asdict(o) for o in self.offline]}
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86_400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            whole, rest = divmod(round(seconds), size)
+            smaller = {"d": ("h", 3600), "h": ("min", 60), "min": ("s", 1)}[unit]
+            return f"{whole} {unit}" + (f" {rest // smaller[1]} {smaller[0]}" if rest // smaller[1] else "")
+    return f"{seconds:.0f} s"
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S" if time.time() - t < 86_400 else "%Y-%m-%d %H:%M", time.localtime(t))
+
+
+def _when(t: float) -> str:
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))}, {_age(time.time() - t)} ago"

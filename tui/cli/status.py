@@ -1,0 +1,76 @@
+"""`homegpu status`: each node's state, GPUs, CPU and memory, once, as JSON, or watched."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+
+from homegpu.remote.nodes import Cluster, NodeSession, NodeState, connect_wait
+from homegpu.tui.cli.common import load_spec
+from homegpu.tui.cli.terminal import unfiltered
+from homegpu.tui.view.text import format_status, status_json
+
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+JSON_HELP = """\
+--json prints one JSON object (with --watch: one per line, every interval):
+  {"cluster": NAME, "at": UNIX_TIME,
+   "nodes": [{"name", "host", "state", "reason", "fingerprint",
+              "stats": null | {"source": "nvml"|"nvidia-smi"|"none", "driver", "cuda",
+                               "cpu": %, "load": [1m, 5m, 15m], "mem_used": MiB, "mem_total": MiB,
+                               "disk_free": MiB,
+                               "gpus": [{"index", "name", "uuid", "util": %, "mem_used": MiB,
+                                         "mem_total": MiB, "temp": C, "power": W,
+                                         "power_limit": W, "sm_clock": MHz,
+                                         "processes": [{"pid", "name", "mem": MiB,
+                                                        "owner": null | OWNER}]}]}}]}
+OWNER is who the process belongs to, as the node's agent found out:
+  {"kind": "worker", "run_id", "job", "index", "user", "uid"}     a homegpu worker (or its child)
+  {"kind": "container", "container", "container_name", "user", "uid"}  another container
+  {"kind": "process", "user", "uid"}                               any other user's process
+  {"kind": "unknown"}                                              not visible to the agent
+(keys it could not find are null). A value the node cannot report is null. state is one of:
+connecting, online, offline, auth failed, host key unknown, host key changed."""
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    status = commands.add_parser(
+        "status", help="show every node's state, GPUs, CPU and memory",
+        description="Connect to every node in parallel and show its state, each GPU's utilisation, "
+                    "memory, temperature and power, and CPU and memory. Exit status 1 when a node is "
+                    "not online.",
+        epilog=JSON_HELP,
+    )
+    status.add_argument("--json", action="store_true", help="print JSON for scripts (format below)")
+    status.add_argument("--watch", action="store_true", help="keep updating until Ctrl-C")
+    status.set_defaults(handler=run_status)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    spec = load_spec(args)
+    return asyncio.run(_status(spec, args.json, args.watch))
+
+
+async def _status(spec, as_json: bool, watch: bool) -> int:
+    async with Cluster(spec) as cluster:
+        await cluster.wait_settled(timeout=connect_wait(spec, 3 * spec.stats_interval + 2))
+        while True:
+            nodes = list(cluster.nodes.values())
+            _show(spec.name, nodes, as_json, watch)
+            if not watch:
+                return 0 if all(node.state is NodeState.ONLINE for node in nodes) else 1
+            await asyncio.sleep(spec.stats_interval)
+
+
+def _show(name: str, nodes: list[NodeSession], as_json: bool, watch: bool) -> None:
+    if as_json:
+        print(json.dumps(status_json(name, nodes, time.time())), flush=True)
+        return
+    screen = format_status(nodes)
+    if watch and sys.stdout.isatty():
+        unfiltered(sys.stdout).write(CLEAR_SCREEN)  # the one escape homegpu sends itself
+        screen = time.strftime("%H:%M:%S  ") + f"cluster {name} (Ctrl-C to quit)\n\n" + screen
+    print(screen, flush=True)

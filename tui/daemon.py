@@ -1,0 +1,148 @@
+"""serve's wiring: homegpu that stays on, one process with a session to every node and the services on it.
+
+`serve()` starts them in order, each entered on one AsyncExitStack, so whatever fails to start (a port in
+use, another serve on the queue's socket) closes every service started before it, in reverse order, and
+Ctrl-C or SIGTERM closes them all the same way. The command line (`homegpu serve`) is tui/cli/serve.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from homegpu.remote.alerts import AlertWatcher
+from homegpu.remote.config import ClusterSpec
+from homegpu.remote.history import DEFAULT_MAX_BYTES, HistoryError, HistoryRecorder, history_path
+from homegpu.remote.nodes import Cluster
+from homegpu.remote.queue import QueueError, QueueRunner, QueueServer, QueueStore, queue_path, socket_path
+from homegpu.remote.serve import ClusterCollector, JobBoard, MetricsEndpoint, RunFollower
+from homegpu.tui.errors import UserError
+
+if TYPE_CHECKING:
+    from homegpu.tui.web.server import Listen
+
+
+@dataclass(frozen=True)
+class WebOptions:
+    """What the web view needs: the cluster options its apps get, where it listens, its token."""
+
+    cluster_options: list[str]
+    listen: Listen
+    token: str
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Where serve listens and keeps what it records."""
+
+    host: str
+    metrics_port: int
+    experiments: Path
+    web: WebOptions | None = None
+    history_bytes: int | None = None
+
+
+async def serve(spec: ClusterSpec, options: ServeOptions, out: TextIO | None = None) -> int:
+    """Serve until SIGINT or SIGTERM; the process's exit status. Raises UserError when a service cannot
+    start, after closing every one started before it."""
+    out = out or sys.stdout
+    stop = _stop_on_signals()
+    async with contextlib.AsyncExitStack() as services:
+        recorder = _open_history(spec, options.history_bytes)
+        services.callback(recorder.close)
+        store = _open_queue_store(spec)
+        services.callback(store.close)
+        cluster, board = Cluster(spec), JobBoard()
+        alerts = AlertWatcher(spec, cluster.hub)
+        services.push_async_callback(alerts.close)
+        alerts.start()  # before the nodes start: no event goes unwatched
+        await services.enter_async_context(cluster)
+        services.push_async_callback(alerts.close)  # again, so that it ends before the nodes' sessions
+        recorder.follow(cluster)  # subscribed before the first event, so the history misses none
+        services.push_async_callback(recorder.stop)  # before the sessions close: their end is no offline spell
+        events = services.enter_context(cluster.subscribe())
+        services.callback(asyncio.create_task(_feed(events, board), name="job board").cancel)
+        runner = QueueRunner(cluster, store, options.experiments)
+        services.push_async_callback(runner.close)
+        runner.start()  # before the follower: a run of the queue's is resumed, never followed as a stranger's
+        follower = RunFollower(cluster, spec.jobs.values(), ours=runner.owns)
+        services.push_async_callback(follower.close)
+        follower.start()
+        endpoint = MetricsEndpoint(ClusterCollector(cluster, board), options.host, options.metrics_port)
+        services.push_async_callback(endpoint.close)
+        metrics_url = await _start_metrics(endpoint, options.host, options.metrics_port)
+        queue = QueueServer(socket_path(spec), runner.desk)
+        services.push_async_callback(queue.close)
+        await _listen(queue)
+        web_url = await _start_web(services, spec, options.web)
+        print(f"homegpu serve: {spec.name}, {len(spec.nodes)} node(s); Ctrl-C or SIGTERM stops it", file=out)
+        print(f"metrics: {metrics_url}", file=out)
+        if web_url:
+            print(f"web: {web_url}", file=out)
+        print(f"history: {recorder.path} (homegpu history reads it)", file=out)
+        print(f"queue: {queue.path} (homegpu submit, queue and cancel reach it; entries kept in {store.path})",
+              file=out, flush=True)
+        await stop.wait()
+    return 0
+
+
+def _stop_on_signals() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM (a systemd stop)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+def _open_history(spec: ClusterSpec, max_bytes: int | None) -> HistoryRecorder:
+    # a sample stands for at most 3 stats intervals of GPU time (an agent that stalled)
+    try:
+        return HistoryRecorder(history_path(spec), max_bytes or DEFAULT_MAX_BYTES,
+                               max_gap=max(10.0, 3 * spec.stats_interval))
+    except HistoryError as exc:  # damaged (it says how to move it aside), or not writable
+        raise UserError(str(exc)) from None
+
+
+def _open_queue_store(spec: ClusterSpec) -> QueueStore:
+    try:
+        return QueueStore(queue_path(spec))
+    except QueueError as exc:
+        raise UserError(str(exc)) from None
+
+
+async def _start_metrics(endpoint: MetricsEndpoint, host: str, port: int) -> str:
+    try:
+        return await endpoint.start()
+    except OSError as exc:
+        raise UserError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}; pick another with "
+                        "--metrics-port (0: any free port) or stop what holds it") from None
+
+
+async def _listen(queue: QueueServer) -> None:
+    try:
+        await queue.start()
+    except QueueError as exc:
+        raise UserError(str(exc)) from None
+
+
+async def _start_web(services: contextlib.AsyncExitStack, spec: ClusterSpec, web: WebOptions | None) -> str:
+    """The web view's address, or "" without --web."""
+    if web is None:
+        return ""
+    from homegpu.tui.web.server import start_web  # aiohttp's app and textual-serve load only for --web
+
+    view = await start_web(web.cluster_options, web.listen, web.token, f"homegpu · cluster {spec.name}")
+    services.push_async_callback(view.stop)
+    return view.url
+
+
+async def _feed(events, board: JobBoard) -> None:
+    with contextlib.suppress(asyncio.CancelledError):
+        async for event in events:
+            board.handle(event)

@@ -1,0 +1,296 @@
+"""Plain-text renderings shared by the commands and the TUI (no Textual): tables of specs, snapshots,
+the bandwidth matrix, doctor's report and the command that starts serve."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import shutil
+from itertools import groupby
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from homegpu.remote.config import (
+    DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT, SWITCHES, AlertRules, ClusterSpec, JobSpec,
+)
+from homegpu.remote.doctor import Check
+from homegpu.remote.jobs import keras3_problem
+from homegpu.remote.logs import Metric
+from homegpu.remote.net import BandwidthMatrix, format_gbits
+from homegpu.remote.nodes import NA, SshTarget, gib, owner_text
+from homegpu.remote.plan import worker_slots
+
+DIAGONAL = "—"
+NOT_MEASURED = "·"
+CHECK_MARKS = {True: "✓", False: "✗", None: "-"}
+
+
+def number(value: object, spec: str = ".4f") -> str:
+    return format(value, spec) if isinstance(value, (int, float)) else "n/a"
+
+
+def rate_text(metric: Metric) -> str:
+    """"412 examples/s", or "37.0 steps/s" where a script's Keras says only its steps."""
+    value, unit = metric.rate()
+    return f"{number(value, '.0f' if unit == 'examples/s' else '.1f')} {unit}"
+
+
+def epoch_line(metric: Metric, total: object) -> str:
+    """An epoch's figures as `run --no-tui` and the TUI's logs show them:
+    "epoch 2/6  loss 1.8467  accuracy 0.4083  val_loss 1.7759  val_accuracy 0.4240  37.0 steps/s"."""
+    figures = "  ".join(f"{name} {number(value)}" for name, value in metric.figures().items())
+    return f"epoch {metric.epoch}/{total}  {figures}  {rate_text(metric)}"
+
+
+class EpochEcho:
+    """The built-in trainer says each epoch twice: its metric line, then the same figures in its own words
+    (`epoch 2/2  loss …  (2.7 s, …)`). A front end that shows the metric as epoch_line drops those words."""
+
+    def __init__(self) -> None:
+        self._shown: set[str] = set()  # workers whose epoch was just shown
+
+    def shown(self, worker: str) -> None:
+        self._shown.add(worker)
+
+    def repeats(self, worker: str, text: str) -> bool:
+        """Whether `worker`'s next line `text` is the trainer's words for the epoch just shown."""
+        if worker not in self._shown:
+            return False
+        self._shown.discard(worker)
+        return text.startswith("epoch ")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "  ") -> str:
+    """Left-aligned columns sized to their widest cell."""
+    cells = [[str(cell) for cell in row] for row in [headers, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(
+        indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in cells
+    )
+
+
+def format_cluster(spec: ClusterSpec, targets: Mapping[str, SshTarget]) -> str:
+    """What `homegpu check` prints: the cluster settings, then one row per node.
+
+    Args:
+        targets: node name -> where its SSH connection goes (nodes.ssh_target), for every node that
+            is not "local": host, port and user as homegpu will use them, with where each comes from.
+    """
+    ssh = spec.ssh
+    jobs = ", ".join(spec.jobs) or "none"
+    lines = [
+        f"{spec.source}: cluster {spec.name!r}, {_plural(len(spec.nodes), 'node')}, jobs: {jobs}",
+        f"  ssh: user {ssh.user or '(from ~/.ssh/config or login)'}, "
+        f"key {ssh.identity_file or '(ssh defaults)'}, known_hosts {ssh.known_hosts}",
+        f"       connect timeout {ssh.connect_timeout:g}s, keepalive every {ssh.keepalive_interval:g}s, "
+        f"offline after {ssh.keepalive_count_max} missed",
+        f"  stats every {spec.stats_interval:g}s",
+        "",
+    ]
+    rows = [
+        (node.name, *_ssh_columns(node, targets.get(node.name)), _configured_address(node),
+         node.runtime if node.runtime == "docker" else f"process ({node.python})",
+         spec.work_dir_of(node), ",".join(node.tags) or "-")
+        for node in spec.nodes
+    ]
+    lines.append(table(("NODE", "HOST", "PORT", "USER", "ADDRESS", "RUNTIME", "WORK DIR", "TAGS"), rows))
+    lines += ["", *_format_jobs(spec), "", *format_alerts(spec.alerts)]
+    return "\n".join(lines)
+
+
+def format_alerts(rules: AlertRules, which: Callable[[str], str | None] = shutil.which) -> list[str]:
+    """The [alerts] rules as `check` shows them, and whether the command's program is found here."""
+    if not rules.enabled and not rules.command:
+        return ["Alerts: none ([alerts] in README.md: a GPU too hot, a node offline, a job that failed ...)."]
+    on = []
+    if rules.gpu_temperature is not None:
+        on.append(f"GPU at {rules.gpu_temperature:g} °C or more")
+    if rules.gpu_memory_percent is not None:
+        on.append(f"GPU memory {rules.gpu_memory_percent:g}% used or more")
+    if rules.node_offline_seconds is not None:
+        on.append(f"node offline {rules.node_offline_seconds:g}s")
+    on += [key.replace("_", " ") for key in SWITCHES if getattr(rules, key)]
+    lines = [f"Alerts: {', '.join(on) if on else 'no rule is on'}"]
+    if not rules.command:
+        lines.append("  shown in the TUI and `run` output only (no command)")
+        return lines
+    found = "" if which(rules.command[0]) else f"  (not found: {rules.command[0]} is not on this machine's PATH)"
+    lines.append(f"  command: {shlex.join(rules.command)}{found}")
+    lines.append(f"  runs here for each alert and each clear, killed after {rules.command_timeout:g}s")
+    return lines
+
+
+def _format_jobs(spec: ClusterSpec) -> list[str]:
+    """A row per job, or what to do when there is none."""
+    if not spec.jobs:
+        first = spec.nodes[0].name if spec.nodes else "NODE"
+        return [f"No job yet: add one, e.g. a [jobs.demo] table with nodes = [\"{first}\"] trains the built-in "
+                "demo there (README.md, \"cluster.toml reference\")."]
+    rows = [(job.name, runs_what(job), ", ".join(job.nodes) if job.nodes else "every node", job.workers_per_node,
+             job.port) for job in spec.jobs.values()]
+    refusals = [f"✗ {job.name}: {problem}" for job in spec.jobs.values()
+                if (problem := keras3_problem(job, spec.source, len(worker_slots(spec, job))))]
+    return [table(("JOB", "RUNS", "NODES", "WORKERS/NODE", "PORT"), rows), *refusals,
+            "", "Next: homegpu doctor, then homegpu run JOB (homegpu tfconfig JOB shows each worker's TF_CONFIG)."]
+
+
+def runs_what(job: JobSpec) -> str:
+    """The built-in trainer, or the script with what its `import keras` gives on the workers."""
+    if job.uses_trainer:
+        return "built-in trainer"
+    return f"{job.script} ({'import keras runs tf-keras' if job.keras == 'tf-keras' else 'keras as installed'})"
+
+
+def _ssh_columns(node, target: SshTarget | None) -> tuple[str, str, str]:
+    """HOST (with the HostName an alias stands for), PORT and USER as homegpu connects, and from where."""
+    if target is None:  # a "local" node: no SSH
+        return node.host, "-", "-"
+    host = node.host if target.host == node.host else f"{node.host} → {target.host}"
+    return host, f"{target.port} ({target.port_from})", f"{target.user} ({target.user_from})"
+
+
+def _configured_address(node) -> str:
+    """What `check` can say about a node's cluster address without connecting: where it comes from."""
+    if node.address:
+        return f"{node.address} (address)"
+    return node.cluster_address if node.is_local else f"where ssh reaches {node.host}"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+# -- status -------------------------------------------------------------------------------------
+
+
+def format_status(nodes: Sequence) -> str:
+    """One block per node: a state line, then a line per GPU (or "CPU only")."""
+    return "\n".join(_node_block(node) for node in nodes)
+
+
+def _node_block(node) -> str:
+    mark = STATE_MARKS.get(node.state.value, "?")
+    head = f"{mark} {node.name:<12} {node.spec.host:<16} {node.address:<15} {node.state.value}"
+    stats = node.latest
+    if stats is None:
+        detail = f"    {node.reason}" if node.reason else "    (waiting for stats)"
+        return f"{head}\n{detail}"
+    head += (f"   cpu {stats.cpu:5.1f}%  load {stats.load[0]:4.2f}  "
+             f"mem {gib(stats.mem_used, 5)}/{gib(stats.mem_total, 5)} GiB ({stats.mem_percent:3.0f}%)")
+    if not stats.gpus:
+        return f"{head}\n    CPU only (no GPU found)"
+    lines = [head, f"    GPUs via {stats.source}, driver {stats.driver}, CUDA {stats.cuda}"]
+    for gpu in stats.gpus:
+        lines.append(_gpu_line(gpu))
+        lines += [_process_line(process) for process in gpu.processes]
+    return "\n".join(lines)
+
+
+def _gpu_line(gpu) -> str:
+    return (f"    [{gpu.index}] {str(gpu.name)[:28]:<28} util {gpu.util:3.0f}%  "
+            f"mem {gib(gpu.mem_used, 5)}/{gib(gpu.mem_total, 5)} GiB  {gpu.temp:3.0f}°C  "
+            f"{gpu.power:5.0f}/{gpu.power_limit:3.0f} W  procs {len(gpu.processes)}")
+
+
+def _process_line(process) -> str:
+    """`        pid 4242  python3              19.6 GiB  homegpu worker 0 of job demo run R`."""
+    return (f"        pid {process.pid:<7} {str(process.name)[-20:]:<20} {gib(process.mem, 5)} GiB  "
+            f"{owner_text(process.owner)}")
+
+
+STATE_MARKS = {
+    "online": "●", "connecting": "…", "offline": "✗", "auth failed": "!", "host key unknown": "?",
+    "host key changed": "!",
+}
+
+
+def status_json(cluster_name: str, nodes: Sequence, at: float) -> dict:
+    """The documented `status --json` object; "not available" values become null."""
+    return {
+        "cluster": cluster_name,
+        "at": at,
+        "nodes": [
+            {"name": node.name, "host": node.spec.host, "address": node.address,
+             "address_source": node.address_source, "state": node.state.value, "reason": node.reason,
+             "fingerprint": node.fingerprint,
+             "stats": _jsonable(dataclasses.asdict(node.latest)) if node.latest else None}
+            for node in nodes
+        ],
+    }
+
+
+def _jsonable(value):
+    if value is NA:
+        return None
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    return value
+
+
+# -- bandwidth ----------------------------------------------------------------------------------
+
+
+def format_matrix(matrix: BandwidthMatrix, names: Sequence[str], not_measured: str = "not measured (--star)") -> str:
+    """Rows are sources, columns destinations, in Gbit/s; errors as `err[N]` with footnotes below.
+
+    Links that fail for the same reason (an offline node fails all of its links) share a footnote.
+    """
+    footnotes: dict[str, int] = {}
+    rows = [[src, *(_cell(matrix, src, dst, footnotes) for dst in names)] for src in names]
+    lines = ["Gbit/s, rows: from, columns: to", table(["FROM \\ TO", *names], rows)]
+    lines += [f"  [{number}] {error}" for error, number in footnotes.items()]
+    if any(NOT_MEASURED in row for row in rows):
+        lines.append(f"  {NOT_MEASURED} {not_measured}")
+    return "\n".join(lines)
+
+
+def _cell(matrix: BandwidthMatrix, src: str, dst: str, footnotes: dict[str, int]) -> str:
+    if src == dst:
+        return DIAGONAL
+    result = matrix.get(src, dst)
+    if result is None:
+        return NOT_MEASURED
+    if result.ok:
+        return format_gbits(result.gbits, unit=False)
+    number = footnotes.setdefault(result.error, len(footnotes) + 1)
+    return f"err[{number}]"
+
+
+# -- doctor -------------------------------------------------------------------------------------
+
+
+def format_check(check: Check) -> str:
+    """`  ✓ name: detail`, `  ✗ name: detail — fix: ...`, `  - name: detail`."""
+    line = f"  {CHECK_MARKS[check.ok]} {check.name}: {check.detail}"
+    return f"{line} — fix: {check.fix}" if check.ok is False and check.fix else line
+
+
+def format_report(spec: ClusterSpec, checks: Sequence[Check]) -> str:
+    """A header per node, its checks, then one summary line."""
+    lines = []
+    for name, group in groupby(checks, key=lambda check: check.node):
+        node = spec.node(name)
+        lines.append(f"{name} ({node.host}, runtime {node.runtime})")
+        lines.extend(format_check(check) for check in group)
+    lines.append(_summary(checks))
+    return "\n".join(lines)
+
+
+def _summary(checks: Sequence[Check]) -> str:
+    failed = [check for check in checks if check.ok is False]
+    if not failed:
+        return "all checks passed"
+    nodes = sorted({check.node for check in failed})
+    return f"{len(failed)} problem{'s' if len(failed) != 1 else ''} on {', '.join(nodes)}"
+
+
+def serve_command(spec: ClusterSpec) -> str:
+    """How to start the serve of `spec`'s cluster file from here: the command a "no serve" line names."""
+    if spec.source == EMBEDDED_DEFAULT:
+        return "homegpu --local serve"
+    path = Path(spec.source).resolve()
+    if path == Path(DEFAULT_CONFIG_NAME).resolve():
+        return "homegpu serve"
+    return f"homegpu --config {shlex.quote(str(path))} serve"
