@@ -18,6 +18,7 @@ from typing import Callable, TypeVar
 import pytest
 
 import simnet
+import tiers
 from simcluster import (
     SimCluster, SimClusterError, alive, require_root_tools, stop_all,
 )
@@ -28,8 +29,87 @@ from images import busybox_image, tf_image  # noqa: E402,F401  (session fixtures
 
 T = TypeVar("T")
 
+# The tests, and every homegpu and Python they start, have a home of their own: HOME and the XDG folders
+# point into a temp dir made before any test module is imported, so nothing of the user's (~/.ssh,
+# ~/.cache/homegpu, serve's history in ~/.local/share/homegpu) is read or written.
+PRIVATE_HOME = Path(tempfile.mkdtemp(prefix="homegpu-test-home-"))
+for _name, _folder in (("HOME", "home"), ("XDG_CACHE_HOME", "cache"), ("XDG_CONFIG_HOME", "config"),
+                       ("XDG_DATA_HOME", "data")):
+    os.environ[_name] = str(PRIVATE_HOME / _folder)
+    (PRIVATE_HOME / _folder).mkdir()
+tiers.guard_subprocesses()
+
 # The third node gets a directory first on its PATH; tests put a replaying nvidia-smi there.
 EXTRA_PATH_NODE = "node3"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tiers.mark(items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if imported := tiers.imported_here():
+        pytest.exit(f"collecting the tests imported {', '.join(imported)}: import it inside a test that takes the "
+                    "tensorflow fixture, so that the fast tier never waits for it", returncode=3)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    tiers.running(item)
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    tiers.running(None)
+
+
+@pytest.fixture(autouse=True)
+def _tensorflow_only_where_marked(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[None]:
+    """A test not marked `tensorflow` that imports it, here or in a Python it starts, fails (tests/tiers.py)."""
+    if request.node.get_closest_marker("tensorflow"):
+        yield
+        return
+    notes = tmp_path_factory.mktemp("tf-notes")
+    os.environ[tiers.NOTES_ENV] = str(notes)
+    try:
+        with tiers.TensorFlowImports() as imports:
+            yield
+    finally:
+        del os.environ[tiers.NOTES_ENV]
+    if imports.seen or tiers.notes(notes):
+        where = "this test" if imports.seen else "a Python it started: " + tiers.notes(notes)[0]
+        pytest.fail(tiers.unmarked(request.node.nodeid, "tensorflow") + f" (imported by {where})", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def lan() -> None:
+    """The simulated LAN's tools and root: a test that makes its own SimCluster takes this."""
+    _or_fail(require_root_tools)
+
+
+@pytest.fixture(scope="session")
+def root() -> None:
+    """Root, for a test that switches users or changes the system (iptables, mounts)."""
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root: run the suite as root (sudo bash tests/run.sh), or the fast tier "
+                    "(pytest -m fast) without it", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def tensorflow():
+    """TensorFlow, imported: a test that uses it, or starts a Python that does, takes this."""
+    import tensorflow
+
+    return tensorflow
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's chromium (tests/run.sh installs it), for a test that renders a page."""
+    path = shutil.which("chromium")
+    if path is None:
+        pytest.fail("chromium is not installed: install it (apt-get install chromium, or bash tests/run.sh)",
+                    pytrace=False)
+    return path
 
 
 def _or_fail(step: Callable[[], T]) -> T:
@@ -43,26 +123,10 @@ def _or_fail(step: Callable[[], T]) -> T:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _private_cache_and_config() -> Iterator[None]:
-    """The tests (and every homegpu they start) keep their cache and config in a temp dir: never in
-    the user's real ~/.cache/homegpu, nor serve's history in ~/.local/share/homegpu. Fails at the end if
-    something wrote the real cache anyway."""
-    real = Path.home() / ".cache" / "homegpu"
-    started = time.time()
-    private = Path(tempfile.mkdtemp(prefix="homegpu-test-home-"))
-    saved = {name: os.environ.get(name) for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME")}
-    os.environ["XDG_CACHE_HOME"], os.environ["XDG_CONFIG_HOME"] = str(private / "cache"), str(private / "config")
-    os.environ["XDG_DATA_HOME"] = str(private / "data")
+def _private_home() -> Iterator[None]:
+    """Removes the tests' own home (made at import, below) at the end of the session."""
     yield
-    for name, value in saved.items():
-        if value is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = value
-    shutil.rmtree(private, ignore_errors=True)
-    written = [p.name for p in real.glob("*") if p.stat().st_mtime >= started] if real.is_dir() else []
-    if written:
-        pytest.fail(f"tests wrote the user's real cache: {', '.join(written)} in {real}", pytrace=False)
+    shutil.rmtree(PRIVATE_HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -76,14 +140,13 @@ def _no_sim_node_outlives_the_session() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def sim_cluster() -> Iterator[SimCluster]:
+def sim_cluster(lan) -> Iterator[SimCluster]:
     """Three machines on the LAN, node1..node3 at 10.213.0.2..4 (ssh aliases node1..node3, links
     at 1 Gbit/s); node3 has an extra_path dir.
 
     Teardown stops every process of the nodes, deletes their namespaces and checks by pid that no
     process survived.
     """
-    _or_fail(require_root_tools)
     cluster = _or_fail(lambda: SimCluster(3, first_host=2, extra_path_nodes=[EXTRA_PATH_NODE]).start())
     seen = cluster.pids()
     yield cluster

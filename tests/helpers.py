@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import tiers
 from simcluster import SimCluster, free_job_port
 
 
@@ -27,6 +28,10 @@ def homegpu(*args: str, cwd: Path | None = None, timeout: float = 120,
                           input=input)
 
 
+# The one way the tests wait: on a condition, polled, never for a fixed time. A bound is how long a
+# machine at load 8 may take, not how long it should: a wait ends as soon as its condition holds.
+
+
 def wait_for(predicate, timeout: float, what: str, step: float = 0.2):
     """Poll `predicate` until it returns something true (returned), or fail naming `what`."""
     deadline = time.monotonic() + timeout
@@ -35,17 +40,23 @@ def wait_for(predicate, timeout: float, what: str, step: float = 0.2):
         if value:
             return value
         time.sleep(step)
+    if value := predicate():
+        return value
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
-async def wait_until(condition, timeout: float, step: float = 0.1) -> bool:
-    """Poll `condition` on the running loop; its last value after `timeout`."""
+async def wait_until(condition, timeout: float, what: str | None = None, step: float = 0.1):
+    """Poll `condition` on the running loop until it returns something true (returned); after `timeout`,
+    fail naming `what`, or without `what` return its last value."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if condition():
-            return True
+        if value := condition():
+            return value
         await asyncio.sleep(step)
-    return condition()
+    value = condition()
+    if not value and what is not None:
+        raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+    return value
 
 
 def job_table(**overrides) -> dict:
@@ -88,6 +99,7 @@ NOBODY = 65534
 def nobody_argv(code: str) -> list[str]:
     """argv of a Python that imports homegpu's CLI and queue as this user (root), then becomes user nobody
     before it runs `code`: a second Unix user, wherever the checkout lives. Needs root."""
+    tiers.need("root")
     assert os.geteuid() == 0, "this test switches to user nobody: run the suite as root (CI does)"
     prelude = ("import os, sys\nimport homegpu.tui.cli.main, homegpu.tui.cli.queue, homegpu.remote.queue\n"
                f"os.setgroups([]); os.setgid({NOBODY}); os.setuid({NOBODY})\n")

@@ -39,6 +39,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import tomli_w
 
 import simnet
+import tiers
 
 SSHD = "/usr/sbin/sshd"
 DOCKER_SOCKET = "/var/run/docker.sock"
@@ -328,6 +329,7 @@ class SimNode:
         """Start sshd in the node's namespace; return once it sends its SSH banner."""
         if self.is_running:
             return
+        tiers.need("lan")
         os.makedirs(PRIVSEP_DIR, mode=0o755, exist_ok=True)  # sshd refuses to run without it
         os.makedirs(os.path.join(NODE_HOME, ".homegpu"), exist_ok=True)  # the mount point
         if self._namespace is None:

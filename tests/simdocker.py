@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, NamedTuple
 
+import tiers
 from simcluster import NODE_HOME, SimCluster, SimClusterError, SimNode, _run, _stop_process
 
 DOCKER_SOCKET = "/var/run/docker.sock"
@@ -77,6 +78,7 @@ def ensure_docker(timeout: float = 60.0, socket_path: str = DOCKER_SOCKET) -> Do
 
     Raises SimClusterError if dockerd is not installed or does not come up within `timeout`.
     """
+    tiers.need("docker")
     if docker_ping(socket_path):
         return DockerEngine(socket_path, False, lambda: None)
     dockerd = _dockerd()

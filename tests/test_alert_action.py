@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import wait_until
 from homegpu.remote.alerts.command import TITLES, alert_argv, alert_env, alert_values, fill, run_command
 from homegpu.remote.alerts.watcher import AlertWatcher
 from homegpu.remote.config.alert_rules import KINDS, PLACEHOLDERS, QUEUED_RUN_KINDS, AlertRules
@@ -124,12 +125,16 @@ async def test_a_command_past_its_timeout_is_killed_with_what_it_started(tmp_pat
     problem = await run_command(hang, dict(os.environ), 1.0)
     assert problem == f"{sys.executable} did not finish within 1 s and was killed"
     child = int(pid_file.read_text())
-    for _ in range(100):  # the kill is sent; the kernel reaps the orphan through init
-        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
-            break
-        await asyncio.sleep(0.05)
-    else:
-        pytest.fail(f"the command's own child {child} survived the timeout")
+    # the kill is sent; the kernel reaps the orphan through init
+    await wait_until(lambda: gone(child), 60, f"the command's own child {child} to end after the timeout")
+
+
+def gone(pid: int) -> bool:
+    """The process has ended (a zombie counts: it runs nothing)."""
+    try:
+        return "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except FileNotFoundError:
+        return True
 
 
 def spec_with(rules: AlertRules):
@@ -210,11 +215,7 @@ async def test_node_offline_fires_from_the_clock_when_no_event_comes():
         hub.publish(NodeStateChanged("desk", NodeState.ONLINE, at=T0))
         hub.publish(NodeStateChanged("desk", NodeState.OFFLINE, "connection lost", at=T0))
         now[0] = T0 + 5
-        for _ in range(100):
-            alerts = [e for e in events.drain(100) if isinstance(e, Alert)]
-            if alerts:
-                break
-            await asyncio.sleep(0.05)
+        alerts = await wait_until(lambda: [e for e in events.drain(100) if isinstance(e, Alert)], 60, "the alert")
         assert [(a.kind, a.node, a.value) for a in alerts] == [("node_offline", "desk", 5.0)]
     finally:
         await watcher.close()

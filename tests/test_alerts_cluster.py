@@ -24,7 +24,6 @@ from gpu_replay import FIXTURES, nvidia_smi_in
 from helpers import homegpu_argv, wait_for, worker_processes
 from simcluster import SimCluster, free_job_port
 
-pytestmark = pytest.mark.cluster
 
 RECORDING = FIXTURES / "gpus_1x_h100_mig_load.csv"
 RECORDED_TEMP, HOT_TEMP = 53, 92

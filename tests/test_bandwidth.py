@@ -269,7 +269,6 @@ async def measure_toml(path: Path, **options) -> tuple[BandwidthMatrix, list[obj
     return matrix, published
 
 
-@pytest.mark.cluster
 async def test_every_pair_of_three_nodes_is_measured_and_published(sim_cluster, cluster_toml):
     matrix, published = await measure_toml(cluster_toml)
     assert [(r.src, r.dst) for r in matrix.results] == pairs(["node1", "node2", "node3"])
@@ -279,7 +278,6 @@ async def test_every_pair_of_three_nodes_is_measured_and_published(sim_cluster, 
     assert iperf3_left_running(sim_cluster) == []
 
 
-@pytest.mark.cluster
 async def test_star_mode_measures_only_to_and_from_the_hub(sim_cluster, cluster_toml):
     matrix, _ = await measure_toml(cluster_toml, star="node2")
     assert sorted((r.src, r.dst) for r in matrix.results) == sorted(
@@ -289,7 +287,6 @@ async def test_star_mode_measures_only_to_and_from_the_hub(sim_cluster, cluster_
     assert iperf3_left_running(sim_cluster) == []
 
 
-@pytest.mark.cluster
 async def test_a_link_that_times_out_leaves_no_iperf3_behind(sim_cluster, cluster_toml):
     """A 10 s test under a 1.5 s limit: neither the client nor the one-shot server may outlive
     the link's timeout. (The kill by pid of a server that is not writing is what the test with
@@ -302,7 +299,6 @@ async def test_a_link_that_times_out_leaves_no_iperf3_behind(sim_cluster, cluste
     assert iperf3_left_running(sim_cluster) == []
 
 
-@pytest.mark.cluster
 async def test_a_server_port_taken_meanwhile_is_retried_on_another(sim_cluster, cluster_toml, monkeypatch):
     """The port the node called free is taken before iperf3 binds it (a race a busy node can lose):
     iperf3 says "Address already in use" on stderr, and the server is started again elsewhere."""
@@ -371,7 +367,6 @@ def mixed_toml(sim_cluster, node_without_iperf3, tmp_path) -> Path:
     return path
 
 
-@pytest.mark.cluster
 async def test_a_node_without_iperf3_and_an_offline_node_fail_only_their_own_links(
         sim_cluster, node_without_iperf3, mixed_toml):
     matrix, _ = await measure_toml(mixed_toml)
@@ -390,7 +385,6 @@ async def test_a_node_without_iperf3_and_an_offline_node_fail_only_their_own_lin
 # -- the command -------------------------------------------------------------------------------------
 
 
-@pytest.mark.cluster
 def test_homegpu_bandwidth_prints_progress_the_matrix_and_advice(sim_cluster, cluster_toml):
     result = homegpu("--config", str(cluster_toml), "bandwidth", "--star", "node1")
     assert result.returncode == 0, result.stderr
@@ -404,7 +398,6 @@ def test_homegpu_bandwidth_prints_progress_the_matrix_and_advice(sim_cluster, cl
     assert "Slowest link: " in result.stdout and "3 workers" in result.stdout
 
 
-@pytest.mark.cluster
 def test_bandwidth_json_prints_only_json(sim_cluster, cluster_toml, capsys):
     parser = argparse.ArgumentParser(prog="homegpu")
     parser.add_argument("--config")

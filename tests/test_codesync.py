@@ -82,7 +82,7 @@ def project(tmp_path: Path) -> Path:
 async def node1(sim_cluster, cluster_toml):
     async with Cluster(load_cluster(cluster_toml), stream_stats=False) as cluster:
         node = cluster.node("node1")
-        await node.wait_online(15)
+        await node.wait_online(60)
         yield node
 
 
@@ -92,7 +92,6 @@ def target(sim_cluster, request) -> Path:
     return sim_cluster.node("node1").work_dir / "code" / request.node.name
 
 
-@pytest.mark.cluster
 async def test_only_changed_files_travel_and_deletions_follow(node1, project, target):
     write(project / "__pycache__" / "train.cpython-311.pyc", b"\0" * 10)
     first = await sync_tree(node1, project, str(target))
@@ -114,7 +113,6 @@ async def test_only_changed_files_travel_and_deletions_follow(node1, project, ta
     assert mirror_state(target) == mirror_state(project)
 
 
-@pytest.mark.cluster
 async def test_renames_of_files_and_directories(node1, project, target):
     await sync_tree(node1, project, str(target))
     (project / "train.py").rename(project / "main.py")
@@ -126,7 +124,6 @@ async def test_renames_of_files_and_directories(node1, project, target):
     assert mirror_state(target) == mirror_state(project)
 
 
-@pytest.mark.cluster
 async def test_mode_bits_follow_and_a_mode_change_alone_is_sent(node1, project, target):
     await sync_tree(node1, project, str(target))
     assert os.access(target / "run.sh", os.X_OK)
@@ -139,7 +136,6 @@ async def test_mode_bits_follow_and_a_mode_change_alone_is_sent(node1, project, 
     assert (target / "run.sh").stat().st_mode & 0o777 == 0o600
 
 
-@pytest.mark.cluster
 async def test_empty_nested_directories_and_names_with_spaces_and_unicode(node1, project, target):
     write(project / "notes and plans" / "día 1 ✓.md", "ok\n")
     write(project / "a" / "b" / "c" / "d" / "deep.json", "[]\n")
@@ -158,7 +154,6 @@ async def test_empty_nested_directories_and_names_with_spaces_and_unicode(node1,
     assert mirror_state(target) == mirror_state(project)
 
 
-@pytest.mark.cluster
 async def test_a_file_replaced_by_a_directory_and_back(node1, project, target):
     await sync_tree(node1, project, str(target))
     (project / "train.py").unlink()
@@ -174,7 +169,6 @@ async def test_a_file_replaced_by_a_directory_and_back(node1, project, target):
     assert mirror_state(target) == mirror_state(project)
 
 
-@pytest.mark.cluster
 async def test_skipped_directories_are_neither_sent_nor_removed(node1, project, target):
     for skipped in (".git/HEAD", ".venv/bin/python", "pkg/__pycache__/model.cpython-311.pyc"):
         write(project / skipped, "local only\n")
@@ -187,7 +181,6 @@ async def test_skipped_directories_are_neither_sent_nor_removed(node1, project, 
     assert (target / "pkg" / "__pycache__" / "model.cpython-311.pyc").read_text() == "compiled on the node\n"
 
 
-@pytest.mark.cluster
 async def test_a_change_in_the_second_of_the_sync_is_sent_again(node1, project, target):
     """Same size, same mtime second as what the sync read: only the racy rule catches it."""
     write(project / "train.py", "print('A')\n")
@@ -201,7 +194,6 @@ async def test_a_change_in_the_second_of_the_sync_is_sent_again(node1, project, 
     assert (target / "train.py").read_text() == "print('B')\n"
 
 
-@pytest.mark.cluster
 async def test_a_file_changed_during_the_sync_is_fixed_by_the_next(node1, project, target):
     big = project / "weights.bin"
     write(big, os.urandom(8 << 20))
@@ -232,13 +224,12 @@ async def test_a_file_changed_during_the_sync_is_fixed_by_the_next(node1, projec
     assert mirror_state(target) == mirror_state(project)
 
 
-@pytest.mark.cluster
 async def test_the_nodes_python_comes_from_its_spec(sim_cluster, project, tmp_path):
     config = sim_cluster.write_cluster_toml(tmp_path / "cluster.toml",
                                             node_overrides={"node2": {"python": "/opt/no-such/python3"}})
     async with Cluster(load_cluster(config), stream_stats=False) as cluster:
         node = cluster.node("node2")
-        await node.wait_online(15)
+        await node.wait_online(60)
         with pytest.raises(SyncError) as failure:
             await sync_tree(node, project, str(sim_cluster.node("node2").work_dir / "code" / "bad-python"))
     message = str(failure.value)
@@ -248,7 +239,7 @@ async def test_the_nodes_python_comes_from_its_spec(sim_cluster, project, tmp_pa
 async def test_the_local_node_syncs_through_a_subprocess(project, tmp_path):
     async with Cluster(embedded_default(), stream_stats=False) as cluster:
         node = cluster.node("local")
-        await node.wait_online(15)
+        await node.wait_online(60)
         assert node.spec.python == sys.executable
         first = await sync_tree(node, project, str(tmp_path / "mirror"))
         again = await sync_tree(node, project, str(tmp_path / "mirror"))
@@ -256,7 +247,6 @@ async def test_the_local_node_syncs_through_a_subprocess(project, tmp_path):
     assert mirror_state(tmp_path / "mirror") == mirror_state(project)
 
 
-@pytest.mark.cluster
 async def test_a_target_the_node_cannot_create_fails_in_one_line(node1, project, target):
     write(target.parent / "a-file", "not a directory\n")
     with pytest.raises(SyncError) as failure:

@@ -23,6 +23,7 @@ import docker
 import docker.errors
 import pytest
 
+from helpers import wait_until
 from images import busybox_image  # noqa: F401  (fixture)
 from simcluster import SimCluster
 from homegpu.remote.config.cluster_spec import ClusterSpec, NodeSpec, load_cluster
@@ -38,7 +39,6 @@ from homegpu.remote.runtimes.docker_runtime import (
 )
 from homegpu.remote.runtimes.errors import RuntimeError_
 
-pytestmark = [pytest.mark.cluster, pytest.mark.docker]
 
 
 # -- fixtures --------------------------------------------------------------------------------------
@@ -63,7 +63,7 @@ async def online(toml: Path, *names: str) -> AsyncIterator[Cluster]:
     """The cluster of `toml` with the named nodes (default: all) connected; no stats agents."""
     async with Cluster(load_cluster(toml), stream_stats=False) as cluster:
         for name in names or tuple(cluster.nodes):
-            await cluster.node(name).wait_online(20)
+            await cluster.node(name).wait_online(60)
         yield cluster
 
 
@@ -72,13 +72,6 @@ def by_label(client: docker.DockerClient, key: str, value: str, running_only: bo
     if running_only:
         filters["status"] = "running"
     return client.containers.list(all=True, filters=filters)
-
-
-async def wait_for(predicate, timeout: float = 20.0, step: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(step)
 
 
 # -- the forwarded socket --------------------------------------------------------------------------
@@ -114,13 +107,13 @@ async def test_a_local_node_uses_its_socket_directly(docker_engine, engine):
     spec = ClusterSpec(name="here", nodes=(NodeSpec(name="here", host="local", runtime="docker",
                                                     docker_socket=docker_engine.socket_path),))
     async with Cluster(spec, stream_stats=False) as cluster:
-        await cluster.node("here").wait_online(10)
+        await cluster.node("here").wait_online(60)
         async with docker_client(cluster.node("here")) as link:
             assert link.socket_path == docker_engine.socket_path
             assert (await link.call(link.client.version))["Version"] == engine.version()["Version"]
     bad = ClusterSpec(name="here", nodes=(NodeSpec(name="here", host="local", docker_socket="/nonexistent/d.sock"),))
     async with Cluster(bad, stream_stats=False) as cluster:
-        await cluster.node("here").wait_online(10)
+        await cluster.node("here").wait_online(60)
         with pytest.raises(DockerUnavailable, match=r"^here: no Docker socket at /nonexistent/d.sock"):
             async with docker_client(cluster.node("here")):
                 pass
@@ -318,7 +311,7 @@ async def test_runtime_start_status_tail_list_stop_remove_on_two_nodes(
 
             tail = runtime.tail(run_id, name, 1).start()
             try:
-                await wait_for(lambda: len(tail.lines) >= 4)
+                await wait_until(lambda: len(tail.lines) >= 4, 60, "four lines tailed")
                 texts = [line.text for line in tail.lines]
             finally:
                 await tail.stop()
@@ -340,7 +333,7 @@ async def test_runtime_start_status_tail_list_stop_remove_on_two_nodes(
         relaunch = _launch(job, spec, "node1", 2, ("sh", "-c", "exit 3"), busybox_image, run_id, str(data),
                            str(code), runtimes["node1"].out_dir(run_id, "node1"))
         await runtimes["node1"].start(relaunch)
-        await wait_for(lambda: by_label(engine, "generation", "2")[0].status == "exited")
+        await wait_until(lambda: by_label(engine, "generation", "2")[0].status == "exited", 60, "generation 2 exited")
         status = await runtimes["node1"].status(run_id, "node1")
         assert (status.state, status.exit_status, status.generation) == ("exited", 3, 2)
         for name, runtime in runtimes.items():
@@ -361,7 +354,7 @@ async def test_stop_kills_a_worker_that_ignores_term_after_the_grace(
         await runtime.start(launch)
         tail = runtime.tail(run_id, "node1", 1).start()
         try:
-            await wait_for(lambda: any(line.text == "ready" for line in tail.lines))
+            await wait_until(lambda: any(line.text == "ready" for line in tail.lines), 60, "the container's ready line")
         finally:
             await tail.stop()
         started = time.monotonic()
@@ -382,9 +375,9 @@ async def test_tail_without_follow_ends_with_the_output(
         runtime = DockerRuntime(cluster.node("node1"), f"{sim_cluster.node('node1').work_dir}/runs")
         await runtime.start(_launch(job, spec, "node1", 1, ("sh", "-c", "echo one; echo two >&2; exit 0"),
                                     busybox_image, run_id, "", str(code), runtime.out_dir(run_id, "node1")))
-        await wait_for(lambda: by_label(engine, "run", run_id)[0].status == "exited")
+        await wait_until(lambda: by_label(engine, "run", run_id)[0].status == "exited", 60, "the run's container exited")
         tail = runtime.tail(run_id, "node1", 1, follow=False).start()
-        await asyncio.wait_for(tail.finished.wait(), 20)
+        await asyncio.wait_for(tail.finished.wait(), 60)
         assert sorted(line.text for line in tail.lines) == ["one", "two"]  # stdout and stderr: no order
         assert (await runtime.status(run_id, "node1")).exit_status == 0
 

@@ -98,7 +98,6 @@ def nvml_loads_here() -> bool:
 
 # -- against the simulated cluster -----------------------------------------------------------------
 
-@pytest.mark.cluster
 async def test_healthy_process_cluster_passes_every_check(cpu_only_node3, tmp_path):
     report = await doctor(with_tensorflow(cpu_only_node3, tmp_path / "cluster.toml"), free_job_port())
     assert set(report) == {"node1", "node2", "node3"}
@@ -116,7 +115,6 @@ async def test_healthy_process_cluster_passes_every_check(cpu_only_node3, tmp_pa
         assert rows["reachable"].detail.endswith(f" answers {peers}")
 
 
-@pytest.mark.cluster
 async def test_a_python_without_tensorflow_and_a_firewalled_job_port_are_named(cpu_only_node3, cluster_toml):
     port = free_job_port()
     with cpu_only_node3.node("node2").firewall(port):
@@ -131,7 +129,6 @@ async def test_a_python_without_tensorflow_and_a_firewalled_job_port_are_named(c
     assert report["node1"]["reachable"].ok is True and report["node3"]["reachable"].ok is True
 
 
-@pytest.mark.cluster
 async def test_replayed_gpus_without_nvml_are_reported_as_a_disagreement(replaying_node3, tmp_path):
     report = await doctor(with_tensorflow(replaying_node3, tmp_path / "cluster.toml"), free_job_port())
     gpus = report["node3"]["gpus"]
@@ -147,7 +144,6 @@ async def test_replayed_gpus_without_nvml_are_reported_as_a_disagreement(replayi
     assert all(row.ok is not False for name, row in report["node3"].items() if name != "gpus")
 
 
-@pytest.mark.cluster
 def test_unreachable_node_fails_ssh_skips_the_rest_and_cli_exits_1(cpu_only_node3, tmp_path):
     toml = with_tensorflow(cpu_only_node3, tmp_path / "cluster.toml", node_overrides={"node2": {"host": "127.0.0.99"}})
     port = str(free_port("127.0.0.2"))
@@ -167,7 +163,6 @@ def test_unreachable_node_fails_ssh_skips_the_rest_and_cli_exits_1(cpu_only_node
     assert lines[-1] == "1 problem on node2"
 
 
-@pytest.mark.cluster
 async def test_unknown_host_keys_fail_with_the_trust_command(cpu_only_node3, tmp_path):
     empty = tmp_path / "known_hosts"
     empty.write_text("")
@@ -181,8 +176,6 @@ async def test_unknown_host_keys_fail_with_the_trust_command(cpu_only_node3, tmp
         assert rows["python3"].ok is None and rows["python3"].detail == NOT_REACHABLE
 
 
-@pytest.mark.cluster
-@pytest.mark.docker
 async def test_docker_runtime_reports_the_engine_version(docker_engine, cpu_only_node3, tmp_path):
     toml = cpu_only_node3.write_cluster_toml(tmp_path / "cluster.toml", runtime="docker")
     version = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"],
@@ -195,7 +188,6 @@ async def test_docker_runtime_reports_the_engine_version(docker_engine, cpu_only
         assert rows["nvidia container runtime"].detail == "not needed (no GPU)"
 
 
-@pytest.mark.cluster
 async def test_port_held_open_fails_the_job_port_check(cpu_only_node3, cluster_toml):
     node1 = cpu_only_node3.node("node1")
     with node1.listening() as port:

@@ -16,7 +16,6 @@ import pytest
 from helpers import homegpu_argv, worker_processes
 from simcluster import free_job_port
 
-pytestmark = pytest.mark.cluster
 
 LINES = """\
 import sys

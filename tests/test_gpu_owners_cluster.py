@@ -31,7 +31,6 @@ from homegpu.remote.nodes.cluster import Cluster
 from homegpu.tui.view.render import node_detail
 from homegpu.tui.view.state import NodeView
 
-pytestmark = pytest.mark.cluster
 
 H100 = FIXTURES / "h100-80gb-hbm3"
 NOBODY = 65534
@@ -89,7 +88,7 @@ def run_id_from(line: str) -> str:
 async def node3_detail(config: Path, run_id: str) -> str:
     """The TUI's node detail of node3, from the cluster's own stats (as the app draws it)."""
     async with Cluster(load_cluster(config)) as cluster:
-        await cluster.wait_settled(timeout=30)
+        await cluster.wait_settled(timeout=60)
         session = cluster.node("node3")
         await session.wait_for(lambda n: n.latest is not None and len(n.latest.gpus[0].processes) == 2, 30)
         view = NodeView("node3", "node3")

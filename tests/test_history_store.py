@@ -13,10 +13,12 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from helpers import wait_until
 from history_events import h100_lines, owned, parsed, process, sxm8_idle, tui_line, worker
 from homegpu.remote.config import embedded_default, load_cluster
 from homegpu.remote.history import (
@@ -415,10 +417,11 @@ async def test_the_recorder_follows_the_hub_as_one_more_subscriber(tmp_path):
     front_end = hub.subscribe()
     hub.publish(NodeStateChanged("h100", NodeState.CONNECTING))
     hub.publish(NodeStateChanged("h100", NodeState.ONLINE))
-    for _ in range(5):
-        hub.publish(NodeStatsUpdated("h100", h100()))
-        await asyncio.sleep(0.3)
-    assert rows(path, "SELECT count(*) FROM gpu_samples")[0][0] >= 3  # written while it runs, a second apart
+    start = time.time()
+    for i in range(5):  # samples 0.3 s apart, as a fast agent sends them
+        hub.publish(NodeStatsUpdated("h100", h100(), at=start + 0.3 * i))
+    # written while it runs (a write a second), not only when it stops
+    await wait_until(lambda: rows(path, "SELECT count(*) FROM gpu_samples") == [(5,)], 60, "the samples written")
     hub.publish(NodeStateChanged("h100", NodeState.OFFLINE, "connection lost"))
     await recorder.stop()
     assert rows(path, "SELECT count(*) FROM gpu_samples") == [(5,)]

@@ -27,7 +27,6 @@ from helpers import homegpu, homegpu_argv, wait_for
 from simcluster import SimCluster, free_job_port
 from test_tui_tmux import SESSION, terminal_factory  # noqa: F401  (a fixture)
 
-pytestmark = pytest.mark.cluster
 
 TITLE = "\x1b]0;pwned-title\x07"
 CLIPBOARD = "\x1b]52;c;cHduZWQ=\x07"  # "pwned"

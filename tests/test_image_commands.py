@@ -33,7 +33,6 @@ from homegpu.remote.images.node_images import copy_image
 from homegpu.remote.node_side import script
 from homegpu.remote.nodes.cluster import Cluster
 
-pytestmark = [pytest.mark.cluster, pytest.mark.docker]
 
 TARGETS = ("node2", "node3", "node4")
 # The relay's own source is in its argv (python -c SOURCE): this line of it finds it among processes.
@@ -137,7 +136,7 @@ async def test_copy_image_reports_each_target(lan, tmp_path, busybox_image):
     reports = []
     async with Cluster(load_cluster(toml), stream_stats=False) as cluster:
         for name in cluster.nodes:
-            await cluster.node(name).wait_online(20)
+            await cluster.node(name).wait_online(60)
         nodes = [cluster.node(name) for name in ("node2", "node3", "node4", "node1")]
         outcomes = await copy_image(busybox_image, cluster.node("node1"), nodes, reports.append)
     assert [(o.node, o.ok) for o in outcomes] == [("node2", True), ("node3", False), ("node4", True),
@@ -177,7 +176,7 @@ async def test_a_node_lost_mid_copy_fails_it_and_the_nodes_after_it(lan, toml, h
     try:
         async with Cluster(load_cluster(toml), stream_stats=False) as cluster:
             for name in cluster.nodes:
-                await cluster.node(name).wait_online(20)
+                await cluster.node(name).wait_online(60)
             outcomes = await copy_image(image, cluster.node("node1"), [cluster.node(n) for n in TARGETS], drop,
                                         idle=5.0)
     finally:

@@ -28,7 +28,6 @@ from simdocker import NodeEngine, image_id, own_engines
 
 JOB_NODES = ("node1", "node2")
 
-pytestmark = [pytest.mark.cluster, pytest.mark.docker]
 
 
 def docker_job(image: str, **overrides) -> dict:

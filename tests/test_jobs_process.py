@@ -22,7 +22,6 @@ from simcluster import free_job_port
 
 from homegpu.remote.record.timeline import load_timeline
 
-pytestmark = pytest.mark.cluster
 
 TUTORIAL = Path(__file__).parent / "fixtures" / "trainer" / "tutorial_script.py"
 

@@ -22,7 +22,6 @@ import pytest
 from helpers import homegpu_argv, job_table, read_metrics, worker_processes, write_config
 from test_user_scripts_lan import keras_io_job
 
-pytestmark = pytest.mark.cluster
 
 CUT_SECONDS = 25
 REBOOT_SECONDS = 20

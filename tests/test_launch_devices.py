@@ -17,7 +17,6 @@ from gpu_replay import FIXTURES, nvidia_smi_in
 from helpers import homegpu, worker_processes
 from simcluster import SimCluster, free_job_port
 
-pytestmark = pytest.mark.cluster
 
 SHOW_DEVICES = """\
 import os

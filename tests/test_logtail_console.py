@@ -14,7 +14,6 @@ from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.nodes.cluster import Cluster
 
-pytestmark = pytest.mark.cluster
 
 
 def progress_epoch(epoch: int, steps: int = 40) -> str:
@@ -29,9 +28,9 @@ async def test_a_progress_bar_becomes_one_line_per_epoch(sim_cluster, cluster_to
     log.write_text("".join(progress_epoch(epoch) for epoch in (1, 2, 3)))
     async with Cluster(load_cluster(cluster_toml), stream_stats=False) as cluster:
         node = cluster.node("node1")
-        await node.wait_online(timeout=15)
+        await node.wait_online(timeout=60)
         tail = LogTail.file(node, str(log), follow=False).start()
-        await asyncio.wait_for(tail.finished.wait(), 30)
+        await asyncio.wait_for(tail.finished.wait(), 60)
     texts = [line.text for line in tail.lines]
     assert texts[:2] == ["Epoch 1/3", f"40/40 [{'=' * 40}] - loss: 0.0250"]
     assert len(texts) == 6 and max(map(len, texts)) < 100
@@ -44,7 +43,7 @@ async def test_finish_reads_a_huge_line_and_the_unfinished_last_one(sim_cluster,
         out.write("".join(f"\nline {n}" for n in range(1, 50_001)))  # the last has no newline
     async with Cluster(load_cluster(cluster_toml), stream_stats=False) as cluster:
         node = cluster.node("node2")
-        await node.wait_online(timeout=15)
+        await node.wait_online(timeout=60)
         tail = LogTail.file(node, str(log), max_lines=100).start()
         complete = await tail.finish(timeout=60)
     assert complete

@@ -18,7 +18,6 @@ from helpers import homegpu, job_table, wait_for
 from homegpu.remote.node_side import worker_process
 from simcluster import NODE_HOME, SimCluster, alive
 
-pytestmark = pytest.mark.cluster
 
 SCRIPT = Path(worker_process.__file__).read_text()
 RUN_ID = "demo-20261201-120000-4242"

@@ -25,7 +25,6 @@ FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 REPLAY_GPUS = FIXTURES / "gpus_2x_h100nvl_idle.csv"
 REPLAY_APPS = FIXTURES / "apps_none.csv"
 
-pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +59,7 @@ def session_processes(sim: SimCluster) -> set[int]:
 async def test_three_nodes_stream_stats_and_the_replayed_gpus_appear(replaying_node3, cluster_toml):
     spec = load_cluster(cluster_toml)
     async with Cluster(spec) as cluster:
-        await cluster.wait_settled(timeout=20)
+        await cluster.wait_settled(timeout=60)
         events = await collect(cluster, 3.5)
     for name in ("node1", "node2", "node3"):
         assert len(stats_times(events, name)) >= 2, f"{name} did not stream stats"
@@ -83,10 +82,10 @@ async def test_three_nodes_stream_stats_and_the_replayed_gpus_appear(replaying_n
 async def test_no_agent_is_left_on_any_node_after_close(sim_cluster, cluster_toml):
     before = session_processes(sim_cluster)
     async with Cluster(load_cluster(cluster_toml)) as cluster:
-        await cluster.wait_settled(timeout=20)
+        await cluster.wait_settled(timeout=60)
         assert all(node.latest is not None for node in cluster.nodes.values())
         assert session_processes(sim_cluster) - before, "the agents should be running now"
-    assert await wait_until(lambda: not (session_processes(sim_cluster) - before), timeout=10), \
+    assert await wait_until(lambda: not (session_processes(sim_cluster) - before), timeout=60), \
         f"left behind: {session_processes(sim_cluster) - before}"
 
 
@@ -98,7 +97,7 @@ async def test_lost_node_goes_offline_within_keepalive_bound_others_keep_streami
     bound = spec.ssh.keepalive_interval * spec.ssh.keepalive_count_max + 2 * spec.stats_interval + 1
     victim = sim_cluster.node("node2")
     async with Cluster(spec) as cluster:
-        await cluster.wait_settled(timeout=20)
+        await cluster.wait_settled(timeout=60)
         lost_at = time.time()
         (victim.kill if how == "kill" else victim.freeze)()
         try:
@@ -117,7 +116,7 @@ async def test_lost_node_goes_offline_within_keepalive_bound_others_keep_streami
             victim.start()
         node2 = cluster.node("node2")
         cluster.reconnect("node2")  # skip the backoff wait; the retry itself is what is tested
-        await node2.wait_for(lambda n: n.latest is not None, timeout=20)
+        await node2.wait_for(lambda n: n.latest is not None, timeout=60)
         assert node2.state is NodeState.ONLINE
 
 
@@ -135,7 +134,7 @@ async def test_unknown_key_refused_then_trusted_then_change_refused(lone_node, t
     sim_node = lone_node.nodes[0]
     async with Cluster(spec, stream_stats=False) as cluster:
         node = cluster.node("node1")
-        await node.wait_for(lambda n: n.state is NodeState.HOST_KEY_UNKNOWN, timeout=15)
+        await node.wait_for(lambda n: n.state is NodeState.HOST_KEY_UNKNOWN, timeout=60)
         offered = await cluster.offered_key("node1")
         assert offered.fingerprint.startswith("SHA256:")
         assert offered.fingerprint in node.reason
@@ -143,14 +142,14 @@ async def test_unknown_key_refused_then_trusted_then_change_refused(lone_node, t
         assert sim_node.host_public_key.split()[1] in offered.key.export_public_key().decode()
 
         cluster.trust("node1", offered)
-        await node.wait_for(lambda n: n.state is NodeState.ONLINE, timeout=15)
+        await node.wait_for(lambda n: n.state is NodeState.ONLINE, timeout=60)
         assert (await node.run(["echo", "trusted"])).stdout == "trusted\n"
 
         known_before = lone_node.known_hosts_path.read_text()
         sim_node.regenerate_host_key()
         sim_node.restart()
         cluster.reconnect("node1")
-        await node.wait_for(lambda n: n.state is NodeState.HOST_KEY_CHANGED, timeout=15)
+        await node.wait_for(lambda n: n.state is NodeState.HOST_KEY_CHANGED, timeout=60)
         assert "HOST KEY CHANGED" in node.reason and "ssh-keygen" in node.reason
         with pytest.raises(HostKeyChanged):
             await cluster.offered_key("node1")
@@ -163,12 +162,12 @@ async def test_wrong_client_key_is_auth_failed_and_others_are_unaffected(sim_clu
     path = sim_cluster.write_cluster_toml(
         tmp_path / "cluster.toml", node_overrides={"node1": {"identity_file": str(stranger)}})
     async with Cluster(load_cluster(path)) as cluster:
-        await cluster.wait_settled(timeout=20)
+        await cluster.wait_settled(timeout=60)
         node1 = cluster.node("node1")
         # A first try that outlasts the 5 s connect timeout on a loaded machine is offline and retried
         # (for any node: CI found node1, then node2, offline at first); the refusal must come, and the
         # others must come online and stream beside it.
-        await node1.wait_for(lambda n: n.state is NodeState.AUTH_FAILED, timeout=30)
+        await node1.wait_for(lambda n: n.state is NodeState.AUTH_FAILED, timeout=60)
         assert "authentication failed as root" in node1.reason and "authorized_keys" in node1.reason
         for name in ("node2", "node3"):
             await cluster.node(name).wait_for(lambda n: n.state is NodeState.ONLINE and n.latest is not None,
@@ -180,11 +179,11 @@ async def test_unreachable_node_reports_offline_with_reason(sim_cluster, tmp_pat
     path = sim_cluster.write_cluster_toml(
         tmp_path / "cluster.toml", node_overrides={"node1": {"host": "127.0.0.99", "address": "127.0.0.99"}})
     async with Cluster(load_cluster(path), stream_stats=False) as cluster:
-        await cluster.wait_settled(timeout=20)
+        await cluster.wait_settled(timeout=60)
         node1 = cluster.node("node1")
         assert node1.state is NodeState.OFFLINE
         assert "connection refused" in node1.reason
         with pytest.raises(NodeError):
             await node1.run(["true"])
         # node2's first try may outlast the connect timeout on a loaded machine: it is retried
-        await cluster.node("node2").wait_for(lambda n: n.state is NodeState.ONLINE, timeout=30)
+        await cluster.node("node2").wait_for(lambda n: n.state is NodeState.ONLINE, timeout=60)

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from helpers import wait_for
 from homegpu.remote.node_side import worker_process
 
 SCRIPT = Path(worker_process.__file__).read_text()
@@ -37,10 +37,8 @@ def test_one_status_call_answers_for_every_label_in_order(tmp_path: Path) -> Non
         reply = worker("status", "--run-dir", run_dir, "--label", "w1", "--label", "nobody", "--label", "w0")
         return reply["workers"]
 
-    deadline = time.monotonic() + 20
-    while [w["state"] for w in ended()] != ["exited", "missing", "exited"] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    w1, nobody, w0 = ended()
+    w1, nobody, w0 = wait_for(lambda: (found := ended()) and [w["state"] for w in found] == [
+        "exited", "missing", "exited"] and found, 60, "both workers to exit", step=0.1)
     assert (w1["label"], w1["status"]) == ("w1", 3)
     assert nobody == {"state": "missing", "label": "nobody"}
     assert (w0["label"], w0["status"], w0["generation"]) == ("w0", 0, 1)
@@ -66,10 +64,8 @@ def test_a_worker_that_fills_the_disk_is_recorded_as_exited_with_no_space(small_
     started = worker("start", "--run-dir", run_dir, "--label", "w0", "--log", "w0.log", "--cwd", str(small_disk),
                      "--meta", json.dumps({"generation": 1}), "--", sys.executable, "-c", fill)
     assert "pid" in started, started
-    deadline = time.monotonic() + 20
-    while (status := worker("status", "--run-dir", run_dir, "--label", "w0")["workers"][0])["state"] == "running" \
-            and time.monotonic() < deadline:
-        time.sleep(0.1)
+    status = wait_for(lambda: (found := worker("status", "--run-dir", run_dir, "--label", "w0")["workers"][0])[
+        "state"] != "running" and found, 60, "the worker to end", step=0.1)
     assert (status["state"], status["status"], status["nospace"]) == ("exited", 1, True), status
     assert not [p.name for p in Path(run_dir).iterdir() if p.name.endswith(".tmp")]
     assert worker("list", "--root", str(small_disk))["workers"][0]["state"] == "exited"
@@ -84,9 +80,7 @@ def test_damaged_state_files_are_named_and_never_break_a_listing(tmp_path: Path)
     for label in labels:
         worker("start", "--run-dir", str(run_dir), "--label", label, "--log", f"{label}.log", "--meta",
                json.dumps({"job": "demo", "run_id": "demo-1", "generation": 1}), "--", sys.executable, "-c", "pass")
-    deadline = time.monotonic() + 20
-    while len(list(run_dir.glob("*.exit"))) < len(labels) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: len(list(run_dir.glob("*.exit"))) == len(labels), 60, "every worker's exit file", step=0.1)
     meta = json.loads((run_dir / "cut.json").read_text())
     text = (run_dir / "cut.json").read_text()
     (run_dir / "cut.json").write_text(text[: len(text) // 2])  # truncated

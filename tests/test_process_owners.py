@@ -173,7 +173,6 @@ def test_owners_are_looked_up_once_per_pid_and_forgotten_when_it_goes(real_proce
     assert set(owners.by_pid) == {worker}  # the stranger's pid may be reused: forgotten
 
 
-@pytest.mark.docker
 def test_containers_are_named_and_homegpu_labels_make_a_worker(docker_engine, busybox_image) -> None:
     client = docker.DockerClient(base_url=f"unix://{docker_engine.socket_path}")
     labels = {"homegpu.run": "demo-20260101-000000-abcd", "homegpu.job": "demo", "homegpu.index": "2"}

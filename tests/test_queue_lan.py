@@ -26,12 +26,15 @@ from helpers import as_nobody, homegpu, homegpu_argv, wait_for
 from simcluster import SimCluster, free_job_port
 from test_gpu_owners_cluster import replaying_node3, strangers_process
 
-pytestmark = pytest.mark.cluster
 
 H100 = FIXTURES / "h100-80gb-hbm3"
+# An experiment that runs until the test releases it (its file appears), so that a state such as
+# "running" lasts until the test has seen it, however slow the machine.
 SLEEPY = """import os, sys, time
 print("started", os.environ.get("HOMEGPU_RUN_ID", "?"), flush=True)
-time.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 5)
+deadline = time.time() + 600
+while len(sys.argv) > 1 and not os.path.exists(sys.argv[1]) and time.time() < deadline:
+    time.sleep(0.2)
 print("done", flush=True)
 """
 BOOM = "raise SystemExit('the experiment is broken: exit 3')\n"
@@ -100,38 +103,49 @@ def submit(config: Path, *args: str) -> str:
     return result.stdout.split()[0]
 
 
-def wait_state(config: Path, id_: str, state: str, timeout: float = 120) -> dict:
+def wait_state(config: Path, id_: str, state: str, timeout: float = 300) -> dict:
     return wait_for(lambda: (e := queue(config)[id_])["state"] == state and e, timeout, f"{id_} to be {state}", 0.5)
+
+
+def until_released(tmp_path: Path, name: str) -> tuple[Path, str]:
+    """A release file (made by the test to end a run) and the --set that gives it to SLEEPY."""
+    release = tmp_path / f"release-{name}"
+    return release, f"args=[{str(release)!r}]"
 
 
 def test_a_night_of_experiments_in_order_around_another_users_gpu_process(sim_cluster: SimCluster, lab: Path,
                                                                           tmp_path: Path):
     experiments, apps = tmp_path / "experiments", tmp_path / "apps.csv"
+    (end_first, first_args), (end_second, second_args), (end_on_gpu, on_gpu_args) = (
+        until_released(tmp_path, name) for name in ("first", "second", "on-gpu"))
     with strangers_process(sim_cluster.node("node3")) as stranger, replaying_node3(sim_cluster, apps):
         write_apps_with_pids(H100 / "apps_load.csv", [stranger], apps)  # nobody's python holds 19.6 GiB of GPU 0
         with serving(lab, tmp_path / "serve.log", experiments):
-            first = submit(lab, "sleepy", "--set", "args=['6']")
-            second = submit(lab, "sleepy", "--after", first, "--set", "args=['6']")
-            on_gpu = submit(lab, "gpu3", "--set", "args=['4']")
+            first = submit(lab, "sleepy", "--set", first_args)
+            second = submit(lab, "sleepy", "--after", first, "--set", second_args)
+            on_gpu = submit(lab, "gpu3", "--set", on_gpu_args)
             broken = submit(lab, "boom")
             after_broken = submit(lab, "sleepy", "--after", broken)
             assert [first, second, on_gpu, broken, after_broken] == ["q-1", "q-2", "q-3", "q-4", "q-5"]
 
             wait_state(lab, first, "running")
-            waiting = wait_for(lambda: "GPU 0 busy" in (e := queue(lab)[on_gpu])["reason"] and e, 30, "q-3's why")
+            waiting = wait_for(lambda: "GPU 0 busy" in (e := queue(lab)[on_gpu])["reason"] and e, 120, "q-3's why")
             assert waiting["state"] == "waiting"
             assert waiting["reason"] == "node3 GPU 0 busy: nobody's python3 holds 19.6 GiB"
             shown = queue_text(lab)
             assert "after q-1" in shown and "nobody's python3 holds 19.6 GiB" in shown
             assert "node node1 busy: q-1 runs there" in queue(lab)[broken]["reason"]
 
+            end_first.touch()
             wait_state(lab, second, "running")
             write_apps_with_pids(H100 / "apps_load.csv", [], apps)  # nobody's job ended: GPU 0 is free
-            wait_state(lab, on_gpu, "running", 60)
+            wait_state(lab, on_gpu, "running")  # while q-2 runs: disjoint nodes overlap
             queue_text(lab)
-            wait_state(lab, after_broken, "cancelled", 180)
+            end_second.touch()
+            end_on_gpu.touch()
+            wait_state(lab, after_broken, "cancelled", 300)
             entries = wait_for(lambda: (q := queue(lab)) and all(e["state"] in ("succeeded", "failed", "cancelled")
-                                                                 for e in q.values()) and q, 120, "the queue to end")
+                                                                 for e in q.values()) and q, 300, "the queue to end")
             queue_text(lab)
 
     assert [entries[i]["state"] for i in (first, second, on_gpu, broken, after_broken)] == \
@@ -156,9 +170,12 @@ def test_a_night_of_experiments_in_order_around_another_users_gpu_process(sim_cl
 def test_serve_killed_mid_queue_resumes_it_without_running_anything_twice(sim_cluster: SimCluster, lab: Path,
                                                                           tmp_path: Path):
     experiments = tmp_path / "experiments"
+    end_long_one, long_args = until_released(tmp_path, "long")
+    end_then, then_args = until_released(tmp_path, "then")
+    end_then.touch()  # it runs to its end at once
     with serving(lab, tmp_path / "serve.log", experiments) as first_serve:
-        long_one = submit(lab, "sleepy", "--set", "args=['15']")
-        then = submit(lab, "sleepy", "--after", long_one, "--set", "args=['2']")
+        long_one = submit(lab, "sleepy", "--set", long_args)
+        then = submit(lab, "sleepy", "--after", long_one, "--set", then_args)
         running = wait_state(lab, long_one, "running")
         queue_text(lab)
         first_serve.send_signal(signal.SIGKILL)  # a crash, or the machine's OOM killer
@@ -169,7 +186,8 @@ def test_serve_killed_mid_queue_resumes_it_without_running_anything_twice(sim_cl
         resumed = queue(lab)[long_one]
         assert (resumed["state"], resumed["run_id"]) == ("running", running["run_id"])
         queue_text(lab)
-        done = wait_state(lab, then, "succeeded", 120)
+        end_long_one.touch()
+        done = wait_state(lab, then, "succeeded", 300)
         entries = queue(lab)
         queue_text(lab)
     assert entries[long_one]["state"] == "succeeded" and entries[long_one]["run_id"] == running["run_id"]

@@ -64,7 +64,7 @@ async def test_a_process_that_came_after_the_decision_makes_the_entry_wait(gpu_n
     with QueueStore(tmp_path / "queue.sqlite") as store:
         async with Cluster(spec) as cluster:
             node = cluster.node("here")
-            await node.wait_for(lambda n: n.latest is not None and n.latest.gpus, timeout=30)
+            await node.wait_for(lambda n: n.latest is not None and n.latest.gpus, timeout=60)
             runner = QueueRunner(cluster, store, tmp_path / "experiments")
             entry = store.submit("gpu", user="root", now=0.0)
 
@@ -74,7 +74,7 @@ async def test_a_process_that_came_after_the_decision_makes_the_entry_wait(gpu_n
 
             decided = runner._samples(entry)
             write_apps_with_pids(H100 / "apps_load.csv", [stranger], apps)  # nobody's python3 takes 19.6 GiB
-            await node.wait_for(lambda n: n.latest.gpus[0].processes, timeout=30)
+            await node.wait_for(lambda n: n.latest.gpus[0].processes, timeout=60)
             reason = await runner._gpus_taken(entry, decided)
             assert reason == "here GPU 0 busy: nobody's python3 holds 19.6 GiB"
 
@@ -83,7 +83,7 @@ async def test_a_process_that_came_after_the_decision_makes_the_entry_wait(gpu_n
             assert await runner._ready_run(entry) is None
             assert store.get(entry.id).reason == reason and store.get(entry.id).state.value == "waiting"
             write_apps_with_pids(H100 / "apps_load.csv", [], apps)
-            await node.wait_for(lambda n: not n.latest.gpus[0].processes, timeout=30)
+            await node.wait_for(lambda n: not n.latest.gpus[0].processes, timeout=60)
             run = await runner._ready_run(entry)
             assert run is not None and run.job.name == "gpu"
             await run.release_lock()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import NOBODY, as_nobody, nobody_argv
+from helpers import NOBODY, as_nobody, nobody_argv, wait_until
 
 from homegpu.remote.config import load_cluster
 from homegpu.remote.queue import (
@@ -190,10 +190,7 @@ async def test_root_is_refused_by_another_users_serve(open_folder, tmp_path):
         "    await asyncio.sleep(60)\n"
         "asyncio.run(serve())\n"), cwd="/")
     try:
-        for _ in range(200):
-            if path.exists():
-                break
-            await asyncio.sleep(0.05)
+        await wait_until(path.exists, 60, f"the other user's socket {path}")
         with pytest.raises(QueueError, match=f"this queue is nobody's .*{_me()} may not submit"):
             await QueueClient(path).submit("train")
     finally:

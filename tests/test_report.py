@@ -57,11 +57,7 @@ def make_run_dir(root: Path, events: list[object], logs: bool = True) -> Path:
     return log.folder.path
 
 
-def screenshot(html: Path, tmp_path: Path) -> Path:
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("chromium is not installed: the report test renders in a real browser; "
-                    "install it (apt-get install chromium, or bash tests/run.sh)", pytrace=False)
+def screenshot(chromium: str, html: Path, tmp_path: Path) -> Path:
     png = tmp_path / "report.png"
     argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
             "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
@@ -78,11 +74,11 @@ def drawn_pixels(png: Path) -> dict[str, int]:
     return {name: count_near(image, colour, PLOT_BG) for name, colour in DRAWN.items()}
 
 
-def test_the_report_renders_in_chromium_with_data_in_its_plots(tmp_path):
+def test_the_report_renders_in_chromium_with_data_in_its_plots(chromium, tmp_path):
     run_dir = make_run_dir(tmp_path / "experiments", scripted_run())
     path, _ = write_report(run_dir)
     assert path == RunFolder(run_dir).report
-    pixels = drawn_pixels(screenshot(path, tmp_path))
+    pixels = drawn_pixels(screenshot(chromium, path, tmp_path))
     for name, count in pixels.items():
         assert count > 150, f"too few {name} pixels inside plot areas: {pixels}"
     shutil.copy(tmp_path / "report.png", run_dir / "report.png")  # kept for a look when it fails

@@ -19,7 +19,6 @@ from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.jobs.lock import ProcessIdentity, acquire, holder, refresh, release
 from homegpu.remote.nodes.cluster import Cluster
 
-pytestmark = pytest.mark.cluster
 
 NODE = "node1"
 
@@ -33,7 +32,7 @@ async def _open(cluster_toml: Path) -> tuple[Cluster, object, str]:
     cluster = Cluster(load_cluster(cluster_toml), stream_stats=False)
     await cluster.__aenter__()
     node = cluster.node(NODE)
-    await node.wait_online(timeout=20)
+    await node.wait_online(timeout=60)
     return cluster, node, cluster.spec.work_dir_of(node.spec)
 
 

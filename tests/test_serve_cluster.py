@@ -21,7 +21,6 @@ from gpu_replay import FIXTURES, nvidia_smi_in
 from helpers import homegpu_argv, job_table, wait_for
 from simcluster import SimCluster, free_port
 
-pytestmark = pytest.mark.cluster
 
 H100 = FIXTURES / "h100-80gb-hbm3"
 PROMETHEUS = "/usr/bin/prometheus"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -22,15 +23,30 @@ import pytest
 
 from gpu_replay import FIXTURES, write_apps_with_pids
 from helpers import homegpu, homegpu_argv, wait_for
+from homegpu.remote.config import load_cluster
+from homegpu.remote.history import history_path
 from simcluster import SimCluster, free_job_port
 from test_gpu_owners_cluster import replaying_node3, run_id_from, worker_of_run
 
-pytestmark = pytest.mark.cluster
 
 H100 = FIXTURES / "h100-80gb-hbm3"
 HOLD_SECONDS = 20
 CUT_SECONDS = 15
 HOLD = f"import time\nprint('holding GPU 0', flush=True)\ntime.sleep({HOLD_SECONDS})\n"
+
+
+def newest_gpu_sample(config: Path) -> float:
+    """The time of the newest GPU sample serve has written to the history (0 before the first)."""
+    path = history_path(load_cluster(config))
+    if not path.is_file():
+        return 0.0
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10) as db:
+        return db.execute("SELECT max(t) FROM gpu_samples").fetchone()[0] or 0.0
+
+
+def recorded_after(config: Path, moment: float, what: str) -> float:
+    """Wait until serve has written a GPU sample newer than `moment`."""
+    return wait_for(lambda: (newest := newest_gpu_sample(config)) > moment and newest, 60, what, step=0.5)
 
 
 @contextmanager
@@ -60,7 +76,7 @@ def test_history_shows_a_runs_gpu_time_a_nodes_offline_spell_and_survives_a_kill
     node1 = sim_cluster.node("node1")
     with replaying_node3(sim_cluster, apps):
         with serve_process(config) as first:
-            time.sleep(3)
+            recorded_after(config, 0, "serve's first GPU sample")
             run = subprocess.Popen(homegpu_argv("--config", str(config), "run", "hold", "--no-tui"), cwd=tmp_path,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             line = wait_for(lambda: next((l for l in iter(run.stdout.readline, "") if l.startswith("== hold running")),
@@ -74,14 +90,14 @@ def test_history_shows_a_runs_gpu_time_a_nodes_offline_spell_and_survives_a_kill
             node1.restore_link()
             assert run.wait(timeout=120) == 0, run.stdout.read()
             write_apps_with_pids(H100 / "apps_load.csv", [os.getpid()], apps)
-            time.sleep(3)
+            recorded_after(config, time.time() + 2, "samples after the run")
             first.send_signal(signal.SIGKILL)  # a crash: nothing flushed on the way out
             first.wait(timeout=10)
             killed_at = time.time()
-        time.sleep(2)
-        with serve_process(config):  # what systemd's Restart=on-failure does
-            time.sleep(8)
+        time.sleep(2)  # serve is down for 2 s
         restarted_at = killed_at + 2
+        with serve_process(config):  # what systemd's Restart=on-failure does
+            recorded_after(config, restarted_at + 5, "samples after the restart")
     result = homegpu("--config", str(config), "history", "--since", "10m", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     history = json.loads(result.stdout)

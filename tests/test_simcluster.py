@@ -26,7 +26,6 @@ from homegpu.remote.nodes.cluster import Cluster
 from simdocker import DockerEngine
 from simcluster import NODE_HOME, SimCluster, SimNode, alive, iperf3_between, ssh_banner
 
-pytestmark = pytest.mark.cluster
 
 # Starts a process that leaves the SSH session's process tree (as a job runner's would) and
 # prints its pid; stopping a node must still end it.

@@ -11,7 +11,6 @@ from helpers import homegpu, homegpu_argv
 
 from simcluster import SimCluster
 
-pytestmark = pytest.mark.cluster
 
 
 def test_status_json_shows_every_node_online_with_stats(sim_cluster, cluster_toml):

@@ -8,6 +8,7 @@ import sqlite3
 
 import pytest
 
+from helpers import wait_until
 from homegpu.remote.nodes.events import EventHub
 from homegpu.remote.record.timeline import TimelineRecorder, load_timeline
 from homegpu.remote.record.timeline_schema import TimelineDamaged
@@ -112,8 +113,8 @@ async def test_run_reads_a_hub_subscription_and_writes_on_close(tmp_path):
     events = scripted_run()
     for event in events[:-1]:
         hub.publish(event)
-    await asyncio.sleep(1.3)  # the recorder takes the queue a few times a second and writes once a second
-    assert count(path, "node_samples") > 0
+    # the recorder takes the queue a few times a second and writes once a second, while it runs
+    await wait_until(lambda: count(path, "node_samples") > 0, 60, "samples written before the end")
     hub.publish(events[-1])  # the end, still queued when the recorder is cancelled: recorded all the same
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

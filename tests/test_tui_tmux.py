@@ -17,7 +17,6 @@ import pytest
 
 from helpers import homegpu, homegpu_argv, wait_for, worker_processes, write_config
 
-pytestmark = pytest.mark.cluster
 
 SOCKET = "homegpu-test"  # a tmux server of our own: the user's sessions are never touched
 SESSION = "tui"

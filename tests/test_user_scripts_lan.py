@@ -16,7 +16,6 @@ import pytest
 from helpers import homegpu, read_metrics, worker_processes
 from simcluster import free_job_port
 
-pytestmark = pytest.mark.cluster
 
 KERAS_IO_SCRIPT = Path(__file__).parent / "fixtures" / "scripts" / "keras_io_mwms.py"
 IMPORT_LINE = KERAS_IO_SCRIPT.read_text().splitlines().index("import keras  # noqa: E402") + 1

@@ -25,7 +25,6 @@ from homegpu.tui.errors import UserError
 from homegpu.tui.web.server import Listen, check_token, parse_listen, start_web
 from homegpu.tui.web.token_gate import REFUSED, cookie_name
 
-CHROMIUM = "/usr/bin/chromium"
 TOKEN = "test-token-for-the-web-view-0123456789"
 NODE = "webnode"
 CLUSTER_TOML = f'[cluster]\nname = "webtest"\n\n[[nodes]]\nname = "{NODE}"\nhost = "local"\n'
@@ -156,11 +155,9 @@ def node_row(screen: str) -> str | None:
 # -- a person in a browser ------------------------------------------------------------------------------
 
 
-@pytest.mark.browser
-def test_a_browser_with_the_address_sees_the_nodes_table(served, tmp_path):
-    assert Path(CHROMIUM).is_file(), f"{CHROMIUM} is missing: tests/run.sh installs it (apt-get install chromium)"
+def test_a_browser_with_the_address_sees_the_nodes_table(served, chromium, tmp_path):
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         try:
             context = browser.new_context(viewport={"width": 1400, "height": 900})
             context.add_init_script(TERMINAL_HOOK)

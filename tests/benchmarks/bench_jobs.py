@@ -1,7 +1,7 @@
 """Job benchmarks on the simulated LAN (tests/simcluster.py: namespaced nodes with their own sshd,
 links shaped to 1 Gbit/s) and a real Docker engine. Prints ratios; asserts nothing.
 
-Run as root:  .venv/bin/python tests/benchmarks/bench_jobs.py [launch] [throughput]  (default: both;
+Run as root:  .venv/bin/python tests/benchmarks/bench_jobs.py [launch] [throughput] [reach]  (default: all;
 the launch part uses the shared Docker engine: hold /tmp/homegpu-cluster.lock around it)
 
 1. launch: from the command to every worker running, for a 4-node and a 1-node Docker job
@@ -15,6 +15,9 @@ the launch part uses the shared Docker engine: hold /tmp/homegpu-cluster.lock ar
    the same two nodes (`ssh ALIAS env TF_CONFIG=... python -m homegpu.trainer ...`) with the same
    TF_CONFIG (the nodes' LAN addresses, the job's port on both), examples/s from the metric lines,
    both measured over epochs 2..N (epoch 1 holds TensorFlow's warm-up).
+3. reach: `homegpu run` of a 2-node job whose port one node's firewall drops, from the command to its
+   refusal (the reach proof, before code sync and any start), against `homegpu tfconfig` of the same job
+   (the same connections and plan, no proof): what the proof adds to a refused launch.
 """
 
 from __future__ import annotations
@@ -188,8 +191,34 @@ def throughput_benchmark(sim: SimCluster, root: Path) -> None:
     print(f"  homegpu / by hand = {o / h:.3f}")
 
 
+def command_seconds(argv: list[str], cwd: Path) -> tuple[float, int]:
+    start = time.perf_counter()
+    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300)
+    return time.perf_counter() - start, result.returncode
+
+
+def reach_benchmark(sim: SimCluster, root: Path) -> None:
+    port = free_job_port()
+    config = sim.write_cluster_toml(root / "reach" / "cluster.toml", jobs={"bench": {
+        "python": sys.executable, "nodes": ["node1", "node2"], "port": port, "epochs": 1}})
+    refused, plain = [], []
+    with sim.node("node2").firewall(port):
+        for _ in range(REPEATS):
+            seconds, status = command_seconds(homegpu_argv("--config", str(config), "run", "bench", "--no-tui"),
+                                              config.parent)
+            assert status == 1, "the firewalled run must be refused"
+            refused.append(seconds)
+            plain.append(command_seconds(homegpu_argv("--config", str(config), "tfconfig", "bench"), config.parent)[0])
+    r, p = statistics.median(refused), statistics.median(plain)
+    print(f"
+a firewalled job port, 2 nodes (s, median of {REPEATS})")
+    print(f"  homegpu tfconfig (connect and plan):   {p:6.2f}")
+    print(f"  homegpu run, refused by the proof:     {r:6.2f}")
+    print(f"  refused / tfconfig = {r / p:.2f}")
+
+
 def main() -> None:
-    parts = sys.argv[1:] or ["launch", "throughput"]
+    parts = sys.argv[1:] or ["launch", "throughput", "reach"]
     root = Path(tempfile.mkdtemp(prefix="homegpu-bench-"))
     print(f"homegpu job benchmarks, {platform.node()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}\n")
     with SimCluster(4, first_host=120) as sim:
@@ -203,6 +232,8 @@ def main() -> None:
                 engine.stop()
         if "throughput" in parts:
             throughput_benchmark(sim, root)
+        if "reach" in parts:
+            reach_benchmark(sim, root)
 
 
 if __name__ == "__main__":
