@@ -1,21 +1,26 @@
 """serve's wiring (tui/daemon.py): a service that fails to start closes every one started before it.
 
-serve runs here in this process on the embedded default (this machine, through local processes), with
-its history and queue in the session's private XDG_DATA_HOME (conftest). "Closed" is read from the
+serve runs here in this process on a cluster file of its own whose one node is this machine (through local
+processes: no LAN), with its history and queue in the session's private XDG_DATA_HOME (conftest), and its
+queue's socket folder named after that file (never the one of a `homegpu --local serve` of yours). "Closed" is read from the
 process itself: no descriptor left open on the history or queue file, no task of serve's left running.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import os
 import socket
+import sqlite3
 from pathlib import Path
 
 import pytest
 
+from helpers import wait_until
 from homegpu.remote.alerts import AlertWatcher
-from homegpu.remote.config import embedded_default
+from homegpu.remote.config import load_cluster
 from homegpu.remote.history import history_path
 from homegpu.remote.queue import queue_path, socket_path
 from homegpu.tui.daemon import ServeOptions, serve
@@ -47,6 +52,14 @@ async def others_running(before: set[asyncio.Task]) -> list[str]:
                   if not task.done())
 
 
+def local_cluster(tmp_path: Path):
+    """A cluster file of the test's own: this machine as its one node."""
+    path = tmp_path / "cluster.toml"
+    path.write_text(f'[cluster]\nname = "here"\nwork_dir = "{tmp_path / "work"}"\n\n'
+                    '[[nodes]]\nname = "here"\nhost = "local"\nruntime = "process"\n')
+    return load_cluster(path)
+
+
 def options(tmp_path: Path, port: int = 0) -> ServeOptions:
     return ServeOptions("127.0.0.1", port, tmp_path / "experiments")
 
@@ -56,7 +69,7 @@ async def test_an_alert_watcher_that_fails_to_start_closes_the_history_and_the_q
         raise RuntimeError("the alert watcher failed to start")
 
     monkeypatch.setattr(AlertWatcher, "start", broken_start)
-    spec = embedded_default()
+    spec = local_cluster(tmp_path)
     before = asyncio.all_tasks()
     with pytest.raises(RuntimeError, match="alert watcher failed"):
         await serve(spec, options(tmp_path))
@@ -66,9 +79,9 @@ async def test_an_alert_watcher_that_fails_to_start_closes_the_history_and_the_q
 
 
 async def test_a_metrics_port_in_use_closes_what_started_before_it(tmp_path):
-    """The metrics endpoint starts after the nodes' sessions, the history's recorder, the queue's runner and
-    the follower: each is closed, and the queue's socket was never opened."""
-    spec = embedded_default()
+    """The metrics endpoint starts after the history and the queue's store, before any node is reached:
+    they are closed, and neither a node's session nor the queue's socket was opened."""
+    spec = local_cluster(tmp_path)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -78,3 +91,40 @@ async def test_a_metrics_port_in_use_closes_what_started_before_it(tmp_path):
     assert held(spec) == []
     assert await others_running(before) == []
     assert not socket_path(spec).exists()
+
+
+def history_rows(spec) -> dict[str, list[tuple]]:
+    with contextlib.closing(sqlite3.connect(f"file:{history_path(spec)}?mode=ro", uri=True)) as db:
+        return {table: db.execute(f"SELECT * FROM {table} ORDER BY rowid").fetchall()
+                for table in ("sessions", "node_down", "nodes")}
+
+
+async def test_a_second_serve_is_refused_having_touched_nothing_of_the_first(tmp_path):
+    """The second is refused before it opens the history, the queue or a session to a node: the first's
+    history is as it was, row for row, and no second stats agent started."""
+    spec = local_cluster(tmp_path)
+    out = io.StringIO()
+    first = asyncio.create_task(serve(spec, options(tmp_path), out=out))
+    try:
+        await wait_until(lambda: "\nqueue: " in out.getvalue() or first.done(), 60, "the first serve to listen")
+        assert not first.done(), out.getvalue()
+        before, agents = history_rows(spec), stats_agents()
+        with pytest.raises(UserError, match="another homegpu serve already runs this cluster"):
+            await serve(spec, options(tmp_path / "second"))
+        assert history_rows(spec) == before
+        assert stats_agents() == agents
+    finally:
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+    assert held(spec) == []
+
+
+def stats_agents() -> set[int]:
+    """This machine's stats agents (the local node's, started by a serve of the embedded default)."""
+    found = set()
+    for status in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if b"stats_agent.py" in status.read_bytes():
+                found.add(int(status.parent.name))
+    return found

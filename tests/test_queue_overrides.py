@@ -79,3 +79,26 @@ def test_a_key_set_twice_is_refused() -> None:
     with pytest.raises(OverrideError, match=r"^--set epochs=6: epochs is set twice \(also by --set epochs=5\); "
                                             r"give each key once$"):
         apply_overrides(CLUSTER, JOB, ["epochs=5", "epochs=6"])
+
+
+SCRIPTED = parse_cluster('''
+[[nodes]]
+name = "desktop"
+host = "192.168.1.10"
+
+[jobs.quick]
+nodes = ["desktop"]
+script = "code/job.py"
+''', "cluster.toml")
+
+
+@pytest.mark.parametrize("key", ["epochs=3", "batch_size=8", "steps_per_epoch=10", "model=resnet"])
+def test_a_script_jobs_run_is_refused_the_trainers_keys_as_cluster_toml_is(key: str) -> None:
+    """The same words `homegpu check` says for the key in cluster.toml (config's own check), naming the --set."""
+    name = key.split("=")[0]
+    with pytest.raises(OverrideError) as refused:
+        apply_overrides(SCRIPTED, SCRIPTED.jobs["quick"], ["args=['--fast']", key])
+    assert str(refused.value).startswith(
+        f"--set {key}: the built-in trainer's key, but this job runs code/job.py, which never sees it; give the "
+        f"script its own setting in args (e.g. args = [\"--{name.replace('_', '-')}\", \"...\"]), or remove {name}")
+    assert apply_overrides(SCRIPTED, SCRIPTED.jobs["quick"], ["args=['--fast']"]).args == ("--fast",)

@@ -1,8 +1,11 @@
 """serve's wiring: homegpu that stays on, one process with a session to every node and the services on it.
 
 `serve()` starts them in order, each entered on one AsyncExitStack, so whatever fails to start (a port in
-use, another serve on the queue's socket) closes every service started before it, in reverse order, and
-Ctrl-C or SIGTERM closes them all the same way. The command line (`homegpu serve`) is tui/cli/serve.py.
+use, the queue's socket) closes every one started before it, in reverse order, and Ctrl-C or SIGTERM closes
+them all the same way. First of all it claims its cluster (remote/queue/claim.py), so a second serve of the
+same cluster file is refused before it opens the history, the queue or any SSH session; the metrics port is
+bound before the nodes are reached, for the same reason. The command line (`homegpu serve`) is
+tui/cli/serve.py.
 """
 
 from __future__ import annotations
@@ -13,13 +16,15 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Callable, TextIO
 
 from homegpu.remote.alerts import AlertWatcher
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.history import DEFAULT_MAX_BYTES, HistoryError, HistoryRecorder, history_path
 from homegpu.remote.nodes import Cluster
-from homegpu.remote.queue import QueueError, QueueRunner, QueueServer, QueueStore, queue_path, socket_path
+from homegpu.remote.queue import (
+    QueueError, QueueRunner, QueueServer, QueueStore, ServeClaim, queue_path, socket_path,
+)
 from homegpu.remote.serve import ClusterCollector, JobBoard, MetricsEndpoint, RunFollower
 from homegpu.tui.errors import UserError
 
@@ -51,13 +56,21 @@ async def serve(spec: ClusterSpec, options: ServeOptions, out: TextIO | None = N
     """Serve until SIGINT or SIGTERM; the process's exit status. Raises UserError when a service cannot
     start, after closing every one started before it."""
     out = out or sys.stdout
-    stop = _stop_on_signals()
+
+    def say(line: str) -> None:  # what goes wrong while serve runs (a full disk), and when it is right again
+        print(f"homegpu serve: {line}", file=out, flush=True)
+
     async with contextlib.AsyncExitStack() as services:
-        recorder = _open_history(spec, options.history_bytes)
+        _claim(services, spec)
+        stop = _stop_on_signals(services)
+        recorder = _open_history(spec, options.history_bytes, say)
         services.callback(recorder.close)
         store = _open_queue_store(spec)
         services.callback(store.close)
         cluster, board = Cluster(spec), JobBoard()
+        endpoint = MetricsEndpoint(ClusterCollector(cluster, board), options.host, options.metrics_port)
+        services.push_async_callback(endpoint.close)
+        metrics_url = await _start_metrics(endpoint, options.host, options.metrics_port)
         alerts = AlertWatcher(spec, cluster.hub)
         services.push_async_callback(alerts.close)
         alerts.start()  # before the nodes start: no event goes unwatched
@@ -67,15 +80,12 @@ async def serve(spec: ClusterSpec, options: ServeOptions, out: TextIO | None = N
         services.push_async_callback(recorder.stop)  # before the sessions close: their end is no offline spell
         events = services.enter_context(cluster.subscribe())
         services.callback(asyncio.create_task(_feed(events, board), name="job board").cancel)
-        runner = QueueRunner(cluster, store, options.experiments)
+        runner = QueueRunner(cluster, store, options.experiments, say=say)
         services.push_async_callback(runner.close)
         runner.start()  # before the follower: a run of the queue's is resumed, never followed as a stranger's
-        follower = RunFollower(cluster, spec.jobs.values(), ours=runner.owns)
+        follower = RunFollower(cluster, ours=runner.owns)  # the jobs of the cluster file as it is at each look
         services.push_async_callback(follower.close)
         follower.start()
-        endpoint = MetricsEndpoint(ClusterCollector(cluster, board), options.host, options.metrics_port)
-        services.push_async_callback(endpoint.close)
-        metrics_url = await _start_metrics(endpoint, options.host, options.metrics_port)
         queue = QueueServer(socket_path(spec), runner.desk)
         services.push_async_callback(queue.close)
         await _listen(queue)
@@ -91,20 +101,29 @@ async def serve(spec: ClusterSpec, options: ServeOptions, out: TextIO | None = N
     return 0
 
 
-def _stop_on_signals() -> asyncio.Event:
-    """An event set by SIGINT or SIGTERM (a systemd stop)."""
+def _stop_on_signals(services: contextlib.AsyncExitStack) -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM (a systemd stop), while serve runs."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+        services.callback(loop.remove_signal_handler, sig)
     return stop
 
 
-def _open_history(spec: ClusterSpec, max_bytes: int | None) -> HistoryRecorder:
+def _claim(services: contextlib.AsyncExitStack, spec: ClusterSpec) -> None:
+    """Hold the cluster's claim while serve runs (one serve per cluster file)."""
+    try:
+        services.enter_context(ServeClaim(socket_path(spec).parent))
+    except QueueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _open_history(spec: ClusterSpec, max_bytes: int | None, say: Callable[[str], None]) -> HistoryRecorder:
     # a sample stands for at most 3 stats intervals of GPU time (an agent that stalled)
     try:
         return HistoryRecorder(history_path(spec), max_bytes or DEFAULT_MAX_BYTES,
-                               max_gap=max(10.0, 3 * spec.stats_interval))
+                               max_gap=max(10.0, 3 * spec.stats_interval), say=say)
     except HistoryError as exc:  # damaged (it says how to move it aside), or not writable
         raise UserError(str(exc)) from None
 

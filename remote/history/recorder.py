@@ -11,6 +11,10 @@ Recorded: every node's CPU and memory and every GPU's utilisation, memory, tempe
 intervals a node was offline, and the sessions the recorder ran (a node is offline from the hub's
 first word that it is not online, after it was online or failed to connect, until it is online again;
 the connecting a session starts with is not offline). Time when nothing was recording is neither.
+
+A write that fails (a full disk) never stops the recorder: it is said once through `say`, the samples
+that could not be written are dropped (the history shows that span as a gap, not as data, and no GPU
+time is credited across it), and each later write tries again; the first that succeeds says so.
 """
 
 from __future__ import annotations
@@ -25,9 +29,9 @@ from typing import Callable
 
 from homegpu.remote.history.bound import DEFAULT_MAX_BYTES, SizeBound
 from homegpu.remote.history.samples import OwnerKey, owner_shares, whole
-from homegpu.remote.history.schema import cannot_write, open_writer
-from homegpu.remote.record import transaction
+from homegpu.remote.history.schema import HistoryError, cannot_write, open_writer
 from homegpu.remote.history.tiers import INSERT, Compactor
+from homegpu.remote.record import Say, WriteTrouble, say_on_stderr, transaction
 from homegpu.remote.nodes import NodeState, NodeStateChanged, NodeStatsUpdated
 
 FLUSH_SECONDS = 1.0
@@ -48,6 +52,7 @@ class HistoryRecorder:
         clock: now, in Unix seconds: when to write, compact and drop. Samples keep their events' times.
         max_gap: the most GPU time one sample stands for; give 3 × the cluster's stats_interval where
             that is longer than 10 s.
+        say: where a write that failed, and the first one that succeeds after it, are told (one line each).
 
     Raises:
         HistoryDamaged: the file is not a whole history (one line naming it and what to do).
@@ -56,8 +61,9 @@ class HistoryRecorder:
     """
 
     def __init__(self, path: Path, max_bytes: int = DEFAULT_MAX_BYTES, clock: Clock = time.time,
-                 max_gap: float = MAX_GAP_SECONDS) -> None:
+                 max_gap: float = MAX_GAP_SECONDS, say: Say = say_on_stderr) -> None:
         self.path, self.clock, self.max_gap = Path(path), clock, max_gap
+        self.trouble = WriteTrouble(say, clock)
         self._db = open_writer(self.path)
         try:
             self.bound = SizeBound(self._db, self.path, max_bytes)
@@ -94,7 +100,22 @@ class HistoryRecorder:
         elif kind is NodeStateChanged:
             self._state(event)
         if not 0 <= self.clock() - self._last_flush < FLUSH_SECONDS:  # due, or the clock was set back
+            self.write()
+
+    def write(self) -> bool:
+        """flush(), and a failure said (once) instead of raised: its samples are dropped and the next write
+        tries again. Whether it was written."""
+        try:
             self.flush()
+        except HistoryError as exc:
+            for rows in self._rows.values():
+                rows.clear()  # a gap: nodes, owners and state changes (self._new) stay for the next write
+            self._last_sample.clear()  # no GPU time across the gap
+            self.trouble.failed(str(exc), "its samples are not recorded (a gap in the history) until it can "
+                                          "write again, which it tries each second")
+            return False
+        self.trouble.succeeded(f"the history {self.path}")
+        return True
 
     def flush(self) -> None:
         """Write what is buffered in one transaction; then, when due, compact, and keep the bound.
@@ -135,10 +156,10 @@ class HistoryRecorder:
                 await asyncio.sleep(WAKE_SECONDS)
                 self._take(subscription)
                 if not 0 <= self.clock() - self._last_flush < FLUSH_SECONDS:
-                    self.flush()  # handle() flushes as events come; this covers quiet spells
+                    self.write()  # handle() writes as events come; this covers quiet spells
         finally:
             self._take(subscription)
-            self.flush()
+            self.write()
 
     def follow(self, cluster) -> "HistoryRecorder":
         """Subscribe to `cluster`'s hub (anything with subscribe(): a Cluster, an EventHub) and record
@@ -171,10 +192,14 @@ class HistoryRecorder:
             self._new.append(("close_down", (now, node)))
         self._down.clear()
         self._marked = -math.inf  # the session ends now
-        self.flush()
-        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        self._db.close()
-        self._db = None
+        try:
+            if self.write():
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.OperationalError as exc:  # the checkpoint, on a disk that filled since
+            self.trouble.failed(str(cannot_write(self.path, exc)), "what it holds is in its write-ahead log")
+        finally:
+            self._db.close()
+            self._db = None
 
     def _take(self, subscription) -> None:
         for event in subscription.drain(1_000_000):

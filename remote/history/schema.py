@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from homegpu.remote.record import check_store, create_atomically, errors_as_damage, open_for_writing
+from homegpu.remote.record import check_store, create_atomically, errors_as_damage, open_for_writing, room_left
 
 APPLICATION_ID = 0x68677068  # "hgph": PRAGMA application_id, which marks the file as homegpu's history
 SCHEMA_VERSION = 1  # PRAGMA user_version
@@ -60,8 +60,8 @@ def is_damage(exc: sqlite3.DatabaseError) -> bool:
 
 def cannot_write(path: Path, exc: BaseException) -> HistoryError:
     """A write that failed for a reason outside the file's content: a read-only folder, a full disk."""
-    return HistoryError(f"cannot write the history {path} ({exc}): check that its folder is writable and "
-                        f"has free space, or give homegpu another place for it")
+    return HistoryError(f"cannot write the history {path} ({exc}; {room_left(path)}): free space there and check "
+                        f"that its folder is writable, or give homegpu another place for it (XDG_DATA_HOME)")
 
 
 def damaged(path: Path, why: str) -> HistoryDamaged:

@@ -5,6 +5,7 @@ runner that starts them, and the Unix socket `submit`, `queue` and `cancel` reac
 
 from __future__ import annotations
 
+from homegpu.remote.queue.claim import ServeClaim
 from homegpu.remote.queue.client import NoServe, QueueClient
 from homegpu.remote.queue.desk import QueueDesk
 from homegpu.remote.queue.entries import EntryState, QueueEntry, QueueError, entry_id, entry_number
@@ -21,7 +22,7 @@ from homegpu.remote.queue.store import MAX_PRIORITY, QueueStore
 
 __all__ = [
     "ATTACH", "FAIL", "MAX_PRIORITY", "PER_RUN_KEYS", "Decision", "EntryState", "NoServe", "NodeView", "OverrideError",
-    "QueueClient", "QueueDamaged", "QueueDesk", "QueueEntry", "QueueError", "QueueRunner", "QueueServer", "QueueService", "QueueStore", "Resume",
+    "QueueClient", "QueueDamaged", "QueueDesk", "QueueEntry", "QueueError", "QueueRunner", "QueueServer", "QueueService", "QueueStore", "Resume", "ServeClaim",
     "apply_overrides", "decide", "entry_fields", "entry_id", "entry_nodes", "entry_number", "parse_value", "queue_path",
     "resume_action", "socket_path",
 ]

@@ -18,6 +18,11 @@ class QueueError(Exception):
     """A queue request that cannot be done; the message is one line saying why and what to do."""
 
 
+class QueueWriteError(QueueError):
+    """The queue's file could not be written (a full disk): nothing was changed; the same write can be
+    tried again later."""
+
+
 class EntryState(str, enum.Enum):
     WAITING = "waiting"
     STARTING = "starting"  # recorded, with its run id, before the launch begins (see store.py)

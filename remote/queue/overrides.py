@@ -65,8 +65,9 @@ def apply_overrides(cluster: ClusterSpec, job: JobSpec, texts: Sequence[str]) ->
             table[key] = parse_value(value)
     if any(key.startswith("env.") for key in given):
         table["env"] = env  # the job's own variables with these on top, checked together
+    what = {"script": job.script} if job.script else {}  # the checks that depend on what the job runs see it
     try:
-        checked = parse_job_table(job.name, table, tuple(node.name for node in cluster.nodes), "--set")
+        checked = parse_job_table(job.name, {**what, **table}, tuple(node.name for node in cluster.nodes), "--set")
     except ConfigError as exc:
         key = exc.key.rsplit("].", 1)[-1]
         culprit = given.get(key) or given.get(f"env.{key.removeprefix('env.')}") or key

@@ -12,6 +12,11 @@ One start, in order (nothing is recorded until the launch is sure to be tried):
 When serve stops, the runs go on: the runner stops following them and leaves their entries running. A
 serve started again resumes them (resume.py): it attaches to a run whose workers are still there, else
 finishes the entry with what its workers' exit statuses say. Nothing is ever started twice.
+
+A write to the queue's file that fails (a full disk) is said once (`say`) and never kills the runner: a
+start that could not be recorded is not launched (the entry waits); a run launched whose "running" could
+not be recorded is followed all the same; an end that could not be recorded is tried again each pass,
+its entry's nodes held meanwhile. The first write that succeeds after failures says so.
 """
 
 from __future__ import annotations
@@ -23,15 +28,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from homegpu.remote.config import JobSpec
+from homegpu.remote.config import ClusterSpec, JobSpec
 from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome
 from homegpu.remote.nodes import Cluster, JobState, NodeStats, QueueRunChanged
+from homegpu.remote.queue.cluster_file import ClusterFile
 from homegpu.remote.queue.desk import QueueDesk
-from homegpu.remote.queue.entries import EntryState, QueueEntry, QueueError
+from homegpu.remote.queue.entries import EntryState, QueueEntry, QueueError, QueueWriteError
 from homegpu.remote.queue.overrides import apply_overrides
 from homegpu.remote.queue.resume import ATTACH, resume_action
 from homegpu.remote.queue.schedule import NodeView, decide, entry_nodes
 from homegpu.remote.queue.store import QueueStore
+from homegpu.remote.record import Say, WriteTrouble, say_on_stderr
 
 TICK_SECONDS = 2.0  # how often the queue is looked at without a change to prompt it
 FRESH_STATS_INTERVALS = 3  # stats intervals to wait for a sample newer than the decision
@@ -43,19 +50,27 @@ class QueueRunner:
     `desk` answers the socket's requests (QueueDesk) with this runner behind it."""
 
     def __init__(self, cluster: Cluster, store: QueueStore, experiments: Path,
-                 clock: Callable[[], float] = time.time, tick: float = TICK_SECONDS) -> None:
-        self.cluster, self.spec, self.store = cluster, cluster.spec, store
+                 clock: Callable[[], float] = time.time, tick: float = TICK_SECONDS, say: Say = say_on_stderr) -> None:
+        self.cluster, self.store = cluster, store
+        self.cluster_file = ClusterFile(cluster.spec, say)
         self.experiments, self.clock, self.tick = Path(experiments), clock, tick
-        self.desk = QueueDesk(self.spec, store, changed=self.wake, stop_run=self._stop_run, clock=clock)
+        self.desk = QueueDesk(self.cluster_file, store, changed=self.wake, stop_run=self._stop_run, clock=clock)
         self._wake = asyncio.Event()
         self._starting: dict[str, QueueEntry] = {}  # entries between their decision and their record
         self._runs: dict[str, JobRun] = {}  # entry id -> its run, while followed
         self._cancelled_by: dict[str, str] = {}  # entry id -> who cancelled its run
         self._unresumed: set[str] = set()  # active entries whose nodes did not answer yet
+        self._unrecorded_ends: dict[str, tuple[EntryState, str, float]] = {}  # ends the file did not take yet
+        self.trouble = WriteTrouble(say, clock)
         self._tasks: set[asyncio.Task] = set()
         self._loop_task: asyncio.Task | None = None
 
     # -- life ------------------------------------------------------------------------------------
+
+    @property
+    def spec(self) -> ClusterSpec:
+        """The cluster as its file says now (cluster_file.py)."""
+        return self.cluster_file.spec
 
     def start(self) -> QueueRunner:
         self._unresumed = {entry.id for entry in self.store.unfinished()}
@@ -105,14 +120,21 @@ class QueueRunner:
                 else e for e in self.store.entries()]
 
     def _pass(self) -> None:
+        self._record_ends()
+        self.cluster.spec = self.cluster_file.check()  # an edit that changed only jobs is taken at once
+        entries = self._entries()
+        now = self.clock()
+        if self.cluster_file.refusal:  # the file changed in a way serve cannot take: nothing more starts
+            self._note_reasons({e.id: self.cluster_file.refusal for e in entries if e.state is EntryState.WAITING})
+            return
+        for entry in entries:
+            if entry.state is EntryState.WAITING and entry.job not in self.spec.jobs:
+                self._cancel(entry.id, f"job {entry.job} is no longer in {self.spec.source}", now)
         entries = self._entries()
         decision = decide(entries, self._views(), self._needs(entries))
-        now = self.clock()
         for id_, reason in decision.cancels.items():
-            with contextlib.suppress(QueueError):  # cancelled by hand meanwhile
-                entry = self.store.cancel(id_, reason, now)
-                self._tell(entry, "cancelled", reason)
-        self.store.note_reasons(decision.waits)
+            self._cancel(id_, reason, now)
+        self._note_reasons(decision.waits)
         by_id = {entry.id: entry for entry in entries}
         for id_ in decision.start:
             self._starting[id_] = by_id[id_]
@@ -164,13 +186,38 @@ class QueueRunner:
         except (KeyError, QueueError) as exc:
             reason = (f"job {entry.job} is no longer in {self.spec.source}" if isinstance(exc, KeyError)
                       else f"its settings no longer apply: {exc}")
-            with contextlib.suppress(QueueError):
-                self._tell(self.store.cancel(entry.id, reason, self.clock()), "cancelled", reason)
+            self._cancel(entry.id, reason, self.clock())
             return None
 
+    def _cancel(self, id_: str, reason: str, now: float) -> None:
+        """Cancel a waiting entry (the next pass tries again if the file could not take it)."""
+        try:
+            entry = self.store.cancel(id_, reason, now)
+        except QueueWriteError as exc:
+            self.trouble.failed(str(exc), "entries are cancelled when it can write again")
+            return
+        except QueueError:  # cancelled by hand meanwhile
+            return
+        self.trouble.succeeded(f"the queue {self.store.path}")
+        self._tell(entry, "cancelled", reason)
+
     def _wait(self, entry: QueueEntry, reason: str) -> None:
-        self.store.note_reasons({entry.id: reason})
+        self._note_reasons({entry.id: reason})
         return None
+
+    def _note_reasons(self, reasons: dict[str, str]) -> None:
+        self._written(lambda: self.store.note_reasons(reasons), "why entries wait is not kept")
+
+    def _written(self, write: Callable[[], object], meanwhile: str) -> bool:
+        """Do `write` to the store; one that could not be written is said (once) with what happens
+        `meanwhile`. Whether it was written."""
+        try:
+            write()
+        except QueueWriteError as exc:
+            self.trouble.failed(str(exc), meanwhile)
+            return False
+        self.trouble.succeeded(f"the queue {self.store.path}")
+        return True
 
     def _samples(self, entry: QueueEntry) -> dict[str, NodeStats | None]:
         """The stats samples the decision to start `entry` saw, by node."""
@@ -193,9 +240,12 @@ class QueueRunner:
     async def _launch(self, entry: QueueEntry, run: JobRun) -> None:
         try:
             entry = self.store.mark_starting(entry.id, run.run_id, self.clock())
-        except QueueError:  # cancelled while it was prepared
+        except QueueError as exc:  # cancelled while it was prepared, or not recorded: then not launched
             await run.release_lock()
+            if isinstance(exc, QueueWriteError):
+                self.trouble.failed(str(exc), "no queued run starts until its start can be recorded")
             return
+        self.trouble.succeeded(f"the queue {self.store.path}")
         self._tell(entry, "started")
         try:
             await run.launch()
@@ -206,7 +256,16 @@ class QueueRunner:
         except BaseException:
             await run.release_lock()
             raise
-        self._follow(self.store.mark_running(entry.id), run)
+        self._follow(self._mark_running(entry), run)
+
+    def _mark_running(self, entry: QueueEntry) -> QueueEntry:
+        """The entry, running; in memory only when the file could not take it (its run is followed all the
+        same, and its end is recorded from `starting` as well)."""
+        try:
+            return self.store.mark_running(entry.id)
+        except QueueWriteError as exc:
+            self.trouble.failed(str(exc), f"{entry.id}'s run is followed and its end recorded when it can be")
+            return replace(entry, state=EntryState.RUNNING)
 
     # -- following -------------------------------------------------------------------------------
 
@@ -234,8 +293,24 @@ class QueueRunner:
 
     def _end(self, entry: QueueEntry, state: EntryState, reason: str) -> None:
         self._cancelled_by.pop(entry.id, None)  # a cancel asked during a launch that failed is done with too
-        with contextlib.suppress(QueueError):
-            entry = self.store.finish(entry.id, state, reason, self.clock())
+        self._unrecorded_ends[entry.id] = (state, reason, self.clock())
+        self._record_ends()
+
+    def _record_ends(self) -> None:
+        """Record the runs' ends the file has not taken yet (each pass tries again); until then their
+        entries stay active in the file, so their nodes stay taken."""
+        for id_, (state, reason, at) in list(self._unrecorded_ends.items()):
+            try:
+                entry = self.store.finish(id_, state, reason, at)
+            except QueueWriteError as exc:
+                self.trouble.failed(str(exc), "runs' ends are recorded when it can write again; their nodes "
+                                              "stay taken until then")
+                return
+            except QueueError:  # not starting or running any more: nothing to record
+                del self._unrecorded_ends[id_]
+                continue
+            del self._unrecorded_ends[id_]
+            self.trouble.succeeded(f"the queue {self.store.path}")
             self._tell(entry, state.value, reason)
 
     def _stop_run(self, entry: QueueEntry, user: str) -> None:
@@ -274,7 +349,7 @@ class QueueRunner:
             run.adopt(entry.run_id, found[1])
             with contextlib.suppress(LaunchError):
                 await run.take_lock()  # the run's own lock, taken over (node_side/job_lock.py)
-            self._follow(self.store.mark_running(entry.id), run)
+            self._follow(self._mark_running(entry), run)
             return True
         await self._resume_ended(entry, run, resume.reason)
         return True
@@ -285,7 +360,8 @@ class QueueRunner:
         with contextlib.suppress(LaunchError):
             await run.take_lock()
             await run.release_lock()
-        if entry.state is EntryState.RUNNING and await run.nodes.ended_state(entry.run_id) is JobState.SUCCEEDED:
+        # a starting entry too: its start may have launched every worker, and only "running" not been recorded
+        if await run.nodes.ended_state(entry.run_id) is JobState.SUCCEEDED:
             self._end(entry, EntryState.SUCCEEDED, "ended while serve was stopped")
             return
         self._end(entry, EntryState.FAILED, reason)

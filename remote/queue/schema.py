@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from homegpu.remote.queue.entries import QueueError
-from homegpu.remote.record import check_store, create_atomically, errors_as_damage, open_for_writing
+from homegpu.remote.queue.entries import QueueError, QueueWriteError
+from homegpu.remote.record import check_store, create_atomically, errors_as_damage, open_for_writing, room_left
 from homegpu.remote.record import transaction as sqlite_transaction
 
 APPLICATION_ID = 0x68677071  # "hgpq": PRAGMA application_id, which marks the file as homegpu's queue
@@ -36,8 +36,9 @@ def damaged(path: Path, why: str) -> QueueDamaged:
                         f"serve, which starts an empty queue there; the entries it held are lost")
 
 
-def cannot_write(path: Path, exc: BaseException) -> QueueError:
-    return QueueError(f"cannot write the queue {path} ({exc}): check that its folder is writable and has free space")
+def cannot_write(path: Path, exc: BaseException) -> QueueWriteError:
+    return QueueWriteError(f"cannot write the queue {path} ({exc}; {room_left(path)}): free space there and "
+                           "check that its folder is writable")
 
 
 def transaction(db: sqlite3.Connection):

@@ -11,13 +11,14 @@ from homegpu.remote.record.report import write_report
 from homegpu.remote.record.report_inputs import ReportError
 from homegpu.remote.record.run_folder import RunFolder, timelines
 from homegpu.remote.record.sqlite_file import (
-    check_store, create_atomically, errors_as_damage, open_for_writing, transaction,
+    check_store, create_atomically, errors_as_damage, open_for_writing, room_left, transaction,
 )
 from homegpu.remote.record.timeline import load_timeline
+from homegpu.remote.record.write_trouble import Say, WriteTrouble, say_on_stderr
 from homegpu.remote.record.timeline_schema import NodeTimeline, Timeline, TimelineDamaged, WorkerTimeline, read_meta
 
 __all__ = [
     "ExperimentLog", "NodeTimeline", "ReportError", "RunFolder", "RunRecord", "Timeline", "TimelineDamaged",
     "WorkerTimeline", "bucket_index", "bucket_time", "bucket_time_sql", "find_stragglers", "load_timeline",
-    "check_store", "create_atomically", "errors_as_damage", "open_for_writing", "read_meta", "timelines", "transaction", "write_report",
+    "check_store", "create_atomically", "errors_as_damage", "open_for_writing", "read_meta", "room_left", "Say", "say_on_stderr", "timelines", "WriteTrouble", "transaction", "write_report",
 ]

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sqlite3
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
+
+from homegpu.remote.nodes import format_bytes
 
 
 @contextlib.contextmanager
@@ -111,3 +114,17 @@ def open_for_writing(path: Path, create: Callable[[Path], None], check: Callable
         db.close()
         raise
     return db
+
+
+def room_left(path: Path) -> str:
+    """Where `path`'s writes go and how much room is left there, for a line about a write that failed:
+    "/var/lib on /var: 0 B free"."""
+    folder = Path(path).parent
+    mount = folder
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return f"the filesystem at {mount}"
+    return f"the filesystem at {mount} has {format_bytes(free)} free"

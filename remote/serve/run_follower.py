@@ -35,12 +35,14 @@ class RunFollower:
     """Follows the running runs of `jobs` on `cluster`; start() it, close() it.
 
     Args:
+        jobs: the jobs to follow; None: those of `cluster.spec` at each look (serve reads an edited file again).
         ours: whether serve runs that run id itself (the queue's runs): those are not followed twice.
     """
 
-    def __init__(self, cluster: Cluster, jobs: Iterable[JobSpec], find_seconds: float = FIND_SECONDS,
+    def __init__(self, cluster: Cluster, jobs: Iterable[JobSpec] | None = None, find_seconds: float = FIND_SECONDS,
                  ours: Callable[[str], bool] = lambda run_id: False) -> None:
-        self.cluster, self.jobs, self.find_seconds, self.ours = cluster, list(jobs), find_seconds, ours
+        self.cluster, self.find_seconds, self.ours = cluster, find_seconds, ours
+        self._jobs = None if jobs is None else list(jobs)
         self._nodes: dict[str, JobNodes] = {}
         self._followed: dict[str, _Followed] = {}
         self._task: asyncio.Task | None = None
@@ -59,7 +61,8 @@ class RunFollower:
 
     async def _loop(self) -> None:
         while True:
-            await asyncio.gather(*(self.look(job) for job in self.jobs))
+            jobs = self._jobs if self._jobs is not None else self.cluster.spec.jobs.values()
+            await asyncio.gather(*(self.look(job) for job in jobs))
             await asyncio.sleep(self.find_seconds)
 
     async def look(self, job: JobSpec) -> None:

@@ -1,0 +1,184 @@
+"""serve keeps what it records through a full disk (issue 31, finding 1): its history and its queue live on a
+real, small tmpfs that the test fills while they are written, then frees.
+
+The history: a write that fails is said once (the file, the filesystem and what to free), the samples it
+could not write are a gap (not data, and no GPU time across it), and recording resumes by itself. The
+queue: a start that cannot be recorded is not launched (the entry waits, never left starting), a run's end
+that cannot be recorded is recorded when space is back, and nothing raises out of the runner or at close.
+The queue's node is this machine (host = "local", its real stats agent and process runtime: no LAN needed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from helpers import wait_until
+from history_events import h100_lines, owned, worker
+from homegpu.remote.config import load_cluster
+from homegpu.remote.history import HistoryRecorder
+from homegpu.remote.nodes import Cluster
+from homegpu.remote.nodes.events import NodeStatsUpdated
+from homegpu.remote.queue import EntryState, QueueRunner, QueueStore
+
+T0 = 1_795_316_400.0
+
+
+class SmallDisk:
+    """A tmpfs of a few MiB mounted at `path`, filled and freed on demand."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.filler = path / "filler"
+
+    def fill(self) -> None:
+        """Write until the filesystem says it is full (ENOSPC), as a `dd` beside serve would."""
+        with open(self.filler, "ab") as out:
+            try:
+                while True:
+                    out.write(b"\0" * 65536)
+                    out.flush()
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+
+    def free(self) -> None:
+        self.filler.unlink()
+
+
+@pytest.fixture
+def small_disk(root, tmp_path: Path) -> Iterator[SmallDisk]:
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True)
+    try:
+        yield SmallDisk(mount)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = T0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def sample(k: int) -> NodeStatsUpdated:
+    lines = h100_lines()
+    return NodeStatsUpdated("h100", owned(lines[k % len(lines)], [worker("alice", "demo", "demo-1")]), at=T0 + k)
+
+
+def feed(recorder: HistoryRecorder, clock: Clock, seconds: range) -> None:
+    for k in seconds:
+        clock.t = T0 + k
+        recorder.handle(sample(k))
+
+
+def recorded_seconds(path: Path) -> list[int]:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return [round(t - T0) for (t,) in db.execute("SELECT DISTINCT t FROM gpu_samples ORDER BY t")]
+
+
+def test_the_history_says_a_full_disk_once_leaves_a_gap_and_resumes_by_itself(small_disk: SmallDisk):
+    said: list[str] = []
+    clock = Clock()
+    path = small_disk.path / "history.sqlite"
+    recorder = HistoryRecorder(path, clock=clock, say=said.append)
+    feed(recorder, clock, range(0, 20))
+    small_disk.fill()
+    feed(recorder, clock, range(20, 80))  # a write a second: each fails
+    assert len(said) == 1, said
+    assert said[0].startswith(f"cannot write the history {path} (database or disk is full; the filesystem at "
+                              f"{small_disk.path} has ") and "free space there" in said[0], said[0]
+    small_disk.free()
+    feed(recorder, clock, range(80, 100))
+    assert len(said) == 2 and said[1].startswith(f"writing the history {path} again after "), said
+    recorder.close()
+    seconds = recorded_seconds(path)
+    assert set(range(0, 19)) <= set(seconds) and set(range(81, 100)) <= set(seconds), seconds
+    assert not [s for s in seconds if 22 <= s <= 79], "samples from the full disk's time are a gap, not data"
+
+
+def test_a_history_closed_on_a_full_disk_says_so_and_raises_nothing(small_disk: SmallDisk):
+    said: list[str] = []
+    clock = Clock()
+    recorder = HistoryRecorder(small_disk.path / "history.sqlite", clock=clock, say=said.append)
+    feed(recorder, clock, range(0, 5))
+    small_disk.fill()
+    feed(recorder, clock, range(5, 10))
+    recorder.close()  # SIGTERM's way out: no traceback
+    assert len(said) == 1 and said[0].startswith("cannot write the history"), said
+
+
+CLUSTER = """
+[cluster]
+name = "fullq"
+work_dir = "{work}"
+
+[[nodes]]
+name = "here"
+host = "local"
+runtime = "process"
+
+[jobs.hold]
+nodes = ["here"]
+python = "{python}"
+script = "hold.py"
+max_restarts = 0
+"""
+# runs until the file named by its argument appears, so the test decides when each run ends
+HOLD = """import os, sys, time
+deadline = time.time() + 300
+while not os.path.exists(sys.argv[1]) and time.time() < deadline:
+    time.sleep(0.1)
+"""
+
+
+async def test_the_queue_on_a_full_disk_starts_nothing_it_cannot_record_and_records_ends_later(
+        small_disk: SmallDisk, tmp_path: Path):
+    (tmp_path / "hold.py").write_text(HOLD)
+    config = tmp_path / "cluster.toml"
+    config.write_text(CLUSTER.format(work=tmp_path / "work", python=sys.executable))
+    spec = load_cluster(config)
+    said: list[str] = []
+    release_first, release_second = tmp_path / "first", tmp_path / "second"
+    with QueueStore(small_disk.path / "queue.sqlite") as store:
+        first = store.submit("hold", overrides=[f"args=[{str(release_first)!r}]"], user="root", now=T0)
+        second = store.submit("hold", overrides=[f"args=[{str(release_second)!r}]"], after=[first.id], user="root",
+                              now=T0)
+        async with Cluster(spec) as cluster:
+            await cluster.node("here").wait_online(60)
+            small_disk.fill()  # before the first start: it cannot be recorded, so it is not launched
+            runner = QueueRunner(cluster, store, tmp_path / "experiments", tick=0.2, say=said.append).start()
+            try:
+                await wait_until(lambda: said, 120, "the full disk said")
+                assert said[0].startswith(f"cannot write the queue {store.path} (database or disk is full; "
+                                          f"the filesystem at {small_disk.path} has "), said
+                assert store.get(first.id).state is EntryState.WAITING, "never left starting"
+                assert not list((tmp_path / "experiments").glob("*/logs/*.log")), "nothing launched"
+                small_disk.free()
+                await wait_until(lambda: store.get(first.id).state is EntryState.RUNNING, 120, "q-1 running")
+                assert len(said) == 2 and said[1].startswith(f"writing the queue {store.path} again after"), said
+
+                small_disk.fill()
+                release_first.touch()  # q-1 ends while its end cannot be written
+                await wait_until(lambda: len(said) == 3, 120, "the full disk said again")
+                assert said[2].startswith(f"cannot write the queue {store.path}"), said
+                assert store.get(second.id).state is EntryState.WAITING  # q-1 still holds the node in the file
+                small_disk.free()
+                await wait_until(lambda: store.get(first.id).state is EntryState.SUCCEEDED, 120, "q-1's end recorded")
+                await wait_until(lambda: store.get(second.id).state is EntryState.RUNNING, 120, "q-2 running")
+                release_second.touch()
+                await wait_until(lambda: store.get(second.id).state is EntryState.SUCCEEDED, 120, "q-2 succeeded")
+            finally:
+                release_first.touch()
+                release_second.touch()
+                await runner.close()
