@@ -7,6 +7,7 @@ tests never ran.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -95,11 +96,13 @@ def root() -> None:
 
 
 @pytest.fixture(scope="session")
-def tensorflow():
-    """TensorFlow, imported: a test that uses it, or starts a Python that does, takes this."""
-    import tensorflow
-
-    return tensorflow
+def tensorflow() -> None:
+    """TensorFlow and tf-keras installed here: a test that imports them, or starts a Python that does, takes
+    this (it imports nothing itself: the fast tier's collection never waits for TensorFlow)."""
+    missing = [name for name in ("tensorflow", "tf_keras", "numpy") if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.fail(f"{', '.join(missing)} not installed: pip install -e '.[tensorflow]' "
+                    "(tensorflow==2.21.*, tf-keras==2.21.*)", pytrace=False)
 
 
 @pytest.fixture(scope="session")

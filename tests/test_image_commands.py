@@ -40,14 +40,14 @@ RELAY_MARK = b"def run_target(part, listener, hop):"
 
 
 @pytest.fixture(scope="module")
-def lan(docker_engine, busybox_image) -> Iterator[tuple[SimCluster, dict[str, NodeEngine]]]:
+def copy_lan(lan, docker_engine, busybox_image) -> Iterator[tuple[SimCluster, dict[str, NodeEngine]]]:
     with SimCluster(4, first_host=20, name="copylan") as sim, own_engines(sim, TARGETS) as engines:
         yield sim, engines
 
 
 @pytest.fixture(scope="module")
-def toml(lan, tmp_path_factory) -> Path:
-    sim, _ = lan
+def toml(copy_lan, tmp_path_factory) -> Path:
+    sim, _ = copy_lan
     return sim.write_cluster_toml(tmp_path_factory.mktemp("copylan") / "cluster.toml", runtime="docker")
 
 
@@ -95,8 +95,8 @@ def assert_nothing_left(sim: SimCluster) -> None:
 # -- copy ------------------------------------------------------------------------------------------
 
 
-def test_image_copy_chains_an_image_into_three_engines(lan, toml, host, busybox_image):
-    sim, engines = lan
+def test_image_copy_chains_an_image_into_three_engines(copy_lan, toml, host, busybox_image):
+    sim, engines = copy_lan
     drop_everywhere(engines, busybox_image)
     result = homegpu("--config", str(toml), "image", "copy", busybox_image, "--from", "node1")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -128,8 +128,8 @@ def test_image_copy_rejects_a_port_that_is_not_one(toml):
     assert "Traceback" not in result.stderr
 
 
-async def test_copy_image_reports_each_target(lan, tmp_path, busybox_image):
-    sim, engines = lan
+async def test_copy_image_reports_each_target(copy_lan, tmp_path, busybox_image):
+    sim, engines = copy_lan
     drop_everywhere(engines, busybox_image)
     toml = sim.write_cluster_toml(tmp_path / "cluster.toml", runtime="docker",
                                   node_overrides={"node3": {"docker_socket": "/nonexistent/d.sock"}})
@@ -150,10 +150,10 @@ async def test_copy_image_reports_each_target(lan, tmp_path, busybox_image):
 
 
 @pytest.mark.parametrize("how", ["cut_link", "kill_relay"])
-async def test_a_node_lost_mid_copy_fails_it_and_the_nodes_after_it(lan, toml, host, how, monkeypatch):
+async def test_a_node_lost_mid_copy_fails_it_and_the_nodes_after_it(copy_lan, toml, host, how, monkeypatch):
     """node3 drops out while the image streams through it: node2 (before it) still loads the image,
     node3 and node4 (after it) fail with one line each saying why, and nothing is left running."""
-    sim, engines = lan
+    sim, engines = copy_lan
     image = ensure_random_image(host, megabytes=48, layers=2)
     drop_everywhere(engines, image)
     monkeypatch.setattr(image_chain, "PROGRESS_SECONDS", 0.1)
@@ -249,9 +249,9 @@ def test_a_source_without_its_engine_says_so_after_its_hop_and_exits_cleanly(tmp
 
 
 @pytest.fixture
-def node2_with_busybox(lan, host, busybox_image) -> docker.DockerClient:
+def node2_with_busybox(copy_lan, host, busybox_image) -> docker.DockerClient:
     """node2's engine, holding the busybox image (a build there starts FROM it and cannot pull)."""
-    _, engines = lan
+    _, engines = copy_lan
     client = engines["node2"].client()
     try:
         client.images.get(busybox_image)
@@ -298,9 +298,9 @@ def test_image_build_failure_is_reported_per_node_with_exit_1(toml, node2_with_b
     assert "failed on node1, node2" in lines
 
 
-def test_lan_engines_are_the_nodes_own(lan):
+def test_lan_engines_are_the_nodes_own(copy_lan):
     """Each node's `docker` reaches its own engine (its default socket), not this machine's."""
-    sim, engines = lan
+    sim, engines = copy_lan
     for name in TARGETS:
         node = sim.node(name)
         info = subprocess.run(sim.ssh_argv(node, "docker", "info", "--format", "{{.DockerRootDir}}"),

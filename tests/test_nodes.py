@@ -121,7 +121,7 @@ async def test_lost_node_goes_offline_within_keepalive_bound_others_keep_streami
 
 
 @pytest.fixture
-def lone_node(tmp_path):
+def lone_node(lan, tmp_path):
     """A one-node cluster of its own, so host key games cannot disturb the shared one."""
     sim = SimCluster(1, first_host=40, name="lonely").start()
     yield sim

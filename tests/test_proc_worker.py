@@ -45,7 +45,7 @@ def test_one_status_call_answers_for_every_label_in_order(tmp_path: Path) -> Non
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path):
+def small_disk(root, tmp_path: Path):
     """A 2 MiB tmpfs (root only: CI runs as root, and this fails loudly elsewhere)."""
     disk = tmp_path / "disk"
     disk.mkdir()

@@ -137,7 +137,7 @@ def test_preflight_warns_of_other_processes_over_a_tenth_of_the_jobs_gpus() -> N
 # --- the lookup on this machine's real processes ---------------------------------------------------------
 
 @pytest.fixture
-def real_processes():
+def real_processes(root):
     """A worker-like process (homegpu's markers in its environment) and a stranger's, run as nobody."""
     env = {**os.environ, **worker_markers("demo", "demo-20260101-000000-abcd", 1)}
     worker = subprocess.Popen(["sleep", "300"], env=env)

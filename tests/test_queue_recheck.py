@@ -39,7 +39,7 @@ nodes = ["here"]
 
 
 @pytest.fixture
-def stranger():
+def stranger(root):
     """A real process of another Unix user (nobody), to stand in the GPU's process list."""
     process = subprocess.Popen(["sleep", "300"], user=NOBODY, group=NOBODY)
     yield process.pid

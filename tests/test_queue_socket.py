@@ -142,8 +142,7 @@ async def test_a_second_serve_of_the_cluster_is_refused_and_a_dead_ones_socket_r
             await again.close()
 
 
-def test_a_folder_another_user_made_first_is_refused_and_an_open_one_of_ours_closed(open_folder):
-    _need_root()
+def test_a_folder_another_user_made_first_is_refused_and_an_open_one_of_ours_closed(root, open_folder):
     theirs = open_folder / "theirs"
     theirs.mkdir(mode=0o700)
     os.chown(theirs, NOBODY, NOBODY)
@@ -160,10 +159,9 @@ def test_a_folder_another_user_made_first_is_refused_and_an_open_one_of_ours_clo
         private_folder(not_a_folder)
 
 
-async def test_another_user_is_refused_in_one_line(spec, served):
+async def test_another_user_is_refused_in_one_line(root, spec, served):
     """nobody runs `homegpu submit` against root's serve: the 0700 folder keeps it out, and it is told whose
     queue it is, in one line, with nothing added."""
-    _need_root()
     store, _ = served
     result = await asyncio.to_thread(as_nobody, f"sys.exit(homegpu.tui.cli.main.main(['--config', {spec.source!r}, "
                                                 f"'submit', 'train']))")
@@ -173,9 +171,8 @@ async def test_another_user_is_refused_in_one_line(spec, served):
     assert store.entries() == []
 
 
-async def test_root_is_refused_by_another_users_serve(open_folder, tmp_path):
+async def test_root_is_refused_by_another_users_serve(root, open_folder, tmp_path):
     """No file mode stops root: serve checks who is at the other end of the socket too."""
-    _need_root()
     path = Path(tempfile.mkdtemp(prefix="homegpu-queue-nobody-")) / "q" / "queue.sock"
     path.parent.parent.chmod(0o777)
     (open_folder / "cluster.toml").write_text(CLUSTER)
@@ -197,10 +194,6 @@ async def test_root_is_refused_by_another_users_serve(open_folder, tmp_path):
         serve.kill()
         await serve.wait()
         subprocess.run(["rm", "-rf", str(path.parent.parent)], check=True)
-
-
-def _need_root() -> None:
-    assert os.geteuid() == 0, "this test switches to user nobody: run the suite as root (CI does)"
 
 
 def _me() -> str:

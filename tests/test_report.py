@@ -84,13 +84,13 @@ def test_the_report_renders_in_chromium_with_data_in_its_plots(chromium, tmp_pat
     shutil.copy(tmp_path / "report.png", run_dir / "report.png")  # kept for a look when it fails
 
 
-def test_a_run_without_samples_draws_no_lines(tmp_path):
+def test_a_run_without_samples_draws_no_lines(chromium, tmp_path):
     """The pixel check above can fail: the same page with no samples has no series colour in its plots."""
     events = [e for e in scripted_run() if type(e).__name__ not in ("NodeStatsUpdated", "WorkerMetric")]
     run_dir = make_run_dir(tmp_path / "experiments", events, logs=False)
     path, summary = write_report(run_dir)
     assert "No metric lines" in path.read_text()
-    pixels = drawn_pixels(screenshot(path, tmp_path))
+    pixels = drawn_pixels(screenshot(chromium, path, tmp_path))
     assert pixels == dict.fromkeys(DRAWN, 0)
     assert summary.startswith("demo demo-run: succeeded after 1 restart")
 

@@ -15,7 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -40,7 +40,7 @@ def newest_gpu_sample(config: Path) -> float:
     path = history_path(load_cluster(config))
     if not path.is_file():
         return 0.0
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10) as db:
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)) as db:
         return db.execute("SELECT max(t) FROM gpu_samples").fetchone()[0] or 0.0
 
 

@@ -45,14 +45,14 @@ def ssh(cluster: SimCluster, node: SimNode, command: str) -> subprocess.Complete
 
 
 @pytest.fixture
-def spare() -> Iterator[SimCluster]:
+def spare(lan) -> Iterator[SimCluster]:
     """A one-node cluster of its own (10.213.0.20) for tests that stop, crash or re-key it."""
     with SimCluster(1, first_host=20, name="spare") as cluster:
         yield cluster
 
 
 @pytest.fixture
-def pair() -> Iterator[SimCluster]:
+def pair(lan) -> Iterator[SimCluster]:
     """Two nodes of their own (10.213.0.21-22) for tests that reshape or cut links."""
     with SimCluster(2, first_host=21, name="pair") as cluster:
         yield cluster
@@ -263,7 +263,7 @@ async def test_a_cut_link_drops_everything_and_restored_open_connections_go_on(p
         conn.close()
 
 
-def test_close_stops_everything_it_started_and_removes_its_files() -> None:
+def test_close_stops_everything_it_started_and_removes_its_files(lan) -> None:
     cluster = SimCluster(2, first_host=23, name="closing").start()
     try:
         listeners = {node.pid for node in cluster.nodes}

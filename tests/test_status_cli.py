@@ -66,7 +66,7 @@ def test_status_watch_keeps_printing_until_interrupted(cluster_toml):
     assert all(len(report["nodes"]) == 3 for report in reports)
 
 
-def test_trust_shows_fingerprint_and_adds_the_key(tmp_path):
+def test_trust_shows_fingerprint_and_adds_the_key(lan, tmp_path):
     with SimCluster(1, first_host=60, name="trusting") as sim:
         sim.known_hosts_path.write_text("")
         config = str(sim.write_cluster_toml(tmp_path / "cluster.toml"))

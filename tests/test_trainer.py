@@ -35,14 +35,6 @@ TUTORIAL = Path(__file__).parent / "fixtures" / "trainer" / "tutorial_script.py"
 RUN_TIMEOUT = 240.0  # per worker process; a healthy run here takes 5-30 s
 
 
-@pytest.fixture(scope="module")
-def tensorflow_installed() -> None:
-    missing = [name for name in ("tensorflow", "tf_keras", "numpy") if importlib.util.find_spec(name) is None]
-    if missing:
-        pytest.fail(f"{', '.join(missing)} not installed: pip install -e '.[tensorflow]' "
-                    "(tensorflow==2.21.*, tf-keras==2.21.*)", pytrace=False)
-
-
 # -- metric lines ------------------------------------------------------------------------------
 
 def test_format_then_parse_round_trips_with_event_first():
@@ -58,7 +50,7 @@ def test_format_sends_non_finite_numbers_as_null():
     assert parse_metric_line(line) == {"event": "step", "loss": None, "accuracy": None, "ok": 1.5}
 
 
-def test_format_unwraps_numpy_scalars(tensorflow_installed):
+def test_format_unwraps_numpy_scalars(tensorflow):
     import numpy as np
     data = parse_metric_line(format_metric(event="epoch", loss=np.float32(0.25), step=np.int64(3),
                                            bad=np.float64("nan")))
@@ -235,7 +227,7 @@ def test_trainer_imports_only_stdlib_tensorflow_and_itself(path):
 
 # -- synthetic data ----------------------------------------------------------------------------
 
-def test_synthetic_images_shapes_and_balance(tensorflow_installed):
+def test_synthetic_images_shapes_and_balance(tensorflow):
     from homegpu.trainer.synthetic import make_images
 
     images, labels = make_images(1000, seed=3)
@@ -248,7 +240,7 @@ def test_synthetic_images_shapes_and_balance(tensorflow_installed):
     assert small.shape == (10, 16, 16, 3)
 
 
-def test_synthetic_images_are_deterministic_per_seed(tensorflow_installed):
+def test_synthetic_images_are_deterministic_per_seed(tensorflow):
     from homegpu.trainer.synthetic import make_images
 
     a_images, a_labels = make_images(200, seed=7)
@@ -258,7 +250,7 @@ def test_synthetic_images_are_deterministic_per_seed(tensorflow_installed):
     assert (a_images != c_images).any()
 
 
-def test_synthetic_classes_are_learnable(tensorflow_installed):
+def test_synthetic_classes_are_learnable(tensorflow):
     import numpy as np
 
     from homegpu.trainer.synthetic import make_images, nearest_mean_accuracy
@@ -273,7 +265,7 @@ def test_synthetic_classes_are_learnable(tensorflow_installed):
 
 
 @pytest.mark.parametrize("kwargs", [{"count": 0}, {"count": 5, "image_size": 4}, {"count": 5, "num_classes": 1}])
-def test_synthetic_rejects_bad_sizes(tensorflow_installed, kwargs):
+def test_synthetic_rejects_bad_sizes(tensorflow, kwargs):
     from homegpu.trainer.synthetic import make_images
 
     with pytest.raises(ValueError):
@@ -409,7 +401,7 @@ def _top_level(root: Path) -> set[str]:
     return {p.name for p in root.iterdir()} if root.exists() else set()
 
 
-def test_two_workers_train_the_synthetic_set(tensorflow_installed, tmp_path):
+def test_two_workers_train_the_synthetic_set(tensorflow, tmp_path):
     """Under the RING collective, as homegpu's device plan gives a job with a CPU worker."""
     ports = _free_ports(2)
     out = [tmp_path / "out0", tmp_path / "out1"]
@@ -465,7 +457,7 @@ def _assert_saved_model_classifies(model_dir: Path) -> None:
     assert accuracy >= 0.6, result.stdout
 
 
-def test_killed_worker_resumes_from_its_backup(tensorflow_installed, tmp_path):
+def test_killed_worker_resumes_from_its_backup(tensorflow, tmp_path):
     ports = _free_ports(2)
     out = [tmp_path / "out0", tmp_path / "out1"]
     args = ("--epochs", "3", "--log-every", "4", "--samples", "3072")
@@ -495,7 +487,7 @@ def test_killed_worker_resumes_from_its_backup(tensorflow_installed, tmp_path):
     assert _top_level(out[1]) == {"DONE", "backup"}
 
 
-def test_chief_killed_while_saving_resumes_at_the_last_epoch(tensorflow_installed, tmp_path):
+def test_chief_killed_while_saving_resumes_at_the_last_epoch(tensorflow, tmp_path):
     """The chief dies while saving the final model: the restart resumes at the last epoch and only
     saves; one more restart after that finds every DONE marker and trains nothing."""
     ports = _free_ports(2)
@@ -533,7 +525,7 @@ def test_chief_killed_while_saving_resumes_at_the_last_epoch(tensorflow_installe
     _assert_saved_model_classifies(out[0] / "model")
 
 
-def test_workers_with_different_backups_refuse_to_resume(tensorflow_installed, tmp_path):
+def test_workers_with_different_backups_refuse_to_resume(tensorflow, tmp_path):
     """A lost backup on one machine: both stop with status 3 and say so, instead of diverging."""
     ports = _free_ports(2)
     out = [tmp_path / "out0", tmp_path / "out1"]
@@ -571,7 +563,7 @@ def _write_npz(path: Path, train: int, test: int) -> None:
     np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
 
 
-def test_single_worker_trains_on_an_mnist_format_npz(tensorflow_installed, tmp_path):
+def test_single_worker_trains_on_an_mnist_format_npz(tensorflow, tmp_path):
     _write_npz(tmp_path / "mnist.npz", 1536, 256)
     with Workers(tmp_path) as workers:
         worker = _single(workers, tmp_path / "out", "--data", f"npz:{tmp_path / 'mnist.npz'}", "--epochs", "1",
@@ -585,7 +577,7 @@ def test_single_worker_trains_on_an_mnist_format_npz(tensorflow_installed, tmp_p
     assert "model/saved_model.pb" in _files(tmp_path / "out")
 
 
-def test_single_worker_trains_on_a_folder_of_png_and_jpeg_images(tensorflow_installed, tmp_path):
+def test_single_worker_trains_on_a_folder_of_png_and_jpeg_images(tensorflow, tmp_path):
     root = tmp_path / "images"
     script = (
         "import os, sys, numpy as np, tensorflow as tf\n"
@@ -613,7 +605,7 @@ def test_single_worker_trains_on_a_folder_of_png_and_jpeg_images(tensorflow_inst
     assert "model/saved_model.pb" in _files(tmp_path / "out")
 
 
-def test_missing_data_is_exit_2_with_an_error_line(tensorflow_installed, tmp_path):
+def test_missing_data_is_exit_2_with_an_error_line(tensorflow, tmp_path):
     with Workers(tmp_path) as workers:
         worker = _single(workers, tmp_path / "out", "--data", f"npz:{tmp_path / 'absent.npz'}")
         assert worker.wait() == 2
@@ -621,7 +613,7 @@ def test_missing_data_is_exit_2_with_an_error_line(tensorflow_installed, tmp_pat
     assert "absent.npz" in error["message"] and error["status"] == 2
 
 
-def test_models_build_for_color_and_grayscale(tensorflow_installed):
+def test_models_build_for_color_and_grayscale(tensorflow):
     script = (
         "import os; os.environ['TF_USE_LEGACY_KERAS'] = '1'\n"
         "from homegpu.trainer import MODELS, models\n"
@@ -636,7 +628,7 @@ def test_models_build_for_color_and_grayscale(tensorflow_installed):
     assert "resnet (32, 32, 3)" in result.stdout
 
 
-def test_tutorial_style_script_runs_with_two_workers(tensorflow_installed, tmp_path):
+def test_tutorial_style_script_runs_with_two_workers(tensorflow, tmp_path):
     ports = _free_ports(2)
     dirs = [tmp_path / "node0", tmp_path / "node1"]
     with Workers(tmp_path) as workers:

@@ -20,7 +20,7 @@ def test_peer_timeout_defaults_reads_the_environment_and_refuses_nonsense():
             peer_timeout({"HOMEGPU_PEER_TIMEOUT": wrong})
 
 
-def test_the_coordination_service_gets_the_leader_the_jobs_and_the_longer_heartbeat():
+def test_the_coordination_service_gets_the_leader_the_jobs_and_the_longer_heartbeat(tensorflow):
     tf_config = {"cluster": {"worker": ["127.0.0.1:24001", "127.0.0.1:24002"]}, "task": {"type": "worker", "index": 1}}
     script = ("from homegpu.trainer.coordination import tolerate_quiet_peers; tolerate_quiet_peers(90)\n"
               "from tensorflow.python.eager import context; print(context.context().coordination_service)")

@@ -78,7 +78,7 @@ print("after", served_side(port))
 """
 
 
-def test_a_tensorflow_servers_connections_get_the_peer_timeout():
+def test_a_tensorflow_servers_connections_get_the_peer_timeout(tensorflow):
     result = subprocess.run([sys.executable, "-c", SERVER_SCRIPT], capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["before", "20000", "after", "90000"], result.stdout + result.stderr

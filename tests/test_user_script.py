@@ -75,7 +75,7 @@ def test_a_scripts_exception_exits_1_with_a_traceback_from_its_own_code(shipped)
     assert json.loads(result.stdout)["tf_imported"] is False  # whatever it sets before `import tensorflow` counts
 
 
-def test_a_multi_worker_script_gets_the_patient_heartbeat_once_it_imports_tensorflow(shipped):
+def test_a_multi_worker_script_gets_the_patient_heartbeat_once_it_imports_tensorflow(shipped, tensorflow):
     source = """
 import tensorflow as tf
 from tensorflow.python.eager import context
@@ -89,7 +89,7 @@ print(config.heartbeat_timeout_in_ms if config else "none")
     assert alone.stdout.split() == ["none"], alone.stderr[-2000:]
 
 
-def test_keras_is_tf_keras_when_the_job_says_so(shipped):
+def test_keras_is_tf_keras_when_the_job_says_so(shipped, tensorflow):
     source = """
 import keras
 from keras import layers
