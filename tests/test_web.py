@@ -37,6 +37,14 @@ Object.defineProperty(Object.prototype, "terminal", {configurable: true, set(val
     if (value && value.buffer) window.__homegpuTerminal = value;
 }});
 """
+# what the page's policy (tui/web/headers.py) refused: a script, a style, a font or a connection it blocked
+CSP_WATCH = """
+window.__homegpuBlocked = [];
+document.addEventListener("securitypolicyviolation", (event) =>
+    window.__homegpuBlocked.push(`${event.effectiveDirective} ${event.blockedURI} ${event.sample}`));
+"""
+ROBOTO_LOADED = """() => [...document.fonts].some(
+    (font) => font.family.includes("Roboto Mono") && font.status === "loaded")"""
 SCREEN_TEXT = """() => {
     const terminal = window.__homegpuTerminal;
     if (!terminal) return "";
@@ -128,19 +136,54 @@ async def test_requests_without_the_token_get_401_and_start_no_app(served):
             with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
                 await session.ws_connect(served.base + "/ws" + query)
             assert refused.value.status == 401
-        # the right cookie from another page's script (another port of this host is the same "site")
-        with pytest.raises(aiohttp.WSServerHandshakeError) as foreign:
-            await session.ws_connect(served.base + "/ws", origin="http://127.0.0.1:1",
-                                     headers={"Cookie": f"{cookie_name(served.port)}={TOKEN}"})
-        assert foreign.value.status == 403
         assert app_children(served.process.pid) == []
 
-        # the same websocket with the token starts one app, which ends with the session: the count sees apps
-        websocket = await session.ws_connect(served.base + "/ws?width=100&height=30",
-                                             headers={"Cookie": f"{cookie_name(served.port)}={TOKEN}"})
-        assert await wait_until(lambda: len(app_children(served.process.pid)) == 1, 20)
-        await websocket.close()
-        assert await wait_until(lambda: app_children(served.process.pid) == [], 20)
+
+async def test_a_websocket_from_another_page_gets_403_and_starts_no_app(served):
+    """The token, in the address or the cookie, does not say which page opened the websocket: Origin does."""
+    cookie = {"Cookie": f"{cookie_name(served.port)}={TOKEN}"}
+    async with aiohttp.ClientSession() as session:
+        for origin, query, headers in (
+                ("http://evil.example", f"?token={TOKEN}", {}),  # a page that learnt the token
+                ("http://evil.example", "", cookie),  # the cookie a browser sends with any page's websocket
+                ("http://127.0.0.1:1", "", cookie),  # another port of this host, which SameSite counts as one site
+                (None, f"?token={TOKEN}", {}),  # no Origin: no browser's websocket
+                # a page of another site whose name points here (DNS rebinding): Host and Origin agree
+                (f"http://evil.example:{served.port}", f"?token={TOKEN}", {"Host": f"evil.example:{served.port}"})):
+            with pytest.raises(aiohttp.WSServerHandshakeError) as foreign:
+                await session.ws_connect(served.base + "/ws" + query, origin=origin, headers=headers)
+            assert (foreign.value.status, origin) == (403, origin)
+        assert app_children(served.process.pid) == []
+
+        # its own page's websocket, with the cookie or the token, starts one app, which ends with the session
+        for query, headers in (("", cookie), (f"&token={TOKEN}", {})):
+            websocket = await session.ws_connect(served.base + "/ws?width=100&height=30" + query,
+                                                 origin=served.base, headers=headers)
+            assert await wait_until(lambda: len(app_children(served.process.pid)) == 1, 20)
+            await websocket.close()
+            assert await wait_until(lambda: app_children(served.process.pid) == [], 20)
+
+
+async def test_every_answer_carries_the_security_headers(served):
+    """The page, its files, the redirect, the refusals and a page that is not there."""
+    cookie = {"Cookie": f"{cookie_name(served.port)}={TOKEN}"}
+    answers = []
+    async with aiohttp.ClientSession() as session:
+        for path, headers in (("/", cookie), ("/static/js/textual.js", cookie), ("/page/page.css", cookie),
+                              (f"/?token={TOKEN}", {}), ("/", {}), ("/no/such/page", cookie)):
+            async with session.get(served.base + path, headers=headers, allow_redirects=False) as response:
+                answers.append((response.status, response.headers))
+        with pytest.raises(aiohttp.WSServerHandshakeError) as foreign:
+            await session.ws_connect(served.base + "/ws", origin="http://evil.example", headers=cookie)
+        answers.append((foreign.value.status, foreign.value.headers))
+    assert [status for status, _ in answers] == [200, 200, 200, 302, 401, 404, 403]
+    for status, headers in answers:
+        assert (headers["X-Frame-Options"], headers["X-Content-Type-Options"], headers["Referrer-Policy"]) == (
+            "DENY", "nosniff", "no-referrer"), status
+        policy = dict(part.strip().split(" ", 1) for part in headers["Content-Security-Policy"].split(";"))
+        assert (policy["default-src"], policy["frame-ancestors"], policy["object-src"]) == (
+            "'self'", "'none'", "'none'"), status
+        assert "unsafe-inline" not in policy["style-src"] and "script-src" not in policy, status
 
 
 def node_row(screen: str) -> str | None:
@@ -161,7 +204,11 @@ def test_a_browser_with_the_address_sees_the_nodes_table(served, chromium, tmp_p
         try:
             context = browser.new_context(viewport={"width": 1400, "height": 900})
             context.add_init_script(TERMINAL_HOOK)
+            context.add_init_script(CSP_WATCH)
             page = context.new_page()
+            requested = []  # everything the page loads, and its websocket: this view's own origin only
+            page.on("request", lambda request: requested.append(request.url))
+            page.on("websocket", lambda websocket: requested.append(websocket.url))
             page.goto(served.url)  # the address as printed: the page starts the app at once
             assert page.url == served.base + "/", "the token must leave the address bar"
             cookie, = context.cookies()
@@ -171,6 +218,11 @@ def test_a_browser_with_the_address_sees_the_nodes_table(served, chromium, tmp_p
             page.screenshot(path=str(tmp_path / "web-view.png"))
             print(f"screenshot: {tmp_path / 'web-view.png'}\n{screen}")
             assert "cluster webtest" in screen.splitlines()[0]
+            wait_for(lambda: page.evaluate(ROBOTO_LOADED), 15, "the terminal's font, served by the view itself")
+            assert page.evaluate("window.__homegpuBlocked") == [], "the page needs something its policy blocks"
+            own = (served.base + "/", f"ws://127.0.0.1:{served.port}/")
+            assert f"{own[1]}ws?width=" in " ".join(requested)
+            assert [url for url in requested if not url.startswith(own)] == [], "the page loaded from another host"
             page.focus(".xterm-helper-textarea")  # where xterm.js takes the keyboard
             page.keyboard.press("?")  # the keys reach the app: its help opens
             wait_for(lambda: "run doctor on every node" in page.evaluate(SCREEN_TEXT), 15, "the help the ? key opens")
@@ -216,7 +268,7 @@ async def test_start_web_serves_with_a_new_token_and_stop_ends_its_apps(tmp_path
             # the page's own addresses are the ones the browser used (through ssh -L, not the one listened on)
             async with session.get(base + "/", headers={"Host": "localhost:9999"}) as page:
                 assert 'data-session-websocket-url="ws://localhost:9999/ws"' in await page.text()
-            websocket = await session.ws_connect(base + "/ws")
+            websocket = await session.ws_connect(base + "/ws", origin=base)
             assert await wait_until(lambda: len(app_children(os.getpid())) == 1, 20)
             await view.stop()
             assert app_children(os.getpid()) == []

@@ -2,7 +2,10 @@
 
 textual-serve serves a page whose websocket starts `homegpu` anew for every browser session, each
 with the cluster options the server got (`--config FILE` or `--local`), never the token. It has no
-authentication of its own: tui/web/token_gate.py puts a token check in front of everything it serves.
+authentication of its own: tui/web/token_gate.py puts a token check in front of everything it serves,
+tui/web/origin.py lets only its own page open the websocket, tui/web/headers.py keeps the page to its
+own origin. The page is homegpu's (templates/, page/): textual-serve's without inline code or fonts
+from another host.
 It listens on 127.0.0.1 unless told otherwise, and elsewhere only with a token given on purpose; a
 person reaches the loopback one with `ssh -L`.
 
@@ -28,6 +31,7 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import aiohttp_jinja2
@@ -38,12 +42,16 @@ from textual_serve.server import Server, to_int
 from homegpu.remote.config import find_config
 from homegpu.tui.errors import UserError
 from homegpu.tui.web import WEB_TOKEN_ENV
+from homegpu.tui.web.headers import add_security_headers
+from homegpu.tui.web.origin import is_loopback, origin_middleware
 from homegpu.tui.web.token_gate import MIN_TOKEN_LENGTH, QUERY, new_token, token_middleware
 
 DEFAULT_PORT = 8765
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 TOKEN_SHAPE = re.compile(rf"[A-Za-z0-9_-]{{{MIN_TOKEN_LENGTH},}}")  # token_urlsafe's alphabet: no quoting
 QUIT_GRACE = 5.0  # seconds an app has to quit when the view stops, before it is terminated
+TEMPLATES = Path(__file__).parent / "templates"  # the page, textual-serve's own made safe
+PAGE_FILES = Path(__file__).parent / "page"  # its style and script, at /page/
 
 log = logging.getLogger("homegpu.web")
 
@@ -57,12 +65,7 @@ class Listen:
 
     @property
     def loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False  # a host name: it may resolve anywhere
+        return is_loopback(self.host)
 
     def __str__(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
@@ -203,14 +206,17 @@ class _TokenServer(Server):
     sessions' apps tracked so that stopping ends them."""
 
     def __init__(self, argv: list[str], title: str, token: str, listen: Listen) -> None:
-        super().__init__(shlex.join(argv), host=listen.host, port=listen.port, title=title)
-        self.argv, self.token = argv, token
+        super().__init__(shlex.join(argv), host=listen.host, port=listen.port, title=title, templates_path=TEMPLATES)
+        self.argv, self.token, self.loopback = argv, token, listen.loopback
         self.apps: set[_AppProcess] = set()
         self.websockets: set[web.WebSocketResponse] = set()
 
     async def _make_app(self) -> web.Application:
         app = await super()._make_app()
-        app.middlewares.insert(0, token_middleware(self.token, self.port))  # before every route textual-serve adds
+        # before every route textual-serve adds: the token, then which page opens the websocket
+        app.middlewares[:0] = [token_middleware(self.token, self.port), origin_middleware(self.loopback)]
+        app.router.add_static("/page", PAGE_FILES)
+        app.on_response_prepare.append(add_security_headers)
         app.on_shutdown.append(self._close_websockets)
         return app
 
@@ -218,11 +224,9 @@ class _TokenServer(Server):
         """Quiet: the caller prints the address (textual-serve's banner would print one without the token)."""
 
     async def handle_index(self, request: web.Request) -> web.Response:
-        base = f"{request.scheme}://{request.host}"
         context = {
             "font_size": to_int(request.query.get("fontsize", "16"), 16),
             "app_websocket_url": f"{'wss' if request.scheme == 'https' else 'ws'}://{request.host}/ws",
-            "config": {"static": {"url": f"{base}/static/"}},
             "application": {"name": self.title},
         }
         return aiohttp_jinja2.render_template("app_index.html", request, context)
