@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import re
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 from helpers import homegpu
 
 from homegpu.remote.config.cluster_spec import load_cluster
+from homegpu.remote.nodes import NodeError, ssh_target
+from homegpu.remote.nodes.connect import open_transport
 from homegpu.tui.cli.main import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,6 +68,47 @@ def test_check_shows_where_ssh_really_goes_and_where_each_value_comes_from(tmp_p
     assert rows["desk"].startswith(f"desk 10.1.2.3 22 (default) {getpass.getuser()} (login name) ")
     assert rows["box"].startswith("box box 2200 (cluster.toml) bob (cluster.toml) ")
     assert rows["here"].startswith("here local - - ")
+
+
+@pytest.fixture
+def home_ssh_config(monkeypatch) -> Path:
+    """~/.ssh/config under the tests' own HOME (tests/conftest.py), read as a user's is: without
+    HOMEGPU_SSH_CONFIG. Removed afterwards, so that no other test reads it."""
+    monkeypatch.delenv("HOMEGPU_SSH_CONFIG", raising=False)
+    path = Path.home() / ".ssh" / "config"
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    yield path
+    path.unlink(missing_ok=True)
+
+
+def test_check_reads_the_ssh_config_in_home_as_connecting_does(tmp_path, home_ssh_config):
+    """No HOMEGPU_SSH_CONFIG: ~/.ssh/config decides where the connection goes, so check says so, not 22 and
+    the login name."""
+    home_ssh_config.write_text("Host closet\n    HostName 192.168.1.30\n    Port 2300\n    User alice\n")
+    (tmp_path / "cluster.toml").write_text('[[nodes]]\nname = "closet"\nhost = "closet"\n')
+    result = homegpu("check", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (row,) = [" ".join(line.split()) for line in result.stdout.splitlines() if line.startswith("  closet ")]
+    assert row.startswith("closet closet → 192.168.1.30 2300 (ssh config) alice (ssh config) "), row
+    spec = load_cluster(tmp_path / "cluster.toml")
+    target = ssh_target(spec, spec.nodes[0])
+    assert (target.host, target.port, target.user, target.problem) == ("192.168.1.30", 2300, "alice", "")
+
+
+async def test_an_ssh_config_that_does_not_read_is_one_line_in_check_and_when_connecting(tmp_path, home_ssh_config):
+    """asyncssh refuses the file: check says which line and why instead of showing defaults as if they held,
+    and connecting says the same (a node offline with its reason, not a crashed session)."""
+    home_ssh_config.write_text("Host closet\n    HostName 192.168.1.30\n    Port\n")
+    (tmp_path / "cluster.toml").write_text('[[nodes]]\nname = "closet"\nhost = "closet"\n')
+    result = homegpu("check", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    why = f"{home_ssh_config} line 3: Missing Port value"
+    (line,) = [line for line in result.stdout.splitlines() if why in line]
+    assert line.startswith("✗ ssh config: "), result.stdout
+    spec = load_cluster(tmp_path / "cluster.toml")
+    assert why in ssh_target(spec, spec.nodes[0]).problem
+    with pytest.raises(NodeError, match=re.escape(why)):
+        await open_transport(spec, spec.nodes[0])
 
 
 def test_bad_config_is_one_line_exit_2_no_traceback(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import stat
 import subprocess
 import sys
 import time
@@ -370,6 +371,37 @@ def damaged_files(tmp_path: Path) -> dict[str, Path]:
     with sqlite3.connect(made["other sqlite"]) as db:
         db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
     return made
+
+
+def modes(path: Path) -> dict[str, str]:
+    """The permission bits of a store, its -wal and -shm where they are, and its folder."""
+    found = {path.name + suffix: path.with_name(path.name + suffix) for suffix in ("", "-wal", "-shm")}
+    found["folder"] = path.parent
+    return {name: oct(stat.S_IMODE(each.stat().st_mode)) for name, each in found.items() if each.exists()}
+
+
+def test_the_history_is_its_users_alone_with_its_wal_and_shm(tmp_path):
+    """Who ran what, on which GPU, for how long: 0600 in a 0700 folder, the files SQLite makes beside it too."""
+    path, clock = tmp_path / "data" / "homegpu" / "history.sqlite", Clock()
+    recorder = HistoryRecorder(path, clock=clock)
+    feed(recorder, clock, "h100", h100(), T0, T0 + 3)
+    assert modes(path) == {"history.sqlite": "0o600", "history.sqlite-wal": "0o600", "history.sqlite-shm": "0o600",
+                           "folder": "0o700"}
+    recorder.close()
+
+
+def test_an_older_homegpus_open_history_and_folder_are_closed_when_serve_opens_them(tmp_path):
+    path, clock = tmp_path / "homegpu" / "history.sqlite", Clock()
+    HistoryRecorder(path, clock=clock).close()
+    path.parent.chmod(0o755)  # as an older homegpu left them
+    path.chmod(0o644)
+    with sqlite3.connect(path) as reader:  # a reader that makes its -wal and -shm as the file is, 0644
+        reader.execute("SELECT count(*) FROM nodes").fetchall()
+        assert modes(path)["history.sqlite-shm"] == "0o644"
+        recorder = HistoryRecorder(path, clock=clock)
+        feed(recorder, clock, "h100", h100(), T0, T0 + 3)
+        assert set(modes(path).values()) == {"0o600", "0o700"} and len(modes(path)) == 4, modes(path)
+        recorder.close()
 
 
 def test_a_damaged_file_is_one_line_naming_it_and_what_to_do(tmp_path):

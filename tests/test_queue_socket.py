@@ -90,6 +90,23 @@ async def test_the_socket_is_its_users_alone(spec, served):
     assert server.path.parent.stat().st_uid == os.getuid()
 
 
+async def test_a_clean_stop_removes_the_sockets_folder_unless_something_else_is_in_it(spec, tmp_path):
+    """No /tmp/homegpu-queue-HASH is left by a serve that stopped cleanly; a folder holding more than the
+    socket is left as it is, with what it holds."""
+    path = socket_path(spec)
+    try:
+        with QueueStore(tmp_path / "queue.sqlite") as store:
+            server = await QueueServer(path, QueueDesk(spec, store)).start()
+            await server.close()
+            assert not path.parent.exists()
+            server = await QueueServer(path, QueueDesk(spec, store)).start()
+            (path.parent / "notes").write_text("not serve's")
+            await server.close()
+        assert not path.exists() and (path.parent / "notes").read_text() == "not serve's"
+    finally:
+        subprocess.run(["rm", "-rf", str(path.parent)], check=True)
+
+
 @pytest.mark.parametrize("request_args, words", [
     ({"job": "evaluate"}, "no job 'evaluate' in"),
     ({"job": "train", "overrides": ["nodes=[\"here\"]"]}, "nodes decides where the job runs"),
@@ -131,7 +148,8 @@ async def test_a_second_serve_of_the_cluster_is_refused_and_a_dead_ones_socket_r
             await QueueServer(server.path, QueueDesk(spec, store)).start()
     assert await QueueClient(server.path).entries() == []  # the first one's socket was left alone
     await server.close()
-    listener = socket.socket(socket.AF_UNIX)  # what a killed serve leaves
+    private_folder(server.path.parent)  # what a killed serve leaves: its folder, and its socket in it
+    listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(server.path))
     listener.close()
     with QueueStore(tmp_path / "other.sqlite") as store:

@@ -10,10 +10,17 @@ import urllib.request
 from pathlib import Path
 
 from helpers import homegpu, homegpu_argv, wait_for
+from history_events import owned, process, tui_line, worker
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
+from homegpu.remote.config import parse_cluster
 from homegpu.remote.logs import Metric, WorkerMetric
-from homegpu.remote.nodes import JobState, JobStateChanged
-from homegpu.remote.serve import JobBoard
+from homegpu.remote.nodes import Cluster, JobState, JobStateChanged, NodeState, visible
+from homegpu.remote.serve import ClusterCollector, JobBoard
+
+# What a name on a shared box can carry: OSC 0 (retitle, ended by BEL), CSI 2J (clear), C1 CSI alone.
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x9b31m"
 
 
 def test_the_board_keeps_each_running_runs_latest_figures_and_drops_it_when_it_ends():
@@ -66,3 +73,58 @@ def test_a_busy_port_or_a_bad_address_is_one_line_naming_the_fix(tmp_path):
     assert f"cannot serve metrics on 127.0.0.1:{port}" in busy.stderr and "--metrics-port" in busy.stderr
     bad = homegpu("--local", "serve", "--listen", "my-laptop", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.startswith("homegpu: error: --listen 'my-laptop' is not an IP address")
+
+
+def scrape(stats, board: JobBoard | None = None) -> str:
+    """/metrics' text for one online node, `gpubox`, whose latest stats are `stats`: the collector serve
+    registers, with no connection made."""
+    cluster = Cluster(parse_cluster('[cluster]\nname = "lab"\n[[nodes]]\nname = "gpubox"\nhost = "gpubox"\n'))
+    node = cluster.node("gpubox")
+    node.state, node.latest = NodeState.ONLINE, stats
+    registry = CollectorRegistry()
+    registry.register(ClusterCollector(cluster, board or JobBoard()))
+    return generate_latest(registry).decode()
+
+
+def samples(text: str, name: str) -> list[dict[str, str]]:
+    """Each sample of the metric `name` as its labels read back by Prometheus's own parser, with `value`."""
+    return [dict(sample.labels, value=sample.value) for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.name == name]
+
+
+def test_metrics_show_a_nodes_control_characters_and_never_send_them():
+    """A GPU, a process, a user, a job and a run named with terminal controls: `curl .../metrics` in a terminal
+    prints their escapes (as the commands do), so nothing retitles, clears or writes the clipboard."""
+    line = tui_line("h100_mig_load")
+    line["gpus"][0]["name"] = f"H100{HOSTILE}"
+    line["gpus"][0]["processes"][2]["name"] = f"./gpu_burn{HOSTILE}"
+    board = JobBoard()
+    board.handle(JobStateChanged(f"demo{HOSTILE}", f"r1{HOSTILE}", JobState.RUNNING, 1, 0))
+    board.handle(WorkerMetric(f"demo{HOSTILE}", f"r1{HOSTILE}", "gpubox", 0, Metric({"event": "epoch", "epoch": 1})))
+    stats = owned(line, [process(f"eve{HOSTILE}"), process("eve"), worker("alice", f"demo{HOSTILE}", f"r1{HOSTILE}")])
+    text = scrape(stats, board)
+    assert not set(text) & {"\x1b", "\x07", "\x9b"}, "a control character reached /metrics"
+    (gpu,) = samples(text, "homegpu_gpu_temperature_celsius")
+    assert gpu["model"] == visible(f"H100{HOSTILE}") == "H100\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m"
+    burn = next(sample for sample in samples(text, "homegpu_gpu_process_memory_used_bytes")
+                if sample["process"].startswith("./gpu_burn"))
+    assert (burn["process"], burn["job"], burn["run"]) == tuple(visible(f"{word}{HOSTILE}") for word in
+                                                                ("./gpu_burn", "demo", "r1"))
+    assert {sample["user"] for sample in samples(text, "homegpu_gpu_process_memory_used_bytes")} >= {
+        visible(f"eve{HOSTILE}")}
+    (epoch,) = samples(text, "homegpu_job_epoch")
+    assert (epoch["job"], epoch["run"]) == (visible(f"demo{HOSTILE}"), visible(f"r1{HOSTILE}"))
+
+
+def test_process_memory_is_one_series_per_name_and_owner_never_per_pid():
+    """Every pid a series of its own would be a new series in Prometheus for each process ever started:
+    the processes that share a GPU, a name and an owner are one series, their memory summed."""
+    # the recorded H100 (MIG, under load): two /root/tools/memhog (2296 + 1272 MiB) and ./gpu_burn (7484 MiB)
+    stats = owned(tui_line("h100_mig_load"), [process("alice"), process("alice"), process("bob")])
+    series = samples(scrape(stats), "homegpu_gpu_process_memory_used_bytes")
+    assert all("pid" not in sample for sample in series), series
+    memory = {(sample["process"], sample["user"]): sample["value"] for sample in series}
+    assert memory == {("/root/tools/memhog", "alice"): (2296 + 1272) * 1024 * 1024,
+                      ("./gpu_burn", "bob"): 7484 * 1024 * 1024}
+    assert all((sample["node"], sample["gpu"], sample["job"], sample["run"]) == ("gpubox", "0", "", "")
+               for sample in series)

@@ -71,7 +71,8 @@ def damaged(path: Path, why: str) -> HistoryDamaged:
 
 
 def create(path: Path) -> None:
-    """Make an empty store at `path` (its folder too), atomically; auto_vacuum lets the size bound shrink it."""
+    """Make an empty store at `path` (its folder too), atomically, its user's own (0600 in a 0700 folder: who ran
+    what, where); auto_vacuum lets the size bound shrink it."""
     create_atomically(path, APPLICATION_ID, SCHEMA_VERSION, SCHEMA, pragmas=("auto_vacuum = INCREMENTAL",))
 
 

@@ -1,13 +1,17 @@
 """Open a verified SSH connection to one node, or say precisely why it cannot be opened.
 
-asyncssh already honours ~/.ssh/config (Host aliases, HostName, User, Port, IdentityFile,
-ProxyJump, ServerAlive*) when a value is not given explicitly, so only what cluster.toml sets is
-passed. What it lacks is a way to tell an unknown host key from a changed one and to show the
-fingerprint: a client object records the key it was asked to accept, and known_hosts decides which.
+asyncssh honours the ssh config (Host aliases, HostName, User, Port, IdentityFile, ProxyJump,
+ServerAlive*) where a value is not given explicitly, so only what cluster.toml sets is passed. What
+it lacks is a way to tell an unknown host key from a changed one and to show the fingerprint: a
+client object records the key it was asked to accept, and known_hosts decides which.
 
-HOMEGPU_SSH_CONFIG names other ssh config files to read instead of ~/.ssh/config (os.pathsep
-between several; the first value found for an option wins, as in OpenSSH): for a cluster whose
-aliases live elsewhere, and for the tests' simulated LAN.
+The ssh config files are named to asyncssh every time (ssh_config_files): it reads ~/.ssh/config by
+itself only in connect(), not when `check` asks it where a node's connection goes, and it skips one
+it cannot read. Named, both read the same files, and a file that cannot be read or parsed is one line
+(SshConfigError) in `check` and in the node's state, never a silent fallback to port 22 and the login
+name. HOMEGPU_SSH_CONFIG names other files to read instead of ~/.ssh/config (os.pathsep between
+several; the first value found for an option wins, as in OpenSSH): for a cluster whose aliases live
+elsewhere, and for the tests' simulated LAN.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from homegpu.remote.nodes.transport import LocalTransport, NodeTransport, SshTra
 
 
 SSH_CONFIG_VAR = "HOMEGPU_SSH_CONFIG"
+USER_SSH_CONFIG = "~/.ssh/config"  # where ssh and asyncssh look without HOMEGPU_SSH_CONFIG
 
 
 class NodeError(Exception):
@@ -43,6 +48,10 @@ class Unreachable(NodeError):
 
 class AuthFailed(NodeError):
     pass
+
+
+class SshConfigError(NodeError):
+    """An ssh config file cannot be read or asyncssh refuses it: "ssh config: " and which file and why."""
 
 
 @dataclass(frozen=True)
@@ -108,46 +117,69 @@ def _is_default_config(source: str) -> bool:
 
 
 def connect_options(cluster: ClusterSpec, node: NodeSpec) -> dict[str, Any]:
-    """asyncssh.connect keyword arguments: only what cluster.toml sets, so ~/.ssh/config fills the rest."""
+    """asyncssh.connect keyword arguments: only what cluster.toml sets, so the ssh config fills the rest."""
     ssh = cluster.ssh
-    return {
+    options = {
         "known_hosts": hostkeys.load_known_hosts(ssh.known_hosts),
         "connect_timeout": ssh.connect_timeout,
         "keepalive_interval": ssh.keepalive_interval,
         "keepalive_count_max": ssh.keepalive_count_max,
         **_target_options(cluster, node),
     }
-
-
-def _target_options(cluster: ClusterSpec, node: NodeSpec) -> dict[str, Any]:
-    """The options that decide where and as whom: the ssh config files to read, and cluster.toml's
-    port, user and key where it sets them."""
-    ssh = cluster.ssh
-    options: dict[str, Any] = {}
-    configs = [path for path in os.environ.get(SSH_CONFIG_VAR, "").split(os.pathsep) if path]
-    if configs:
-        options["config"] = [os.path.expanduser(path) for path in configs]
-    if node.port:
-        options["port"] = node.port
-    user = node.user or ssh.user
-    if user:
-        options["username"] = user
     identity = node.identity_file or ssh.identity_file
     if identity:
         options["client_keys"] = [os.path.expanduser(identity)]
     return options
 
 
+def ssh_config_files() -> list[str]:
+    """The ssh config files to read: HOMEGPU_SSH_CONFIG's, else ~/.ssh/config where there is one (even one
+    that cannot be read: that is said, not skipped)."""
+    named = [os.path.expanduser(path) for path in os.environ.get(SSH_CONFIG_VAR, "").split(os.pathsep) if path]
+    if named:
+        return named
+    default = os.path.expanduser(USER_SSH_CONFIG)
+    return [default] if os.path.lexists(default) else []
+
+
+def _target_options(cluster: ClusterSpec, node: NodeSpec) -> dict[str, Any]:
+    """The options that decide where and as whom: the ssh config files to read, and cluster.toml's
+    port and user where it sets them."""
+    options: dict[str, Any] = {"config": ssh_config_files()}
+    if node.port:
+        options["port"] = node.port
+    user = node.user or cluster.ssh.user
+    if user:
+        options["username"] = user
+    return options
+
+
+def _read_ssh_config(cluster: ClusterSpec, node: NodeSpec) -> asyncssh.SSHClientConnectionOptions:
+    """Where `node`'s connection goes and as whom, read from the ssh config files as connect() reads them.
+
+    Raises:
+        SshConfigError: a file cannot be read, or asyncssh refuses it (its line and why).
+    """
+    try:
+        return asyncssh.SSHClientConnectionOptions(host=node.host, **_target_options(cluster, node))
+    except OSError as exc:
+        raise SshConfigError(node.name, f"ssh config: cannot read {exc.filename}: {exc.strerror}") from None
+    except (ValueError, asyncssh.Error) as exc:  # asyncssh's ConfigParseError: "FILE line N: why"
+        raise SshConfigError(node.name, f"ssh config: {exc}") from None
+
+
 async def open_transport(cluster: ClusterSpec, node: NodeSpec) -> NodeTransport:
     """Connect to `node`.
 
     Raises:
+        SshConfigError: an ssh config file cannot be read.
         HostKeyUnknown, HostKeyChanged: known_hosts does not vouch for the offered key.
         AuthFailed: the server refused our keys.
         Unreachable: anything else (refused, timed out, DNS, connection reset ...).
     """
     if node.is_local:
         return LocalTransport()
+    _read_ssh_config(cluster, node)  # its one line, where connect() would raise a bare ValueError or OSError
     recorder = _KeyRecorder()
     try:
         conn = await asyncio.wait_for(
@@ -184,7 +216,8 @@ def peer_address(peername: object) -> str | None:
 @dataclass(frozen=True)
 class SshTarget:
     """Where homegpu's SSH connection to a node goes and as whom, each with where it comes from
-    ("cluster.toml", "ssh config", "default" or "login name"): what `homegpu check` shows."""
+    ("cluster.toml", "ssh config", "default" or "login name"): what `homegpu check` shows. `problem`:
+    why the ssh config could not be read (SshConfigError's line), "" when it was."""
 
     host: str
     port: int
@@ -192,23 +225,25 @@ class SshTarget:
     host_from: str
     port_from: str
     user_from: str
+    problem: str = ""
 
 
 def ssh_target(cluster: ClusterSpec, node: NodeSpec) -> SshTarget:
     """What asyncssh will use for `node`: cluster.toml's values, else the ssh config's (HostName,
     Port, User, as HOMEGPU_SSH_CONFIG or ~/.ssh/config says), else its defaults. Reads the ssh
-    config only; connects nowhere."""
-    options = {key: value for key, value in _target_options(cluster, node).items() if key != "client_keys"}
+    config only; connects nowhere. A config that cannot be read leaves cluster.toml's values and the
+    defaults, with `problem` saying why."""
+    options = _target_options(cluster, node)
     try:
-        resolved = asyncssh.SSHClientConnectionOptions(host=node.host, **options)
-        config, user = resolved.config, resolved.username
-    except (OSError, ValueError, asyncssh.Error):  # an ssh config asyncssh cannot read: what we know
-        config, user = {}, options.get("username") or "your login name"
+        resolved = _read_ssh_config(cluster, node)
+        config, user, problem = resolved.config, resolved.username, ""
+    except SshConfigError as exc:
+        config, user, problem = {}, options.get("username") or "your login name", str(exc)
     host, port = config.get("Hostname"), config.get("Port")
     return SshTarget(
         host or node.host, options.get("port") or port or 22, user,
         "ssh config" if host else "cluster.toml", "cluster.toml" if node.port else "ssh config" if port else "default",
-        "cluster.toml" if "username" in options else "ssh config" if config.get("User") else "login name")
+        "cluster.toml" if "username" in options else "ssh config" if config.get("User") else "login name", problem)
 
 
 def login_name(cluster: ClusterSpec, node: NodeSpec) -> str:

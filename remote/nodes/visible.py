@@ -9,8 +9,8 @@ or cut short by a column width is harmless too, and the form is plain ASCII noth
 
 The data itself stays exact (`status --json` prints it as the node said it; JSON escapes controls):
 this is applied where text reaches a person, at the front ends' few entrances (tui/cli/terminal.py for
-the commands' output, the TUI's view and its notices and dialogs). Rich markup is the front end's
-own concern: the TUI never parses node text as markup.
+the commands' output, the TUI's view and its notices and dialogs, serve's /metrics labels). Rich markup
+is the front end's own concern: the TUI never parses node text as markup.
 """
 
 from __future__ import annotations

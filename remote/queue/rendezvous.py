@@ -3,7 +3,8 @@ enter (0700), one per cluster file: /tmp/homegpu-queue-HASH/queue.sock, HASH as 
 file's absolute path), so everyone who uses that cluster file finds the same serve, and only its user gets in.
 
 A folder that is there already must be a folder of ours that nobody else may enter: another user could
-have made it first to catch what is sent (the way tmux and ssh-agent check theirs).
+have made it first to catch what is sent (the way tmux and ssh-agent check theirs). A clean stop removes it
+with the socket, so /tmp keeps no folder per cluster file serve ever ran.
 """
 
 from __future__ import annotations
@@ -61,3 +62,13 @@ def private_folder(folder: Path) -> None:
                          f"file; if not, have it removed (rm -r {folder}) and start serve again")
     if info.st_mode & 0o077:
         os.chmod(folder, 0o700)  # ours: close it rather than refuse (a umask, an old copy)
+
+
+def remove_private_folder(folder: Path) -> None:
+    """Remove the socket's folder once the socket is gone: only ours, and only while it is empty (what
+    someone else put there stays, and its folder with it)."""
+    try:
+        if os.lstat(folder).st_uid == os.getuid():
+            os.rmdir(folder)
+    except OSError:
+        pass  # gone already, not empty, or not ours

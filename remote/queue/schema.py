@@ -50,7 +50,7 @@ def transaction(db: sqlite3.Connection):
 def create(path: Path) -> None:
     """Make an empty queue at `path`, atomically: 0600 in a 0700 folder (who queued what, with which
     settings, is its user's own)."""
-    create_atomically(path, APPLICATION_ID, SCHEMA_VERSION, SCHEMA, private=True)
+    create_atomically(path, APPLICATION_ID, SCHEMA_VERSION, SCHEMA)
 
 
 def check(db: sqlite3.Connection, path: Path) -> None:

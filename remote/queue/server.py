@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from homegpu.remote.queue.entries import QueueEntry, QueueError
 from homegpu.remote.queue.protocol import MAX_LINE, OPS, decode, encode, entry_fields
-from homegpu.remote.queue.rendezvous import private_folder, user_name
+from homegpu.remote.queue.rendezvous import private_folder, remove_private_folder, user_name
 
 READ_TIMEOUT = 10.0  # a client that sends no whole line in this long is dropped
 
@@ -54,6 +54,7 @@ class QueueServer:
             await self._server.wait_closed()
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
+            remove_private_folder(self.path.parent)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -2,6 +2,10 @@
 temporary name and marked as homegpu's, one transaction at a time on an autocommit connection, and opened for
 writing only after it was checked, so that a file that is not ours is left as it was. Each store keeps its
 own schema, its check and the words of its errors.
+
+Each is its user's alone (who ran what, where, for how long): 0600 in a 0700 folder. SQLite makes the -wal and
+-shm beside a file with the file's own mode, so a 0600 file keeps them 0600 too; a store, its -wal and -shm and
+its folder that an older homegpu left open (0644, 0755) are closed when it is opened for writing.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import contextlib
 import os
 import shutil
 import sqlite3
+import stat
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -29,14 +34,14 @@ def transaction(db: sqlite3.Connection, immediate: bool = False) -> Iterator[sql
     db.execute("COMMIT")
 
 
-def create_atomically(path: Path, application_id: int, version: int, schema: str, pragmas: Sequence[str] = (),
-                      private: bool = False) -> None:
-    """Make an empty store at `path` (its folder too) under a temporary name, then rename it into place, so
-    the path never holds half a store. `pragmas` run first (auto_vacuum must precede the first table);
-    `private`: the file 0600 in a 0700 folder, its user's own."""
-    path.parent.mkdir(mode=0o700 if private else 0o777, parents=True, exist_ok=True)
+def create_atomically(path: Path, application_id: int, version: int, schema: str, pragmas: Sequence[str] = ()) -> None:
+    """Make an empty store at `path` (its folder too, 0700) under a temporary name, then rename it into place,
+    so the path never holds half a store. The file is 0600 before anything is written to it. `pragmas` run
+    first (auto_vacuum must precede the first table)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     building = path.with_name(f"{path.name}.new-{os.getpid()}")
     building.unlink(missing_ok=True)
+    os.close(os.open(building, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # SQLite takes an empty file as new
     db = sqlite3.connect(building, isolation_level=None)
     try:
         for pragma in pragmas:
@@ -46,9 +51,24 @@ def create_atomically(path: Path, application_id: int, version: int, schema: str
         db.executescript(f"BEGIN; {schema} COMMIT;")
     finally:
         db.close()
-    if private:
-        os.chmod(building, 0o600)
     os.replace(building, path)
+
+
+def _keep_private(path: Path) -> None:
+    """Close a store that an older homegpu left open to others: its folder to 0700, the file and its -wal and
+    -shm to 0600, each where it is ours and more open than that."""
+    _no_more_than(path.parent, 0o700)
+    for suffix in ("", "-wal", "-shm"):
+        _no_more_than(path.with_name(path.name + suffix), 0o600)
+
+
+def _no_more_than(path: Path, mode: int) -> None:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return
+    if info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) & ~mode:
+        os.chmod(path, stat.S_IMODE(info.st_mode) & mode)
 
 
 def check_store(db: sqlite3.Connection, application_id: int, version: int, kind: str, pages: bool,
@@ -84,7 +104,7 @@ def open_for_writing(path: Path, create: Callable[[Path], None], check: Callable
                      pragmas: Sequence[str], damaged: Callable[[str], Exception],
                      cannot_write: Callable[[BaseException], Exception]) -> sqlite3.Connection:
     """The store's writing connection: `create` makes the file where there is none; an existing one is
-    `check`ed before anything is changed; then `pragmas` apply.
+    `check`ed before anything is changed; then it is made private (_keep_private) and `pragmas` apply.
 
     Raises:
         what `damaged(why)` makes: the file is not a whole store of ours (empty, not a file, `check`'s verdict).
@@ -105,9 +125,10 @@ def open_for_writing(path: Path, create: Callable[[Path], None], check: Callable
         raise cannot_write(exc) from None
     try:
         check(db)  # before anything is changed: a file not ours is left as it was
+        _keep_private(path)
         for pragma in pragmas:
             db.execute(f"PRAGMA {pragma}")
-    except sqlite3.Error as exc:
+    except (OSError, sqlite3.Error) as exc:
         db.close()
         raise cannot_write(exc) from None
     except BaseException:

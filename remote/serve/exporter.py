@@ -3,22 +3,29 @@
 
 Read at each scrape from the nodes' latest stats and the job board, nothing stored here. A value a node
 cannot report (NA) is left out rather than written as 0, so a graph shows a gap, not a false zero.
+
+Every label value is shown as the terminal commands show node text (nodes.visible: a control character as
+its escape), since `curl .../metrics` in a terminal would otherwise run a GPU's or a process's name. A GPU's
+processes are one series per name and owner, never per pid: each new pid would be a new series that
+Prometheus keeps for its retention.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections import defaultdict
+from typing import Iterator, Sequence
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from homegpu.remote.nodes import NA, Cluster, GpuStats, NodeState
+from homegpu.remote.nodes import NA, Cluster, GpuStats, NodeState, visible
 from homegpu.remote.serve.job_board import JobBoard
 
 MIB = 1024 * 1024
 GPU_LABELS = ("cluster", "node", "gpu", "model", "uuid")
 NODE_LABELS = ("cluster", "node")
 WORKER_LABELS = ("cluster", "job", "run", "worker")
+OWNER_LABELS = ("process", "user", "job", "run")  # what a GPU's processes are summed by
 
 # (name, help, how to read it from a GpuStats)
 GPU_GAUGES = (
@@ -64,7 +71,7 @@ class ClusterCollector(Collector):
         for node in self.cluster.nodes.values():
             labels = [name, node.name]
             online = node.state is NodeState.ONLINE
-            up.add_metric(labels, 1.0 if online else 0.0)
+            _add(up, labels, 1.0 if online else 0.0)
             stats = node.latest if online else None
             if stats is not None:
                 _add(cpu, labels, stats.cpu)
@@ -75,19 +82,17 @@ class ClusterCollector(Collector):
     def _gpus(self) -> Iterator[GaugeMetricFamily]:
         families = [GaugeMetricFamily(name, text, labels=GPU_LABELS) for name, text, _ in GPU_GAUGES]
         processes = GaugeMetricFamily(
-            "homegpu_gpu_process_memory_used_bytes", "GPU memory each process holds, and whose it is",
-            labels=(*GPU_LABELS, "pid", "process", "user", "job", "run"))
+            "homegpu_gpu_process_memory_used_bytes",
+            "GPU memory held by the GPU's processes of one name and owner (summed over their pids)",
+            labels=(*GPU_LABELS, *OWNER_LABELS))
         for node in self.cluster.nodes.values():
             stats = node.latest if node.state is NodeState.ONLINE else None
             for gpu in stats.gpus if stats else ():
                 labels = self._gpu_labels(node.name, gpu)
                 for family, (_, _, read) in zip(families, GPU_GAUGES):
                     _add(family, labels, read(gpu))
-                for process in gpu.processes:
-                    owner = process.owner
-                    who = [_text(owner.user if owner else NA), _text(owner.job if owner else NA),
-                           _text(owner.run_id if owner else NA)]
-                    _add(processes, [*labels, str(process.pid), _text(process.name), *who], _bytes(process.mem))
+                for owner, mib in _memory_by_owner(gpu).items():
+                    _add(processes, [*labels, *owner], _bytes(mib))
         yield from (*families, processes)
 
     def _gpu_labels(self, node: str, gpu: GpuStats) -> list[str]:
@@ -99,17 +104,34 @@ class ClusterCollector(Collector):
         restarts = GaugeMetricFamily("homegpu_job_restarts", "restarts of the run so far",
                                      labels=("cluster", "job", "run"))
         for run in list(self.board.runs.values()):
-            restarts.add_metric([name, run.job, run.run_id], run.restarts)
+            _add(restarts, [name, run.job, run.run_id], run.restarts)
             for worker, metric in run.workers.items():
                 for family, (_, _, key) in zip(families, WORKER_GAUGES):
                     _add(family, [name, run.job, run.run_id, worker], getattr(metric, key))
         yield from (*families, restarts)
 
 
-def _add(family: GaugeMetricFamily, labels: list[str], value: object) -> None:
-    """One sample, unless the value is not a number (NA, None: the node or worker did not say)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value is not NA:
-        family.add_metric(labels, float(value))
+def _memory_by_owner(gpu: GpuStats) -> dict[tuple[str, ...], float]:
+    """MiB held on `gpu` by each (process name, user, job, run): the processes that share them summed. An owner
+    none of whose processes says its memory (NA) is left out."""
+    memory: dict[tuple[str, ...], float] = defaultdict(float)
+    for process in gpu.processes:
+        owner = process.owner
+        key = (_text(process.name), *(_text(getattr(owner, field, NA)) for field in ("user", "job", "run_id")))
+        if _is_number(process.mem):
+            memory[key] += process.mem
+    return memory
+
+
+def _add(family: GaugeMetricFamily, labels: Sequence[str], value: object) -> None:
+    """One sample, unless the value is not a number (NA, None: the node or worker did not say); every label
+    as a person may see it (control characters shown, never sent)."""
+    if _is_number(value):
+        family.add_metric([visible(label) for label in labels], float(value))
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _text(value: object) -> str:

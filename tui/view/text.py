@@ -8,7 +8,7 @@ import shlex
 import shutil
 from itertools import groupby
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from homegpu.remote.config import (
     DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT, SWITCHES, AlertRules, ClusterSpec, JobSpec,
@@ -94,6 +94,7 @@ def format_cluster(spec: ClusterSpec, targets: Mapping[str, SshTarget]) -> str:
         for node in spec.nodes
     ]
     lines.append(table(("NODE", "HOST", "PORT", "USER", "ADDRESS", "RUNTIME", "WORK DIR", "TAGS"), rows))
+    lines += _ssh_config_problems(targets.values())
     lines += ["", *_format_jobs(spec), "", *format_alerts(spec.alerts)]
     return "\n".join(lines)
 
@@ -147,6 +148,14 @@ def _ssh_columns(node, target: SshTarget | None) -> tuple[str, str, str]:
         return node.host, "-", "-"
     host = node.host if target.host == node.host else f"{node.host} → {target.host}"
     return host, f"{target.port} ({target.port_from})", f"{target.user} ({target.user_from})"
+
+
+def _ssh_config_problems(targets: Iterable[SshTarget]) -> list[str]:
+    """Each ssh config that could not be read, once: the rows above then show cluster.toml's values and the
+    defaults, which connecting does not use (it fails with the same line until the file is fixed)."""
+    problems = dict.fromkeys(target.problem for target in targets if target.problem)
+    return [f"✗ {problem} (PORT and USER above are cluster.toml's or the defaults; fix it to connect)"
+            for problem in problems]
 
 
 def _configured_address(node) -> str:
