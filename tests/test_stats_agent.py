@@ -22,25 +22,25 @@ from types import SimpleNamespace
 
 import pytest
 
-from homegpu.remote.node_side import stats_agent
-from homegpu.remote.node_side.stats_agent import (
-    LoopIterations,
-    NoGpuReader,
+from homegpu.remote.node_side import AGENT_MODULES, gpu_nvml, gpu_smi, host_proc, stats_agent
+from homegpu.remote.node_side.gpu_nvml import (
     NvmlReader,
-    SmiReader,
     compile_pynvml,
-    cpu_percent,
-    disk_free_mib,
     load_pynvml,
     nvml_library_error,
-    open_reader,
-    parse_loadavg,
-    parse_meminfo,
-    parse_nvidia_smi_gpus,
-    parse_proc_stat,
     read_nvml,
     read_nvml_versions,
 )
+from homegpu.remote.node_side.gpu_smi import SmiReader
+from homegpu.remote.node_side.host_proc import (
+    cpu_percent,
+    disk_free_mib,
+    parse_loadavg,
+    parse_meminfo,
+    parse_proc_stat,
+)
+from homegpu.remote.node_side.smi_parse import LoopIterations, parse_nvidia_smi_gpus
+from homegpu.remote.node_side.stats_agent import NoGpuReader, open_reader
 from homegpu.remote.nodes.agent_bundle import (
     BOOTSTRAP,
     agent_command,
@@ -52,6 +52,7 @@ from gpu_replay import FIXTURES, FORMAT, GPU_QUERY, is_loop, replay_calls, write
 
 AGENT = Path(stats_agent.__file__)
 OWNERS = AGENT.with_name("process_owners.py")
+MODULE_FILES = [AGENT.with_name(f"{name}.py") for name in AGENT_MODULES]  # what the bundle ships with it
 MIB = 1024 * 1024
 MASKED_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 
@@ -312,7 +313,7 @@ def test_nvml_reader_asks_for_what_does_not_change_once() -> None:
                      "nvmlDeviceGetPowerUsage", "nvmlDeviceGetClockInfo"):
         assert nvml.calls[changing] == 10, changing
     nvml.devices[0]["limit"] = 450000  # nvidia-smi -pl 450
-    now[0] += stats_agent.STATIC_REFRESH_S + 1
+    now[0] += gpu_nvml.STATIC_REFRESH_S + 1
     [first, _], _, _ = reader.read([])
     assert first["power_limit"] == 450.0 and nvml.calls["nvmlDeviceGetPowerManagementLimit"] == 4
 
@@ -739,7 +740,7 @@ def test_nvidia_smi_without_loop_mode_falls_back_to_one_shot(tmp_path: Path, smi
     lines = agent.lines_until(lambda seen: any(note in stats.errors for stats in seen))
     one_shots = len(agent.runs(ONE_SHOT_GPUS))
     lines += agent.lines(5)
-    assert len(agent.runs()) == stats_agent.LOOP_TRIES  # tried, refused, never again
+    assert len(agent.runs()) == gpu_smi.LOOP_TRIES  # tried, refused, never again
     assert len(agent.runs(ONE_SHOT_GPUS)) >= one_shots + 5  # one query per line now
     assert all(len(stats.gpus) == 2 for stats in lines)
     assert lines[-1].errors == ()
@@ -786,14 +787,14 @@ def test_proc_parsers_on_recorded_files() -> None:
 
 def test_proc_files_read_again_through_kept_descriptors_show_new_values() -> None:
     """/proc files stay open between samples and are read from offset 0: each read is fresh."""
-    first = stats_agent.read_cpu([])
+    first = host_proc.read_cpu([])
     deadline = time.process_time() + 0.05
     while time.process_time() < deadline:  # 5 jiffies of this process's own CPU, at least
         pass
-    second = stats_agent.read_cpu([])
-    assert second[1] > first[1] and stats_agent._PROC_FDS.get("/proc/stat") is not None
+    second = host_proc.read_cpu([])
+    assert second[1] > first[1] and host_proc._PROC_FDS.get("/proc/stat") is not None
     errors: list[str] = []
-    used, total = stats_agent._read_proc("/proc/meminfo", parse_meminfo, errors)
+    used, total = host_proc._read_proc("/proc/meminfo", parse_meminfo, errors)
     assert 0 < used < total and errors == []
 
 
@@ -812,23 +813,42 @@ def split_payload(payload: bytes) -> list[bytes]:
     return parts
 
 
-def test_payload_is_pynvml_then_owners_then_agent() -> None:
+def test_payload_is_pynvml_then_the_module_names_then_each_module_then_the_agent() -> None:
     import pynvml
 
-    nvml, owners, agent = split_payload(agent_payload())
+    nvml, names, *modules, agent = split_payload(agent_payload())
     assert nvml == Path(pynvml.__file__).read_bytes()
-    assert owners == OWNERS.read_bytes()
+    assert names.decode().split() == list(AGENT_MODULES)
+    assert modules == [path.read_bytes() for path in MODULE_FILES]
+    assert OWNERS.read_bytes() in modules
     assert agent == AGENT.read_bytes()
 
 
-@pytest.mark.parametrize("source", [AGENT, OWNERS], ids=lambda path: path.name)
-def test_agent_imports_only_the_standard_library(source: Path) -> None:
+def imported_modules(source: Path) -> set[str]:
+    """The top-level names ``source`` imports (``from .x import y`` gives x, ``from . import x`` nothing)."""
     tree = ast.parse(source.read_text())
     modules = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                for alias in node.names}
     modules |= {node.module.split(".")[0] for node in ast.walk(tree)
                 if isinstance(node, ast.ImportFrom) and node.module}
-    assert modules - {"pynvml"} <= set(sys.stdlib_module_names), modules
+    return modules
+
+
+@pytest.mark.parametrize("source", [AGENT, *MODULE_FILES], ids=lambda path: path.name)
+def test_agent_imports_only_the_standard_library(source: Path) -> None:
+    """The agent and each module shipped with it: the standard library, pynvml and each other (by
+    their plain names: stats_agent.py's docstring)."""
+    modules = imported_modules(source)
+    assert modules - {"pynvml"} - set(AGENT_MODULES) <= set(sys.stdlib_module_names), modules
+
+
+def test_each_module_is_shipped_after_the_modules_it_imports() -> None:
+    """The bootstrap runs the modules in AGENT_MODULES' order: one importing a sibling not run yet
+    would fail on a node only (run from a checkout, the agent finds its siblings in its folder)."""
+    siblings = {path.stem for path in AGENT.parent.glob("*.py")}
+    for index, name in enumerate([*AGENT_MODULES, "stats_agent"]):
+        imported = imported_modules(AGENT.with_name(f"{name}.py")) & siblings
+        assert imported <= set(AGENT_MODULES[:index]), (name, imported)
 
 
 def test_agent_command_survives_shlex_join() -> None:
