@@ -566,17 +566,34 @@ def wait_until(predicate, timeout: float = 10.0) -> bool:
     return True
 
 
+# Runs the agent script (argv[2]) as `python3 stats_agent.py` does, with gpu_smi.FIRST_LOOP_WAIT_S set
+# to argv[1] first: the agent imports gpu_smi by its plain name, so it gets this module, already loaded.
+FIRST_LOOP_WAIT_RUNNER = """\
+import os, runpy, sys
+sys.path.insert(0, os.path.dirname(sys.argv[2]))
+import gpu_smi
+gpu_smi.FIRST_LOOP_WAIT_S = float(sys.argv[1])
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 class SmiAgent:
-    """A streaming agent (``--source nvidia-smi``) with a replaying nvidia-smi that logs each run."""
+    """A streaming agent (``--source nvidia-smi``) with a replaying nvidia-smi that logs each run.
+
+    ``first_loop_wait`` replaces the agent's FIRST_LOOP_WAIT_S, for a test that must not depend on
+    how fast this machine starts the loop child.
+    """
 
     def __init__(self, tmp_path: Path, gpus: str, apps: str | None, *args: str,
-                 python: str = sys.executable, **replay) -> None:
+                 python: str = sys.executable, first_loop_wait: float | None = None, **replay) -> None:
         self.log = tmp_path / "nvidia-smi-runs.log"
         self.bin = write_replay_nvidia_smi(tmp_path / "bin", FIXTURES / gpus,
                                            FIXTURES / apps if apps else None, log=self.log, **replay)
         env = dict(os.environ, PATH=f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}")
+        runner = [] if first_loop_wait is None else ["-c", FIRST_LOOP_WAIT_RUNNER, f"{first_loop_wait:g}"]
         self.proc = subprocess.Popen(
-            [python, str(AGENT), "--interval", "0.1", "--source", "nvidia-smi", "--work-dir",
+            [python, *runner, str(AGENT), "--interval", "0.1", "--source", "nvidia-smi", "--work-dir",
              str(tmp_path), *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
         )
@@ -651,18 +668,22 @@ def test_streaming_lines_come_from_one_loop_child(tmp_path: Path, smi_agents) ->
 
 
 def test_the_first_line_comes_from_the_loop_started_with_the_agent(tmp_path: Path, smi_agents) -> None:
-    """At 1 s a line, the loop child's first iteration is in long before the first line is due, so
-    no one-shot nvidia-smi is started at all (each start loads NVML: the costly part)."""
-    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--interval", "1")
-    lines = agent.lines(2)
+    """At 1 s a line, the first line and the next come from the loop child started with the agent:
+    no one-shot nvidia-smi is started at all (each start loads NVML: the costly part). The first
+    line waits for the loop's first iteration as long as it takes here (see
+    test_the_first_line_waits_for_the_nvidia_smi_loop_not_the_interval)."""
+    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--interval", "1",
+                       first_loop_wait=LONG_INTERVAL)
+    lines = [first_line_within(agent.proc, 60), *agent.lines(1)]
     assert all(len(stats.gpus) == 2 and stats.errors == () for stats in lines), lines
     assert len(agent.runs()) == 1 and agent.runs(ONE_SHOT_GPUS) == []
 
 
 def test_a_node_with_no_devices_gets_no_loop(tmp_path: Path, smi_agents) -> None:
-    """The loop started with the agent ends at once; the one-shot query says why, alone."""
-    agent = smi_agents(tmp_path, "garbage_no_devices.txt", None)
-    lines = agent.lines(5)
+    """The loop started with the agent ends at once; the one-shot query says why, alone. The first
+    line waits for that end, however long a loaded machine takes to start the loop child."""
+    agent = smi_agents(tmp_path, "garbage_no_devices.txt", None, first_loop_wait=LONG_INTERVAL)
+    lines = [first_line_within(agent.proc, 60), *agent.lines(4)]
     assert all(stats.gpus == () and stats.errors == ("nvidia-smi query-gpu: exit 6: No devices were found",)
                for stats in lines), [stats.errors for stats in lines]
     assert len(agent.runs()) == 1 and len(agent.runs(ONE_SHOT_GPUS)) >= 5
@@ -951,8 +972,14 @@ def test_the_first_line_comes_after_a_short_cpu_window_not_an_interval(tmp_path:
 
 def test_the_first_line_waits_for_the_nvidia_smi_loop_not_the_interval(tmp_path: Path, smi_agents) -> None:
     """GPU figures need no interval: the first line takes the loop child's first iteration as soon
-    as it is in, with no one-shot nvidia-smi, long before the interval is due."""
-    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--interval", f"{LONG_INTERVAL:g}")
+    as it is in, with no one-shot nvidia-smi, long before the interval is due.
+
+    The agent waits FIRST_LOOP_WAIT_S (0.35 s) for that iteration before a one-shot stands in; a
+    loaded machine can take longer to start the loop child, so here the wait is the interval's
+    length: a line within the bound then shows it came with the iteration, not at the wait's end.
+    """
+    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--interval", f"{LONG_INTERVAL:g}",
+                       first_loop_wait=LONG_INTERVAL)
     stats = first_line_within(agent.proc, 60)
     assert len(stats.gpus) == 2 and stats.errors == () and isinstance(stats.cpu, float), stats
     assert len(agent.runs()) == 1 and agent.runs(ONE_SHOT_GPUS) == []
