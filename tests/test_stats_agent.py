@@ -49,6 +49,7 @@ from homegpu.remote.nodes.agent_bundle import (
 )
 from homegpu.remote.nodes.stats import NA, GpuProcess, NodeStats, parse_agent_line
 from gpu_replay import FIXTURES, FORMAT, GPU_QUERY, is_loop, replay_calls, write_replay_nvidia_smi
+from helpers import wait_for
 
 AGENT = Path(stats_agent.__file__)
 OWNERS = AGENT.with_name("process_owners.py")
@@ -556,16 +557,6 @@ def alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
-def wait_until(predicate, timeout: float = 10.0) -> bool:
-    """Poll ``predicate`` for up to ``timeout`` s (generous: CI machines can be slow)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 # Runs the agent script (argv[2]) as `python3 stats_agent.py` does, with gpu_smi.FIRST_LOOP_WAIT_S set
 # to argv[1] first: the agent imports gpu_smi by its plain name, so it gets this module, already loaded.
 FIRST_LOOP_WAIT_RUNNER = """\
@@ -724,7 +715,7 @@ def test_loop_child_ends_with_the_agent(tmp_path: Path, smi_agents, end) -> None
     assert alive(loop_pid)
     end(agent.proc)
     assert agent.proc.wait(timeout=10) == 0
-    assert wait_until(lambda: not alive(loop_pid)), "the nvidia-smi loop child outlived the agent"
+    wait_for(lambda: not alive(loop_pid), 10, "the nvidia-smi loop child to end with the agent")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
@@ -738,7 +729,7 @@ def test_loop_child_dies_even_when_the_agent_is_killed(tmp_path: Path, smi_agent
     [loop_pid] = agent.runs()
     agent.proc.kill()
     agent.proc.wait(timeout=10)
-    assert wait_until(lambda: not alive(loop_pid)), "the nvidia-smi loop child outlived the agent"
+    wait_for(lambda: not alive(loop_pid), 10, "the nvidia-smi loop child to end with the agent")
 
 
 def test_loop_child_that_dies_is_restarted(tmp_path: Path, smi_agents) -> None:

@@ -42,7 +42,7 @@ from gpu_replay import FORMAT, GPU_QUERY, write_replay_nvidia_smi  # noqa: E402
 import simnet  # noqa: E402
 from simcluster import SimCluster  # noqa: E402
 
-from helpers import homegpu_argv  # noqa: E402
+from helpers import homegpu_argv, wait_for  # noqa: E402
 
 from homegpu.remote.node_side import stats_agent  # noqa: E402
 from homegpu.remote.config.cluster_spec import load_cluster  # noqa: E402
@@ -161,7 +161,7 @@ def agent_benchmark(root: Path) -> None:
         proc = subprocess.Popen([sys.executable, "-c", AGENT_RUNNER, str(TESTS)], stdin=subprocess.PIPE,
                                 stdout=out)
         try:
-            time.sleep(3.5)  # start-up and the first lines
+            wait_for(lambda: line_count(lines) >= 2, 60, "the agent's first two lines")  # start-up is over
             before, first = task_cpu_ns(proc.pid), line_count(lines)
             time.sleep(AGENT_SAMPLES)
             spent, count = task_cpu_ns(proc.pid) - before, line_count(lines) - first
