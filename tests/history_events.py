@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from homegpu.remote.node_side import stats_agent
+from homegpu.remote.node_side import smi_parse
 from homegpu.remote.nodes.stats import NodeStats, parse_agent_line
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -44,7 +44,7 @@ def tui_line(name: str) -> dict:
 def sxm8_idle() -> dict:
     """An agent line for 8 idle H100 SXM: the recorded nvidia-smi CSV through the agent's parser, on the
     H100 NVL node's line (its CPU, memory, load)."""
-    gpus = stats_agent.parse_nvidia_smi_gpus((FIXTURES / "gpu" / "gpus_8x_h100sxm_idle.csv").read_text())
+    gpus = smi_parse.parse_nvidia_smi_gpus((FIXTURES / "gpu" / "gpus_8x_h100sxm_idle.csv").read_text())
     driver = gpus[0].pop("driver")
     for gpu in gpus:
         gpu.pop("driver", None)

@@ -257,8 +257,10 @@ def test_every_export_exists():
 
 
 def test_node_scripts_import_only_the_standard_library_and_each_other():
-    # pynvml: the agent's optional NVML binding, shipped with it by the controller (nodes/agent_bundle.py)
-    allowed = set(sys.stdlib_module_names) | {"__future__", "pynvml"}
+    # pynvml: the agent's optional NVML binding, shipped with it by the controller (nodes/agent_bundle.py);
+    # a sibling's plain name: how node_side modules import each other on a node (stats_agent.py's docstring)
+    siblings = {path.stem for path in source_files(f"remote/{NODE_SIDE}")} - {"__init__"}
+    allowed = set(sys.stdlib_module_names) | {"__future__", "pynvml"} | siblings
     bad = {}
     for path in source_files(f"remote/{NODE_SIDE}"):
         for module, names in imports(path):

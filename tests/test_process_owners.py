@@ -214,11 +214,14 @@ def test_the_shipped_agent_marks_replayed_gpu_processes_with_real_owners(real_pr
 
 
 def test_an_agent_without_its_owners_module_still_streams(tmp_path: Path) -> None:
-    """Run as a script from a folder without process_owners.py: processes simply have no owner."""
-    from homegpu.remote.node_side import stats_agent
+    """Run as a script from a folder with its other modules but without process_owners.py: processes
+    simply have no owner."""
+    from homegpu.remote.node_side import AGENT_MODULES, stats_agent
 
+    node_side = Path(stats_agent.__file__).parent
+    for name in {"stats_agent", *AGENT_MODULES} - {"process_owners"}:
+        (tmp_path / f"{name}.py").write_bytes((node_side / f"{name}.py").read_bytes())
     script = tmp_path / "stats_agent.py"
-    script.write_bytes(Path(stats_agent.__file__).read_bytes())
     bin_dir = write_replay_nvidia_smi(tmp_path / "bin", H100 / "gpus_load.csv", H100 / "apps_load.csv")
     result = subprocess.run([sys.executable, str(script), "--once", "--source", "nvidia-smi", "--work-dir",
                              str(tmp_path)], capture_output=True, text=True, timeout=60,

@@ -22,25 +22,25 @@ from types import SimpleNamespace
 
 import pytest
 
-from homegpu.remote.node_side import stats_agent
-from homegpu.remote.node_side.stats_agent import (
-    LoopIterations,
-    NoGpuReader,
+from homegpu.remote.node_side import AGENT_MODULES, gpu_nvml, gpu_smi, host_proc, stats_agent
+from homegpu.remote.node_side.gpu_nvml import (
     NvmlReader,
-    SmiReader,
     compile_pynvml,
-    cpu_percent,
-    disk_free_mib,
     load_pynvml,
     nvml_library_error,
-    open_reader,
-    parse_loadavg,
-    parse_meminfo,
-    parse_nvidia_smi_gpus,
-    parse_proc_stat,
     read_nvml,
     read_nvml_versions,
 )
+from homegpu.remote.node_side.gpu_smi import SmiReader
+from homegpu.remote.node_side.host_proc import (
+    cpu_percent,
+    disk_free_mib,
+    parse_loadavg,
+    parse_meminfo,
+    parse_proc_stat,
+)
+from homegpu.remote.node_side.smi_parse import LoopIterations, parse_nvidia_smi_gpus
+from homegpu.remote.node_side.stats_agent import NoGpuReader, open_reader
 from homegpu.remote.nodes.agent_bundle import (
     BOOTSTRAP,
     agent_command,
@@ -49,9 +49,11 @@ from homegpu.remote.nodes.agent_bundle import (
 )
 from homegpu.remote.nodes.stats import NA, GpuProcess, NodeStats, parse_agent_line
 from gpu_replay import FIXTURES, FORMAT, GPU_QUERY, is_loop, replay_calls, write_replay_nvidia_smi
+from helpers import wait_for
 
 AGENT = Path(stats_agent.__file__)
 OWNERS = AGENT.with_name("process_owners.py")
+MODULE_FILES = [AGENT.with_name(f"{name}.py") for name in AGENT_MODULES]  # what the bundle ships with it
 MIB = 1024 * 1024
 MASKED_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 
@@ -312,7 +314,7 @@ def test_nvml_reader_asks_for_what_does_not_change_once() -> None:
                      "nvmlDeviceGetPowerUsage", "nvmlDeviceGetClockInfo"):
         assert nvml.calls[changing] == 10, changing
     nvml.devices[0]["limit"] = 450000  # nvidia-smi -pl 450
-    now[0] += stats_agent.STATIC_REFRESH_S + 1
+    now[0] += gpu_nvml.STATIC_REFRESH_S + 1
     [first, _], _, _ = reader.read([])
     assert first["power_limit"] == 450.0 and nvml.calls["nvmlDeviceGetPowerManagementLimit"] == 4
 
@@ -555,27 +557,34 @@ def alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
-def wait_until(predicate, timeout: float = 10.0) -> bool:
-    """Poll ``predicate`` for up to ``timeout`` s (generous: CI machines can be slow)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+# Runs the agent script (argv[2]) as `python3 stats_agent.py` does, with gpu_smi.FIRST_LOOP_WAIT_S set
+# to argv[1] first: the agent imports gpu_smi by its plain name, so it gets this module, already loaded.
+FIRST_LOOP_WAIT_RUNNER = """\
+import os, runpy, sys
+sys.path.insert(0, os.path.dirname(sys.argv[2]))
+import gpu_smi
+gpu_smi.FIRST_LOOP_WAIT_S = float(sys.argv[1])
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 
 
 class SmiAgent:
-    """A streaming agent (``--source nvidia-smi``) with a replaying nvidia-smi that logs each run."""
+    """A streaming agent (``--source nvidia-smi``) with a replaying nvidia-smi that logs each run.
+
+    ``first_loop_wait`` replaces the agent's FIRST_LOOP_WAIT_S, for a test that must not depend on
+    how fast this machine starts the loop child.
+    """
 
     def __init__(self, tmp_path: Path, gpus: str, apps: str | None, *args: str,
-                 python: str = sys.executable, **replay) -> None:
+                 python: str = sys.executable, first_loop_wait: float | None = None, **replay) -> None:
         self.log = tmp_path / "nvidia-smi-runs.log"
         self.bin = write_replay_nvidia_smi(tmp_path / "bin", FIXTURES / gpus,
                                            FIXTURES / apps if apps else None, log=self.log, **replay)
         env = dict(os.environ, PATH=f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}")
+        runner = [] if first_loop_wait is None else ["-c", FIRST_LOOP_WAIT_RUNNER, f"{first_loop_wait:g}"]
         self.proc = subprocess.Popen(
-            [python, str(AGENT), "--interval", "0.1", "--source", "nvidia-smi", "--work-dir",
+            [python, *runner, str(AGENT), "--interval", "0.1", "--source", "nvidia-smi", "--work-dir",
              str(tmp_path), *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
         )
@@ -650,18 +659,22 @@ def test_streaming_lines_come_from_one_loop_child(tmp_path: Path, smi_agents) ->
 
 
 def test_the_first_line_comes_from_the_loop_started_with_the_agent(tmp_path: Path, smi_agents) -> None:
-    """At 1 s a line, the loop child's first iteration is in long before the first line is due, so
-    no one-shot nvidia-smi is started at all (each start loads NVML: the costly part)."""
-    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--interval", "1")
-    lines = agent.lines(2)
+    """At 1 s a line, the first line and the next come from the loop child started with the agent:
+    no one-shot nvidia-smi is started at all (each start loads NVML: the costly part). The first
+    line waits for the loop's first iteration as long as it takes here (see
+    test_the_first_line_waits_for_the_nvidia_smi_loop_not_the_interval)."""
+    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--interval", "1",
+                       first_loop_wait=LONG_INTERVAL)
+    lines = [first_line_within(agent.proc, 60), *agent.lines(1)]
     assert all(len(stats.gpus) == 2 and stats.errors == () for stats in lines), lines
     assert len(agent.runs()) == 1 and agent.runs(ONE_SHOT_GPUS) == []
 
 
 def test_a_node_with_no_devices_gets_no_loop(tmp_path: Path, smi_agents) -> None:
-    """The loop started with the agent ends at once; the one-shot query says why, alone."""
-    agent = smi_agents(tmp_path, "garbage_no_devices.txt", None)
-    lines = agent.lines(5)
+    """The loop started with the agent ends at once; the one-shot query says why, alone. The first
+    line waits for that end, however long a loaded machine takes to start the loop child."""
+    agent = smi_agents(tmp_path, "garbage_no_devices.txt", None, first_loop_wait=LONG_INTERVAL)
+    lines = [first_line_within(agent.proc, 60), *agent.lines(4)]
     assert all(stats.gpus == () and stats.errors == ("nvidia-smi query-gpu: exit 6: No devices were found",)
                for stats in lines), [stats.errors for stats in lines]
     assert len(agent.runs()) == 1 and len(agent.runs(ONE_SHOT_GPUS)) >= 5
@@ -702,7 +715,7 @@ def test_loop_child_ends_with_the_agent(tmp_path: Path, smi_agents, end) -> None
     assert alive(loop_pid)
     end(agent.proc)
     assert agent.proc.wait(timeout=10) == 0
-    assert wait_until(lambda: not alive(loop_pid)), "the nvidia-smi loop child outlived the agent"
+    wait_for(lambda: not alive(loop_pid), 10, "the nvidia-smi loop child to end with the agent")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
@@ -716,7 +729,7 @@ def test_loop_child_dies_even_when_the_agent_is_killed(tmp_path: Path, smi_agent
     [loop_pid] = agent.runs()
     agent.proc.kill()
     agent.proc.wait(timeout=10)
-    assert wait_until(lambda: not alive(loop_pid)), "the nvidia-smi loop child outlived the agent"
+    wait_for(lambda: not alive(loop_pid), 10, "the nvidia-smi loop child to end with the agent")
 
 
 def test_loop_child_that_dies_is_restarted(tmp_path: Path, smi_agents) -> None:
@@ -739,7 +752,7 @@ def test_nvidia_smi_without_loop_mode_falls_back_to_one_shot(tmp_path: Path, smi
     lines = agent.lines_until(lambda seen: any(note in stats.errors for stats in seen))
     one_shots = len(agent.runs(ONE_SHOT_GPUS))
     lines += agent.lines(5)
-    assert len(agent.runs()) == stats_agent.LOOP_TRIES  # tried, refused, never again
+    assert len(agent.runs()) == gpu_smi.LOOP_TRIES  # tried, refused, never again
     assert len(agent.runs(ONE_SHOT_GPUS)) >= one_shots + 5  # one query per line now
     assert all(len(stats.gpus) == 2 for stats in lines)
     assert lines[-1].errors == ()
@@ -786,14 +799,14 @@ def test_proc_parsers_on_recorded_files() -> None:
 
 def test_proc_files_read_again_through_kept_descriptors_show_new_values() -> None:
     """/proc files stay open between samples and are read from offset 0: each read is fresh."""
-    first = stats_agent.read_cpu([])
+    first = host_proc.read_cpu([])
     deadline = time.process_time() + 0.05
     while time.process_time() < deadline:  # 5 jiffies of this process's own CPU, at least
         pass
-    second = stats_agent.read_cpu([])
-    assert second[1] > first[1] and stats_agent._PROC_FDS.get("/proc/stat") is not None
+    second = host_proc.read_cpu([])
+    assert second[1] > first[1] and host_proc._PROC_FDS.get("/proc/stat") is not None
     errors: list[str] = []
-    used, total = stats_agent._read_proc("/proc/meminfo", parse_meminfo, errors)
+    used, total = host_proc._read_proc("/proc/meminfo", parse_meminfo, errors)
     assert 0 < used < total and errors == []
 
 
@@ -812,23 +825,42 @@ def split_payload(payload: bytes) -> list[bytes]:
     return parts
 
 
-def test_payload_is_pynvml_then_owners_then_agent() -> None:
+def test_payload_is_pynvml_then_the_module_names_then_each_module_then_the_agent() -> None:
     import pynvml
 
-    nvml, owners, agent = split_payload(agent_payload())
+    nvml, names, *modules, agent = split_payload(agent_payload())
     assert nvml == Path(pynvml.__file__).read_bytes()
-    assert owners == OWNERS.read_bytes()
+    assert names.decode().split() == list(AGENT_MODULES)
+    assert modules == [path.read_bytes() for path in MODULE_FILES]
+    assert OWNERS.read_bytes() in modules
     assert agent == AGENT.read_bytes()
 
 
-@pytest.mark.parametrize("source", [AGENT, OWNERS], ids=lambda path: path.name)
-def test_agent_imports_only_the_standard_library(source: Path) -> None:
+def imported_modules(source: Path) -> set[str]:
+    """The top-level names ``source`` imports (``from .x import y`` gives x, ``from . import x`` nothing)."""
     tree = ast.parse(source.read_text())
     modules = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                for alias in node.names}
     modules |= {node.module.split(".")[0] for node in ast.walk(tree)
                 if isinstance(node, ast.ImportFrom) and node.module}
-    assert modules - {"pynvml"} <= set(sys.stdlib_module_names), modules
+    return modules
+
+
+@pytest.mark.parametrize("source", [AGENT, *MODULE_FILES], ids=lambda path: path.name)
+def test_agent_imports_only_the_standard_library(source: Path) -> None:
+    """The agent and each module shipped with it: the standard library, pynvml and each other (by
+    their plain names: stats_agent.py's docstring)."""
+    modules = imported_modules(source)
+    assert modules - {"pynvml"} - set(AGENT_MODULES) <= set(sys.stdlib_module_names), modules
+
+
+def test_each_module_is_shipped_after_the_modules_it_imports() -> None:
+    """The bootstrap runs the modules in AGENT_MODULES' order: one importing a sibling not run yet
+    would fail on a node only (run from a checkout, the agent finds its siblings in its folder)."""
+    siblings = {path.stem for path in AGENT.parent.glob("*.py")}
+    for index, name in enumerate([*AGENT_MODULES, "stats_agent"]):
+        imported = imported_modules(AGENT.with_name(f"{name}.py")) & siblings
+        assert imported <= set(AGENT_MODULES[:index]), (name, imported)
 
 
 def test_agent_command_survives_shlex_join() -> None:
@@ -931,8 +963,14 @@ def test_the_first_line_comes_after_a_short_cpu_window_not_an_interval(tmp_path:
 
 def test_the_first_line_waits_for_the_nvidia_smi_loop_not_the_interval(tmp_path: Path, smi_agents) -> None:
     """GPU figures need no interval: the first line takes the loop child's first iteration as soon
-    as it is in, with no one-shot nvidia-smi, long before the interval is due."""
-    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--interval", f"{LONG_INTERVAL:g}")
+    as it is in, with no one-shot nvidia-smi, long before the interval is due.
+
+    The agent waits FIRST_LOOP_WAIT_S (0.35 s) for that iteration before a one-shot stands in; a
+    loaded machine can take longer to start the loop child, so here the wait is the interval's
+    length: a line within the bound then shows it came with the iteration, not at the wait's end.
+    """
+    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--interval", f"{LONG_INTERVAL:g}",
+                       first_loop_wait=LONG_INTERVAL)
     stats = first_line_within(agent.proc, 60)
     assert len(stats.gpus) == 2 and stats.errors == () and isinstance(stats.cpu, float), stats
     assert len(agent.runs()) == 1 and agent.runs(ONE_SHOT_GPUS) == []

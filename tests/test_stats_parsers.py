@@ -12,7 +12,7 @@ import pickle
 
 import pytest
 
-from homegpu.remote.node_side.stats_agent import (
+from homegpu.remote.node_side.smi_parse import (
     LoopIterations,
     clean,
     number,
@@ -162,7 +162,7 @@ def test_unknown_count_is_learnt_when_the_first_gpu_repeats() -> None:
 
 
 def test_quiet_after_the_first_rows_ends_the_first_iteration() -> None:
-    """The agent closes the iteration when the child's output goes quiet (stats_agent.SmiLoop);
+    """The agent closes the iteration when the child's output goes quiet (gpu_smi.SmiLoop);
     the count is then known, so later iterations complete on their last row."""
     iterations = LoopIterations()
     assert not iterations.counting()

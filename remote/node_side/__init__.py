@@ -1,7 +1,8 @@
 """homegpu.remote.node_side: the scripts that run on the nodes, shipped as source over SSH.
 
 Each is standard library only (Python 3.8 or newer) and imports nothing from homegpu, so a node needs
-no homegpu install; the controller reads them with `script()`.
+no homegpu install; the controller reads them with `script()`. The stats agent runs with modules of
+its own (`AGENT_MODULES`), shipped with it: how they import each other is in stats_agent.py's docstring.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from importlib import resources
 from homegpu.remote.node_side.process_owners import (
     LABEL_INDEX, LABEL_JOB, LABEL_RUN, MARKER_INDEX, MARKER_JOB, MARKER_RUN,
 )
-from homegpu.remote.node_side.stats_agent import GPU_SOURCES, PROTOCOL_VERSION, SOURCES as AGENT_SOURCES
+from homegpu.remote.node_side.stats_agent import (
+    GPU_SOURCES, MODULES as AGENT_MODULES, PROTOCOL_VERSION, SOURCES as AGENT_SOURCES,
+)
 from homegpu.remote.node_side.tree_sync import scan
 
 __all__ = [
-    "AGENT_SOURCES", "GPU_SOURCES", "LABEL_INDEX", "LABEL_JOB", "LABEL_RUN", "MARKER_INDEX", "MARKER_JOB",
-    "MARKER_RUN", "PROTOCOL_VERSION", "scan", "script", "script_bytes",
+    "AGENT_MODULES", "AGENT_SOURCES", "GPU_SOURCES", "LABEL_INDEX", "LABEL_JOB", "LABEL_RUN", "MARKER_INDEX",
+    "MARKER_JOB", "MARKER_RUN", "PROTOCOL_VERSION", "scan", "script", "script_bytes",
 ]
 
 

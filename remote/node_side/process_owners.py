@@ -1,8 +1,8 @@
 """Who owns a process on this node: a homegpu worker, another container, or some user's process.
 
 STDLIB ONLY, Python 3.8+: the stats agent runs it on the node (``nodes/agent_bundle.py`` ships its
-source next to the agent's, or the agent loads it from its own folder), and it imports nothing
-from homegpu. The controller imports it too, for the marker names it gives workers.
+source with the agent's other modules, or the agent imports it from its own folder), and it imports
+nothing from homegpu. The controller imports it too, for the marker names it gives workers.
 
 A GPU process's owner is looked up once, when its pid first shows in the process list (every
 ``--apps-interval`` seconds, not every sample), from what the node already has:

@@ -1,11 +1,13 @@
 """Send the stats agent to a node through one SSH session, writing nothing on the node.
 
 The node runs ``python3 -c BOOTSTRAP ...``; the controller writes :func:`agent_payload` to its stdin
-and then keeps stdin open. The payload is three length-prefixed parts (``b"<n>\\n"`` then n bytes):
-the controller's own ``pynvml`` source, so nodes need nothing installed to use NVML, the
-``process_owners`` source (who owns each GPU process) and the agent source. The bootstrap makes a
-module of the second, runs the agent with the pynvml source and that module in its globals, and the
-agent's stdin-EOF watch then covers the rest of stdin: closing the session stops the agent.
+and then keeps stdin open. The payload is length-prefixed parts (``b"<n>\\n"`` then n bytes): the
+controller's own ``pynvml`` source, so nodes need nothing installed to use NVML; the names of the
+agent's modules (``AGENT_MODULES``: NVML, nvidia-smi, /proc, process owners...) and then each one's
+source; last the agent's. The bootstrap makes a module of each and registers it in ``sys.modules``
+under its plain name, where the agent's ``import`` finds it (``stats_agent.py``'s docstring), then
+runs the agent as ``__main__`` with the pynvml source in its globals. The agent's stdin-EOF watch
+then covers the rest of stdin: closing the session stops the agent.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import functools
 import importlib.util
 from pathlib import Path
 
-from homegpu.remote.node_side import AGENT_SOURCES, script_bytes
+from homegpu.remote.node_side import AGENT_MODULES, AGENT_SOURCES, script_bytes
 
 # Python 3.8+ on the node. The agent compiles the shipped pynvml only where the NVML library
 # loads; one the node's Python cannot run is dropped, and the agent then falls back to nvidia-smi.
@@ -22,22 +24,21 @@ BOOTSTRAP = """\
 import sys, types
 def part():
     return sys.stdin.buffer.read(int(sys.stdin.buffer.readline()))
+def run(name, module):
+    exec(compile(part(), name + ".py", "exec"), module.__dict__)
 nvml = part()
-owners = types.ModuleType("process_owners")
-exec(compile(part(), "process_owners.py", "exec"), owners.__dict__)
-exec(compile(part(), "stats_agent.py", "exec"),
-     {"__name__": "__main__", "SHIPPED_PYNVML": nvml, "PROCESS_OWNERS": owners})
+for name in part().decode().split():
+    sys.modules[name] = types.ModuleType(name)
+    run(name, sys.modules[name])
+agent = types.ModuleType("__main__")
+agent.SHIPPED_PYNVML = nvml
+run("stats_agent", agent)
 """
 
 
 def agent_source() -> bytes:
     """The agent script as shipped (it runs on the node, so it is read, never imported here)."""
     return script_bytes("stats_agent")
-
-
-def owners_source() -> bytes:
-    """process_owners.py as shipped next to the agent."""
-    return script_bytes("process_owners")
 
 
 def pynvml_source() -> bytes:
@@ -54,8 +55,10 @@ def _part(data: bytes) -> bytes:
 
 @functools.cache  # the same files for the process's life; read once, not once per node and reconnect
 def agent_payload() -> bytes:
-    """What to write to the bootstrap's stdin first: pynvml, process_owners, the agent, length-prefixed."""
-    return _part(pynvml_source()) + _part(owners_source()) + _part(agent_source())
+    """What to write to the bootstrap's stdin first: pynvml, the module names, each module, the agent."""
+    modules = [script_bytes(name) for name in AGENT_MODULES]
+    parts = [pynvml_source(), " ".join(AGENT_MODULES).encode(), *modules, agent_source()]
+    return b"".join(_part(data) for data in parts)
 
 
 def agent_command(

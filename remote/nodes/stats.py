@@ -1,8 +1,9 @@
 """Node stats on the controller: the stats agent's JSON lines turned into frozen snapshots.
 
-The agent (``stats_agent.py``) writes ``null`` for anything a node cannot measure; here that becomes
-:data:`NA`, a value that formats as "n/a" and is falsy, so widgets print ``f"{gpu.power:5.0f} W"``
-without a ``None`` check per field (the habit nvitop's ``NA`` teaches, see STYLE.md).
+The agent (``node_side/stats_agent.py``, reading through ``gpu_nvml.py``, ``gpu_smi.py`` and
+``host_proc.py``) writes ``null`` for anything a node cannot measure; here that becomes :data:`NA`,
+a value that formats as "n/a" and is falsy, so widgets print ``f"{gpu.power:5.0f} W"`` without a
+``None`` check per field (the habit nvitop's ``NA`` teaches, see STYLE.md).
 """
 
 from __future__ import annotations

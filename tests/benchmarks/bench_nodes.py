@@ -42,7 +42,7 @@ from gpu_replay import FORMAT, GPU_QUERY, write_replay_nvidia_smi  # noqa: E402
 import simnet  # noqa: E402
 from simcluster import SimCluster  # noqa: E402
 
-from helpers import homegpu_argv  # noqa: E402
+from helpers import homegpu_argv, wait_for  # noqa: E402
 
 from homegpu.remote.node_side import stats_agent  # noqa: E402
 from homegpu.remote.config.cluster_spec import load_cluster  # noqa: E402
@@ -63,7 +63,7 @@ import sys
 from types import SimpleNamespace
 sys.path.insert(0, sys.argv[1])
 import test_stats_agent as t
-from homegpu.remote.node_side import stats_agent
+from homegpu.remote.node_side import gpu_nvml, stats_agent
 gpu = t.recorded_gpu("status_load.json")
 [process] = gpu["processes"]
 handle = t.device(gpu["name"], gpu["uuid"], gpu["util"], gpu["mem_used"], gpu["mem_total"], gpu["temp"],
@@ -71,7 +71,7 @@ handle = t.device(gpu["name"], gpu["uuid"], gpu["util"], gpu["mem_used"], gpu["m
                   procs=[(process["pid"], process["mem"])])
 handle["memory_v2"] = SimpleNamespace(used=20085 * t.MIB, reserved=480 * t.MIB, total=81559 * t.MIB, free=0)
 nvml = t.FakeNvmlV2([handle], "580.159.04", 13000, names={process["pid"]: process["name"]})
-stats_agent.load_pynvml = lambda shipped=b"": nvml
+gpu_nvml.load_pynvml = lambda shipped=b"": nvml
 sys.argv = ["-c"]  # as under the bundle, whose stdin watch runs
 stats_agent.main(["--interval", "1", "--source", "nvml", "--work-dir", "/tmp"])
 """
@@ -161,7 +161,7 @@ def agent_benchmark(root: Path) -> None:
         proc = subprocess.Popen([sys.executable, "-c", AGENT_RUNNER, str(TESTS)], stdin=subprocess.PIPE,
                                 stdout=out)
         try:
-            time.sleep(3.5)  # start-up and the first lines
+            wait_for(lambda: line_count(lines) >= 2, 60, "the agent's first two lines")  # start-up is over
             before, first = task_cpu_ns(proc.pid), line_count(lines)
             time.sleep(AGENT_SAMPLES)
             spent, count = task_cpu_ns(proc.pid) - before, line_count(lines) - first

@@ -1,0 +1,253 @@
+"""The stats agent's NVML source: GPU stats straight from the driver's library through ``pynvml``.
+
+Standard library only, Python 3.8+: it runs on the nodes with the agent (see ``stats_agent.py``).
+``pynvml`` is the node's own or the controller's, shipped as source and compiled here only where
+the driver's NVML library loads (``load_pynvml``). The readings go through ``_nvml_call``, so one
+a GPU does not have is a ``null``, never a failed sample; a new reading is one more ``call(...)``
+in ``_nvml_gpu`` (through ``_once`` where it does not change).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+
+if __package__:  # how the node_side modules import each other: see stats_agent.py's docstring
+    from .agent_common import MIB, describe
+else:
+    from agent_common import MIB, describe
+
+STATIC_REFRESH_S = 60.0  # how long NVML names, UUIDs and power limits are kept before asking again
+
+
+# --- readings ------------------------------------------------------------------------------------
+
+def _nvml_call(nvml, errors, label, thunk):
+    """Call ``thunk``; any failure makes this one value None instead of failing the sample.
+
+    NVMLError is how NVML says "this GPU has no such reading" (power on many GeForce cards,
+    utilisation in MIG mode), so it is silent; anything else is unexpected and is reported.
+    """
+    try:
+        return thunk()
+    except Exception as exc:  # noqa: BLE001 - one bad field must never stop the stream
+        if not isinstance(exc, getattr(nvml, "NVMLError", ())):
+            errors.append(f"nvml {label}: {describe(exc)}")
+        return None
+
+
+def _text(value):
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return value if isinstance(value, str) and value else None
+
+
+def _scaled(value, divisor, floor=False):
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    return value // divisor if floor else value / divisor
+
+
+def _proc_name(pid):
+    """Fallback process name for when NVML cannot tell it (permissions, older drivers)."""
+    try:
+        with open(f"/proc/{pid}/comm") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def _nvml_processes(nvml, handle, call):
+    procs = call("processes", lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle)) or []
+    result = []
+    for proc in procs:
+        pid = getattr(proc, "pid", None)
+        name = _text(call("process_name", lambda: nvml.nvmlSystemGetProcessName(pid)))
+        mem = _scaled(getattr(proc, "usedGpuMemory", None), MIB, floor=True)
+        result.append({"pid": pid, "name": name or _proc_name(pid), "mem": mem})
+    return result
+
+
+def _once(device, key, thunk, again=False):
+    """``device[key]``, asking ``thunk`` until it has given a value, or ``again`` (see ``NvmlReader``)."""
+    if again or device.get(key) is None:
+        device[key] = thunk()
+    return device[key]
+
+
+def _nvml_memory(nvml, handle, call, device):
+    """(used, total, reserved) MiB as nvidia-smi shows them; reserved is None where unknown.
+
+    Version 1 of nvmlDeviceGetMemoryInfo counts the driver's reservation as used (480 MiB more
+    than nvidia-smi and nvitop on an H100 80GB HBM3: tests/fixtures/gpu/h100-80gb-hbm3/README.md);
+    version 2 reports it apart. Version 1 stands in where pynvml or the driver lacks version 2,
+    which is remembered in ``device`` once version 1 has worked where version 2 did not.
+    """
+    version = getattr(nvml, "nvmlMemory_v2", None)
+    if version is not None and device.get("memory_v2") is not False:
+        try:
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle, version=version)
+        except Exception:  # noqa: BLE001 - NVMLError_FunctionNotFound, a TypeError from an old pynvml
+            memory = None
+        if memory is not None:
+            device["memory_v2"] = True
+            return tuple(_scaled(getattr(memory, key, None), MIB, floor=True)
+                         for key in ("used", "total", "reserved"))
+    memory = call("memory", lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
+    if memory is not None and version is not None and device.get("memory_v2") is None:
+        device["memory_v2"] = False
+    return (_scaled(getattr(memory, "used", None), MIB, floor=True),
+            _scaled(getattr(memory, "total", None), MIB, floor=True), None)
+
+
+def _nvml_gpu(nvml, index, handle, errors, device=None, apps=True):
+    """One GPU's reading. ``device`` holds what does not change between samples (name, UUID, power
+    limit, which memory call works) once it is known, and the last process list; a fresh dict asks
+    for everything. ``apps`` False keeps that process list instead of asking again."""
+    device = {} if device is None else device
+
+    def call(label, thunk):
+        return _nvml_call(nvml, errors, f"gpu{index}.{label}", thunk)
+
+    util = call("util", lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
+    used, total, reserved = _nvml_memory(nvml, handle, call, device)
+    return {
+        "index": index,
+        "name": _once(device, "name", lambda: _text(call("name", lambda: nvml.nvmlDeviceGetName(handle)))),
+        "uuid": _once(device, "uuid", lambda: _text(call("uuid", lambda: nvml.nvmlDeviceGetUUID(handle)))),
+        "util": getattr(util, "gpu", None),
+        "mem_used": used,
+        "mem_total": total,
+        "mem_reserved": reserved,
+        "temp": call(
+            "temp", lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)
+        ),
+        "power": _scaled(call("power", lambda: nvml.nvmlDeviceGetPowerUsage(handle)), 1000.0),
+        "power_limit": _once(device, "power_limit", lambda: _scaled(
+            call("power_limit", lambda: nvml.nvmlDeviceGetPowerManagementLimit(handle)), 1000.0)),
+        "sm_clock": call(
+            "sm_clock", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)
+        ),
+        "processes": list(_once(device, "processes", lambda: _nvml_processes(nvml, handle, call), apps)),
+    }
+
+
+def read_nvml(nvml, errors=None, cache=None, apps=True):
+    """Read every GPU through an initialised ``pynvml``-like module ``nvml`` (injectable in tests).
+
+    ``cache`` (a dict the caller keeps between samples, see ``NvmlReader``) holds each GPU's
+    handle and unchanging readings, and its last process list, which is asked for again only
+    when ``apps`` is true; it is emptied when the GPU count changes. Without it every reading is
+    asked for.
+    """
+    errors = [] if errors is None else errors
+    cache = {} if cache is None else cache
+    count = _nvml_call(nvml, errors, "device_count", nvml.nvmlDeviceGetCount) or 0
+    if cache.get("count") != count:
+        cache.clear()
+        cache["count"] = count
+    gpus = []
+    for index in range(count):
+        device = cache.setdefault(index, {})
+        handle = _once(device, "handle", lambda: _nvml_call(
+            nvml, errors, f"gpu{index}.handle", lambda: nvml.nvmlDeviceGetHandleByIndex(index)))
+        if handle is not None:
+            gpus.append(_nvml_gpu(nvml, index, handle, errors, device, apps))
+    return gpus
+
+
+def read_nvml_versions(nvml, errors=None):
+    """Return (driver version, CUDA version) as strings, e.g. ("550.54.14", "12.4")."""
+    errors = [] if errors is None else errors
+    driver = _text(_nvml_call(nvml, errors, "driver", nvml.nvmlSystemGetDriverVersion))
+    cuda = _nvml_call(nvml, errors, "cuda", nvml.nvmlSystemGetCudaDriverVersion)
+    if isinstance(cuda, int) and cuda > 0:
+        return driver, f"{cuda // 1000}.{cuda % 1000 // 10}"
+    return driver, None
+
+
+class NvmlReader:
+    """GPU stats straight from the driver's NVML library through ``pynvml``.
+
+    Names, UUIDs, handles and power limits are asked for once and kept (a power limit read costs
+    179 µs on an H100, more than all the changing readings together), then asked for again every
+    ``STATIC_REFRESH_S`` so a limit changed with ``nvidia-smi -pl`` shows within a minute. Compute
+    processes change slowly and cost a call per GPU and one per process (its name), so as with
+    ``SmiReader`` they are asked for on every ``apps_every``-th read only.
+    """
+
+    source = "nvml"
+
+    def __init__(self, nvml, clock=time.monotonic, apps_every=1, owners=None):
+        nvml.nvmlInit()  # raises when there is no driver: the caller falls back
+        self.nvml = nvml
+        self.driver, self.cuda = read_nvml_versions(nvml)
+        self.clock = clock
+        self.cache = {}
+        self.cached_at = clock()
+        self.apps_every = max(1, apps_every)
+        self._reads_since_apps = self.apps_every  # the first read asks
+        self.owners = owners
+
+    def read(self, errors):
+        if self.clock() - self.cached_at > STATIC_REFRESH_S:
+            self.cache.clear()
+            self.cached_at = self.clock()
+        apps = self._reads_since_apps >= self.apps_every
+        self._reads_since_apps = 1 if apps else self._reads_since_apps + 1
+        gpus = read_nvml(self.nvml, errors, self.cache, apps)
+        if apps and self.owners is not None:  # the lists are kept between asks, owners with them
+            self.owners.annotate(gpu["processes"] for gpu in gpus)
+        return gpus, self.driver, self.cuda
+
+
+# --- pynvml --------------------------------------------------------------------------------------
+
+def load_pynvml(shipped=b""):
+    """Return the ``pynvml`` module, or why there is none (a string for the node's notes).
+
+    ``shipped`` is the controller's pynvml source, passed in by the bundle's bootstrap. It is
+    compiled only where the driver's NVML library loads: compiling it costs about 50 ms of CPU,
+    which a CPU-only node would spend on every connect for nothing. Without it (the agent run as
+    a script) the node's own pynvml is used, if it has one.
+    """
+    if shipped:
+        missing = nvml_library_error()
+        if missing:
+            return missing
+        module = compile_pynvml(shipped)
+        if module is not None:
+            return module
+    try:
+        import pynvml
+    except Exception:  # noqa: BLE001 - a broken install is the same as a missing one here
+        return "pynvml is not importable"
+    return pynvml
+
+
+def nvml_library_error():
+    """Why the driver's NVML library does not load here, worded as pynvml would; None if it does.
+
+    Only Linux is checked (pynvml loads ``libnvidia-ml.so.1`` there); elsewhere nvmlInit() decides.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError as exc:
+        return f"NVMLError_LibraryNotFound: {exc}"
+    return None
+
+
+def compile_pynvml(source):
+    """Make a ``pynvml`` module from its source; None when this Python cannot run that source."""
+    module = sys.modules["pynvml"] = types.ModuleType("pynvml")  # its code looks itself up there
+    try:
+        exec(compile(source, "pynvml.py", "exec"), module.__dict__)
+    except Exception:  # noqa: BLE001 - too new for this Python, say: fall back as without it
+        del sys.modules["pynvml"]
+        return None
+    return module
