@@ -1,10 +1,11 @@
 """Code sync to real sshd nodes (and the local node): only what changed travels, and the node's
 tree ends up a mirror of ours: deletions, renames, modes, empty directories, odd names, files
-changed while the sync ran."""
+changed while the sync ran; and a run ships neither its experiments dir nor what is ignored."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import homegpu, job_table
 from homegpu.remote.config.cluster_spec import embedded_default, load_cluster
 from homegpu.remote.jobs.codesync import SKIP_DIRS, SyncError, plan_sync, settle_racy, sync_tree
 from homegpu.remote.nodes.cluster import Cluster
@@ -254,3 +256,37 @@ async def test_a_target_the_node_cannot_create_fails_in_one_line(node1, project,
     message = str(failure.value)
     assert message.startswith("node1: code sync to ") and "a-file/code" in message
     assert "Not a directory" in message and "\n" not in message
+
+
+TRAIN_AND_SAVE = """\
+with open("model.bin", "wb") as out:  # in the output dir: the chief's comes home to experiments/RUN-ID/output/
+    out.write(b"weights" * 1000)
+print("trained")
+"""
+SHIPPED_LINE = re.compile(r"code sync: 4 files, 6\.0 MB to node1, node2 \(largest: data/ 6\.0 MB\); "
+                          r"add a \.homegpuignore to leave some out")
+
+
+def test_a_script_beside_cluster_toml_ships_neither_the_runs_records_nor_what_is_ignored(sim_cluster, tmp_path):
+    """The layout a newcomer makes: main.py beside cluster.toml makes the project folder the code dir, and
+    ./experiments is in it. Two runs, the first leaving its record and its model there: nothing of
+    experiments/ reaches a node (the second run's own timeline, written while it ships, included), nor
+    the folder .homegpuignore names, and each run says what it ships."""
+    write(tmp_path / "main.py", TRAIN_AND_SAVE)
+    write(tmp_path / "data" / "weights.bin", bytes(6_000_000))
+    write(tmp_path / "scratch" / "notes.txt", "not for the nodes\n")
+    write(tmp_path / ".homegpuignore", "scratch/\n")
+    config = sim_cluster.write_cluster_toml(tmp_path / "cluster.toml", jobs={"beside": job_table(script="main.py")})
+    for run in (1, 2):
+        result = homegpu("--config", str(config), "run", "beside", "--no-tui", cwd=tmp_path, timeout=300)
+        text = result.stdout + result.stderr
+        print(text)  # what a user saw (pytest -s)
+        assert result.returncode == 0, text
+        assert SHIPPED_LINE.search(result.stdout), text
+        models = sorted((tmp_path / "experiments").glob("beside-*/output/model.bin"))
+        assert len(models) == run, models  # the first run's model is in experiments/ when the second ships
+    for name in ("node1", "node2"):
+        code = sim_cluster.node(name).work_dir / "code" / "beside"
+        assert not (code / "experiments").exists() and not (code / "scratch").exists(), sorted(code.rglob("*"))
+        files, _ = mirror_state(code)
+        assert sorted(files) == [".homegpuignore", "cluster.toml", "data/weights.bin", "main.py"]

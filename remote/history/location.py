@@ -6,17 +6,15 @@ cache: a history is not thrown away when a cache is cleared.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
-from homegpu.remote.config import EMBEDDED_DEFAULT, ClusterSpec
+from homegpu.remote.config import EMBEDDED_DEFAULT, ClusterSpec, data_dir
 
 
 def history_path(spec: ClusterSpec) -> Path:
     """The history file of `spec`'s cluster, told apart from others by the hash of its file's absolute
     path (`--config cluster.toml` in two folders is two clusters)."""
-    data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     source = spec.source if spec.source == EMBEDDED_DEFAULT else str(Path(spec.source).resolve())
     digest = hashlib.sha256(source.encode()).hexdigest()[:8]
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in spec.name)
-    return data / "homegpu" / f"history-{safe}-{digest}.sqlite"
+    return data_dir() / f"history-{safe}-{digest}.sqlite"

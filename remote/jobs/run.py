@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from homegpu.remote.config import PER_GPU, JobSpec
-from homegpu.remote.jobs.codesync import sync_trees
+from homegpu.remote.jobs.code_filter import CodeFilter
+from homegpu.remote.jobs.codesync import SyncError, read_tree, shipping_line, sync_trees
 from homegpu.remote.jobs.disk import full_disks
 from homegpu.remote.jobs.failure import Verdict, judge, might_be_script_error
 from homegpu.remote.jobs.guard import RunGuard
@@ -148,7 +149,6 @@ class JobRun:
             if cache_problem:
                 self._publish(JobState.PREFLIGHT, cache_problem)
             await self._preflight()
-            self._publish(JobState.PREFLIGHT, f"syncing code to {len(self._nodes())} node(s)")
             await self._sync_code()
             self.experiment = ExperimentLog(self.experiments_root, self.run_id)
             try:
@@ -194,13 +194,21 @@ class JobRun:
             await self._guard.release()
 
     async def _sync_code(self) -> None:
-        """Ship the job's code, then homegpu's trainer package beside it (the built-in trainer, and the
+        """Ship the job's code, less homegpu's own output and what its ignore files say (CodeFilter),
+        saying what it ships; then homegpu's trainer package beside it (the built-in trainer, and the
         start of a user's script: nodes need no homegpu install) under the code's `_homegpu/`."""
-        trees = [(trainer_package(), f"/{TRAINER_PACKAGE_DIR}/homegpu/trainer")]
-        if not self.job.uses_trainer:
-            trees.insert(0, (local_code(self.job, self.cluster.spec.source), ""))
-        for local, under in trees:  # one after the other: the job's code sync leaves `_homegpu/` alone
-            problems = await sync_trees(local, [(node, self.code_dir(node.name) + under) for node in self._nodes()])
+        nodes = self._nodes()
+        try:
+            trees = [(await read_tree(trainer_package()), f"/{TRAINER_PACKAGE_DIR}/homegpu/trainer")]
+            if not self.job.uses_trainer:
+                code = local_code(self.job, self.cluster.spec.source)
+                trees.insert(0, (await read_tree(code, CodeFilter(code, self.experiments_root)), ""))
+        except SyncError as exc:
+            raise LaunchError(f"code sync failed: {exc}") from None
+        self._publish(JobState.PREFLIGHT, f"syncing code to {len(nodes)} node(s)" if self.job.uses_trainer
+                      else shipping_line(trees[0][0], [node.name for node in nodes]))
+        for tree, under in trees:  # one after the other: the job's code sync leaves `_homegpu/` alone
+            problems = await sync_trees(tree, [(node, self.code_dir(node.name) + under) for node in nodes])
             if problems:
                 raise LaunchError("code sync failed: " + "; ".join(problems))
 

@@ -8,22 +8,20 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from pathlib import Path
 from typing import Collection
 
-from homegpu.remote.config import EMBEDDED_DEFAULT, ClusterSpec
+from homegpu.remote.config import EMBEDDED_DEFAULT, ClusterSpec, cache_dir
 from homegpu.remote.net.bandwidth import BandwidthMatrix, LinkResult
 
 
 def store_path(spec: ClusterSpec) -> Path:
     """~/.cache/homegpu/bandwidth-NAME-HASH.json: one file per cluster file, told apart by the hash
     of its absolute path (`--config cluster.toml` in two folders is two clusters)."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     source = spec.source if spec.source == EMBEDDED_DEFAULT else str(Path(spec.source).resolve())
     digest = hashlib.sha256(source.encode()).hexdigest()[:8]
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in spec.name)
-    return cache / "homegpu" / f"bandwidth-{safe}-{digest}.json"
+    return cache_dir() / f"bandwidth-{safe}-{digest}.json"
 
 
 def links_json(matrix: BandwidthMatrix) -> list[dict]:

@@ -19,12 +19,14 @@ import sys
 CHUNK = 1 << 20
 
 
-def scan(root, skip, follow_links):
+def scan(root, skip, follow_links, leave_out=None):
     """(files, dirs) under `root`: files maps a relative path to [size, mtime_ns, mode bits],
     dirs lists relative directory paths; both empty when `root` is missing. Directories named in
-    `skip` are left out with all they hold. `follow_links`: list a link to a file as that file
-    (the controller sends what it points to); otherwise a link is listed as itself, so the node's
-    copy differs and gets replaced by a regular file. Links to directories are never followed."""
+    `skip` are left out with all they hold, and so is each path for which `leave_out(rel, is_dir)`
+    is true (the controller's ignore rules: a folder left out is never read). `follow_links`: list
+    a link to a file as that file (the controller sends what it points to); otherwise a link is
+    listed as itself, so the node's copy differs and gets replaced by a regular file. Links to
+    directories are never followed."""
     files, dirs = {}, []
     pending = [("", root)]
     while pending:
@@ -37,10 +39,12 @@ def scan(root, skip, follow_links):
             return files, dirs
         for entry in entries:
             rel = prefix + entry.name
-            if entry.is_dir(follow_symlinks=False):
-                if entry.name not in skip:
-                    dirs.append(rel)
-                    pending.append((rel + "/", entry.path))
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if (is_dir and entry.name in skip) or (leave_out is not None and leave_out(rel, is_dir)):
+                continue
+            if is_dir:
+                dirs.append(rel)
+                pending.append((rel + "/", entry.path))
             elif entry.is_file(follow_symlinks=follow_links) or (entry.is_symlink() and not follow_links):
                 try:
                     st = entry.stat(follow_symlinks=follow_links)
