@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import sqlite3
 import subprocess
 import sys
@@ -39,14 +40,17 @@ class SmallDisk:
         self.filler = path / "filler"
 
     def fill(self) -> None:
-        """Write until the filesystem says it is full (ENOSPC), as a `dd` beside serve would."""
-        with open(self.filler, "ab") as out:
-            try:
-                while True:
-                    out.write(b"\0" * 65536)
-                    out.flush()
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC, exc
+        """Write until the filesystem has not one byte left (ENOSPC), as a `dd` beside serve would."""
+        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            for size in (65536, 4096, 1):  # smaller and smaller, so that no page is left over
+                try:
+                    while True:
+                        os.write(fd, b"\0" * size)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC, exc
+        finally:
+            os.close(fd)
 
     def free(self) -> None:
         self.filler.unlink()
@@ -159,7 +163,8 @@ async def test_the_queue_on_a_full_disk_starts_nothing_it_cannot_record_and_reco
             small_disk.fill()  # before the first start: it cannot be recorded, so it is not launched
             runner = QueueRunner(cluster, store, tmp_path / "experiments", tick=0.2, say=said.append).start()
             try:
-                await wait_until(lambda: said, 120, "the full disk said")
+                await wait_until(lambda: runner.trouble.failures >= 5, 120, "five passes that could not write")
+                assert len(said) == 1, "said once"
                 assert said[0].startswith(f"cannot write the queue {store.path} (database or disk is full; "
                                           f"the filesystem at {small_disk.path} has "), said
                 assert store.get(first.id).state is EntryState.WAITING, "never left starting"
@@ -170,14 +175,15 @@ async def test_the_queue_on_a_full_disk_starts_nothing_it_cannot_record_and_reco
 
                 small_disk.fill()
                 release_first.touch()  # q-1 ends while its end cannot be written
-                await wait_until(lambda: len(said) == 3, 120, "the full disk said again")
-                assert said[2].startswith(f"cannot write the queue {store.path}"), said
+                await wait_until(lambda: runner.trouble.failures >= 5, 120, "five tries to record q-1's end")
+                assert len(said) == 3 and said[2].startswith(f"cannot write the queue {store.path}"), said
                 assert store.get(second.id).state is EntryState.WAITING  # q-1 still holds the node in the file
                 small_disk.free()
                 await wait_until(lambda: store.get(first.id).state is EntryState.SUCCEEDED, 120, "q-1's end recorded")
                 await wait_until(lambda: store.get(second.id).state is EntryState.RUNNING, 120, "q-2 running")
                 release_second.touch()
                 await wait_until(lambda: store.get(second.id).state is EntryState.SUCCEEDED, 120, "q-2 succeeded")
+                assert len(said) == 4 and said[3].startswith(f"writing the queue {store.path} again after"), said
             finally:
                 release_first.touch()
                 release_second.touch()

@@ -198,7 +198,7 @@ class QueueRunner:
             return
         except QueueError:  # cancelled by hand meanwhile
             return
-        self.trouble.succeeded(f"the queue {self.store.path}")
+        self._wrote()
         self._tell(entry, "cancelled", reason)
 
     def _wait(self, entry: QueueEntry, reason: str) -> None:
@@ -206,18 +206,18 @@ class QueueRunner:
         return None
 
     def _note_reasons(self, reasons: dict[str, str]) -> None:
-        self._written(lambda: self.store.note_reasons(reasons), "why entries wait is not kept")
-
-    def _written(self, write: Callable[[], object], meanwhile: str) -> bool:
-        """Do `write` to the store; one that could not be written is said (once) with what happens
-        `meanwhile`. Whether it was written."""
         try:
-            write()
+            changed = self.store.note_reasons(reasons)
         except QueueWriteError as exc:
-            self.trouble.failed(str(exc), meanwhile)
-            return False
-        self.trouble.succeeded(f"the queue {self.store.path}")
-        return True
+            self.trouble.failed(str(exc), "why entries wait is not kept until it can write again")
+            return
+        if changed:  # a write that changed nothing needed no room: it says nothing of the disk
+            self._wrote()
+
+    def _wrote(self) -> None:
+        """A write went through: the file is written again, unless a run's end still waits to be."""
+        if not self._unrecorded_ends:
+            self.trouble.succeeded(f"the queue {self.store.path}")
 
     def _samples(self, entry: QueueEntry) -> dict[str, NodeStats | None]:
         """The stats samples the decision to start `entry` saw, by node."""
@@ -245,7 +245,7 @@ class QueueRunner:
             if isinstance(exc, QueueWriteError):
                 self.trouble.failed(str(exc), "no queued run starts until its start can be recorded")
             return
-        self.trouble.succeeded(f"the queue {self.store.path}")
+        self._wrote()
         self._tell(entry, "started")
         try:
             await run.launch()
@@ -310,7 +310,7 @@ class QueueRunner:
                 del self._unrecorded_ends[id_]
                 continue
             del self._unrecorded_ends[id_]
-            self.trouble.succeeded(f"the queue {self.store.path}")
+            self._wrote()
             self._tell(entry, state.value, reason)
 
     def _stop_run(self, entry: QueueEntry, user: str) -> None:

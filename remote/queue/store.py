@@ -134,12 +134,15 @@ class QueueStore:
             raise QueueError(f"{entry.id} has already {_ended_words(entry.state)}: there is nothing to cancel")
         return entry
 
-    def note_reasons(self, reasons: Mapping[str, str]) -> None:
+    def note_reasons(self, reasons: Mapping[str, str]) -> int:
         """Keep why each waiting entry waits (the scheduler's latest word), so `homegpu queue` can say it.
-        Entries no longer waiting are left alone."""
+        Entries no longer waiting, or whose reason is the same, are left alone. How many changed."""
         rows = [(reason, entry_number(id_), EntryState.WAITING.value, reason) for id_, reason in reasons.items()]
+        if not rows:
+            return 0
         with self._write() as db:
-            db.executemany("UPDATE entries SET reason = ? WHERE id = ? AND state = ? AND reason != ?", rows)
+            return db.executemany("UPDATE entries SET reason = ? WHERE id = ? AND state = ? AND reason != ?",
+                                  rows).rowcount
 
     # -- internals -------------------------------------------------------------------------------
 

@@ -24,9 +24,11 @@ class WriteTrouble:
     def __init__(self, say: Say = say_on_stderr, clock: Callable[[], float] = time.time) -> None:
         self.say, self.clock = say, clock
         self.since: float | None = None  # when writes began to fail; None while they succeed
+        self.failures = 0  # writes that failed since then
 
     def failed(self, problem: str, meanwhile: str) -> None:
         """`problem`: the write's one line; `meanwhile`: what happens until a write succeeds."""
+        self.failures += 1
         if self.since is None:
             self.since = self.clock()
             self.say(f"{problem}; {meanwhile}")
@@ -35,4 +37,4 @@ class WriteTrouble:
         """`what` is written again (e.g. "the history /path"), said once after failures."""
         if self.since is not None:
             self.say(f"writing {what} again after {self.clock() - self.since:.0f} s")
-            self.since = None
+            self.since, self.failures = None, 0
