@@ -67,6 +67,16 @@ def job_table(**overrides) -> dict:
             "stall_timeout": 120.0, "max_restarts": 2, **overrides}
 
 
+def local_cluster_toml(folder: Path, jobs: str = "", name: str = "here", cluster: str = "", node: str = "") -> Path:
+    """folder/cluster.toml whose one node, `here`, is this machine (host = "local", the process runtime: its
+    real stats agent, no LAN), its work dir folder/work. `jobs`: job tables to add; `cluster`, `node`: more
+    lines of [cluster] and of the node."""
+    path = folder / "cluster.toml"
+    path.write_text(f'[cluster]\nname = "{name}"\nwork_dir = "{folder / "work"}"\n{cluster}\n'
+                    f'[[nodes]]\nname = "here"\nhost = "local"\nruntime = "process"\n{node}\n{jobs}')
+    return path
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     """experiments/RUN-ID/metrics.jsonl, each line with its worker_label."""
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

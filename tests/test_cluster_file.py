@@ -12,22 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers import wait_until
+from helpers import local_cluster_toml, wait_until
 from homegpu.remote.config import load_cluster
 from homegpu.remote.nodes import Cluster
 from homegpu.remote.queue import EntryState, QueueDesk, QueueError, QueueRunner, QueueStore
 from homegpu.remote.queue.cluster_file import ClusterFile
 
-NODES = """
-[cluster]
-name = "edited"
-work_dir = "{work}"
-
-[[nodes]]
-name = "here"
-host = "local"
-runtime = "process"
-"""
 JOB = """
 [jobs.{name}]
 nodes = ["here"]
@@ -37,9 +27,9 @@ max_restarts = 0
 """
 
 
-def write(path: Path, *jobs: str, nodes: str = NODES) -> Path:
-    text = nodes.format(work=path.parent / "work") + "".join(JOB.format(name=j, python=sys.executable) for j in jobs)
-    path.write_text(text)
+def write(path: Path, *jobs: str, node: str = "") -> Path:
+    local_cluster_toml(path.parent, "".join(JOB.format(name=j, python=sys.executable) for j in jobs), name="edited",
+                       node=node)
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))  # an edit, whatever the clock
     return path
 
@@ -77,7 +67,7 @@ def test_a_file_that_no_longer_validates_is_refused_and_the_old_one_kept(config:
 def test_a_change_beyond_the_jobs_asks_for_a_restart(config: Path):
     said: list[str] = []
     watched = ClusterFile(load_cluster(config), said.append)
-    write(config, "train", "gone", nodes=NODES.replace('name = "here"', 'name = "here"\nport = 2300'))
+    write(config, "train", "gone", node="port = 2300")
     assert watched.check() is watched.spec and "restart serve to use it" in watched.refusal
     assert said == [watched.refusal]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import wait_until
+from helpers import local_cluster_toml, wait_until
 from homegpu.remote.alerts import AlertWatcher
 from homegpu.remote.config import load_cluster
 from homegpu.remote.history import history_path
@@ -54,10 +54,7 @@ async def others_running(before: set[asyncio.Task]) -> list[str]:
 
 def local_cluster(tmp_path: Path):
     """A cluster file of the test's own: this machine as its one node."""
-    path = tmp_path / "cluster.toml"
-    path.write_text(f'[cluster]\nname = "here"\nwork_dir = "{tmp_path / "work"}"\n\n'
-                    '[[nodes]]\nname = "here"\nhost = "local"\nruntime = "process"\n')
-    return load_cluster(path)
+    return load_cluster(local_cluster_toml(tmp_path))
 
 
 def options(tmp_path: Path, port: int = 0) -> ServeOptions:

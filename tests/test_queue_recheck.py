@@ -16,26 +16,12 @@ from pathlib import Path
 import pytest
 
 from gpu_replay import FIXTURES, write_apps_with_pids, write_replay_nvidia_smi
-from helpers import NOBODY
+from helpers import NOBODY, local_cluster_toml
 from homegpu.remote.config import load_cluster
 from homegpu.remote.nodes import Cluster
 from homegpu.remote.queue import QueueRunner, QueueStore
 
 H100 = FIXTURES / "h100-80gb-hbm3"
-CLUSTER = """
-[cluster]
-name = "recheck"
-work_dir = "{work}"
-stats_interval = 1.0
-
-[[nodes]]
-name = "here"
-host = "local"
-runtime = "process"
-
-[jobs.gpu]
-nodes = ["here"]
-"""
 
 
 @pytest.fixture
@@ -54,8 +40,7 @@ def gpu_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     apps.write_text("")
     bin_dir = write_replay_nvidia_smi(tmp_path / "bin", H100 / "gpus_load.csv", apps, reread=True)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    path = tmp_path / "cluster.toml"
-    path.write_text(CLUSTER.format(work=tmp_path / "work"))
+    path = local_cluster_toml(tmp_path, '[jobs.gpu]\nnodes = ["here"]\n', name="recheck", cluster="stats_interval = 1.0")
     return load_cluster(path), apps
 
 

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pytest
 
-from helpers import wait_until
+from helpers import local_cluster_toml, wait_until
 from history_events import h100_lines, owned, worker
 from homegpu.remote.config import load_cluster
 from homegpu.remote.history import HistoryRecorder
@@ -122,16 +122,7 @@ def test_a_history_closed_on_a_full_disk_says_so_and_raises_nothing(small_disk: 
     assert len(said) == 1 and said[0].startswith("cannot write the history"), said
 
 
-CLUSTER = """
-[cluster]
-name = "fullq"
-work_dir = "{work}"
-
-[[nodes]]
-name = "here"
-host = "local"
-runtime = "process"
-
+HOLD_JOB = """
 [jobs.hold]
 nodes = ["here"]
 python = "{python}"
@@ -149,9 +140,7 @@ while not os.path.exists(sys.argv[1]) and time.time() < deadline:
 async def test_the_queue_on_a_full_disk_starts_nothing_it_cannot_record_and_records_ends_later(
         small_disk: SmallDisk, tmp_path: Path):
     (tmp_path / "hold.py").write_text(HOLD)
-    config = tmp_path / "cluster.toml"
-    config.write_text(CLUSTER.format(work=tmp_path / "work", python=sys.executable))
-    spec = load_cluster(config)
+    spec = load_cluster(local_cluster_toml(tmp_path, HOLD_JOB.format(python=sys.executable), name="fullq"))
     said: list[str] = []
     release_first, release_second = tmp_path / "first", tmp_path / "second"
     with QueueStore(small_disk.path / "queue.sqlite") as store:
