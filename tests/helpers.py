@@ -69,10 +69,11 @@ def job_table(**overrides) -> dict:
 
 def local_cluster_toml(folder: Path, jobs: str = "", name: str = "here", cluster: str = "", node: str = "") -> Path:
     """folder/cluster.toml whose one node, `here`, is this machine (host = "local", the process runtime: its
-    real stats agent, no LAN), its work dir folder/work. `jobs`: job tables to add; `cluster`, `node`: more
-    lines of [cluster] and of the node."""
+    real stats agent, no LAN), its work dir beside `folder` (FOLDER-node), not in the code a job ships from
+    `folder`. `jobs`: job tables to add; `cluster`, `node`: more lines of [cluster] and of the node."""
     path = folder / "cluster.toml"
-    path.write_text(f'[cluster]\nname = "{name}"\nwork_dir = "{folder / "work"}"\n{cluster}\n'
+    work = folder.with_name(f"{folder.name}-node")
+    path.write_text(f'[cluster]\nname = "{name}"\nwork_dir = "{work}"\n{cluster}\n'
                     f'[[nodes]]\nname = "here"\nhost = "local"\nruntime = "process"\n{node}\n{jobs}')
     return path
 

@@ -36,8 +36,11 @@ def write(path: Path, *jobs: str, node: str = "") -> Path:
 
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
-    (tmp_path / "hold.py").write_text("import sys, time\ntime.sleep(float(sys.argv[1]) if sys.argv[1:] else 0)\n")
-    return write(tmp_path / "cluster.toml", "train", "gone")
+    """The project: cluster.toml beside its script, in a folder of their own (the code a run ships)."""
+    code = tmp_path / "project"
+    code.mkdir()
+    (code / "hold.py").write_text("import sys, time\ntime.sleep(float(sys.argv[1]) if sys.argv[1:] else 0)\n")
+    return write(code / "cluster.toml", "train", "gone")
 
 
 def test_an_edit_of_the_jobs_is_taken_and_said_in_one_line(config: Path):

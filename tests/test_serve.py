@@ -1,4 +1,5 @@
-"""`homegpu serve` on this machine (the embedded default's `local` node), and its job board."""
+"""`homegpu serve` on this machine (a cluster file of the test's own, so that its queue's folder in /tmp is
+never that of a `homegpu --local serve` of yours or of another user), and its job board."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
-from helpers import homegpu, homegpu_argv, wait_for
+from helpers import homegpu, homegpu_argv, local_cluster_toml, wait_for
 from history_events import owned, process, tui_line, worker
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -36,7 +37,8 @@ def test_the_board_keeps_each_running_runs_latest_figures_and_drops_it_when_it_e
 
 
 def test_serve_prints_its_url_answers_prometheus_and_stops_cleanly_on_sigterm(tmp_path):
-    process = subprocess.Popen(homegpu_argv("--local", "serve", "--metrics-port", "0"), cwd=tmp_path,
+    config = local_cluster_toml(tmp_path, name="home")
+    process = subprocess.Popen(homegpu_argv("--config", str(config), "serve", "--metrics-port", "0"), cwd=tmp_path,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         first, second = process.stdout.readline(), process.stdout.readline()
@@ -47,10 +49,10 @@ def test_serve_prints_its_url_answers_prometheus_and_stops_cleanly_on_sigterm(tm
             with urllib.request.urlopen(url, timeout=5) as response:
                 assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
                 text = response.read().decode()
-            return text if 'homegpu_node_cpu_percent{cluster="home",node="local"}' in text else ""
+            return text if 'homegpu_node_cpu_percent{cluster="home",node="here"}' in text else ""
 
         text = wait_for(scraped, 30, "the local node's stats at /metrics")
-        assert 'homegpu_node_up{cluster="home",node="local"} 1.0' in text
+        assert 'homegpu_node_up{cluster="home",node="here"} 1.0' in text
         assert "# TYPE homegpu_gpu_utilization_percent gauge" in text  # no GPU here: the family, with no sample
         served = set(re.findall(r"^# TYPE (homegpu_\w+) gauge$", text, re.M))
         dashboard = (Path(__file__).parents[1] / "assets" / "grafana-dashboard.json").read_text()
@@ -68,7 +70,8 @@ def test_a_busy_port_or_a_bad_address_is_one_line_naming_the_fix(tmp_path):
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        busy = homegpu("--local", "serve", "--metrics-port", str(port), cwd=tmp_path, timeout=60)
+        busy = homegpu("--config", str(local_cluster_toml(tmp_path)), "serve", "--metrics-port", str(port),
+                       cwd=tmp_path, timeout=60)
     assert busy.returncode == 2 and busy.stderr.count("\n") == 1, busy.stderr
     assert f"cannot serve metrics on 127.0.0.1:{port}" in busy.stderr and "--metrics-port" in busy.stderr
     bad = homegpu("--local", "serve", "--listen", "my-laptop", cwd=tmp_path)

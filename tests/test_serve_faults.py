@@ -139,8 +139,10 @@ while not os.path.exists(sys.argv[1]) and time.time() < deadline:
 
 async def test_the_queue_on_a_full_disk_starts_nothing_it_cannot_record_and_records_ends_later(
         small_disk: SmallDisk, tmp_path: Path):
-    (tmp_path / "hold.py").write_text(HOLD)
-    spec = load_cluster(local_cluster_toml(tmp_path, HOLD_JOB.format(python=sys.executable), name="fullq"))
+    code = tmp_path / "project"  # cluster.toml beside its script: the code a run ships
+    code.mkdir()
+    (code / "hold.py").write_text(HOLD)
+    spec = load_cluster(local_cluster_toml(code, HOLD_JOB.format(python=sys.executable), name="fullq"))
     said: list[str] = []
     release_first, release_second = tmp_path / "first", tmp_path / "second"
     with QueueStore(small_disk.path / "queue.sqlite") as store:
