@@ -194,6 +194,7 @@ def test_bandwidth_progress_and_result(view: ClusterView) -> None:
 def test_sparkline_scales_right_aligns_and_shows_gaps() -> None:
     assert sparkline([0, 50, 100], 5) == "  ▁▅█"
     assert sparkline([100] * 10, 3) == "███"
+    assert sparkline([0, 0, 0, 100, 50, 0], 3) == "█▅▁"  # a longer history: its newest `width`, newest right
     assert sparkline([float("nan"), "n/a", 0], 3) == "  ▁"
 
 
