@@ -25,9 +25,10 @@ from helpers import local_cluster_toml, wait_until
 from history_events import h100_lines, owned, worker
 from homegpu.remote.config import load_cluster
 from homegpu.remote.history import HistoryRecorder
-from homegpu.remote.nodes import Cluster
+from homegpu.remote.jobs import JobRun
+from homegpu.remote.nodes import Cluster, JobState
 from homegpu.remote.nodes.events import NodeStatsUpdated
-from homegpu.remote.queue import EntryState, QueueRunner, QueueStore
+from homegpu.remote.queue import EntryState, QueueRunner, QueueStore, apply_overrides
 
 T0 = 1_795_316_400.0
 
@@ -179,3 +180,31 @@ async def test_the_queue_on_a_full_disk_starts_nothing_it_cannot_record_and_reco
                 release_first.touch()
                 release_second.touch()
                 await runner.close()
+
+
+async def test_a_run_whose_running_was_never_recorded_ends_as_it_did_after_a_restart(tmp_path: Path):
+    """A serve stopped between a launch and its "running" record (a full disk, then a restart) leaves the entry
+    starting; the restarted queue finds the run ended and takes its end from the workers' exit statuses:
+    succeeded, as it did, not failed as "stopped while starting"."""
+    code = tmp_path / "project"
+    code.mkdir()
+    (code / "hold.py").write_text(HOLD)
+    (tmp_path / "go").touch()  # the run ends at once
+    spec = load_cluster(local_cluster_toml(code, HOLD_JOB.format(python=sys.executable), name="resume"))
+    with QueueStore(tmp_path / "queue.sqlite") as store:
+        entry = store.submit("hold", overrides=[f"args=[{str(tmp_path / 'go')!r}]"], user="root", now=T0)
+        async with Cluster(spec) as cluster:
+            await cluster.node("here").wait_online(60)
+            run = JobRun(cluster, apply_overrides(spec, spec.jobs["hold"], entry.overrides), tmp_path / "experiments")
+            await run.prepare()
+            store.mark_starting(entry.id, run.run_id, T0)  # recorded; then the launch, and serve stopped
+            await run.launch()
+            assert (await run.watch()).state is JobState.SUCCEEDED
+            await run.detach()
+            runner = QueueRunner(cluster, store, tmp_path / "experiments", tick=0.2).start()  # serve again
+            try:
+                await wait_until(lambda: store.get(entry.id).state.finished, 120, "the entry's end")
+            finally:
+                await runner.close()
+        ended = store.get(entry.id)
+    assert (ended.state, ended.reason) == (EntryState.SUCCEEDED, "ended while serve was stopped"), ended
