@@ -76,7 +76,8 @@ def test_history_shows_a_runs_gpu_time_a_nodes_offline_spell_and_survives_a_kill
     node1 = sim_cluster.node("node1")
     with replaying_node3(sim_cluster, apps):
         with serve_process(config) as first:
-            recorded_after(config, 0, "serve's first GPU sample")
+            # samples through more than one of history's 10 m / 48 slices (12.5 s) before anything happens
+            recorded_after(config, recorded_after(config, 0, "serve's first GPU sample") + 15, "15 s of samples")
             run = subprocess.Popen(homegpu_argv("--config", str(config), "run", "hold", "--no-tui"), cwd=tmp_path,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             line = wait_for(lambda: next((l for l in iter(run.stdout.readline, "") if l.startswith("== hold running")),
