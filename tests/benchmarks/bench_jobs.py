@@ -210,8 +210,7 @@ def reach_benchmark(sim: SimCluster, root: Path) -> None:
             refused.append(seconds)
             plain.append(command_seconds(homegpu_argv("--config", str(config), "tfconfig", "bench"), config.parent)[0])
     r, p = statistics.median(refused), statistics.median(plain)
-    print(f"
-a firewalled job port, 2 nodes (s, median of {REPEATS})")
+    print(f"\na firewalled job port, 2 nodes (s, median of {REPEATS})")
     print(f"  homegpu tfconfig (connect and plan):   {p:6.2f}")
     print(f"  homegpu run, refused by the proof:     {r:6.2f}")
     print(f"  refused / tfconfig = {r / p:.2f}")
