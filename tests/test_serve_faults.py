@@ -22,15 +22,13 @@ from typing import Iterator
 import pytest
 
 from helpers import local_cluster_toml, wait_until
-from history_events import h100_lines, owned, worker
+from test_history_store import T0, Clock, feed, h100
 from homegpu.remote.config import load_cluster
 from homegpu.remote.history import HistoryRecorder
 from homegpu.remote.jobs import JobRun
 from homegpu.remote.nodes import Cluster, JobState
-from homegpu.remote.nodes.events import NodeStatsUpdated
 from homegpu.remote.queue import EntryState, QueueRunner, QueueStore, apply_overrides
 
-T0 = 1_795_316_400.0
 
 
 class SmallDisk:
@@ -68,23 +66,9 @@ def small_disk(root, tmp_path: Path) -> Iterator[SmallDisk]:
         subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = T0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def sample(k: int) -> NodeStatsUpdated:
-    lines = h100_lines()
-    return NodeStatsUpdated("h100", owned(lines[k % len(lines)], [worker("alice", "demo", "demo-1")]), at=T0 + k)
-
-
-def feed(recorder: HistoryRecorder, clock: Clock, seconds: range) -> None:
-    for k in seconds:
-        clock.t = T0 + k
-        recorder.handle(sample(k))
+def feed_seconds(recorder: HistoryRecorder, clock: Clock, first: int, last: int) -> None:
+    """The recorded H100's samples, a second apart, from T0 + first to T0 + last, the clock following."""
+    feed(recorder, clock, "h100", lambda k: h100(k=k), T0 + first, T0 + last)
 
 
 def recorded_seconds(path: Path) -> list[int]:
@@ -97,14 +81,14 @@ def test_the_history_says_a_full_disk_once_leaves_a_gap_and_resumes_by_itself(sm
     clock = Clock()
     path = small_disk.path / "history.sqlite"
     recorder = HistoryRecorder(path, clock=clock, say=said.append)
-    feed(recorder, clock, range(0, 20))
+    feed_seconds(recorder, clock, 0, 19)
     small_disk.fill()
-    feed(recorder, clock, range(20, 80))  # a write a second: each fails
+    feed_seconds(recorder, clock, 20, 79)  # a write a second: each fails
     assert len(said) == 1, said
     assert said[0].startswith(f"cannot write the history {path} (database or disk is full; the filesystem at "
                               f"{small_disk.path} has ") and "free space there" in said[0], said[0]
     small_disk.free()
-    feed(recorder, clock, range(80, 100))
+    feed_seconds(recorder, clock, 80, 99)
     assert len(said) == 2 and said[1].startswith(f"writing the history {path} again after "), said
     recorder.close()
     seconds = recorded_seconds(path)
@@ -116,9 +100,9 @@ def test_a_history_closed_on_a_full_disk_says_so_and_raises_nothing(small_disk: 
     said: list[str] = []
     clock = Clock()
     recorder = HistoryRecorder(small_disk.path / "history.sqlite", clock=clock, say=said.append)
-    feed(recorder, clock, range(0, 5))
+    feed_seconds(recorder, clock, 0, 4)
     small_disk.fill()
-    feed(recorder, clock, range(5, 10))
+    feed_seconds(recorder, clock, 5, 9)
     recorder.close()  # SIGTERM's way out: no traceback
     assert len(said) == 1 and said[0].startswith("cannot write the history"), said
 
