@@ -11,7 +11,6 @@ import importlib.util
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Callable, TypeVar

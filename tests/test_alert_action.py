@@ -15,7 +15,6 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
 
 from helpers import wait_until
 from homegpu.remote.alerts.command import TITLES, alert_argv, alert_env, alert_values, fill, run_command

@@ -11,7 +11,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
 
 from helpers import homegpu_argv, worker_processes
 from simcluster import free_job_port

@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-import pytest
 
 from gpu_replay import FIXTURES, nvidia_smi_in, write_apps_with_pids
 from helpers import homegpu, homegpu_argv, wait_for

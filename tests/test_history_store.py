@@ -8,7 +8,6 @@ JSON format). A simulated clock drives the real recorder through hours and days 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 import stat

@@ -15,7 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from helpers import homegpu, homegpu_argv, job_table, read_metrics, wait_for, worker_processes, write_config
 from simcluster import free_job_port

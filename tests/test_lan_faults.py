@@ -17,7 +17,6 @@ import re
 import subprocess
 import threading
 
-import pytest
 
 from helpers import homegpu_argv, job_table, read_metrics, worker_processes, write_config
 from test_user_scripts_lan import keras_io_job

@@ -6,14 +6,12 @@ import asyncio
 import threading
 import time
 
-import pytest
 
 from helpers import wait_until
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.nodes.events import NodeState
-
 
 
 class Writer(threading.Thread):

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.nodes.cluster import Cluster
-
 
 
 def progress_epoch(epoch: int, steps: int = 40) -> str:

@@ -12,7 +12,6 @@ import shlex
 import subprocess
 from pathlib import Path
 
-import pytest
 
 from helpers import homegpu, job_table, wait_for
 from homegpu.remote.node_side import worker_process

@@ -7,7 +7,6 @@ or REJECT), a wrong address is another node's real address, an unresolvable one 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,6 @@ from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.doctor.probe import diagnose
 from homegpu.remote.net.reach import Endpoint, describe, reach_problems
 from homegpu.remote.nodes.cluster import Cluster
-
 
 
 
@@ -51,7 +49,6 @@ async def _problems(config: Path, addresses: dict[str, str] | None = None, port:
         ends = [Endpoint(session, (addresses or {}).get(name, session.address), (port,))
                 for name, session in cluster.nodes.items() if name in nodes]
         return await reach_problems(ends)
-
 
 
 async def test_nodes_on_one_lan_reach_each_other(sim_cluster, cluster_toml):

@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-import pytest
 
 from gpu_replay import FIXTURES, nvidia_smi_in
 from helpers import homegpu_argv, job_table, wait_for

@@ -19,7 +19,6 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Iterator
 
-import pytest
 
 from gpu_replay import FIXTURES, write_apps_with_pids
 from helpers import homegpu, homegpu_argv, wait_for

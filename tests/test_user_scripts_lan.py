@@ -11,7 +11,6 @@ import shutil
 import sys
 from pathlib import Path
 
-import pytest
 
 from helpers import homegpu, read_metrics, worker_processes
 from simcluster import free_job_port
