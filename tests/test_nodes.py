@@ -120,6 +120,25 @@ async def test_lost_node_goes_offline_within_keepalive_bound_others_keep_streami
         assert node2.state is NodeState.ONLINE
 
 
+async def test_a_node_that_refuses_keeps_saying_why_between_retries(sim_cluster, cluster_toml):
+    # What `status` prints after its wait is the state at that moment: a retry must not turn a refused
+    # node back into "connecting" (it did, under load, between two tries on the backoff).
+    victim = sim_cluster.node("node1")
+    victim.stop()
+    try:
+        async with Cluster(load_cluster(cluster_toml)) as cluster:
+            events = await collect(cluster, 5.0)  # the backoff's tries at 0.5, 1 and 2 s
+            node1 = [e for e in events if isinstance(e, NodeStateChanged) and e.node == "node1"]
+            refused = [e for e in node1 if e.state is NodeState.OFFLINE]
+            assert len(refused) >= 2, f"node1 did not retry: {node1}"
+            assert all("refused" in e.reason for e in refused), refused
+            after_first = node1[node1.index(refused[0]):]
+            assert all(e.state is NodeState.OFFLINE for e in after_first), after_first
+            assert cluster.node("node1").state is NodeState.OFFLINE
+    finally:
+        victim.start()
+
+
 @pytest.fixture
 def lone_node(lan, tmp_path):
     """A one-node cluster of its own, so host key games cannot disturb the shared one."""

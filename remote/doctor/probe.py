@@ -80,7 +80,7 @@ def _port_free(result: list[Check] | BaseException) -> bool:
 
 
 async def _diagnose_node(session: NodeSession, job_port: int) -> list[Check]:
-    state, reason = session.state, session.reason  # snapshot: a retry would reset it to CONNECTING
+    state, reason = session.state, session.reason  # snapshot: a reconnect would reset it to CONNECTING
     head = connection_checks(session.name, session.spec, session.cluster.ssh.known_hosts, state, reason)
     if state is not NodeState.ONLINE:
         rest = [Check(session.name, name, None, NOT_REACHABLE) for name in CHECK_NAMES[2:-1]]

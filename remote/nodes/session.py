@@ -131,8 +131,12 @@ class NodeSession:
 
     async def _supervise(self) -> None:
         while True:
+            # A retry on the backoff keeps showing why the last try failed ("offline: connection
+            # refused" beats a "connecting" that flickers between tries); the first try and one
+            # the user asked for say "connecting".
+            if self.state is NodeState.CONNECTING or self._wake.is_set():
+                await self._set_state(NodeState.CONNECTING)
             self._wake.clear()
-            await self._set_state(NodeState.CONNECTING)
             try:
                 transport = await open_transport(self.cluster, self.spec)
             except NodeError as exc:
