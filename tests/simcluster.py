@@ -226,8 +226,11 @@ class SimNode:
 
     def __init__(self, name: str, host: int, root: Path, authorized_keys: Path, *,
                  extra_path: bool = False, port: int | None = None, alias: str | None = None,
-                 mbit: int | None = simnet.DEFAULT_MBIT) -> None:
+                 mbit: int | None = simnet.DEFAULT_MBIT, login_banner: str | None = None) -> None:
         self.name = name
+        # A line the node's ~/.bashrc echoes for every command (above any interactive guard, as on
+        # Fedora or after a careless edit), or None for a silent shell.
+        self.login_banner = login_banner
         self.alias = alias or name
         self._host = host
         self._address = simnet.address_of(host)
@@ -350,6 +353,10 @@ class SimNode:
         home = shlex.join(["mount", "--bind", str(self._work_dir), os.path.join(NODE_HOME, ".homegpu")])
         if self.engine is not None:
             home += " && " + shlex.join(self.engine.bind_argv())
+        if self.login_banner is not None:  # the node's own ~/.bashrc, in its mount namespace only
+            bashrc = self._sshd_dir / "bashrc"
+            bashrc.write_text(f"echo {shlex.quote(self.login_banner)}\n")
+            home += " && " + shlex.join(["mount", "--bind", str(bashrc), os.path.join(NODE_HOME, ".bashrc")])
         sshd = shlex.join([SSHD, "-D", "-f", str(self.config_path), "-E", str(self.log_path)])
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
@@ -390,15 +397,21 @@ class SimNode:
             "X11Forwarding": "no",
             "PrintMotd": "no",
             "UseDNS": "no",
-            # Tests open many connections at once; the defaults (10 / 10:30:100) drop some.
+            # The one setting raised for the suite's own speed: tests open many connections at once
+            # (serve, a run and status against one node) and OpenSSH's default (10:30:100) drops
+            # unauthenticated ones past 10 at random. MaxSessions keeps its default (10 channels a
+            # connection), as on people's machines.
             "MaxStartups": "200",
-            "MaxSessions": "100",
-            "Subsystem": "sftp internal-sftp",
+            # Debian's default: sftp-server is started through the user's login shell (internal-sftp
+            # is not), so a shell that prints breaks it, as it does for people.
+            "Subsystem": "sftp /usr/lib/openssh/sftp-server",
             # SHLVL=1 makes bash skip ~/.bashrc, which it otherwise runs for every command sshd
             # hands it. Root's ~/.bashrc belongs to this machine, not to the node being simulated
             # (here it runs `pyenv init`, ~100 ms of CPU, and puts pyenv's python3 shim first);
             # with every node sharing two cores, that cost would be paid N times over serially.
-            "SetEnv": f"PATH={self.session_path} SHLVL=1 {MARKER_VAR}={self._marker}",
+            # A node with a login banner has a ~/.bashrc of its own, which bash does read.
+            "SetEnv": f"PATH={self.session_path} {'' if self.login_banner is not None else 'SHLVL=1 '}"
+                      f"{MARKER_VAR}={self._marker}",
         }
         self.config_path.write_text("".join(f"{key} {value}\n" for key, value in options.items()))
 

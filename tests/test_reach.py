@@ -132,24 +132,7 @@ def node_without_sftp(sim_cluster: SimCluster) -> Iterator[SimCluster]:
         yield spare
 
 
-def test_an_ssh_server_without_sftp_is_named_before_anything_starts(sim_cluster, node_without_sftp, tmp_path):
-    spare = node_without_sftp.node("nosftp")
-    known_hosts = tmp_path / "known_hosts"
-    known_hosts.write_text(sim_cluster.known_hosts_path.read_text() + spare.known_hosts_line + "\n")
-    data = sim_cluster.cluster_dict(known_hosts=str(known_hosts), jobs={"demo": job_table(nodes=["node1", "nosftp"])})
-    data["nodes"] = [node for node in data["nodes"] if node["name"] == "node1"]
-    data["nodes"].append({"name": "nosftp", "host": spare.alias, "runtime": "process"})
-    config = tmp_path / "cluster.toml"
-    config.write_text(tomli_w.dumps(data))
-    result = homegpu("--config", str(config), "run", "demo", "--no-tui", cwd=tmp_path, timeout=120)
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert ("nosftp: its SSH server offers no SFTP subsystem, which homegpu needs for files; add "
-            "`Subsystem sftp internal-sftp` to /etc/ssh/sshd_config there and restart sshd") in result.stderr
-    assert "Traceback" not in result.stderr
-    assert not worker_processes(sim_cluster)
-
-
-async def test_doctor_fails_the_ssh_row_of_a_server_without_sftp(sim_cluster, node_without_sftp, tmp_path):
+async def test_doctor_says_files_go_by_commands_on_a_server_without_sftp(node_without_sftp, tmp_path):
     spare = node_without_sftp.node("nosftp")
     known_hosts = tmp_path / "known_hosts"
     known_hosts.write_text(spare.known_hosts_line + "\n")
@@ -158,6 +141,14 @@ async def test_doctor_fails_the_ssh_row_of_a_server_without_sftp(sim_cluster, no
     config.write_text(tomli_w.dumps(data))
     async with Cluster(load_cluster(config), stream_stats=False) as cluster:
         rows = {check.name: check for check in await diagnose(cluster, free_job_port())}
-    assert rows["ssh"].ok is False
-    assert rows["ssh"].detail == "connected, but its SSH server offers no SFTP subsystem, which homegpu needs for files"
-    assert rows["ssh"].fix == "Add `Subsystem sftp internal-sftp` to /etc/ssh/sshd_config there and restart sshd"
+        # the node's files all the same: a folder made and listed by commands
+        node = cluster.node("nosftp")
+        folder = f"{await node.home_dir()}/.homegpu/made-without-sftp/inner"
+        await node.makedirs(folder)
+        (spare.work_dir / "made-without-sftp" / "inner" / "f").write_text("x")
+        listing = await node.list_tree(folder.rsplit("/", 1)[0], frozenset())
+    assert rows["ssh"].ok is True and rows["python3"].ok is True
+    assert rows["login shell"].ok is True
+    assert rows["login shell"].detail == ("prints nothing for non-interactive commands; no SFTP (its SSH server "
+                                          "offers no SFTP subsystem), so homegpu moves files with commands")
+    assert listing == {"inner/f": (1, listing["inner/f"][1])}

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from homegpu.remote.doctor.check import Check
 from homegpu.remote.doctor.gpus import container_runtime_check, gpu_check
 from homegpu.remote.net import parse_probe
-from homegpu.remote.nodes import MIB_PER_GIB, CommandResult, NodeStats, StatsParseError, gib, parse_agent_line
+from homegpu.remote.nodes import (
+    MIB_PER_GIB, SHELL_FIX, CommandResult, NodeStats, StatsParseError, gib, parse_agent_line, talking_shell,
+)
 
 MIN_PYTHON = (3, 8)
 MIN_FREE_DISK_MIB = 5 * MIB_PER_GIB
@@ -23,7 +25,7 @@ NOT_FOUND = 127
 NO_ANSWER = -2  # pseudo exit statuses for a command that timed out / could not be sent
 NOT_SENT = -3
 
-CHECK_NAMES = ("ssh", "host key", "python3", "tensorflow", "docker", "nvidia container runtime", "gpus",
+CHECK_NAMES = ("ssh", "host key", "login shell", "python3", "tensorflow", "docker", "nvidia container runtime", "gpus",
                "iperf3", "disk", "clock", "job port", "address", "reachable")
 TF_INSTALL = "'tensorflow==2.21.*' 'tf-keras==2.21.*'"
 
@@ -66,6 +68,18 @@ def node_checks(facts: NodeFacts, alone: bool = False) -> list[Check]:
         port_check(facts, python_ok),
         address_check(facts),
     ]
+
+
+def shell_check(node: str, banner: str, sftp_trouble: str, failure: str = "") -> Check:
+    """The login shell row: silent, or what it prints and the fix; and how files move (SFTP or commands).
+    `failure`: why even the commands' way to the home directory failed ("" when it worked)."""
+    if failure:
+        return Check(node, "login shell", False, f"cannot read the node's files: {failure}",
+                     "Check that the node's user can run sh, mkdir, find and tar, or that its sshd offers SFTP")
+    files = f"; no SFTP ({sftp_trouble}), so homegpu moves files with commands" if sftp_trouble else ""
+    if banner.strip():
+        return Check(node, "login shell", False, talking_shell(banner) + files, SHELL_FIX)
+    return Check(node, "login shell", True, "prints nothing for non-interactive commands" + files)
 
 
 def _needs_python(facts: NodeFacts, name: str) -> Check:

@@ -19,7 +19,7 @@ from typing import Sequence
 
 from homegpu.remote.config import DEFAULT_JOB_PORT, NodeSpec
 from homegpu.remote.doctor.check import Check
-from homegpu.remote.doctor.judge import CHECK_NAMES, NO_ANSWER, NOT_SENT, NodeFacts, node_checks
+from homegpu.remote.doctor.judge import CHECK_NAMES, NO_ANSWER, NOT_SENT, NodeFacts, node_checks, shell_check
 from homegpu.remote.doctor.network import reach_checks
 from homegpu.remote.net import probe_argv
 from homegpu.remote.node_side import script
@@ -86,19 +86,20 @@ async def _diagnose_node(session: NodeSession, job_port: int) -> list[Check]:
         rest = [Check(session.name, name, None, NOT_REACHABLE) for name in CHECK_NAMES[2:-1]]
         return head + rest
     facts = await gather_facts(session, job_port)
-    return await _sftp_check(session, head) + node_checks(facts, alone=len(session.cluster.nodes) == 1)
+    return head + [await _login_shell_check(session)] + node_checks(facts, alone=len(session.cluster.nodes) == 1)
 
 
-async def _sftp_check(session: NodeSession, head: list[Check]) -> list[Check]:
-    """`head` with the ssh row failed if the node's SSH server cannot do SFTP (homegpu's file transfers)."""
+async def _login_shell_check(session: NodeSession) -> Check:
+    """The login shell row, once the probes' commands have run; one SFTP request finds out whether
+    files can go by SFTP (homegpu falls back to commands where they cannot)."""
+    if session.spec.is_local:
+        return Check(session.name, "login shell", None, "this machine: commands start without a login shell")
     try:
         await session.home_dir()
-    except TransportError as exc:
-        detail, _, fix = str(exc).partition("; ")
-        return [Check(session.name, "ssh", False, f"connected, but {detail}", fix[:1].upper() + fix[1:]), *head[1:]]
-    except NodeOffline:
-        pass  # the other probes say so
-    return head
+        failure = ""
+    except (TransportError, NodeOffline) as exc:
+        failure = str(exc)
+    return shell_check(session.name, session.shell_banner, session.sftp_trouble, failure)
 
 
 async def _run(session: NodeSession, argv: Sequence[str], *, input: bytes | None = None,

@@ -14,7 +14,9 @@ from typing import Callable, Sequence
 from homegpu.remote.config import JobSpec
 from homegpu.remote.jobs.node_checks import node_preflight, port_problems
 from homegpu.remote.net import Endpoint, reach_problems
-from homegpu.remote.nodes import Cluster, PreflightResult, describe_gpus, foreign_memory_warnings
+from homegpu.remote.nodes import (
+    SHELL_FIX, Cluster, NodeSession, PreflightResult, describe_gpus, foreign_memory_warnings, talking_shell,
+)
 from homegpu.remote.plan import DevicePlan, WorkerSlot
 from homegpu.remote.runtimes import Runtime, WorkerLaunch
 
@@ -42,7 +44,7 @@ async def run_preflight(cluster: Cluster, job: JobSpec, run_id: str, slots: Sequ
     for name, found in zip(first, results):
         stats = cluster.node(name).latest
         gpus = describe_gpus(stats) + (f" ({stats.source})" if stats and stats.gpus else "")
-        warnings = foreign_memory_warnings(name, stats, _job_gpus(plan, name), run_id)
+        warnings = foreign_memory_warnings(name, stats, _job_gpus(plan, name), run_id) + _shell_warnings(cluster.node(name))
         cluster.hub.publish(PreflightResult(job.name, name, tuple(found), gpus, tuple(warnings)))
         problems += found
     return problems
@@ -54,6 +56,12 @@ async def restart_port_problems(slots: Sequence[WorkerSlot], runtime_of: Runtime
     found = await asyncio.gather(*(port_problems(runtime_of(slot), slot.address, _ports_on(slots, name))
                                    for name, slot in first.items()), return_exceptions=True)
     return [p for item in found for p in ([str(item)] if isinstance(item, BaseException) else item)]
+
+
+def _shell_warnings(node: NodeSession) -> list[str]:
+    """The node's talking login shell, named with its fix (the run goes on: homegpu sets the text aside)."""
+    said = talking_shell(node.shell_banner)
+    return [f"{node.name}: {said}. {SHELL_FIX}"] if said else []
 
 
 def _first_slots(slots: Sequence[WorkerSlot]) -> dict[str, WorkerSlot]:

@@ -1,5 +1,6 @@
 """homegpu.remote.nodes: the cluster's live sessions: one per node over SSH (or local processes), host keys,
-the stats agent's stream as snapshots, who owns each GPU process, the event hub, and node text made visible.
+the stats agent's stream as snapshots, a talking login shell in words, who owns each GPU process, the event
+hub, and node text made visible.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from homegpu.remote.nodes.events import (
     NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, QueueRunChanged, Straggler,
     Subscription, WorkerExited,
 )
+from homegpu.remote.nodes.login_shell import SHELL_FIX, talking_shell
 from homegpu.remote.nodes.owners import FOREIGN_SHARE, foreign_memory_warnings, is_run_worker, owner_text
 from homegpu.remote.nodes.session import NODE_GONE, NodeOffline, NodeSession
 from homegpu.remote.nodes.stats import NA, GpuStats, NodeStats, StatsParseError, describe_gpus, parse_agent_line
@@ -25,7 +27,7 @@ from homegpu.remote.nodes.units import MIB_PER_GIB, format_bytes, gib
 from homegpu.remote.nodes.visible import visible, visible_fields
 
 __all__ = [
-    "FOREIGN_SHARE", "MIB_PER_GIB", "NA", "NODE_GONE", "RUN_ALERTS", "Alert", "AlertCommandFailed", "AlertState",
+    "FOREIGN_SHARE", "MIB_PER_GIB", "SHELL_FIX", "NA", "NODE_GONE", "RUN_ALERTS", "Alert", "AlertCommandFailed", "AlertState",
     "Cluster",
     "CommandResult", "CommandTimeout", "EventHub", "GpuStats", "JobState", "JobStateChanged", "NodeError",
     "NodeOffline", "NodeSession", "NodeState", "NodeStateChanged", "NodeStats", "NodeStatsUnavailable",
@@ -33,6 +35,7 @@ __all__ = [
     "SshTransport",
     "StatsParseError", "Straggler", "Subscription", "TransportError", "WorkerExited", "agent_command", "agent_payload",
     "cause", "connect_wait", "describe_gpus", "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib",
-    "hostkeys", "is_run_worker", "owner_text", "parse_agent_line", "ssh_target", "tied_to_session", "visible",
+    "hostkeys", "is_run_worker", "owner_text", "parse_agent_line", "ssh_target", "talking_shell", "tied_to_session",
+    "visible",
     "visible_fields",
 ]

@@ -180,6 +180,14 @@ async def open_transport(cluster: ClusterSpec, node: NodeSpec) -> NodeTransport:
     if node.is_local:
         return LocalTransport()
     _read_ssh_config(cluster, node)  # its one line, where connect() would raise a bare ValueError or OSError
+    conn = await _connect(cluster, node)
+    transport = SshTransport(conn, open_more=lambda: _connect(cluster, node))
+    transport.peer_address = peer_address(conn.get_extra_info("peername"))
+    return transport
+
+
+async def _connect(cluster: ClusterSpec, node: NodeSpec) -> asyncssh.SSHClientConnection:
+    """One verified SSH connection to `node` (open_transport's errors)."""
     recorder = _KeyRecorder()
     try:
         conn = await asyncio.wait_for(
@@ -197,9 +205,7 @@ async def open_transport(cluster: ClusterSpec, node: NodeSpec) -> NodeTransport:
                                      "is the machine on and sshd running?") from None
     except (OSError, asyncssh.Error) as exc:
         raise Unreachable(node.name, f"cannot connect to {node.host}: {_describe(exc)}") from None
-    transport = SshTransport(conn)
-    transport.peer_address = peer_address(conn.get_extra_info("peername"))
-    return transport
+    return conn
 
 
 def peer_address(peername: object) -> str | None:

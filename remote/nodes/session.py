@@ -107,6 +107,16 @@ class NodeSession:
         """Start a long-running command on the node. Raises NodeOffline when it is not connected."""
         return await self._connected().start(argv)
 
+    @property
+    def shell_banner(self) -> str:
+        """What the node's login shell printed before homegpu's commands so far ("" when silent)."""
+        return self.transport.shell_banner if self.transport else ""
+
+    @property
+    def sftp_trouble(self) -> str:
+        """Why SFTP cannot work on the node, once a file operation found out ("" otherwise)."""
+        return self.transport.sftp_trouble if self.transport else ""
+
     async def home_dir(self) -> str:
         return await self._connected().home_dir()
 

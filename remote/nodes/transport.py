@@ -6,12 +6,10 @@ shlex.join, so no value from cluster.toml is ever interpreted by a remote shell.
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import contextlib
 import os
 import posixpath
-import re
 import shlex
 import shutil
 import signal
@@ -22,141 +20,20 @@ from typing import AsyncIterator, Sequence
 import asyncssh
 from asyncssh.constants import OPEN_REQUEST_SESSION_FAILED
 
+from homegpu.remote.nodes import exec_files
+from homegpu.remote.nodes.transport_base import (
+    CHUNK_SIZE, CommandResult, CommandTimeout, NodeTransport, RemoteProcess, TransportError, cause, no_answer,
+)
 
-CHUNK_SIZE = 64 * 1024
-
-
-# homegpu reads and writes a node's files (work dir, logs, outputs) over SFTP, as scp does by default.
-NO_SFTP = ("its SSH server offers no SFTP subsystem, which homegpu needs for files; add "
-           "`Subsystem sftp internal-sftp` to /etc/ssh/sshd_config there and restart sshd")
-
-
-class TransportError(Exception):
-    """The connection failed under a command (lost, reset, channel refused)."""
+__all__ = [
+    "CHUNK_SIZE", "CommandResult", "CommandTimeout", "LocalTransport", "NodeTransport", "RemoteProcess",
+    "SshTransport", "TransportError", "cause", "framed", "local_tree", "split_banner", "tied_to_session",
+]
 
 
-class CommandTimeout(TransportError):
-    """A command did not finish within its timeout (killed); the node may only be slow."""
-
-
-def _no_answer(argv: Sequence[str], timeout: float | None) -> CommandTimeout:
-    return CommandTimeout(f"{argv[0]} did not answer within {timeout:g} s (is the node overloaded, or its "
-                          "connection dead?)")
-
-
-def cause(exc: BaseException) -> str:
-    """What went wrong, for a person: the exception's message, else its type in words ("connection
-    lost" for an asyncssh.ConnectionLost without a reason), never an empty string."""
-    return str(exc).strip() or re.sub(r"(?<=[a-z])(?=[A-Z])", " ", type(exc).__name__).lower()
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    exit_status: int
-    stdout: str
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_status == 0
-
-
-class RemoteProcess(abc.ABC):
-    """A long-running command on a node: write stdin, read stdout lines, stop it."""
-
-    @abc.abstractmethod
-    def write(self, data: bytes) -> None: ...
-
-    @abc.abstractmethod
-    async def drain(self) -> None:
-        """Wait until what write() buffered has gone out, so a long stream stays bounded in memory.
-        Raises TransportError when the other end is gone."""
-
-    @abc.abstractmethod
-    def close_stdin(self) -> None: ...
-
-    @abc.abstractmethod
-    async def read_chunk(self) -> bytes:
-        """The next bytes of stdout, b"" at EOF."""
-
-    async def raw_lines(self) -> AsyncIterator[bytes]:
-        """Stdout, one line at a time as sent (newline included; the last may lack it), until EOF.
-
-        Lines are cut here rather than by the stream's readline(), which may hand back pieces of
-        a line at chunk boundaries, or fail on lines longer than its buffer.
-        """
-        pending = b""
-        while chunk := await self.read_chunk():
-            pending += chunk
-            *complete, pending = pending.split(b"\n")
-            for line in complete:
-                yield line + b"\n"
-        if pending:
-            yield pending
-
-    async def lines(self) -> AsyncIterator[str]:
-        """Stdout, one decoded line at a time (without the newline), until EOF."""
-        async for raw in self.raw_lines():
-            yield raw.decode("utf-8", "replace").rstrip("\r\n")
-
-    @abc.abstractmethod
-    async def stderr_text(self) -> str:
-        """Whatever the process wrote to stderr, once it has ended."""
-
-    @abc.abstractmethod
-    async def wait(self) -> int | None:
-        """The exit status (None when the node did not report one, e.g. the link died)."""
-
-    @abc.abstractmethod
-    def terminate(self) -> None: ...
-
-    async def close(self) -> None:
-        """Terminate and wait (briefly) until it is gone, so no pipe outlives the event loop."""
-        self.terminate()
-        try:
-            await asyncio.wait_for(self.wait(), 5)
-        except (asyncio.TimeoutError, TransportError):
-            pass
-
-
-class NodeTransport(abc.ABC):
-    """An open connection to one node."""
-
-    peer_address: str | None = None  # the IP address an SSH connection reached (set by connect.py)
-
-    @abc.abstractmethod
-    async def run(self, argv: Sequence[str], *, input: bytes | None = None,
-                  timeout: float | None = None) -> CommandResult:
-        """Run argv to completion. Raises CommandTimeout after `timeout` seconds, TransportError when
-        the connection fails under it."""
-
-    @abc.abstractmethod
-    async def start(self, argv: Sequence[str]) -> RemoteProcess:
-        """Start argv with pipes for stdin and stdout."""
-
-    @abc.abstractmethod
-    async def home_dir(self) -> str:
-        """The node user's home directory (to expand ~ without starting a shell)."""
-
-    @abc.abstractmethod
-    async def list_tree(self, remote_dir: str, skip: frozenset[str]) -> dict[str, tuple[int, int]]:
-        """{relative path: (size, mtime)} of the files under a directory ({} when it is missing),
-        leaving out directories named in `skip`."""
-
-    @abc.abstractmethod
-    async def makedirs(self, path: str) -> None:
-        """Create a directory (absolute path) and its parents on the node, as the node's user."""
-
-    @abc.abstractmethod
-    async def get_tree(self, remote_dir: str, local_dir: Path) -> None:
-        """Copy a directory tree from the node (absolute path) to this machine."""
-
-    @abc.abstractmethod
-    async def wait_closed(self) -> None:
-        """Returns when the connection is gone (closed by us, the peer, or keepalive)."""
-
-    @abc.abstractmethod
-    def close(self) -> None: ...
+# homegpu reads a node's files (work dir, outputs) over SFTP, as scp does by default, and over
+# commands (exec_files) where the node has none.
+NO_SFTP = "its SSH server offers no SFTP subsystem"
 
 
 # -- SSH ----------------------------------------------------------------------------------------
@@ -170,14 +47,38 @@ _TIED_SCRIPT = ('exec 3<&0; "$@" </dev/null 3<&- & c=$!; '
                 '(cat <&3; kill $c) >/dev/null 2>&1 & exec 3<&-; wait $c')
 
 
+# A login shell may print before it runs the command sshd hands it (an `echo` in ~/.bashrc above
+# its interactive guard, a conda or fortune line: bash reads .bashrc for every SSH command). So each
+# command first writes a marker line to stdout and to stderr, then execs argv: what precedes the
+# marker is the shell's (kept as the transport's `shell_banner`, for doctor), never the answer.
+OUTPUT_MARK = "--homegpu-output--"
+_MARK_LINE = (OUTPUT_MARK + "\n").encode()
+
+
+def framed(argv: Sequence[str]) -> str:
+    """The remote command line for argv: the marker on stdout and stderr, then argv exec'd (so its
+    exit status and signals are the command's own). Values are quoted: no shell reads them."""
+    mark = shlex.quote(OUTPUT_MARK)
+    return f"printf '%s\\n' {mark}; printf '%s\\n' {mark} >&2; exec {shlex.join(argv)}"
+
+
+def split_banner(data: bytes) -> tuple[bytes, bytes]:
+    """(what the login shell printed before the marker, the command's own output). Without a marker
+    (the shell never got to the command) everything is the command's."""
+    head, mark, rest = data.partition(_MARK_LINE)
+    return (head, rest) if mark else (b"", data)
+
+
 def tied_to_session(argv: Sequence[str]) -> list[str]:
     """argv wrapped so the command is killed when the session (our end of its stdin) goes away."""
     return ["sh", "-c", _TIED_SCRIPT, "sh", *argv]
 
 
 class SshProcess(RemoteProcess):
-    def __init__(self, process: asyncssh.SSHClientProcess) -> None:
+    def __init__(self, process: asyncssh.SSHClientProcess, on_banner=None) -> None:
         self._process = process
+        self._before_mark: bytes | None = b""  # None once the marker has passed
+        self._on_banner = on_banner or (lambda banner: None)
 
     def write(self, data: bytes) -> None:
         self._process.stdin.write(data)
@@ -192,6 +93,21 @@ class SshProcess(RemoteProcess):
         self._process.stdin.write_eof()
 
     async def read_chunk(self) -> bytes:
+        while self._before_mark is not None:  # the login shell's output, up to the marker
+            chunk = await self._read()
+            head, mark, rest = (self._before_mark + chunk).partition(_MARK_LINE)
+            if not mark and chunk:
+                self._before_mark = head
+                continue
+            self._before_mark = None
+            self._on_banner(head if mark else b"")
+            if not mark:  # EOF before any marker: the shell never ran the command; all of it is output
+                return head
+            if rest:
+                return rest
+        return await self._read()
+
+    async def _read(self) -> bytes:
         try:
             return await self._process.stdout.read(CHUNK_SIZE)
         except (asyncssh.Error, OSError) as exc:
@@ -199,7 +115,7 @@ class SshProcess(RemoteProcess):
 
     async def stderr_text(self) -> str:
         try:
-            return (await self._process.stderr.read()).decode("utf-8", "replace")
+            return split_banner(await self._process.stderr.read())[1].decode("utf-8", "replace")
         except (asyncssh.Error, OSError):
             return ""
 
@@ -214,11 +130,80 @@ class SshProcess(RemoteProcess):
         self._process.close()
 
 
+# OpenSSH's default MaxSessions: the session channels (commands, SFTP) one connection may hold.
+# Port forwards do not count. A node set lower refuses the channel past its limit; we learn it then.
+SESSIONS_PER_CONNECTION = 10
+
+
+@dataclass
+class _Link:
+    """One SSH connection to the node and how many of its session channels are open."""
+
+    conn: asyncssh.SSHClientConnection
+    limit: int = SESSIONS_PER_CONNECTION
+    open: int = 0
+
+
 class SshTransport(NodeTransport):
-    def __init__(self, conn: asyncssh.SSHClientConnection) -> None:
+    """A node over SSH: the first connection (stats, SFTP, forwards, keepalive), and more opened by
+    `open_more` when its session channels run out, so twelve workers never meet MaxSessions."""
+
+    def __init__(self, conn: asyncssh.SSHClientConnection, open_more=None) -> None:
         self.conn = conn
+        self._links = [_Link(conn)]
+        self._open_more = open_more
+        self._link_lock = asyncio.Lock()
+        self._releases: set[asyncio.Task] = set()
         self._sftp_client: asyncssh.SFTPClient | None = None
         self._sftp_lock = asyncio.Lock()
+        self.sftp_trouble = ""  # why SFTP cannot work on this node, once found out: files go by commands
+
+    async def _with_session(self, opener):
+        """(link, opener(conn)) on a connection with a session channel to spare, its slot taken.
+        A channel refused by a link that already holds some (OpenSSH's "open failed": MaxSessions
+        below its default) lowers that link's limit and goes to another connection."""
+        while True:
+            link = await self._link_with_room()
+            link.open += 1
+            try:
+                return link, await opener(link.conn)
+            except asyncssh.ChannelOpenError as exc:
+                link.open -= 1
+                if exc.code == OPEN_REQUEST_SESSION_FAILED or link.open == 0 or self._open_more is None:
+                    raise  # the command's request failed, or a fresh connection refuses: not a limit
+                link.limit = link.open
+            except BaseException:
+                link.open -= 1
+                raise
+
+    async def _link_with_room(self) -> _Link:
+        async with self._link_lock:
+            for link in self._links:
+                if link.open < link.limit:
+                    return link
+            if self._open_more is None:
+                return self._links[0]
+            try:
+                link = _Link(await self._open_more())
+            except Exception as exc:  # NodeError and the like: the caller handles TransportError
+                raise TransportError(f"cannot open another SSH connection (the first holds {self._links[0].open} "
+                                     f"sessions): {cause(exc)}") from exc
+            self._links.append(link)
+            return link
+
+    def _release_when_closed(self, link: _Link, process: asyncssh.SSHClientProcess) -> None:
+        async def release() -> None:
+            with contextlib.suppress(Exception):
+                await process.wait_closed()
+            link.open -= 1
+        task = asyncio.create_task(release())
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+
+    def _heard_banner(self, banner: bytes) -> None:
+        text = _text(banner).strip()
+        if text:
+            self.shell_banner = text
 
     @contextlib.asynccontextmanager
     async def _sftp(self) -> AsyncIterator[asyncssh.SFTPClient]:
@@ -235,44 +220,88 @@ class SshTransport(NodeTransport):
             raise  # the node refused this one request (no such file, ...): the session is fine
         except (asyncssh.Error, OSError):
             if self._sftp_client is sftp:
-                self._sftp_client = None
-                sftp.exit()
+                self._drop_sftp()
             raise
 
     async def _start_sftp(self) -> asyncssh.SFTPClient:
+        link = self._links[0]
+        link.open += 1  # the SFTP session is a channel of the first connection while it lives
         try:
             return await self.conn.start_sftp_client()
-        except asyncssh.ChannelOpenError as exc:
-            if exc.code != OPEN_REQUEST_SESSION_FAILED:
-                raise
-            raise TransportError(NO_SFTP) from None
+        except BaseException as exc:
+            link.open -= 1
+            if isinstance(exc, asyncssh.ChannelOpenError) and exc.code == OPEN_REQUEST_SESSION_FAILED:
+                raise TransportError(NO_SFTP) from None
+            raise
+
+    def _drop_sftp(self) -> None:
+        if self._sftp_client is not None:
+            self._sftp_client.exit()
+            self._sftp_client = None
+            self._links[0].open -= 1
 
     async def run(self, argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None) -> CommandResult:
+        async def command(conn: asyncssh.SSHClientConnection):
+            return await conn.run(framed(argv), input=input, encoding=None, check=False)
+
+        link = None
         try:
-            result = await asyncio.wait_for(
-                self.conn.run(shlex.join(argv), input=input, encoding=None, check=False), timeout)
+            link, result = await asyncio.wait_for(self._with_session(command), timeout)
         except asyncio.TimeoutError:  # an OSError since Python 3.11: say it, not "connection failed: "
-            raise _no_answer(argv, timeout) from None
+            raise no_answer(argv, timeout) from None
         except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"connection failed during {argv[0]}: {cause(exc)}") from exc
+            raise TransportError(f"connection failed during {argv[0]}: {_refusal(exc)}") from exc
+        finally:
+            if link is not None:
+                link.open -= 1
+        banner, stdout = split_banner(result.stdout or b"")
+        banner_err, stderr = split_banner(result.stderr or b"")
+        self._heard_banner(banner + banner_err)
         return CommandResult(
             exit_status=result.exit_status if result.exit_status is not None else -1,
-            stdout=_text(result.stdout), stderr=_text(result.stderr),
+            stdout=_text(stdout), stderr=_text(stderr),
         )
 
     async def start(self, argv: Sequence[str]) -> RemoteProcess:
+        async def process(conn: asyncssh.SSHClientConnection):
+            return await conn.create_process(framed(argv), encoding=None)
+
         try:
-            return SshProcess(await self.conn.create_process(shlex.join(argv), encoding=None))
+            link, started = await self._with_session(process)
         except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"cannot start {argv[0]}: {cause(exc)}") from exc
+            raise TransportError(f"cannot start {argv[0]}: {_refusal(exc)}") from exc
+        self._release_when_closed(link, started)
+        return SshProcess(started, self._heard_banner)
+
+    # -- files: over SFTP where it works, else over commands (exec_files) ---------------------
+
+    async def _by_sftp(self, what: str, operation, fallback):
+        """operation(sftp), or fallback() once SFTP has shown it cannot work on this node (no
+        subsystem, or a login shell printing into sftp-server's stream); `sftp_trouble` says why.
+        A request the node refuses (no such file, permission) is a TransportError naming `what`."""
+        if not self.sftp_trouble:
+            try:
+                async with self._sftp() as sftp:
+                    return await operation(sftp)
+            except (asyncssh.SFTPBadMessage, asyncssh.SFTPConnectionLost) as exc:
+                self._give_up_sftp(cause(exc))
+            except asyncssh.SFTPError as exc:
+                raise TransportError(f"{what}: {cause(exc)}") from exc
+            except TransportError as exc:  # no SFTP subsystem (NO_SFTP)
+                self._give_up_sftp(str(exc))
+            except (asyncssh.Error, OSError) as exc:
+                raise TransportError(f"{what}: {cause(exc)}") from exc
+        return await fallback()
+
+    def _give_up_sftp(self, why: str) -> None:
+        self.sftp_trouble = why
+        self._drop_sftp()
 
     async def home_dir(self) -> str:
-        try:  # the SFTP subsystem starts no login shell: much cheaper than `echo ~`
-            async with self._sftp() as sftp:
-                return await sftp.realpath(".")
-        except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"cannot ask for the home directory: {cause(exc)}") from exc
+        # the SFTP subsystem starts no login shell: much cheaper than `cd && pwd`
+        return await self._by_sftp("cannot ask for the home directory", lambda sftp: sftp.realpath("."),
+                                   lambda: exec_files.home_dir(self))
 
     async def list_tree(self, remote_dir: str, skip: frozenset[str]) -> dict[str, tuple[int, int]]:
         files: dict[str, tuple[int, int]] = {}
@@ -287,36 +316,41 @@ class SshTransport(NodeTransport):
                 elif entry.attrs.type == asyncssh.FILEXFER_TYPE_REGULAR:
                     files[prefix + name] = (entry.attrs.size or 0, int(entry.attrs.mtime or 0))
 
-        try:
-            async with self._sftp() as sftp:
-                if await sftp.isdir(remote_dir):
-                    await walk(sftp, remote_dir, "")
-        except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"cannot list {remote_dir}: {cause(exc)}") from exc
-        return files
+        async def by_sftp(sftp: asyncssh.SFTPClient) -> dict[str, tuple[int, int]]:
+            files.clear()
+            if await sftp.isdir(remote_dir):
+                await walk(sftp, remote_dir, "")
+            return files
+
+        return await self._by_sftp(f"cannot list {remote_dir}", by_sftp,
+                                   lambda: exec_files.list_tree(self, remote_dir, skip))
 
     async def makedirs(self, path: str) -> None:
-        try:
-            async with self._sftp() as sftp:
-                await sftp.makedirs(path, exist_ok=True)
-        except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"cannot create {path}: {cause(exc)}") from exc
+        await self._by_sftp(f"cannot create {path}", lambda sftp: sftp.makedirs(path, exist_ok=True),
+                            lambda: exec_files.makedirs(self, path))
 
     async def get_tree(self, remote_dir: str, local_dir: Path) -> None:
-        local_dir.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            async with self._sftp() as sftp:
-                await sftp.get(remote_dir, str(local_dir), recurse=True)
-        except (asyncssh.Error, OSError) as exc:
-            raise TransportError(f"file transfer failed: {cause(exc)}") from exc
+        async def by_sftp(sftp: asyncssh.SFTPClient) -> None:
+            local_dir.parent.mkdir(parents=True, exist_ok=True)
+            await sftp.get(remote_dir, str(local_dir), recurse=True)
+
+        await self._by_sftp("file transfer failed", by_sftp, lambda: exec_files.get_tree(self, remote_dir, local_dir))
 
     async def wait_closed(self) -> None:
         await self.conn.wait_closed()
 
     def close(self) -> None:
-        if self._sftp_client is not None:
-            self._sftp_client.exit()
-        self.conn.close()
+        self._drop_sftp()
+        for link in self._links:
+            link.conn.close()
+
+
+def _refusal(exc: BaseException) -> str:
+    """cause(exc), naming the node's sshd setting when it refused a session channel outright."""
+    if isinstance(exc, asyncssh.ChannelOpenError) and exc.code != OPEN_REQUEST_SESSION_FAILED:
+        return (f"the node's sshd refused a session channel ({cause(exc)}): check MaxSessions in its "
+                "/etc/ssh/sshd_config (OpenSSH's default is 10; 0 allows no commands)")
+    return cause(exc)
 
 
 def _text(data: bytes | str | None) -> str:
@@ -378,7 +412,7 @@ class LocalTransport(NodeTransport):
         except asyncio.TimeoutError:
             process.kill()
             await process.wait()
-            raise _no_answer(argv, timeout) from None
+            raise no_answer(argv, timeout) from None
         return CommandResult(process.returncode or 0, _text(stdout), _text(stderr))
 
     async def start(self, argv: Sequence[str]) -> RemoteProcess:
