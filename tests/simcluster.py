@@ -226,14 +226,18 @@ class SimNode:
 
     def __init__(self, name: str, host: int, root: Path, authorized_keys: Path, *,
                  extra_path: bool = False, port: int | None = None, alias: str | None = None,
-                 mbit: int | None = simnet.DEFAULT_MBIT, login_banner: str | None = None) -> None:
+                 mbit: int | None = simnet.DEFAULT_MBIT, login_banner: str | None = None,
+                 lan: int = 0, jump: SimNode | None = None, gateway: bool = False) -> None:
         self.name = name
+        # A machine of the lab LAN (lan 1), reached through `jump` (ssh config ProxyJump); a gateway has
+        # a second leg on the lab LAN, at 10.213.1.1, and its sshd forwards to the machines there.
+        self.lan, self.jump, self.gateway = lan, jump, gateway
         # A line the node's ~/.bashrc echoes for every command (above any interactive guard, as on
         # Fedora or after a careless edit), or None for a silent shell.
         self.login_banner = login_banner
         self.alias = alias or name
         self._host = host
-        self._address = simnet.address_of(host)
+        self._address = simnet.address_of(host, lan)
         self._port = port or 22
         self._mbit = mbit
         self._namespace: str | None = None
@@ -336,7 +340,9 @@ class SimNode:
         os.makedirs(PRIVSEP_DIR, mode=0o755, exist_ok=True)  # sshd refuses to run without it
         os.makedirs(os.path.join(NODE_HOME, ".homegpu"), exist_ok=True)  # the mount point
         if self._namespace is None:
-            self._namespace, self._veth = simnet.add_node(self._host, self._mbit)
+            self._namespace, self._veth = simnet.add_node(self._host, self._mbit, self.lan)
+            if self.gateway:
+                simnet.add_leg(self._namespace, simnet.GATEWAY_HOST, simnet.LAB, self._mbit)
         if self.engine is not None:
             self.engine.ensure_running()  # before sshd: its mount namespace binds the engine's socket
         if not self._launch(timeout):
@@ -368,7 +374,8 @@ class SimNode:
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 return False
-            if listening in self._log_text(offset) and self._answers():
+            # The controller has no leg on the lab LAN: there sshd's own word has to do.
+            if listening in self._log_text(offset) and (self.lan or self._answers()):
                 return True
             time.sleep(0.02)
         self.kill()
@@ -683,6 +690,8 @@ class SimCluster:
             lines = [f"Host {node.alias}", f"HostName {node.address}", f"Port {node.port}", "User root",
                      f"IdentityFile {self.client_key_path}", "IdentitiesOnly yes",
                      f"UserKnownHostsFile {self.known_hosts_path}"]
+            if node.jump is not None:
+                lines.append(f"ProxyJump {node.jump.alias}")
             blocks.append("\n    ".join(lines) + "\n")
         self.ssh_config_path.write_text("\n".join(blocks))
         return self.ssh_config_path

@@ -9,6 +9,11 @@ test run creates, so no packet of it leaves this machine.
 Docker sets the iptables FORWARD policy to DROP and bridged traffic passes through iptables here, so
 one rule lets the bridge forward between its own ports; it is removed with the bridge.
 
+A lab behind a gateway is a second LAN: the bridge `hgsim1` (10.213.1.0/24) has no address on this
+machine, so the controller reaches its machines only through a gateway, a namespace with a leg on
+each bridge (add_leg), whose sshd serves as the ssh config's ProxyJump. The machines behind it route
+everything else through it (its 10.213.1.1), as a lab's machines route through their login node.
+
 The owner's pid is part of every name: a run that crashed leaves names whose pid is dead, and the
 next run removes exactly those (and the bridge when nobody else uses it) before it builds its own.
 """
@@ -23,11 +28,13 @@ PREFIX = "hgsim"
 BRIDGE = f"{PREFIX}0"
 SUBNET = "10.213.0"
 BRIDGE_ADDRESS = f"{SUBNET}.1"
-FORWARD_RULE = ["FORWARD", "-i", BRIDGE, "-o", BRIDGE, "-j", "ACCEPT"]
+LAB = 1  # the LAN behind the gateway
+GATEWAY_HOST = 1  # the gateway's host number on the lab LAN (10.213.1.1): no bridge address takes it there
 DEFAULT_MBIT = 1000
 
 _ours: set[str] = set()  # namespaces this process made and has not deleted
 _bridge_ready = False
+_lab_ready = False
 
 
 class NetError(RuntimeError):
@@ -45,18 +52,24 @@ def _tool(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
     return proc
 
 
-def address_of(host: int) -> str:
-    if not 2 <= host <= 254:
-        raise NetError(f"host number {host} is outside 2..254 of {SUBNET}.0/24")
-    return f"{SUBNET}.{host}"
+def address_of(host: int, lan: int = 0) -> str:
+    lowest = 1 if lan else 2
+    if not lowest <= host <= 254:
+        raise NetError(f"host number {host} is outside {lowest}..254 of 10.213.{lan}.0/24")
+    return f"10.213.{lan}.{host}"
 
 
-def namespace_of(host: int) -> str:
-    return f"{PREFIX}{os.getpid()}-{host}"
+def bridge_of(lan: int) -> str:
+    return f"{PREFIX}{lan}"
 
 
-def veth_of(host: int) -> str:
-    return f"hgv{os.getpid() % 10_000_000}-{host}"  # interface names have at most 15 characters
+def namespace_of(host: int, lan: int = 0) -> str:
+    return f"{PREFIX}{os.getpid()}-{host}" if not lan else f"{PREFIX}{os.getpid()}-{lan}x{host}"
+
+
+def veth_of(host: int, lan: int = 0) -> str:
+    kind = "hgv" if not lan else f"hg{lan}"
+    return f"{kind}{os.getpid() % 10_000_000}-{host}"  # interface names have at most 15 characters
 
 
 def _all_namespaces() -> list[str]:
@@ -84,8 +97,28 @@ def _delete_namespace(namespace: str) -> None:
     _ip("netns", "delete", namespace, check=False)  # takes its veth pair with it
 
 
-def _rule(action: str) -> bool:
-    return _tool(["iptables", action, *FORWARD_RULE], check=False).returncode == 0
+def _forward_rule(lan: int) -> list[str]:
+    bridge = bridge_of(lan)
+    return ["FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT"]
+
+
+def _rule(action: str, lan: int = 0) -> bool:
+    return _tool(["iptables", action, *_forward_rule(lan)], check=False).returncode == 0
+
+
+def ensure_lab() -> None:
+    """The lab LAN's bridge (no address here: the controller has no leg on it) and its FORWARD rule."""
+    global _lab_ready
+    ensure_bridge()
+    if _lab_ready:
+        return
+    bridge = bridge_of(LAB)
+    if _ip("link", "show", bridge, check=False).returncode != 0:
+        _ip("link", "add", bridge, "type", "bridge")
+        _ip("link", "set", bridge, "up")
+    if not _rule("-C", LAB):
+        _tool(["iptables", "-I", *_forward_rule(LAB)])
+    _lab_ready = True
 
 
 def ensure_bridge() -> None:
@@ -101,43 +134,62 @@ def ensure_bridge() -> None:
         _ip("addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", BRIDGE)
         _ip("link", "set", BRIDGE, "up")
     if not _rule("-C"):
-        _tool(["iptables", "-I", *FORWARD_RULE])
+        _tool(["iptables", "-I", *_forward_rule(0)])
     _bridge_ready = True
     atexit.register(teardown)
 
 
 def teardown() -> None:
-    """Delete this process's namespaces; the bridge and rule too when no live run uses them."""
-    global _bridge_ready
+    """Delete this process's namespaces; the bridges and rules too when no live run uses them."""
+    global _bridge_ready, _lab_ready
     for namespace in list(_ours):
         remove_node(namespace)
     if any(_owner_alive(namespace) for namespace in _all_namespaces()):
         return
-    _ip("link", "delete", BRIDGE, check=False)
-    while _rule("-D"):
-        pass
-    _bridge_ready = False
+    for lan in (0, LAB):
+        _ip("link", "delete", bridge_of(lan), check=False)
+        while _rule("-D", lan):
+            pass
+    _bridge_ready = _lab_ready = False
 
 
-def add_node(host: int, mbit: int | None = DEFAULT_MBIT) -> tuple[str, str]:
-    """Make namespace and link for host number `host`; return (namespace, host-side veth)."""
-    ensure_bridge()
-    namespace, veth, address = namespace_of(host), veth_of(host), address_of(host)
+def add_node(host: int, mbit: int | None = DEFAULT_MBIT, lan: int = 0) -> tuple[str, str]:
+    """Make namespace and link for host number `host` on `lan`; return (namespace, host-side veth).
+    A machine of the lab LAN routes everything else through the gateway."""
+    if lan:
+        ensure_lab()
+    else:
+        ensure_bridge()
+    namespace, veth = namespace_of(host, lan), veth_of(host, lan)
     if namespace in _all_namespaces():
         _delete_namespace(namespace)  # our own, from a cluster of this process that crashed
-    _ip("link", "delete", veth, check=False)  # a deleted namespace's link may outlive it for a moment
     _ip("netns", "add", namespace)
     _ours.add(namespace)
-    _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", namespace)
-    _ip("link", "set", veth, "master", BRIDGE, "up")
-    _ip("-n", namespace, "addr", "add", f"{address}/24", "dev", "eth0")
-    _ip("-n", namespace, "link", "set", "eth0", "up")
     _ip("-n", namespace, "link", "set", "lo", "up")
+    _attach(namespace, "eth0", host, lan, mbit)
+    if lan:
+        _ip("-n", namespace, "route", "add", "default", "via", address_of(GATEWAY_HOST, lan))
+    return namespace, veth
+
+
+def add_leg(namespace: str, host: int, lan: int = LAB, mbit: int | None = DEFAULT_MBIT) -> str:
+    """Give a node's namespace a second interface, eth1 on `lan` (a gateway's); return its host-side veth."""
+    ensure_lab()
+    return _attach(namespace, "eth1", host, lan, mbit)
+
+
+def _attach(namespace: str, device: str, host: int, lan: int, mbit: int | None) -> str:
+    veth, address = veth_of(host, lan), address_of(host, lan)
+    _ip("link", "delete", veth, check=False)  # a deleted namespace's link may outlive it for a moment
+    _ip("link", "add", veth, "type", "veth", "peer", "name", device, "netns", namespace)
+    _ip("link", "set", veth, "master", bridge_of(lan), "up")
+    _ip("-n", namespace, "addr", "add", f"{address}/24", "dev", device)
+    _ip("-n", namespace, "link", "set", device, "up")
     # A machine that had this address before (a test's earlier node) left its MAC in this machine's
     # neighbour table: forget it, or the new node is unreachable until that entry goes stale.
-    _ip("neigh", "flush", "to", address, "dev", BRIDGE, check=False)
-    set_speed(namespace, veth, mbit)
-    return namespace, veth
+    _ip("neigh", "flush", "to", address, "dev", bridge_of(lan), check=False)
+    set_speed(namespace, veth, mbit, device)
+    return veth
 
 
 def remove_node(namespace: str) -> None:
@@ -146,10 +198,10 @@ def remove_node(namespace: str) -> None:
     _ours.discard(namespace)
 
 
-def set_speed(namespace: str, veth: str, mbit: int | None) -> None:
+def set_speed(namespace: str, veth: str, mbit: int | None, inside: str = "eth0") -> None:
     """Shape both ends of the link to `mbit` Mbit/s with tbf; None removes the shaping."""
     for prefix in ([], ["-n", namespace]):
-        device = veth if not prefix else "eth0"
+        device = veth if not prefix else inside
         _tool(["tc", *prefix, "qdisc", "del", "dev", device, "root"], check=False)
         if mbit is not None:
             # A burst of 256 kB at 1 Gbit/s measured 0.955 Gbit/s in iperf3; scale it with the rate.

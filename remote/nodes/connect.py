@@ -27,7 +27,7 @@ import asyncssh
 
 from homegpu.remote.config import DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT, ClusterSpec, NodeSpec
 from homegpu.remote.nodes import hostkeys
-from homegpu.remote.nodes.transport import LocalTransport, NodeTransport, SshTransport, cause
+from homegpu.remote.nodes.transport import LocalTransport, NodeTransport, SshTransport, TransportError, cause
 
 
 SSH_CONFIG_VAR = "HOMEGPU_SSH_CONFIG"
@@ -219,6 +219,39 @@ def peer_address(peername: object) -> str | None:
         return None
 
 
+async def address_behind_jump(cluster: ClusterSpec, node: NodeSpec, transport: NodeTransport) -> tuple[str, str] | None:
+    """For a node reached through a ProxyJump gateway (its connection has no socket peer): the address
+    the other nodes reach it by, and where that came from; None when nothing tells.
+
+    The ssh config's HostName when it is an address; else that name resolved on the node (where the
+    lab's own DNS or /etc/hosts answers); else the node's source address on its default route.
+    """
+    target = ssh_target(cluster, node)
+    if target.host_from == "ssh config" and _is_address(target.host):
+        return target.host, f"HostName {target.host} in the ssh config (reached through ProxyJump)"
+    try:
+        resolved = await transport.run(["getent", "ahostsv4", target.host], timeout=10)
+        for line in resolved.stdout.splitlines():
+            address = line.split()[0] if line.split() else ""
+            if _is_address(address) and not ipaddress.ip_address(address).is_loopback:
+                return address, f"{target.host} as the node resolves it (reached through ProxyJump)"
+        route = await transport.run(["ip", "-4", "-o", "route", "get", "192.0.2.1"], timeout=10)
+    except TransportError:
+        return None
+    fields = route.stdout.split()
+    if "src" in fields[:-1] and _is_address(source := fields[fields.index("src") + 1]):
+        return source, "the node's own address on its default route (reached through ProxyJump)"
+    return None
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class SshTarget:
     """Where homegpu's SSH connection to a node goes and as whom, each with where it comes from
@@ -259,12 +292,25 @@ def login_name(cluster: ClusterSpec, node: NodeSpec) -> str:
 
 def _host_key_error(cluster: ClusterSpec, node: NodeSpec, offered: OfferedKey | None,
                     exc: Exception) -> NodeError:
+    jump = _proxy_jump(cluster, node)
+    if offered is None and jump:  # asyncssh opened the gateway with the ssh config alone, as ssh does
+        return Unreachable(node.name, f"the host key of {node.host}'s ProxyJump gateway {jump} could not be verified "
+                                      f"({exc}); check and record it as ssh does, with `ssh {jump}` once (its key "
+                                      "is read from the ssh config's known_hosts files, as ssh reads it)")
     if offered is None:  # e.g. a revoked key or an unusable certificate: nothing to offer for trust
         return Unreachable(node.name, f"host key of {node.host} could not be verified ({exc}); "
                                       f"check {cluster.ssh.known_hosts}")
     if hostkeys.has_keys_for(cluster.ssh.known_hosts, offered.host, offered.addr, offered.port):
         return HostKeyChanged(node.name, offered, cluster.ssh.known_hosts)
     return HostKeyUnknown(node.name, offered, trust_command(cluster, node))
+
+
+def _proxy_jump(cluster: ClusterSpec, node: NodeSpec) -> str:
+    """The ssh config's ProxyJump for the node ("" without one, or when the config cannot be read)."""
+    try:
+        return str(_read_ssh_config(cluster, node).config.get("ProxyJump") or "")
+    except SshConfigError:
+        return ""
 
 
 def _describe(exc: BaseException) -> str:

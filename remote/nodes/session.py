@@ -16,7 +16,9 @@ from typing import Sequence
 from homegpu.remote.config import ClusterSpec, NodeSpec
 from homegpu.remote.nodes.agent_bundle import agent_command, agent_payload
 from homegpu.remote.nodes.backoff import Backoff
-from homegpu.remote.nodes.connect import AuthFailed, HostKeyChanged, HostKeyUnknown, NodeError, open_transport
+from homegpu.remote.nodes.connect import (
+    AuthFailed, HostKeyChanged, HostKeyUnknown, NodeError, address_behind_jump, open_transport,
+)
 from homegpu.remote.nodes.events import (
     EventHub, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
 )
@@ -50,6 +52,7 @@ class NodeSession:
         self.reason = ""
         self.fingerprint = ""
         self.reached: str | None = None  # the address the last SSH connection reached
+        self._reached_how = ""  # where `reached` came from when not the connection's peer (ProxyJump)
         self.latest: NodeStats | None = None
         self.transport: NodeTransport | None = None
         self._backoff = backoff or Backoff()
@@ -76,7 +79,7 @@ class NodeSession:
         if self.spec.is_local:
             return "this machine"
         if self.reached:
-            return f"reached by ssh {self.spec.host}"
+            return self._reached_how or f"reached by ssh {self.spec.host}"
         return f"host {self.spec.host}, not resolved: no SSH connection yet"
 
     def start(self) -> None:
@@ -156,13 +159,23 @@ class NodeSession:
                 await self._pause(None if state.needs_user else self._backoff.next_delay())
                 continue
             self.transport = transport
-            self.reached = transport.peer_address or self.reached
+            await self._learn_address(transport)
             self._backoff.reset()
             await self._set_state(NodeState.ONLINE)
             reason = await self._serve(transport)
             self._drop_transport()
             await self._set_state(NodeState.OFFLINE, reason)
             await self._pause(self._backoff.next_delay())
+
+    async def _learn_address(self, transport: NodeTransport) -> None:
+        """Where the connection went: its socket's peer, or for a node behind a ProxyJump gateway (no
+        peer here) what the other nodes reach it by (asked once, not when cluster.toml sets `address`)."""
+        if transport.peer_address or self.spec.is_local or self.spec.address:
+            self.reached, self._reached_how = transport.peer_address or self.reached, ""
+            return
+        found = await address_behind_jump(self.cluster, self.spec, transport)
+        if found:
+            self.reached, self._reached_how = found
 
     async def _serve(self, transport: NodeTransport) -> str:
         """Stream stats until the connection ends or a reconnect is asked for; say which."""

@@ -1,0 +1,98 @@
+"""A lab behind a gateway: machines the controller reaches only through ProxyJump, on a LAN of their own.
+
+`lab` is three real sshd machines: `gw` (10.213.0.35, with a second leg at 10.213.1.1 on the lab LAN) and
+`n1`, `n2` (10.213.1.2 and .3), which this machine cannot reach at all: its ssh config says
+`ProxyJump lab-gw` for them, as a lab's ~/.ssh/config does. The workers' TF_CONFIG, the reach check,
+iperf3 and the run all go between the machines themselves, so each must carry the address the others
+reach it by (the ssh config's HostName), never an alias only this machine's ssh config knows.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Iterator
+
+import pytest
+import tomli_w
+from helpers import homegpu, job_table
+
+from simcluster import SimCluster, free_job_port
+
+LAB_ADDRESSES = {"n1": "10.213.1.2", "n2": "10.213.1.3"}
+
+
+@pytest.fixture(scope="module")
+def lab(lan) -> Iterator[SimCluster]:
+    sim = SimCluster(0, name="lab")
+    gateway = sim.add_node("gw", 35, gateway=True)
+    sim.add_node("n1", 2, lan=1, jump=gateway)
+    sim.add_node("n2", 3, lan=1, jump=gateway)
+    with sim:
+        yield sim
+
+
+def lab_config(lab: SimCluster, tmp_path, nodes=("n1", "n2"), **job) -> str:
+    """cluster.toml with `nodes` of the lab (by ssh alias, no address) and a job "demo" on them."""
+    table = job_table(nodes=list(nodes), **job)
+    data = lab.cluster_dict(jobs={"demo": table})
+    data["nodes"] = [node for node in data["nodes"] if node["name"] in nodes]
+    path = tmp_path / "cluster.toml"
+    path.write_text(tomli_w.dumps(data))
+    return str(path)
+
+
+def test_the_controller_cannot_reach_the_lab_but_through_the_gateway(lab):
+    # no leg on the lab LAN here: its addresses route out by the default route, never to a bridge of the LAN
+    route = subprocess.run(["ip", "route", "get", LAB_ADDRESSES["n1"]], capture_output=True, text=True).stdout
+    assert "hgsim" not in route, route
+    ssh = subprocess.run(["ssh", "-F", str(lab.ssh_config_path), "-o", "BatchMode=yes", "lab-n1", "hostname", "-I"],
+                         capture_output=True, text=True, timeout=30)
+    assert ssh.stdout.split() == [LAB_ADDRESSES["n1"]], ssh.stderr
+    assert "from 10.213.1.1 port" in lab.node("n1").log_path.read_text()  # the gateway's leg on the lab LAN
+
+
+def test_status_and_tfconfig_give_the_nodes_their_own_addresses(lab, tmp_path):
+    config = lab_config(lab, tmp_path)
+    status = homegpu("--config", config, "status", "--json")
+    assert status.returncode == 0, status.stdout + status.stderr
+    for node in json.loads(status.stdout)["nodes"]:
+        assert node["address"] == LAB_ADDRESSES[node["name"]]
+        assert node["address_source"] == f"HostName {node['address']} in the ssh config (reached through ProxyJump)"
+    tfconfig = homegpu("--config", config, "tfconfig", "demo")
+    assert tfconfig.returncode == 0, tfconfig.stdout + tfconfig.stderr
+    assert "lab-n1" not in tfconfig.stdout.split("TF_CONFIG", 1)[1]
+    assert f'"{LAB_ADDRESSES["n1"]}:' in tfconfig.stdout and f'"{LAB_ADDRESSES["n2"]}:' in tfconfig.stdout
+
+
+def test_doctor_passes_every_row_that_matters_across_the_gateway(lab, tmp_path):
+    result = homegpu("--config", lab_config(lab, tmp_path), "doctor")
+    print(result.stdout)
+    for row in ("ssh", "host key", "login shell", "python3", "iperf3", "job port", "reachable"):
+        lines = [line for line in result.stdout.splitlines() if f" {row}:" in line]
+        assert len(lines) == 2 and all("✓" in line for line in lines), (row, result.stdout)
+
+
+def test_bandwidth_is_measured_between_the_lab_machines(lab, tmp_path):
+    result = homegpu("--config", lab_config(lab, tmp_path), "bandwidth", "--json", "--seconds", "1", timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    links = {(link["src"], link["dst"]): link for link in json.loads(result.stdout)["links"]}
+    assert set(links) == {("n1", "n2"), ("n2", "n1")}
+    assert all(not link["error"] and link["gbits"] > 0 for link in links.values()), links
+
+
+def test_a_two_node_training_run_through_the_gateway(lab, tmp_path):
+    result = homegpu("--config", lab_config(lab, tmp_path), "run", "demo", "--no-tui", cwd=tmp_path, timeout=400)
+    print(result.stdout[-3000:])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "run succeeded" in result.stdout and "generation 2" not in result.stdout
+
+
+def test_a_gateway_that_is_itself_a_node_runs_with_the_machines_behind_it(lab, tmp_path):
+    (tmp_path / "hello.py").write_text("import os; print('TF_CONFIG', os.environ['TF_CONFIG'])\n")
+    config = lab_config(lab, tmp_path, nodes=("gw", "n1"), script="hello.py", python=sys.executable,
+                        port=free_job_port())
+    result = homegpu("--config", config, "run", "demo", "--no-tui", cwd=tmp_path, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert '"10.213.0.35:' in result.stdout and f'"{LAB_ADDRESSES["n1"]}:' in result.stdout
