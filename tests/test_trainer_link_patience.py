@@ -34,9 +34,13 @@ import os, socket, time
 import tensorflow as tf
 from homegpu.trainer.link_patience import TCP_USER_TIMEOUT, keep_links_through_drops
 
+def open_fds():
+    # every descriptor this process holds (TensorFlow opens many: a fixed range could miss ours)
+    return sorted(int(fd) for fd in os.listdir("/proc/self/fd") if int(fd) > 2)
+
 def served_side(port):
     # The server's end of our connection: the TCP socket of this process bound to the port.
-    for fd in range(3, 1024):
+    for fd in open_fds():
         try:
             sock = socket.socket(fileno=os.dup(fd))
         except OSError:  # not open, or not a socket (the duplicate, if any, is left to exit)
@@ -51,7 +55,7 @@ def served_side(port):
 def listening_family(port):
     # The family gRPC's listener has (it may listen on IPv6 alone): connecting by the other could reach
     # another program that holds the same port number there.
-    for fd in range(3, 1024):
+    for fd in open_fds():
         try:
             sock = socket.socket(fileno=os.dup(fd))
         except OSError:

@@ -178,6 +178,8 @@ class SshTransport(NodeTransport):
 
     async def _link_with_room(self) -> _Link:
         async with self._link_lock:
+            # an extra connection that died (its own keepalive) is dropped; the first one is the node's
+            self._links[1:] = [link for link in self._links[1:] if not link.conn.is_closed()]
             for link in self._links:
                 if link.open < link.limit:
                     return link
