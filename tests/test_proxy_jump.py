@@ -14,11 +14,13 @@ import subprocess
 import sys
 from typing import Iterator
 
+import docker
 import pytest
 import tomli_w
 from helpers import homegpu, job_table
 
 from simcluster import SimCluster, free_job_port
+from simdocker import image_id, own_engines
 
 LAB_ADDRESSES = {"n1": "10.213.1.2", "n2": "10.213.1.3"}
 
@@ -33,10 +35,10 @@ def lab(lan) -> Iterator[SimCluster]:
         yield sim
 
 
-def lab_config(lab: SimCluster, tmp_path, nodes=("n1", "n2"), **job) -> str:
+def lab_config(lab: SimCluster, tmp_path, nodes=("n1", "n2"), runtime="process", **job) -> str:
     """cluster.toml with `nodes` of the lab (by ssh alias, no address) and a job "demo" on them."""
     table = job_table(nodes=list(nodes), **job)
-    data = lab.cluster_dict(jobs={"demo": table})
+    data = lab.cluster_dict(runtime, jobs={"demo": table})
     data["nodes"] = [node for node in data["nodes"] if node["name"] in nodes]
     path = tmp_path / "cluster.toml"
     path.write_text(tomli_w.dumps(data))
@@ -59,7 +61,9 @@ def test_status_and_tfconfig_give_the_nodes_their_own_addresses(lab, tmp_path):
     assert status.returncode == 0, status.stdout + status.stderr
     for node in json.loads(status.stdout)["nodes"]:
         assert node["address"] == LAB_ADDRESSES[node["name"]]
-        assert node["address_source"] == f"HostName {node['address']} in the ssh config (reached through ProxyJump)"
+        assert node["address_source"] == "HostName in the ssh config, reached through ProxyJump lab-gw"
+    check = homegpu("--config", config, "check")
+    assert "lab-n1 → 10.213.1.2 via lab-gw" in check.stdout and "10.213.1.2 (HostName)" in check.stdout, check.stdout
     tfconfig = homegpu("--config", config, "tfconfig", "demo")
     assert tfconfig.returncode == 0, tfconfig.stdout + tfconfig.stderr
     assert "lab-n1" not in tfconfig.stdout.split("TF_CONFIG", 1)[1]
@@ -96,3 +100,21 @@ def test_a_gateway_that_is_itself_a_node_runs_with_the_machines_behind_it(lab, t
     result = homegpu("--config", config, "run", "demo", "--no-tui", cwd=tmp_path, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
     assert '"10.213.0.35:' in result.stdout and f'"{LAB_ADDRESSES["n1"]}:' in result.stdout
+
+
+def test_image_copy_chains_an_image_between_the_lab_machines(lab, docker_engine, busybox_image, tmp_path):
+    # The chain's hops go node to node, to each node's cluster address: 10.213.1.2 → 10.213.1.3 here.
+    with own_engines(lab, ["n1", "n2"]) as engines:
+        host = docker.DockerClient(base_url=f"unix://{docker_engine.socket_path}")
+        source = engines["n1"].client()
+        try:
+            source.images.load(b"".join(host.images.get(busybox_image).save(named=True)))
+            wanted = source.images.get(busybox_image).id
+        finally:
+            host.close()
+            source.close()
+        config = lab_config(lab, tmp_path, runtime="docker")
+        result = homegpu("--config", config, "image", "copy", busybox_image, "--from", "n1", timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"n2: ok: Loaded image: {busybox_image}" in result.stdout, result.stdout
+        assert image_id(engines["n2"].socket_path, busybox_image) == wanted

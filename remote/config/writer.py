@@ -16,7 +16,7 @@ from homegpu.remote.config.job_spec import JobSpec
 STARTER_HEADER = """\
 # homegpu cluster file, written by `homegpu init`.
 # Each [[nodes]] table is one machine. host is an address, an ~/.ssh/config alias, or "local".
-# address is where TensorFlow and iperf3 traffic goes (defaults to host).
+# address is where TensorFlow and iperf3 traffic goes (defaults to the address ssh reaches the node at).
 # runtime is "docker" (containers, GPUs passed through) or "process" (plain python on the node).
 # [jobs.demo] trains the built-in model on synthetic data across every node: `homegpu run demo`.
 # Check it with `homegpu check`, then `homegpu doctor`; the full reference is in README.md.

@@ -9,7 +9,7 @@ from homegpu.remote.nodes import hostkeys
 from homegpu.remote.nodes.agent_bundle import agent_command, agent_payload
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.nodes.connect import (
-    NodeError, OfferedKey, SshTarget, connect_wait, fetch_offered_key, ssh_target,
+    NodeError, OfferedKey, SshTarget, connect_wait, fetch_offered_key, jump_hostname_address, ssh_target,
 )
 from homegpu.remote.nodes.events import (
     RUN_ALERTS, Alert, AlertCommandFailed, AlertState, EventHub, JobState, JobStateChanged, NodeState,
@@ -35,7 +35,7 @@ __all__ = [
     "SshTransport",
     "StatsParseError", "Straggler", "Subscription", "TransportError", "WorkerExited", "agent_command", "agent_payload",
     "cause", "connect_wait", "describe_gpus", "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib",
-    "hostkeys", "is_run_worker", "owner_text", "parse_agent_line", "ssh_target", "talking_shell", "tied_to_session",
+    "hostkeys", "is_run_worker", "jump_hostname_address", "owner_text", "parse_agent_line", "ssh_target", "talking_shell", "tied_to_session",
     "visible",
     "visible_fields",
 ]

@@ -227,21 +227,26 @@ async def address_behind_jump(cluster: ClusterSpec, node: NodeSpec, transport: N
     lab's own DNS or /etc/hosts answers); else the node's source address on its default route.
     """
     target = ssh_target(cluster, node)
-    if target.host_from == "ssh config" and _is_address(target.host):
-        return target.host, f"HostName {target.host} in the ssh config (reached through ProxyJump)"
+    if jump_hostname_address(target):
+        return target.host, f"HostName in the ssh config, reached through ProxyJump {target.jump}"
     try:
         resolved = await transport.run(["getent", "ahostsv4", target.host], timeout=10)
         for line in resolved.stdout.splitlines():
             address = line.split()[0] if line.split() else ""
             if _is_address(address) and not ipaddress.ip_address(address).is_loopback:
-                return address, f"{target.host} as the node resolves it (reached through ProxyJump)"
+                return address, f"{target.host} as the node resolves it, reached through ProxyJump {target.jump}"
         route = await transport.run(["ip", "-4", "-o", "route", "get", "192.0.2.1"], timeout=10)
     except TransportError:
         return None
     fields = route.stdout.split()
     if "src" in fields[:-1] and _is_address(source := fields[fields.index("src") + 1]):
-        return source, "the node's own address on its default route (reached through ProxyJump)"
+        return source, f"the node's own address on its default route, reached through ProxyJump {target.jump}"
     return None
+
+
+def jump_hostname_address(target: SshTarget) -> bool:
+    """Whether the ssh config's HostName is an address: for a node behind ProxyJump, the one the others use."""
+    return target.host_from == "ssh config" and _is_address(target.host)
 
 
 def _is_address(text: str) -> bool:
@@ -265,6 +270,7 @@ class SshTarget:
     port_from: str
     user_from: str
     problem: str = ""
+    jump: str = ""  # the ssh config's ProxyJump: the gateway the connection goes through ("" for none)
 
 
 def ssh_target(cluster: ClusterSpec, node: NodeSpec) -> SshTarget:
@@ -282,7 +288,8 @@ def ssh_target(cluster: ClusterSpec, node: NodeSpec) -> SshTarget:
     return SshTarget(
         host or node.host, options.get("port") or port or 22, user,
         "ssh config" if host else "cluster.toml", "cluster.toml" if node.port else "ssh config" if port else "default",
-        "cluster.toml" if "username" in options else "ssh config" if config.get("User") else "login name", problem)
+        "cluster.toml" if "username" in options else "ssh config" if config.get("User") else "login name", problem,
+        str(config.get("ProxyJump") or ""))
 
 
 def login_name(cluster: ClusterSpec, node: NodeSpec) -> str:
@@ -307,10 +314,7 @@ def _host_key_error(cluster: ClusterSpec, node: NodeSpec, offered: OfferedKey | 
 
 def _proxy_jump(cluster: ClusterSpec, node: NodeSpec) -> str:
     """The ssh config's ProxyJump for the node ("" without one, or when the config cannot be read)."""
-    try:
-        return str(_read_ssh_config(cluster, node).config.get("ProxyJump") or "")
-    except SshConfigError:
-        return ""
+    return ssh_target(cluster, node).jump
 
 
 def _describe(exc: BaseException) -> str:

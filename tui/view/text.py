@@ -17,7 +17,7 @@ from homegpu.remote.doctor import Check
 from homegpu.remote.jobs import keras3_problem
 from homegpu.remote.logs import Metric
 from homegpu.remote.net import BandwidthMatrix, format_gbits
-from homegpu.remote.nodes import NA, SshTarget, gib, owner_text
+from homegpu.remote.nodes import NA, SshTarget, gib, jump_hostname_address, owner_text
 from homegpu.remote.plan import worker_slots
 
 DIAGONAL = "—"
@@ -88,7 +88,7 @@ def format_cluster(spec: ClusterSpec, targets: Mapping[str, SshTarget]) -> str:
         "",
     ]
     rows = [
-        (node.name, *_ssh_columns(node, targets.get(node.name)), _configured_address(node),
+        (node.name, *_ssh_columns(node, targets.get(node.name)), _configured_address(node, targets.get(node.name)),
          node.runtime if node.runtime == "docker" else f"process ({node.python})",
          spec.work_dir_of(node), ",".join(node.tags) or "-")
         for node in spec.nodes
@@ -147,6 +147,7 @@ def _ssh_columns(node, target: SshTarget | None) -> tuple[str, str, str]:
     if target is None:  # a "local" node: no SSH
         return node.host, "-", "-"
     host = node.host if target.host == node.host else f"{node.host} → {target.host}"
+    host += f" via {target.jump}" if target.jump else ""
     return host, f"{target.port} ({target.port_from})", f"{target.user} ({target.user_from})"
 
 
@@ -158,11 +159,15 @@ def _ssh_config_problems(targets: Iterable[SshTarget]) -> list[str]:
             for problem in problems]
 
 
-def _configured_address(node) -> str:
+def _configured_address(node, target: SshTarget | None) -> str:
     """What `check` can say about a node's cluster address without connecting: where it comes from."""
     if node.address:
         return f"{node.address} (address)"
-    return node.cluster_address if node.is_local else f"where ssh reaches {node.host}"
+    if node.is_local:
+        return node.cluster_address
+    if target is not None and target.jump:  # no socket peer through a gateway: what the others reach
+        return f"{target.host} (HostName)" if jump_hostname_address(target) else f"{target.host} as {node.name} resolves it"
+    return f"where ssh reaches {node.host}"
 
 
 def _plural(count: int, word: str) -> str:
