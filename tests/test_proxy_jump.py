@@ -10,6 +10,7 @@ reach it by (the ssh config's HostName), never an alias only this machine's ssh 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 from typing import Iterator
@@ -118,3 +119,23 @@ def test_image_copy_chains_an_image_between_the_lab_machines(lab, docker_engine,
         assert result.returncode == 0, result.stdout + result.stderr
         assert f"n2: ok: Loaded image: {busybox_image}" in result.stdout, result.stdout
         assert image_id(engines["n2"].socket_path, busybox_image) == wanted
+
+
+def test_the_gateways_key_is_verified_like_a_nodes_and_trusted_the_same_way(lab, tmp_path):
+    gateway = lab.node("gw")
+    known_hosts = tmp_path / "known_hosts"  # the lab machines' keys, not the gateway's
+    known_hosts.write_text("".join(node.known_hosts_line + "\n" for node in lab.nodes if node is not gateway))
+    config = lab_config(lab, tmp_path)
+    text = Path(config).read_text().replace(str(lab.known_hosts_path), str(known_hosts))
+    Path(config).write_text(text)
+    status = homegpu("--config", config, "status", "--json")
+    assert status.returncode == 1
+    n1 = next(node for node in json.loads(status.stdout)["nodes"] if node["name"] == "n1")
+    assert n1["state"] == "host key unknown", n1
+    assert n1["reason"].startswith(f"host key for {gateway.address} port 22 is not in known_hosts"), n1
+    assert f"if that is its ProxyJump gateway lab-gw's key, run: homegpu --config {config} trust n1" in n1["reason"]
+    trust = homegpu("--config", config, "trust", "n1", "--yes")
+    assert trust.returncode == 0, trust.stdout + trust.stderr
+    assert gateway.host_public_key in known_hosts.read_text()
+    again = homegpu("--config", config, "status", "--json")
+    assert again.returncode == 0, again.stdout + again.stderr

@@ -69,10 +69,10 @@ class OfferedKey:
 
 
 class HostKeyUnknown(NodeError):
-    def __init__(self, node: str, offered: OfferedKey, trust_command: str) -> None:
+    def __init__(self, node: str, offered: OfferedKey, trust_command: str, whose: str = "the node's") -> None:
         self.offered = offered
         super().__init__(node, f"host key for {offered.host} port {offered.port} is not in known_hosts "
-                               f"({offered.fingerprint}); if that is the node's key, run: {trust_command}")
+                               f"({offered.fingerprint}); if that is {whose} key, run: {trust_command}")
 
 
 class HostKeyChanged(NodeError):
@@ -187,25 +187,65 @@ async def open_transport(cluster: ClusterSpec, node: NodeSpec) -> NodeTransport:
 
 
 async def _connect(cluster: ClusterSpec, node: NodeSpec) -> asyncssh.SSHClientConnection:
-    """One verified SSH connection to `node` (open_transport's errors)."""
-    recorder = _KeyRecorder()
+    """One verified SSH connection to `node` (open_transport's errors). Through its ProxyJump gateway
+    when the ssh config names one: the gateway's connection is opened here and verified like any node's
+    (cluster.toml's known_hosts; `homegpu trust NODE` records its key), then carries the node's."""
+    gateway = _gateway(cluster, node)
+    tunnel = await _verified(cluster, node, gateway, _gateway_options(cluster), gateway=True) if gateway else None
     try:
-        conn = await asyncio.wait_for(
-            asyncssh.connect(node.host, client_factory=lambda: recorder, **connect_options(cluster, node)),
+        conn = await _verified(cluster, node, node.host, connect_options(cluster, node), tunnel=tunnel)
+    except BaseException:
+        if tunnel is not None:
+            tunnel.close()
+        raise
+    if tunnel is not None:
+        conn.set_tunnel(tunnel)  # closed with the node's connection
+    return conn
+
+
+async def _verified(cluster: ClusterSpec, node: NodeSpec, host: str, options: dict[str, Any], *,
+                    tunnel: asyncssh.SSHClientConnection | None = None, gateway: bool = False,
+                    ) -> asyncssh.SSHClientConnection:
+    """An SSH connection to `host` whose key known_hosts vouches for, or the NodeError that says why not."""
+    recorder = _KeyRecorder()
+    where = f"{node.name}'s ProxyJump gateway {host}: " if gateway else ""
+    try:
+        return await asyncio.wait_for(
+            asyncssh.connect(host, client_factory=lambda: recorder, **options, **({"tunnel": tunnel} if tunnel else {})),
             connect_wait(cluster, 1),
         )
     except asyncssh.HostKeyNotVerifiable as exc:
-        raise _host_key_error(cluster, node, recorder.offered, exc) from None
+        raise _host_key_error(cluster, node, recorder.offered, exc, gateway=host if gateway else "") from None
     except asyncssh.PermissionDenied:
-        user = login_name(cluster, node)
-        raise AuthFailed(node.name, f"authentication failed as {user}: the node refused our SSH key; "
-                                    "check identity_file and the node's ~/.ssh/authorized_keys") from None
+        user = login_name(cluster, node) if not gateway else "the ssh config's user"
+        raise AuthFailed(node.name, f"{where}authentication failed as {user}: it refused our SSH key; "
+                                    "check identity_file and its ~/.ssh/authorized_keys") from None
     except (asyncio.TimeoutError, TimeoutError):
-        raise Unreachable(node.name, f"no answer from {node.host} within {cluster.ssh.connect_timeout:g}s; "
+        raise Unreachable(node.name, f"{where}no answer from {host} within {cluster.ssh.connect_timeout:g}s; "
                                      "is the machine on and sshd running?") from None
     except (OSError, asyncssh.Error) as exc:
-        raise Unreachable(node.name, f"cannot connect to {node.host}: {_describe(exc)}") from None
-    return conn
+        raise Unreachable(node.name, f"{where}cannot connect to {host}: {_describe(exc)}") from None
+
+
+def _gateway(cluster: ClusterSpec, node: NodeSpec) -> str:
+    """The one ProxyJump gateway the ssh config names for the node, as an ssh destination ("" for none;
+    a chain of several is left to asyncssh, which verifies them with the ssh config's known_hosts)."""
+    jump = ssh_target(cluster, node).jump
+    return "" if "," in jump or jump.lower() == "none" else jump
+
+
+def _gateway_options(cluster: ClusterSpec) -> dict[str, Any]:
+    """A gateway's connect options: cluster.toml's known_hosts, timeouts and key, the rest from the ssh
+    config (its user and port are the gateway's own, not the node's)."""
+    ssh = cluster.ssh
+    options: dict[str, Any] = {
+        "known_hosts": hostkeys.load_known_hosts(ssh.known_hosts), "connect_timeout": ssh.connect_timeout,
+        "keepalive_interval": ssh.keepalive_interval, "keepalive_count_max": ssh.keepalive_count_max,
+        "config": ssh_config_files(),
+    }
+    if ssh.identity_file:
+        options["client_keys"] = [os.path.expanduser(ssh.identity_file)]
+    return options
 
 
 def peer_address(peername: object) -> str | None:
@@ -298,9 +338,12 @@ def login_name(cluster: ClusterSpec, node: NodeSpec) -> str:
 
 
 def _host_key_error(cluster: ClusterSpec, node: NodeSpec, offered: OfferedKey | None,
-                    exc: Exception) -> NodeError:
+                    exc: Exception, gateway: str = "") -> NodeError:
     jump = _proxy_jump(cluster, node)
-    if offered is None and jump:  # asyncssh opened the gateway with the ssh config alone, as ssh does
+    if offered is not None and gateway and not hostkeys.has_keys_for(
+            cluster.ssh.known_hosts, offered.host, offered.addr, offered.port):
+        return HostKeyUnknown(node.name, offered, trust_command(cluster, node), f"its ProxyJump gateway {gateway}'s")
+    if offered is None and "," in jump:  # a chain of gateways: asyncssh opened them with the ssh config alone
         return Unreachable(node.name, f"the host key of {node.host}'s ProxyJump gateway {jump} could not be verified "
                                       f"({exc}); check and record it as ssh does, with `ssh {jump}` once (its key "
                                       "is read from the ssh config's known_hosts files, as ssh reads it)")
