@@ -105,6 +105,13 @@ def tensorflow() -> None:
 
 
 @pytest.fixture(scope="session")
+def pytorch() -> None:
+    """PyTorch installed here (the nodes' python is this one): a test that runs a PyTorch job takes this."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.fail("torch not installed: pip install -e '.[pytorch]' (or bash tests/run.sh)", pytrace=False)
+
+
+@pytest.fixture(scope="session")
 def chromium() -> str:
     """Debian's chromium (tests/run.sh installs it), for a test that renders a page."""
     path = shutil.which("chromium")

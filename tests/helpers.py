@@ -97,11 +97,31 @@ def worker_processes(sim: SimCluster) -> list[int]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        # the built-in trainer, a user's script through user_script.py, or a script run by itself
-        if argv[1:3] in ([b"-m", b"homegpu.trainer"], [b"-m", b"homegpu.trainer.user_script"]) \
-                or (len(argv) > 1 and argv[1].endswith(b"train.py")):
+        # the built-in trainer, a user's script through user_script.py, a script run by itself, torchrun,
+        # or a process torchrun started (`python -u SCRIPT`)
+        if argv[1:3] in ([b"-m", b"homegpu.trainer"], [b"-m", b"homegpu.trainer.user_script"],
+                         [b"-m", b"torch.distributed.run"]) \
+                or any(arg.endswith((b"train.py", b"multinode.py")) for arg in argv[1:3]):
             found.append(pid)
     return found
+
+
+def run_and_strike(config: Path, cwd: Path, cue: str, strike, job: str = "demo") -> tuple[int, str]:
+    """Run `job` through `homegpu run`; when a line contains `cue`, call strike(). (status, output)"""
+    process = subprocess.Popen(homegpu_argv("--config", str(config), "run", job, "--no-tui"), cwd=cwd,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = []
+    try:
+        for line in process.stdout:
+            output.append(line)
+            if cue in line:
+                strike()
+                break
+        output += process.stdout.readlines()
+        process.wait(timeout=600)
+    finally:
+        process.kill()
+    return process.returncode, "".join(output)
 
 
 NOBODY = 65534

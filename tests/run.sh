@@ -58,7 +58,7 @@ fi
 stamp=.venv/.homegpu-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
-    .venv/bin/python -m pip install -q -e '.[dev,tensorflow]'
+    .venv/bin/python -m pip install -q -e '.[dev,tensorflow,pytorch]'
     echo "$want" > "$stamp"
 fi
 

@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 
 
-from helpers import homegpu, homegpu_argv, job_table, read_metrics, wait_for, worker_processes, write_config
+from helpers import (
+    homegpu, homegpu_argv, job_table, read_metrics, run_and_strike, wait_for, worker_processes, write_config,
+)
 from simcluster import free_job_port
 
 from homegpu.remote.record.timeline import load_timeline
@@ -47,24 +49,6 @@ def test_demo_job_trains_across_two_nodes(sim_cluster, tmp_path):
     for node in ("node1", "node2"):  # the model is home: the workers' backups are gone from their disks
         outs = list(sim_cluster.node(node).work_dir.glob(f"runs/{run_dir.name}/out/*"))
         assert outs and not any((out / "backup").exists() for out in outs), outs
-
-
-def run_and_strike(config: Path, cwd: Path, cue: str, strike) -> tuple[int, str]:
-    """Run the job through `homegpu run`; when a line contains `cue`, call strike(). (status, output)"""
-    process = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=cwd,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output = []
-    try:
-        for line in process.stdout:
-            output.append(line)
-            if cue in line:
-                strike()
-                break
-        output += process.stdout.readlines()
-        process.wait(timeout=600)
-    finally:
-        process.kill()
-    return process.returncode, "".join(output)
 
 
 def test_killed_worker_restarts_everyone_and_resumes(sim_cluster, tmp_path):

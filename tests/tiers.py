@@ -26,6 +26,7 @@ NEEDS = {
     "docker": "a Docker engine",
     "tensorflow": "TensorFlow on this machine",
     "browser": "Debian's chromium",
+    "pytorch": "PyTorch on this machine",
     "root": "root (namespaces, a second Unix user)",
 }
 # fixture -> the marks a test that uses it (even through another fixture) gets.
@@ -37,11 +38,12 @@ FIXTURE_NEEDS = {
     "tf_image": ("docker", "tensorflow", "root"),
     "tensorflow": ("tensorflow",),
     "chromium": ("browser",),
+    "pytorch": ("pytorch",),
     "root": ("root",),
 }
 # what to take for each mark, as the failure says
 FIXTURE_FOR = {"lan": "lan (or sim_cluster)", "docker": "docker_engine", "tensorflow": "tensorflow",
-               "browser": "chromium", "root": "root"}
+               "browser": "chromium", "pytorch": "pytorch", "root": "root"}
 FAST = "fast"
 TF_MODULES = ("tensorflow", "tf_keras")
 NOTES_ENV = "HOMEGPU_TEST_TF_NOTES"  # where a Python started by a test notes that it imported TensorFlow

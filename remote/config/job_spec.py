@@ -19,6 +19,7 @@ from homegpu.trainer import MODELS
 DEFAULT_IMAGE = "homegpu/tensorflow:2.21"
 DEFAULT_JOB_PORT = 23456
 RESTART_POLICIES = ("never", "on-failure")
+FRAMEWORKS = ("tensorflow", "pytorch")  # pytorch: the script runs under torchrun, one per node
 KERAS_CHOICES = ("keras", "tf-keras")  # what a script's `import keras` gives: the python's own keras, or tf-keras
 
 # (lowest, highest, unit) of each number: far beyond what a real job needs, so that only a typo (or a
@@ -40,7 +41,7 @@ _DATA_RE = re.compile(r"synthetic|(npz|dir):.+")
 _JOB_KEYS = {
     "image", "python", "script", "code_dir", "args", "data", "model", "data_dir", "env", "nodes",
     "workers_per_node", "share_gpus", "port", "epochs", "batch_size", "steps_per_epoch", "restart",
-    "max_restarts", "stall_timeout", "reconnect_timeout", "keras",
+    "max_restarts", "stall_timeout", "reconnect_timeout", "keras", "framework",
 }
 TRAINER_KEYS = ("epochs", "batch_size", "steps_per_epoch", "data", "model")  # the built-in trainer's alone
 PER_GPU = "per-gpu"  # workers_per_node: one worker per GPU of each node (one on a node without GPUs)
@@ -73,6 +74,11 @@ class JobSpec:
     stall_timeout: float = 300.0
     reconnect_timeout: float = 300.0  # how long a restart waits for a node that is away (rebooting)
     keras: str = "keras"  # "tf-keras": a script's `import keras` gets tf-keras (Keras 3 cannot train under MWMS)
+    framework: str = "tensorflow"  # or "pytorch": torchrun on each node, a process per GPU
+
+    @property
+    def is_pytorch(self) -> bool:
+        return self.framework == "pytorch"
 
     @property
     def uses_trainer(self) -> bool:
@@ -140,8 +146,10 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...])
         reconnect_timeout=get("reconnect_timeout", float, 300.0),
         keras=get("keras", str, "keras", v.choice(KERAS_CHOICES, 'use "keras" (what `import keras` gives on the '
                                                            'node) or "tf-keras" (tf-keras in its place)')),
+        framework=get("framework", str, "tensorflow", v.choice(FRAMEWORKS)),
     )
     _check_worker_ports(v, job)
+    _check_pytorch(v, table, path, job)
     _refuse_trainer_keys(v, table, path, job)
     return job
 
@@ -162,6 +170,22 @@ def _refuse_trainer_keys(v: Validator, table: dict, path: tuple, job: JobSpec) -
                                         "sees it",
                          f'give the script its own setting in args (e.g. args = ["--{key.replace("_", "-")}", '
                          f'"..."]), or remove {key}')
+
+
+def _check_pytorch(v: Validator, table: dict, path: tuple, job: JobSpec) -> None:
+    """A PyTorch job runs under torchrun, which starts one process per GPU itself; without a script, the
+    built-in PyTorch demo (synthetic data, its own model)."""
+    if not job.is_pytorch:
+        return
+    for key in ("data", "model"):
+        if job.uses_trainer and key in table:
+            raise v.fail(path + (key,), "the built-in TensorFlow trainer's key: the PyTorch demo trains its own "
+                                        "model on synthetic data",
+                         f'remove {key}, or name your DDP script with script = "train.py"')
+    if "workers_per_node" in table:
+        raise v.fail(path + ("workers_per_node",), "a PyTorch job runs one torchrun per node, which starts a "
+                                                   "process per GPU (one on a node without GPUs)",
+                     "remove workers_per_node")
 
 
 def _check_worker_ports(v: Validator, job: JobSpec) -> None:

@@ -18,7 +18,8 @@ STARTER_HEADER = """\
 # Each [[nodes]] table is one machine. host is an address, an ~/.ssh/config alias, or "local".
 # address is where TensorFlow and iperf3 traffic goes (defaults to the address ssh reaches the node at).
 # runtime is "docker" (containers, GPUs passed through) or "process" (plain python on the node).
-# [jobs.demo] trains the built-in model on synthetic data across every node: `homegpu run demo`.
+# [jobs.demo] trains the built-in model on synthetic data across every node: `homegpu run demo`
+# (framework = "pytorch": the PyTorch demo, DDP under torchrun on each node).
 # Check it with `homegpu check`, then `homegpu doctor`; the full reference is in README.md.
 
 """
@@ -45,15 +46,19 @@ ALERTS_EXAMPLE = """\
 
 
 def starter_cluster(nodes: tuple[NodeSpec, ...] = (), user: str | None = None,
-                    name: str = DEFAULT_CLUSTER_NAME) -> ClusterSpec:
+                    name: str = DEFAULT_CLUSTER_NAME, framework: str = "tensorflow") -> ClusterSpec:
     """What `homegpu init` writes: `nodes` (else this machine) and a `demo` job ready to run.
 
-    The demo job is the built-in trainer on synthetic data across every node, so init → check →
-    doctor → tfconfig → run needs no edit. Nodes keep the runtime they were given. This machine
-    alone gets two workers, so that MultiWorkerMirroredStrategy really synchronises.
+    The demo job is the built-in trainer on synthetic data across every node (with `framework`
+    "pytorch", the PyTorch demo under torchrun), so init → check → doctor → tfconfig → run needs no
+    edit. Nodes keep the runtime they were given. This machine alone gets two TensorFlow workers, so
+    that MultiWorkerMirroredStrategy really synchronises.
     """
     nodes = nodes or (NodeSpec(name="local", host=LOCAL_HOST, runtime="process"),)
-    demo = JobSpec(name=DEMO_JOB, workers_per_node=2 if len(nodes) == 1 else 1)
+    if framework == "pytorch":
+        demo = JobSpec(name=DEMO_JOB, framework="pytorch", epochs=5, port=29500)
+    else:
+        demo = JobSpec(name=DEMO_JOB, workers_per_node=2 if len(nodes) == 1 else 1)
     return ClusterSpec(name=name, nodes=nodes, ssh=SshDefaults(user=user), jobs=MappingProxyType({DEMO_JOB: demo}))
 
 
@@ -99,7 +104,8 @@ _TRAINER_KEYS = ("data", "model", "epochs")
 
 
 def _job_dict(job: JobSpec) -> dict[str, Any]:
-    table = {key: getattr(job, key) for key in _TRAINER_KEYS} if job.uses_trainer else {}
+    shown = ("epochs",) if job.is_pytorch else _TRAINER_KEYS  # the PyTorch demo has its own data and model
+    table = {key: getattr(job, key) for key in shown} if job.uses_trainer else {}
     table.update(_non_default(job, JobSpec(name=job.name)))
     table.pop("name", None)
     return table

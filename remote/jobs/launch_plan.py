@@ -13,7 +13,9 @@ from typing import Sequence
 
 from homegpu.remote.config import EMBEDDED_DEFAULT, JobSpec
 from homegpu.remote.node_side import MARKER_INDEX, MARKER_JOB, MARKER_RUN
-from homegpu.remote.plan import DevicePlan, WorkerSlot, docker_device_ids, tf_config_json
+from homegpu.remote.plan import (
+    TORCH_DEMO_MODULE, DevicePlan, WorkerSlot, docker_device_ids, tf_config_json, torchrun_argv,
+)
 from homegpu.remote.runtimes import NodePaths, Runtime, WorkerLaunch
 
 TRAINER_PACKAGE_DIR = "_homegpu"  # under the synced code root: holds homegpu/trainer for PYTHONPATH
@@ -36,8 +38,21 @@ def worker_argv(job: JobSpec, paths: NodePaths, script_rel: str = "") -> tuple[s
         if job.steps_per_epoch:
             argv += ["--steps-per-epoch", str(job.steps_per_epoch)]
         return tuple(argv)
-    script = posixpath.join(paths.code_dir, script_rel or PurePosixPath(job.script).name)
-    return (paths.python, "-m", USER_SCRIPT_MODULE, script, *job.args)
+    return (paths.python, "-m", USER_SCRIPT_MODULE, _script_path(job, paths, script_rel), *job.args)
+
+
+def _torch_program(job: JobSpec, paths: NodePaths, script_rel: str) -> list[str]:
+    """What torchrun starts in each process: the job's script and args, or the built-in PyTorch demo."""
+    if not job.uses_trainer:
+        return [_script_path(job, paths, script_rel), *job.args]
+    program = ["-m", TORCH_DEMO_MODULE, "--epochs", str(job.epochs), "--batch-size", str(job.batch_size),
+               "--output", paths.output_dir]
+    return program + (["--steps-per-epoch", str(job.steps_per_epoch)] if job.steps_per_epoch else [])
+
+
+def _script_path(job: JobSpec, paths: NodePaths, script_rel: str) -> str:
+    """The job's script on the node, in its synced code dir."""
+    return posixpath.join(paths.code_dir, script_rel or PurePosixPath(job.script).name)
 
 
 def worker_cwd(paths: NodePaths) -> str:
@@ -109,9 +124,15 @@ def worker_launch(job: JobSpec, run_id: str, generation: int, slots: Sequence[Wo
     if devices is not None:  # the job's own env may still override what the plan sets
         env = {**runtime.device_env(plan, devices), **env}
     env.update(worker_markers(job.name, run_id, slot.index))  # not the job's to override
+    if job.is_pytorch:
+        processes = devices.replicas if devices is not None else 1
+        argv = torchrun_argv(paths.python, slots, slot, processes, _torch_program(job, paths, script))
+    else:
+        argv = worker_argv(job, paths, script)
     return WorkerLaunch(
-        job=job.name, run_id=run_id, generation=generation, slot=slot, tf_config=tf_config_json(slots, slot.index),
-        argv=worker_argv(job, paths, script), cwd=worker_cwd(paths), python=paths.python,
+        job=job.name, run_id=run_id, generation=generation, slot=slot,
+        tf_config="" if job.is_pytorch else tf_config_json(slots, slot.index),
+        argv=argv, cwd=worker_cwd(paths), python=paths.python,
         code_dir=code_dir, output_dir=runtime.out_dir(run_id, slot.label),
         env=env, image=job.image, data_dir=job.data_dir,
         device_ids=tuple(docker_device_ids(devices)) if devices else None,

@@ -20,7 +20,9 @@ async def node_preflight(runtime: Runtime, launch: WorkerLaunch, job: JobSpec, l
     checks = [runtime.preflight(launch), port_problems(runtime, launch.slot.address, ports)]
     if job.data_dir:
         checks.append(_exists(runtime, job.data_dir, "data_dir", "create it or fix data_dir in the job"))
-    if job.uses_trainer or job.keras == "tf-keras":  # both need tf-keras on the node
+    if job.is_pytorch:
+        checks.append(runtime.torch_problems(launch))
+    elif job.uses_trainer or job.keras == "tf-keras":  # both need tf-keras on the node
         checks.append(runtime.trainer_problems(launch))
     try:  # each check is a round trip to the node: ask them all at once
         problems = [problem for found in await asyncio.gather(*checks) for problem in found]

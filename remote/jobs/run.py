@@ -30,7 +30,7 @@ from homegpu.remote.jobs.launch_plan import (
 from homegpu.remote.jobs.lock import LockHolder
 from homegpu.remote.jobs.outputs import FetchedOutputs, fetch_outputs, remove_backups
 from homegpu.remote.jobs.preflight import restart_port_problems, run_preflight
-from homegpu.remote.jobs.script_check import keras3_problem
+from homegpu.remote.jobs.script_check import keras3_problem, nccl_on_cpu_problem
 from homegpu.remote.jobs.watch import WorkerTrack, WorkerWatch, all_succeeded, retry_is_pointless, worker_ends
 from homegpu.remote.jobs.worker_logs import WorkerLines, finish_tails, stop_tails
 from homegpu.remote.logs import Metric
@@ -144,6 +144,7 @@ class JobRun:
             await self.prepare()
             if len(self.slots) != workers:  # "per-gpu" knows its workers only now
                 self._refuse_keras3()
+            self._refuse(nccl_on_cpu_problem(self.job, self.cluster.spec.source, self.plan))
             cache_problem = self.record.describe_setup(
                 self.job, {s.label: tf_config_json(self.slots, s.index) for s in self.slots})
             if cache_problem:
@@ -162,7 +163,10 @@ class JobRun:
 
     def _refuse_keras3(self) -> None:
         """Raises LaunchError when the job's script would train with Keras 3 under the strategy."""
-        problem = keras3_problem(self.job, self.cluster.spec.source, len(self.slots))
+        self._refuse(keras3_problem(self.job, self.cluster.spec.source, len(self.slots)))
+
+    def _refuse(self, problem: str) -> None:
+        """Raises LaunchError with `problem`, what reading the script found it cannot train with ("": none)."""
         if problem:
             self._publish(JobState.FAILED, "preflight failed")
             raise LaunchError(problem)

@@ -1,5 +1,6 @@
 """homegpu.remote.plan: pure planning before a run: each worker's devices (the device plan), who sets
-the pace (GPU models or the job's last run), the worker slots and the TF_CONFIG each gets.
+the pace (GPU models or the job's last run), the worker slots and the TF_CONFIG each gets (or, for
+PyTorch, the torchrun each node runs).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from homegpu.remote.plan.tfconfig import (
     JobConfigError, WorkerSlot, find_job, job_nodes, tf_config, tf_config_json,
     worker_slots,
 )
+from homegpu.remote.plan.torchrun import TORCH_DEMO_MODULE, torchrun_argv
 from homegpu.remote.plan.worker_devices import WorkerDevices
 
 __all__ = [
-    "DevicePlan", "DevicePlanError", "JobConfigError", "JobLayout", "WorkerDevices", "WorkerSlot", "container_env",
+    "TORCH_DEMO_MODULE", "DevicePlan", "DevicePlanError", "JobConfigError", "JobLayout", "WorkerDevices", "WorkerSlot", "container_env",
     "docker_device_ids", "find_job", "job_nodes", "last_timeline", "lay_out", "process_env", "short_gpu_name",
-    "tf_config", "tf_config_json", "worker_slots",
+    "tf_config", "tf_config_json", "torchrun_argv", "worker_slots",
 ]

@@ -26,6 +26,8 @@ from homegpu.remote.plan.worker_devices import WorkerDevices
 from homegpu.trainer.cli import COLLECTIVE_ENV
 
 NCCL, RING = "NCCL", "RING"
+# A PyTorch job's backend: NCCL moves tensors between GPUs only, so one process on a CPU needs gloo.
+TORCH_NCCL, TORCH_GLOO = "nccl", "gloo"
 HIDE_ALL_GPUS = "-1"  # CUDA_VISIBLE_DEVICES value that leaves a process no GPU at all
 
 
@@ -74,9 +76,15 @@ class DevicePlan:
     """Every worker's devices, the collective they all use, the batch arithmetic and who sets the pace."""
 
     workers: tuple[WorkerDevices, ...]
-    collective: str
+    collective: str  # TensorFlow's (NCCL, RING) or, for PyTorch, the backend (nccl, gloo)
     batch: BatchPlan | None  # None for a user's script: its batch is its own
     pace: PaceAdvice
+    pytorch: bool = False  # each worker is a torchrun on its node, a process per GPU (`replicas`)
+
+    @property
+    def processes(self) -> int:
+        """PyTorch's WORLD_SIZE: every node's processes."""
+        return sum(w.replicas for w in self.workers)
 
     def workers_on(self, node: str) -> tuple[WorkerDevices, ...]:
         return tuple(w for w in self.workers if w.node == node)
@@ -90,6 +98,8 @@ class DevicePlan:
         width = max(len(w.label) for w in self.workers)
         at = [f"{e}  " for e in endpoints] + [""] * (len(self.workers) - len(endpoints))
         wide = max(map(len, at))
+        if self.pytorch:
+            return self._torch_lines(width, at, wide)
         rows = [f"worker {w.index}  {w.label:<{width}}  {a:<{wide}}{w.device_text}"
                 for w, a in zip(self.workers, at)]
         why = "every worker has a GPU" if self.collective == NCCL else "a worker runs on CPU"
@@ -97,6 +107,14 @@ class DevicePlan:
                   ] if self.pace.measured and self.pace.sentences else []
         batch = [self.batch.text] if self.batch else []
         return rows + [f"collective {self.collective} ({why})", *batch, *source, *self.pace.sentences]
+
+
+    def _torch_lines(self, width: int, at: Sequence[str], wide: int) -> list[str]:
+        rows = [f"node {w.index}  {w.label:<{width}}  {a:<{wide}}{w.device_text}: "
+                f"{w.replicas} process{'es' if w.replicas != 1 else ''}" for w, a in zip(self.workers, at)]
+        why = "every process has a GPU" if self.collective == TORCH_NCCL else "a process runs on CPU"
+        return rows + [f"torchrun on each node; WORLD_SIZE {self.processes}, backend {self.collective} ({why})",
+                       *self.pace.sentences]
 
 
 def gpu_inventory(source: Any) -> tuple[Gpu, ...]:
@@ -115,7 +133,8 @@ def gpu_inventory(source: Any) -> tuple[Gpu, ...]:
 
 
 def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_size: int | None,
-                 share_gpus: bool = False, measured: Mapping[str, float] | None = None) -> DevicePlan:
+                 share_gpus: bool = False, measured: Mapping[str, float] | None = None,
+                 pytorch: bool = False) -> DevicePlan:
     """Lay the job's workers out on its nodes.
 
     Args:
@@ -126,6 +145,8 @@ def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_si
         share_gpus: let several workers of a node use one GPU when it has fewer GPUs than workers.
         measured: examples/s per worker label from the job's last run, for the pace advice
             (see ``pace.advise_pace``); without it the GPU models decide.
+        pytorch: a PyTorch job: one worker (a torchrun) per node with all its GPUs, each node with as
+            many processes as it has GPUs (nodes may differ), and the backend for the collective.
 
     Raises:
         DevicePlanError: a node's GPUs are unknown, its GPUs do not split between its workers, the
@@ -141,9 +162,12 @@ def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_si
         for slot, gpus in enumerate(_split(node, gpu_inventory(source), workers_per_node, share_gpus)):
             workers.append(WorkerDevices(node, len(workers), slot, tuple(g.index for g in gpus),
                                          tuple(g.name for g in gpus), max(1, len(gpus))))
+    every_gpu = all(not w.on_cpu for w in workers)
+    if pytorch:  # no pace advice yet: it weighs workers, and a PyTorch node's processes each set a pace
+        return DevicePlan(tuple(workers), TORCH_NCCL if every_gpu else TORCH_GLOO, None,
+                          PaceAdvice(speeds=(), measured=False, leave_out=(), gain=1.0, sentences=()), pytorch=True)
     replicas = _equal_replicas(workers)
-    collective = NCCL if all(not w.on_cpu for w in workers) else RING
-    return DevicePlan(tuple(workers), collective, _batch(batch_size, len(workers), replicas),
+    return DevicePlan(tuple(workers), NCCL if every_gpu else RING, _batch(batch_size, len(workers), replicas),
                       advise_pace(workers, measured))
 
 

@@ -7,12 +7,15 @@ workers a node runs or which GPUs each one gets.
 
 from __future__ import annotations
 
+import json
+import shlex
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from homegpu.remote.config import ClusterSpec, JobSpec
 from homegpu.remote.plan.device_plan import DevicePlan, DevicePlanError
-from homegpu.remote.plan.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, worker_slots
+from homegpu.remote.plan.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, tf_config, worker_slots
+from homegpu.remote.plan.torchrun import TORCH_DEMO_MODULE, torchrun_argv
 from homegpu.remote.record import Timeline
 
 
@@ -36,6 +39,17 @@ class JobLayout:
         if self.silent:
             return f"no device plan yet: no stats from {', '.join(self.silent)}"
         return ""
+
+    def launch_line(self, job: JobSpec, slot: WorkerSlot, quote: bool = True) -> str:
+        """What `slot` gets: its TF_CONFIG (quoted for a shell with `quote`), or for a PyTorch job the
+        torchrun its node runs, as a user would type it."""
+        if not job.is_pytorch:
+            config = json.dumps(tf_config(self.slots, slot.index))
+            return f"TF_CONFIG='{config}'" if quote else f"TF_CONFIG={config}"
+        processes = self.plan.workers[slot.index].replicas if self.plan else 1
+        program = [job.script, *job.args] if job.script else ["-m", TORCH_DEMO_MODULE, "..."]
+        argv = torchrun_argv("python", self.slots, slot, processes, program)
+        return shlex.join(["torchrun", *argv[3:]])
 
     def plan_lines(self) -> list[str]:
         """The plan as `homegpu tfconfig` and the launch dialog print it, or why there is none."""

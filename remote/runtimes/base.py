@@ -132,6 +132,11 @@ class Runtime(abc.ABC):
             One line per problem, naming the node and the fix; empty when ready.
         """
 
+    async def torch_problems(self, launch: WorkerLaunch) -> list[str]:
+        """Check that PyTorch is importable where `launch` would run (a PyTorch job); in a container,
+        it comes with the image, which preflight checks is there."""
+        return []
+
     @abc.abstractmethod
     async def start(self, launch: WorkerLaunch) -> None:
         """Start the worker detached.

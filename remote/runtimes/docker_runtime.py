@@ -88,7 +88,7 @@ def container_args(launch: WorkerLaunch, *, code_dir: str, out_dir: str, data_di
         "name": container_name(launch.run_id, launch.label, launch.generation),
         "network_mode": "host",
         "labels": worker_labels(launch),
-        "environment": {"HOME": "/tmp", **launch.env, "TF_CONFIG": launch.tf_config},
+        "environment": {"HOME": "/tmp", **launch.env, **({"TF_CONFIG": launch.tf_config} if launch.tf_config else {})},
         "working_dir": launch.cwd,
         "mounts": mounts,
         "init": True,  # a real PID 1 passes `docker stop`'s TERM on to python, which ignores it as PID 1

@@ -14,6 +14,7 @@ from homegpu.remote.runtimes.base import STOP_GRACE_SECONDS, NodePaths, Runtime,
 from homegpu.remote.runtimes.errors import RuntimeError_
 
 _TF_SCRIPT = "import tensorflow, tf_keras; print(tensorflow.__version__)"
+_TORCH_SCRIPT = "import torch, torch.distributed; print(torch.__version__)"
 _WORKER_SCRIPT = script("worker_process")
 
 
@@ -81,10 +82,19 @@ class ProcessRuntime(Runtime):
         return [f"{self.node.name}: TensorFlow with tf-keras is not importable by {python}; install it there: "
                 f"{python} -m pip install 'tensorflow==2.21.*' 'tf-keras==2.21.*'"]
 
+    async def torch_problems(self, launch: WorkerLaunch) -> list[str]:
+        """PyTorch with torch.distributed imports with the worker's python on the node."""
+        python = launch.python
+        result = await self.node.run([python, "-c", _TORCH_SCRIPT], timeout=180)
+        if result.ok:
+            return []
+        return [f"{self.node.name}: PyTorch (torch.distributed) is not importable by {python}; install it there: "
+                f"{python} -m pip install torch"]
+
     async def start(self, launch: WorkerLaunch) -> None:
         meta = {"job": launch.job, "run_id": launch.run_id, "index": launch.slot.index,
                 "generation": launch.generation}
-        env = {**launch.env, "TF_CONFIG": launch.tf_config}
+        env = {**launch.env, **({"TF_CONFIG": launch.tf_config} if launch.tf_config else {})}
         args = ["start", "--run-dir", self.run_dir(launch.run_id), "--label", launch.label,
                 "--log", _log_name(launch.label, launch.generation), "--meta", json.dumps(meta), "--cwd", launch.cwd,
                 "--mkdir", launch.output_dir]

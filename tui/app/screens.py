@@ -5,7 +5,6 @@ Each dismisses with its answer; the app decides what to do with it.
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -19,7 +18,7 @@ from textual.widgets import Button, Label, OptionList, Static
 
 from homegpu.remote.config import JobSpec
 from homegpu.remote.nodes import visible
-from homegpu.remote.plan import JobLayout, tf_config
+from homegpu.remote.plan import JobLayout
 from homegpu.tui.view.text import runs_what
 
 
@@ -37,7 +36,7 @@ def launch_preview(job: JobSpec, layout: JobLayout) -> Text:
         role = "chief" if slot.is_chief else "worker"
         out.append(f"\n{slot.label}", style="bold")
         out.append(f" ({role}, index {slot.index}) on {slot.node.name} [{slot.node.runtime}]\n")
-        out.append(f"  TF_CONFIG={json.dumps(tf_config(slots, slot.index))}\n", style="cyan")
+        out.append(f"  {layout.launch_line(job, slot, quote=False)}\n", style="cyan")
     if plan_lines:
         out.append("\nDevice plan\n", style="bold")
         out.append("".join(f"  {visible(line)}\n" for line in plan_lines))  # they name the nodes' GPUs

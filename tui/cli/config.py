@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 from homegpu.remote.config import (
-    DEFAULT_CONFIG_NAME, DEMO_JOB, LOCAL_HOST, RUNTIMES, ConfigError, NodeSpec, cluster_to_toml, parse_cluster,
-    starter_cluster,
+    DEFAULT_CONFIG_NAME, DEMO_JOB, FRAMEWORKS, LOCAL_HOST, RUNTIMES, ConfigError, NodeSpec, cluster_to_toml,
+    parse_cluster, starter_cluster,
 )
 from homegpu.remote.nodes import ssh_target
 from homegpu.tui.cli.common import UserError, load_spec
@@ -35,6 +35,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                       help="how the nodes run workers: docker (containers with the GPUs passed through; "
                            "the default) or process (a plain Python with TensorFlow on the node)")
     init.add_argument("--name", default="home", help="cluster name (default: home)")
+    init.add_argument("--framework", choices=FRAMEWORKS, default="tensorflow",
+                      help="the demo job's framework: the built-in TensorFlow trainer, or the PyTorch demo "
+                           "(DDP under torchrun); both train on synthetic data (default: tensorflow)")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.set_defaults(handler=run_init)
 
@@ -50,7 +53,7 @@ def run_init(args: argparse.Namespace) -> int:
     if target.exists() and not args.force:
         raise UserError(f"{target} already exists; pass --force to overwrite it, or --config FILE to write elsewhere")
     spec = starter_cluster(tuple(parse_node_option(value, args.runtime) for value in args.node), args.user,
-                           args.name)
+                           args.name, args.framework)
     text = cluster_to_toml(spec)
     try:  # the options get the same validation as a hand-written file
         parse_cluster(text, "homegpu init")

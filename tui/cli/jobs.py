@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import signal
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 from homegpu.remote.config import PER_GPU, ClusterSpec
 from homegpu.remote.jobs import JobNodes, LaunchError, list_workers
 from homegpu.remote.nodes import Cluster, NodeState, cause
-from homegpu.remote.plan import JobConfigError, find_job, job_nodes, last_timeline, lay_out, tf_config
+from homegpu.remote.plan import JobConfigError, find_job, job_nodes, last_timeline, lay_out
 from homegpu.remote.runtimes import WorkerStatus
 from homegpu.tui.cli.common import EXPERIMENTS, UserError, load_spec
 from homegpu.tui.cli.headless import run_headless
@@ -115,7 +114,7 @@ def print_tfconfig(args: argparse.Namespace) -> int:
     print()
     for slot in slots:
         role = "chief" if slot.is_chief else "worker"
-        print(f"{slot.label} ({role}, index {slot.index}):\n  TF_CONFIG='{json.dumps(tf_config(slots, slot.index))}'")
+        print(f"{slot.label} ({role}, index {slot.index}):\n  {layout.launch_line(job, slot)}")
     if layout.refusal:
         print(f"homegpu: {layout.refusal}", file=sys.stderr)
         return 1

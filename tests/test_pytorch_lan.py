@@ -1,0 +1,115 @@
+"""A PyTorch DDP script, written as pytorch/examples' ddp-tutorial-series writes it, run by homegpu on two
+machines of the test LAN with real PyTorch: torchrun on each node, gloo between them (no GPU here)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+from helpers import homegpu, run_and_strike, worker_processes
+
+from simcluster import free_job_port
+
+DDP_SCRIPT = Path(__file__).parent / "fixtures" / "scripts" / "ddp_tutorial.py"
+EPOCH_LINE = re.compile(r"\[GPU(\d+)\] Epoch (\d+) \| Batchsize: \d+ \| Steps: \d+ \| Loss ([0-9.]+)")
+
+
+def ddp_job(sim_cluster, tmp_path: Path, name: str = "ddp", **job) -> Path:
+    """cluster.toml with job `name`: the tutorial's multinode.py in ddp/, on node1 and node2."""
+    (tmp_path / "ddp").mkdir()
+    shutil.copy(DDP_SCRIPT, tmp_path / "ddp" / "multinode.py")
+    table = {"framework": "pytorch", "python": sys.executable, "script": "ddp/multinode.py", "args": ["6", "1"],
+             "nodes": ["node1", "node2"], "port": free_job_port(), "stall_timeout": 120.0, "max_restarts": 1, **job}
+    return sim_cluster.write_cluster_toml(tmp_path / "cluster.toml", jobs={name: table})
+
+
+def epoch_losses(output: str, rank: int) -> dict[int, float]:
+    return {int(epoch): float(loss) for found_rank, epoch, loss in EPOCH_LINE.findall(output)
+            if int(found_rank) == rank}
+
+
+def test_tfconfig_shows_the_torchrun_each_node_runs(sim_cluster, tmp_path):
+    config = ddp_job(sim_cluster, tmp_path)
+    result = homegpu("--config", str(config), "tfconfig", "ddp")
+    assert result.returncode == 0, result.stdout + result.stderr
+    address = sim_cluster.node("node1").address
+    assert "torchrun on each node; WORLD_SIZE 2, backend gloo (a process runs on CPU)" in result.stdout
+    assert (f"torchrun --nnodes=2 --nproc-per-node=1 --node-rank=1 --master-addr={address} --master-port="
+            in result.stdout), result.stdout
+    assert "TF_CONFIG" not in result.stdout
+
+
+def test_the_ddp_tutorial_trains_unchanged_on_two_nodes_and_its_loss_falls(sim_cluster, pytorch, tmp_path):
+    config = ddp_job(sim_cluster, tmp_path)
+    result = homegpu("--config", str(config), "run", "ddp", "--no-tui", cwd=tmp_path, timeout=400)
+    print(result.stdout[-4000:])
+    assert result.returncode == 0, result.stdout + result.stderr
+    for rank in (0, 1):  # one process a node: rank 0 on node1, the chief, rank 1 on node2
+        losses = epoch_losses(result.stdout, rank)
+        assert sorted(losses) == list(range(6)), result.stdout
+        assert losses[5] < 0.5 * losses[0], f"rank {rank} did not learn: {losses}"
+    assert "generation 2" not in result.stdout and "Traceback" not in result.stdout
+    (run_dir,) = (tmp_path / "experiments").iterdir()
+    assert (run_dir / "output" / "snapshot.pt").is_file()  # the chief's snapshot came home
+    assert not worker_processes(sim_cluster)
+
+
+def test_the_tutorials_own_nccl_line_is_refused_before_anything_starts(sim_cluster, tmp_path):
+    config = ddp_job(sim_cluster, tmp_path, name="ddpnccl")
+    script = tmp_path / "ddp" / "multinode.py"
+    text = script.read_text().replace('backend="nccl" if torch.cuda.is_available() else "gloo"', 'backend="nccl"')
+    script.write_text(text)
+    line = text.splitlines().index('    init_process_group(backend="nccl")') + 1
+    result = homegpu("--config", str(config), "run", "ddpnccl", "--no-tui", cwd=tmp_path, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    (refusal,) = [line for line in result.stderr.splitlines() if line.strip()]
+    assert refusal.startswith(f"homegpu: ddpnccl not started: ddp/multinode.py:{line}: "
+                              "`init_process_group(backend='nccl')` needs a GPU in every process, but node1 has none")
+    assert not worker_processes(sim_cluster)
+    for name in ("node1", "node2"):
+        assert not list(sim_cluster.node(name).work_dir.glob("runs/ddpnccl-*"))
+
+
+def test_a_killed_process_restarts_every_node_from_the_snapshot(sim_cluster, pytorch, tmp_path):
+    config = ddp_job(sim_cluster, tmp_path, name="ddpkill", args=["8", "1"], env={"EPOCH_PAUSE": "1"})
+    node2 = sim_cluster.node("node2")
+
+    def kill_node2s_process():
+        victims = [pid for pid in worker_processes(sim_cluster) if pid in node2.pids()
+                   and b"multinode.py" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert victims, "node2's training process not found"
+        os.kill(victims[0], signal.SIGKILL)
+
+    status, text = run_and_strike(config, tmp_path, "[GPU1] Epoch 2 ", kill_node2s_process, job="ddpkill")
+    print(text[-4000:])
+    assert status == 0, text
+    assert "generation 2" in text and "Resuming training from snapshot at Epoch" in text
+    resumed = int(re.search(r"Resuming training from snapshot at Epoch (\d+)", text).group(1))
+    assert resumed >= 2
+    after = text[text.index("generation 2"):]
+    assert f"[GPU0] Epoch {resumed} " in after and "[GPU0] Epoch 0 " not in after  # on from the snapshot
+    assert "[GPU1] Epoch 7 " in after
+    assert not worker_processes(sim_cluster)
+
+
+def test_the_pytorch_demo_from_init_trains_across_two_nodes(sim_cluster, pytorch, tmp_path):
+    made = homegpu("init", "--framework", "pytorch", "--runtime", "process", "--node", "node1=node1",
+                   "--node", "node2=node2", cwd=tmp_path)
+    assert made.returncode == 0, made.stdout + made.stderr
+    config = tmp_path / "cluster.toml"
+    # what a user adds by hand here: the python with torch on the nodes, and the nodes' known keys
+    text = config.read_text().replace('runtime = "process"\n', f'runtime = "process"\npython = "{sys.executable}"\n')
+    text = text.replace('name = "home"\n', f'name = "home"\nknown_hosts = "{sim_cluster.known_hosts_path}"\n', 1)
+    config.write_text(text.replace("port = 29500", f"port = {free_job_port()}"))
+    result = homegpu("run", "demo", "--no-tui", cwd=tmp_path, timeout=400)
+    print(result.stdout[-3000:])
+    assert result.returncode == 0, result.stdout + result.stderr
+    for node in ("node1", "node2"):
+        last = [line for line in result.stdout.splitlines() if line.startswith(f"{node} * epoch 5/5")]
+        assert last and float(last[0].split("accuracy ")[1].split()[0]) > 0.8, result.stdout
+    (run_dir,) = (tmp_path / "experiments").iterdir()
+    assert (run_dir / "output" / "model.pt").is_file()

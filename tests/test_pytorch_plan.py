@@ -1,0 +1,95 @@
+"""A PyTorch job's plan, with no node involved: one torchrun per node, a process per GPU (one on a CPU),
+the backend every process can use, and the torchrun each node runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from homegpu.remote.config.cluster_spec import parse_cluster
+from homegpu.remote.config.checks import ConfigError
+from homegpu.remote.plan import lay_out
+
+CLUSTER = """
+[[nodes]]
+name = "desktop"
+host = "desktop"
+address = "10.0.0.20"
+[[nodes]]
+name = "laptop"
+host = "laptop"
+address = "10.0.0.30"
+[jobs.ddp]
+framework = "pytorch"
+script = "multinode.py"
+args = ["50", "10"]
+port = 29500
+"""
+RTX = [(0, "NVIDIA GeForce RTX 3090"), (1, "NVIDIA GeForce RTX 3090")]
+
+
+def test_each_node_runs_a_process_per_gpu_and_one_cpu_process_makes_it_gloo():
+    spec = parse_cluster(CLUSTER)
+    layout = lay_out(spec, spec.jobs["ddp"], {"desktop": RTX, "laptop": []}, need_plan=True)
+    assert [slot.label for slot in layout.slots] == ["desktop", "laptop"]
+    assert layout.plan_lines() == [
+        "node 0  desktop  10.0.0.20:29500  GPUs 0,1 RTX 3090: 2 processes",
+        "node 1  laptop   10.0.0.30:29500  CPU: 1 process",
+        "torchrun on each node; WORLD_SIZE 3, backend gloo (a process runs on CPU)",
+    ]
+    desktop, laptop = layout.slots
+    assert layout.launch_line(spec.jobs["ddp"], laptop) == (
+        "torchrun --nnodes=2 --nproc-per-node=1 --node-rank=1 --master-addr=10.0.0.20 --master-port=29500 "
+        "multinode.py 50 10")
+    assert "--nproc-per-node=2 --node-rank=0" in layout.launch_line(spec.jobs["ddp"], desktop)
+
+
+def test_every_process_on_a_gpu_is_nccl():
+    spec = parse_cluster(CLUSTER)
+    layout = lay_out(spec, spec.jobs["ddp"], {"desktop": RTX, "laptop": RTX[:1]}, need_plan=True)
+    assert layout.plan_lines()[-1] == "torchrun on each node; WORLD_SIZE 3, backend nccl (every process has a GPU)"
+
+
+def test_a_tensorflow_job_still_gets_its_tf_config():
+    spec = parse_cluster(CLUSTER + '[jobs.tf]\nnodes = ["laptop"]\n')
+    layout = lay_out(spec, spec.jobs["tf"], {"laptop": []}, need_plan=True)
+    line = layout.launch_line(spec.jobs["tf"], layout.slots[0])
+    assert line.startswith("TF_CONFIG='{\"cluster\": {\"worker\": [\"10.0.0.30:23456\"]}")
+
+
+@pytest.mark.parametrize("table, words", [
+    ('framework = "pytorch"\n', "a PyTorch job runs your script, and this job names none"),
+    ('framework = "pytorch"\nscript = "x.py"\nworkers_per_node = 2\n', "a PyTorch job runs one torchrun per node"),
+    ('framework = "jax"\n', 'use one of: "tensorflow", "pytorch"'),
+])
+def test_what_a_pytorch_job_cannot_be_is_one_line(table, words):
+    with pytest.raises(ConfigError) as caught:
+        parse_cluster(CLUSTER + "[jobs.bad]\n" + table)
+    assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
+NCCL_SCRIPT = """\
+import torch
+from torch.distributed import init_process_group
+
+def ddp_setup():
+    init_process_group(backend="nccl")
+"""
+
+
+def test_a_script_that_names_nccl_is_refused_on_a_plan_with_a_cpu_process(tmp_path):
+    from homegpu.remote.jobs.script_check import nccl_calls, nccl_on_cpu_problem
+
+    (tmp_path / "multinode.py").write_text(NCCL_SCRIPT)
+    (tmp_path / "cluster.toml").write_text(CLUSTER)
+    spec = parse_cluster(CLUSTER, str(tmp_path / "cluster.toml"))
+    job = spec.jobs["ddp"]
+    mixed = lay_out(spec, job, {"desktop": RTX, "laptop": []}, need_plan=True).plan
+    problem = nccl_on_cpu_problem(job, spec.source, mixed)
+    assert problem.startswith(f"{tmp_path}/multinode.py:5: `init_process_group(backend='nccl')` needs a GPU in "
+                              "every process, but laptop has none"), problem
+    assert "nodes = [...] in [jobs.ddp]" in problem and "\n" not in problem
+    every_gpu = lay_out(spec, job, {"desktop": RTX, "laptop": RTX[:1]}, need_plan=True).plan
+    assert nccl_on_cpu_problem(job, spec.source, every_gpu) == ""
+    assert nccl_calls('import torch.distributed as dist\ndist.init_process_group("nccl", rank=0)\n') == [
+        (2, "dist.init_process_group('nccl', rank=0)")]
+    assert nccl_calls('init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")') == []
