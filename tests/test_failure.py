@@ -258,3 +258,13 @@ def test_a_summary_names_a_bounded_number_of_workers_and_a_bounded_message():
     verdict = judge([WorkerEnd(f"n{i}", 1, last_lines=lines) for i in range(40)])
     assert verdict.script_error and "(n0, n1, n2, n3, n4, n5, n6, n7 and 32 more)" in verdict.summary
     assert len(verdict.summary) < 300 and " at train.py:2 " in verdict.summary
+
+
+@pytest.mark.parametrize("line, progress", [
+    ("[GPU0] Epoch 3 | Batchsize: 32 | Steps: 32 | Loss 0.13463", True),  # pytorch/examples' ddp tutorial
+    ("epoch 2: loss=0.51", True),
+    ("Epoch 2/5", False),  # Keras before the epoch's first step
+    ("Epoch 3 | Training snapshot saved at snapshot.pt", False),
+])
+def test_a_scripts_own_epoch_line_with_a_loss_is_progress(line, progress):
+    assert shows_progress(line) is progress

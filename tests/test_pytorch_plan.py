@@ -57,7 +57,7 @@ def test_a_tensorflow_job_still_gets_its_tf_config():
 
 
 @pytest.mark.parametrize("table, words", [
-    ('framework = "pytorch"\n', "a PyTorch job runs your script, and this job names none"),
+    ('framework = "pytorch"\nmodel = "resnet"\n', "the built-in TensorFlow trainer's key: the PyTorch demo trains"),
     ('framework = "pytorch"\nscript = "x.py"\nworkers_per_node = 2\n', "a PyTorch job runs one torchrun per node"),
     ('framework = "jax"\n', 'use one of: "tensorflow", "pytorch"'),
 ])

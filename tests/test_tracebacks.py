@@ -171,3 +171,25 @@ def test_whose_file_a_frame_is_in(path, users):
 ])
 def test_a_frame_is_named_relative_to_the_code_dir_else_by_basename(code_dir, where):
     assert Frame("/a/code/src/model.py", 6).where(code_dir) == where
+
+
+TORCHRUN_LOG = """\
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/root/.homegpu/code/ddp/multinode.py", line 65, in _run_batch
+[rank0]:     loss.backward()
+[rank0]: RuntimeError: Connection closed by peer [10.213.0.3]:47845. This is typically caused by a remote worker crashing.
+E1126 18:24:21.505000 26982 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 386, in launch_agent
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+/root/.homegpu/code/ddp/multinode.py FAILED
+""".splitlines()
+
+
+def test_under_torchrun_the_process_own_traceback_is_the_last_not_torchruns():
+    traceback = read_traceback(TORCHRUN_LOG)
+    assert traceback.exception.startswith("RuntimeError: Connection closed by peer")
+    assert traceback.place("/root/.homegpu/code/ddp") == "multinode.py:65"
+    assert read_traceback(TORCHRUN_LOG[4:]) is None  # torchrun's alone says nothing of the process

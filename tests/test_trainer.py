@@ -196,6 +196,7 @@ def test_defaults_and_help():
 # -- the trainer imports nothing it cannot have on a node ---------------------------------------
 
 ALLOWED_TOP = {"tensorflow", "tf_keras", "numpy", "homegpu"}
+TORCH_ALLOWED_TOP = {"torch", "homegpu"}
 TF_FREE = ("metrics.py", "cluster.py", "synthetic.py", "cli.py", "__main__.py")
 
 
@@ -214,9 +215,11 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
 
 @pytest.mark.parametrize("path", sorted(TRAINER_DIR.glob("*.py")), ids=lambda p: p.name)
 def test_trainer_imports_only_stdlib_tensorflow_and_itself(path):
+    """(torch_demo.py: the standard library, torch and itself.)"""
+    allowed = TORCH_ALLOWED_TOP if path.name == "torch_demo.py" else ALLOWED_TOP  # PyTorch's demo: no TensorFlow
     for module, at_top in _imports(path):
         top = module.split(".")[0]
-        assert top in sys.stdlib_module_names or top in ALLOWED_TOP, f"{path.name} imports {module}"
+        assert top in sys.stdlib_module_names or top in allowed, f"{path.name} imports {module}"
         if top == "homegpu":
             assert module.startswith("homegpu.trainer"), f"{path.name} imports {module}"
         if path.name in TF_FREE and at_top:

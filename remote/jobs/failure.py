@@ -27,6 +27,9 @@ HEAD_CHARS = 120  # of an error's first line in a one-line summary
 NAMED_WORKERS = 8  # workers named in a summary; more are counted
 # Keras' progress bar after a finished step: "12/40 [===>....]" (tf-keras) or "12/40 ━━━━" (Keras 3).
 _KERAS_STEP = re.compile(r"^\s*\d+/(?:\d+|Unknown)\s+(?:\[|━)")
+# A script's own epoch line with its loss ("[GPU0] Epoch 3 | ... | Loss 0.1370", "epoch 2: loss=0.5"): Keras's
+# "Epoch 2/5" header has none, so only an epoch that ran matches.
+_EPOCH_WITH_LOSS = re.compile(r"\bepoch\b\W*\d+.*\bloss\b\W*[-+]?\d", re.IGNORECASE)
 _SIGNAL_STATUSES = range(129, 160)  # 128 + signal number, as shells and containers report a kill
 
 
@@ -97,12 +100,14 @@ def error_tail(lines: Sequence[str], limit: int = TAIL_LINES) -> ErrorTail:
 
 
 def shows_progress(line: str) -> bool:
-    """Whether a log line proves that training ran: a step/epoch/end metric line, or a Keras
-    progress bar after a step. ("Epoch 1/3" alone does not: Keras prints it before the first step.)"""
+    """Whether a log line proves that training ran: a step/epoch/end metric line, a Keras progress bar
+    after a step, or a script's epoch line with a loss (a PyTorch script's own). ("Epoch 1/3" alone does
+    not: Keras prints it before the first step.)"""
     metric = classify(line)
     if metric is not None:
         return metric.progressed
-    return bool(_KERAS_STEP.match(line.rsplit("\r", 1)[-1]))
+    last = line.rsplit("\r", 1)[-1]
+    return bool(_KERAS_STEP.match(last) or _EPOCH_WITH_LOSS.search(last))
 
 
 def might_be_script_error(end: WorkerEnd) -> bool:

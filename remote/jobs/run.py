@@ -217,7 +217,8 @@ class JobRun:
                 raise LaunchError("code sync failed: " + "; ".join(problems))
 
     async def _start_generation(self) -> None:
-        self._publish(JobState.STARTING, f"starting TensorFlow on {len(self.slots)} worker(s)")
+        what = "torchrun on" if self.job.is_pytorch else "TensorFlow on"
+        self._publish(JobState.STARTING, f"starting {what} {len(self.slots)} {'node' if self.job.is_pytorch else 'worker'}(s)")
         launches = [self.launch_for(slot) for slot in self.slots]
         results = await asyncio.gather(*(self.tracks[l.label].runtime.start(l) for l in launches),
                                        return_exceptions=True)

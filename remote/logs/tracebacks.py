@@ -55,6 +55,10 @@ _OTHER_OUTPUT = re.compile(
     r"|Exception ignored in"
     r"|=== homegpu: .* ===$)")  # the worker's supervisor's notes (below)
 _SUPERVISOR_NOTE = re.compile(r"^=== homegpu: .* ===$")
+# PyTorch's prefix on what a process under torchrun prints to stderr: "[rank1]: Traceback ...".
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ")
+# torchrun's own traceback when a process it started failed: it says only that; the process's is the one.
+_LAUNCHER_WRAPPER = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
 # Files that are not the user's code: Python's own library, installed packages, frozen or generated
 # code, and homegpu's (the trainer and the script bootstrap live under _homegpu/ in the synced code).
 _NOT_USERS = re.compile(r"(?:^|/)(?:site-packages|dist-packages|_homegpu)/|/lib(?:64)?/python\d[\d.]*/|^<")
@@ -204,8 +208,10 @@ class TracebackReader:
 
     @property
     def last(self) -> Traceback | None:
-        """The last traceback whose exception line came (with its message as far as read), or None."""
-        return self._with_message() if self._current else self._done
+        """The last traceback whose exception line came (with its message as far as read), or None;
+        not torchrun's (ChildFailedError), which only says that the process's own came before it."""
+        current = self._with_message() if self._current else None
+        return current if current and current.type != _LAUNCHER_WRAPPER else self._done
 
     @property
     def current(self) -> Traceback | None:
@@ -226,7 +232,7 @@ class TracebackReader:
 
     def feed(self, line: str) -> str:
         """Read the next line; its role (TEXT, START, FRAME, EXCEPTION, MESSAGE, CHAIN, RELEASED)."""
-        text = line.rstrip("\r\n")
+        text = _RANK_PREFIX.sub("", line.rstrip("\r\n"))
         self.released = ()
         if self._state == FRAME:
             return self._in_frames(text)
@@ -252,7 +258,9 @@ class TracebackReader:
     def end(self) -> None:
         """The worker printed something else: a message being read is over (a held one is kept)."""
         if self._current:
-            self._done, self._current = self._with_message(), None
+            done = self._with_message()
+            self._done = done if done.type != _LAUNCHER_WRAPPER else self._done
+            self._current = None
         if self._state == MESSAGE:
             self._state = TEXT
 

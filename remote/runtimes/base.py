@@ -56,6 +56,8 @@ class WorkerLaunch:
     image: str = ""
     data_dir: str = ""  # the job's data_dir on the node; may start with ~ (see expand_path)
     device_ids: tuple[str, ...] | None = None
+    # variables set on the node to the name of the interface holding an address (PyTorch's gloo and NCCL)
+    iface_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def label(self) -> str:

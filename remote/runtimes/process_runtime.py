@@ -75,21 +75,19 @@ class ProcessRuntime(Runtime):
 
     async def trainer_problems(self, launch: WorkerLaunch) -> list[str]:
         """TensorFlow and tf-keras import with the worker's python on the node."""
-        python = launch.python
-        result = await self.node.run([python, "-c", _TF_SCRIPT], timeout=180)
-        if result.ok:
-            return []
-        return [f"{self.node.name}: TensorFlow with tf-keras is not importable by {python}; install it there: "
-                f"{python} -m pip install 'tensorflow==2.21.*' 'tf-keras==2.21.*'"]
+        return await self._imports(launch.python, _TF_SCRIPT, "TensorFlow with tf-keras",
+                                   "'tensorflow==2.21.*' 'tf-keras==2.21.*'")
 
     async def torch_problems(self, launch: WorkerLaunch) -> list[str]:
         """PyTorch with torch.distributed imports with the worker's python on the node."""
-        python = launch.python
-        result = await self.node.run([python, "-c", _TORCH_SCRIPT], timeout=180)
+        return await self._imports(launch.python, _TORCH_SCRIPT, "PyTorch (torch.distributed)", "torch")
+
+    async def _imports(self, python: str, script: str, what: str, packages: str) -> list[str]:
+        result = await self.node.run([python, "-c", script], timeout=180)
         if result.ok:
             return []
-        return [f"{self.node.name}: PyTorch (torch.distributed) is not importable by {python}; install it there: "
-                f"{python} -m pip install torch"]
+        return [f"{self.node.name}: {what} is not importable by {python}; install it there: "
+                f"{python} -m pip install {packages}"]
 
     async def start(self, launch: WorkerLaunch) -> None:
         meta = {"job": launch.job, "run_id": launch.run_id, "index": launch.slot.index,
@@ -100,6 +98,8 @@ class ProcessRuntime(Runtime):
                 "--mkdir", launch.output_dir]
         for key, value in env.items():
             args += ["--env", f"{key}={value}"]
+        for key, address in launch.iface_env.items():
+            args += ["--iface-env", f"{key}={address}"]
         reply = await self._worker(*args, "--", *launch.argv)
         if "error" in reply:
             raise RuntimeError_(f"{self.node.name}: {reply['error']}")
