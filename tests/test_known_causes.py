@@ -30,6 +30,16 @@ PER_REPLICA_LAST = ("}) with an unsupported type (<class 'tensorflow.python.dist
     ("RuntimeError: server failed", 'E0000 server_chttp2.cc:40] {"description":"Address already in use"}',
      "port is already in use", "stop what holds it"),
     ("RuntimeError: x", "Failed to add port to server", "port", "another port"),
+    # PyTorch's, as torch 2.14 prints them
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "", "out of memory", "batch_size"),
+    ("RuntimeError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!", "", "nccl backend in a process "
+     "without a GPU", 'else "gloo"'),
+    ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1971, unhandled system error", "",
+     "NCCL failed", "NCCL_P2P_DISABLE"),
+    ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.", "",
+     "never joined the rendezvous", "reachable row"),
+    ("RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection closed by peer "
+     "[10.213.0.3]:47845", "", "a peer process ended", "other nodes' logs"),
 ])
 def test_known_causes_name_their_fix(exception, context, cause, fix):
     found = known_cause(exception, context)

@@ -93,3 +93,20 @@ def test_a_script_that_names_nccl_is_refused_on_a_plan_with_a_cpu_process(tmp_pa
     assert nccl_calls('import torch.distributed as dist\ndist.init_process_group("nccl", rank=0)\n') == [
         (2, "dist.init_process_group('nccl', rank=0)")]
     assert nccl_calls('init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")') == []
+
+
+@pytest.mark.parametrize("script, framework", [
+    ("import torch\nfrom torch.distributed import init_process_group\n", "pytorch"),
+    ("import torch\ntorch.distributed.init_process_group('gloo')\n", "pytorch"),
+    ("from torch.nn.parallel import DistributedDataParallel as DDP\n", "pytorch"),
+    ("import torch\nimport tensorflow as tf\nfrom torch.distributed import init_process_group\n", "tensorflow"),
+    ("import torch\nprint(torch.ones(2))\n", "tensorflow"),  # torch alone is no multi-node job
+    ("import tensorflow as tf\n", "tensorflow"),
+    ("def broken(:\n", "tensorflow"),
+])
+def test_a_jobs_framework_unset_is_read_from_its_scripts_imports(tmp_path, script, framework):
+    (tmp_path / "train.py").write_text(script)
+    text = CLUSTER + '[jobs.mine]\nscript = "train.py"\n'
+    assert parse_cluster(text, str(tmp_path / "cluster.toml")).jobs["mine"].framework == framework
+    explicit = parse_cluster(text + 'framework = "tensorflow"\n', str(tmp_path / "cluster.toml"))
+    assert explicit.jobs["mine"].framework == "tensorflow"  # said in the table: never guessed over

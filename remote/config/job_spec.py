@@ -6,8 +6,10 @@ same one-line, located error.
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
@@ -46,6 +48,7 @@ _JOB_KEYS = {
 TRAINER_KEYS = ("epochs", "batch_size", "steps_per_epoch", "data", "model")  # the built-in trainer's alone
 PER_GPU = "per-gpu"  # workers_per_node: one worker per GPU of each node (one on a node without GPUs)
 MAX_GPUS_PER_NODE = 16  # the ports a "per-gpu" job may need on one node
+MAX_SCRIPT_BYTES = 2 << 20  # a script read for its imports (framework unset); larger: no training script
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,7 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...])
         reconnect_timeout=get("reconnect_timeout", float, 300.0),
         keras=get("keras", str, "keras", v.choice(KERAS_CHOICES, 'use "keras" (what `import keras` gives on the '
                                                            'node) or "tf-keras" (tf-keras in its place)')),
-        framework=get("framework", str, "tensorflow", v.choice(FRAMEWORKS)),
+        framework=get("framework", str, _script_framework(v.file, table.get("script")), v.choice(FRAMEWORKS)),
     )
     _check_worker_ports(v, job)
     _check_pytorch(v, table, path, job)
@@ -170,6 +173,27 @@ def _refuse_trainer_keys(v: Validator, table: dict, path: tuple, job: JobSpec) -
                                         "sees it",
                          f'give the script its own setting in args (e.g. args = ["--{key.replace("_", "-")}", '
                          f'"..."]), or remove {key}')
+
+
+def _script_framework(config_file: str, script: object) -> str:
+    """A job's framework when its table names none: "pytorch" for a script (relative to the cluster file)
+    that uses torch.distributed or DDP and imports no TensorFlow or Keras, else "tensorflow"."""
+    if not isinstance(script, str) or not script:
+        return "tensorflow"
+    path = Path(config_file).parent / Path(script).expanduser()
+    try:
+        if path.stat().st_size > MAX_SCRIPT_BYTES:
+            return "tensorflow"
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return "tensorflow"  # read again at launch; a script that does not parse is Python's to report
+    modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    distributed = any(m.startswith(("torch.distributed", "torch.nn.parallel")) for m in modules) or any(
+        isinstance(node, ast.Attribute) and node.attr == "distributed" and isinstance(node.value, ast.Name)
+        and node.value.id == "torch" for node in ast.walk(tree))
+    tensorflow = any(m.split(".")[0] in ("tensorflow", "keras", "tf_keras") for m in modules)
+    return "pytorch" if distributed and not tensorflow else "tensorflow"
 
 
 def _check_pytorch(v: Validator, table: dict, path: tuple, job: JobSpec) -> None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 _NO_MODULE = re.compile(r"No module named '(?P<module>[^']+)'")
-_OUT_OF_MEMORY = ("OOM when allocating", "CUDA_ERROR_OUT_OF_MEMORY", "RESOURCE_EXHAUSTED: Out of memory")
+_OUT_OF_MEMORY = ("OOM when allocating", "CUDA_ERROR_OUT_OF_MEMORY", "RESOURCE_EXHAUSTED: Out of memory",
+                  "CUDA out of memory")  # the last: PyTorch's torch.OutOfMemoryError
 _PORT_IN_USE = ("Address already in use", "Failed to add port", "Could not start gRPC server")
 
 
@@ -66,9 +67,47 @@ def _port_in_use(exception: str, text: str) -> KnownCause | None:
     return None
 
 
+# PyTorch's distributed errors (torch.distributed, gloo, NCCL), as their messages say them.
+_NCCL_WITHOUT_GPU = ("ProcessGroupNCCL is only supported with GPUs", "NCCL is not available",
+                     "Duplicate GPU detected", "no CUDA GPUs are available")
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
+_RENDEZVOUS_TIMEOUT = ("waiting for clients", "The client socket has timed out", "DistStoreError: Timed out",
+                       "Socket Timeout")
+
+
+def _nccl_without_gpu(exception: str, text: str) -> KnownCause | None:
+    if any(words in text for words in _NCCL_WITHOUT_GPU):
+        return KnownCause("the nccl backend in a process without a GPU",
+                          'write backend="nccl" if torch.cuda.is_available() else "gloo" in init_process_group')
+    return None
+
+
+def _nccl_failed(exception: str, text: str) -> KnownCause | None:
+    if "NCCL error" in text or "ncclSystemError" in text or "ncclUnhandledCudaError" in text:
+        return KnownCause("NCCL failed between the GPUs",
+                          'add NCCL_DEBUG = "INFO" to the job\'s env to see why; consumer GPUs without P2P often '
+                          'need NCCL_P2P_DISABLE = "1"')
+    return None
+
+
+def _rendezvous_timeout(exception: str, text: str) -> KnownCause | None:
+    if any(words in text for words in _RENDEZVOUS_TIMEOUT):
+        return KnownCause("a node never joined the rendezvous at the chief's port",
+                          "check that every node reaches the chief's job port (homegpu doctor, its reachable row)")
+    return None
+
+
+def _peer_gone(exception: str, text: str) -> KnownCause | None:
+    if "gloo" in text and any(words in text for words in _PEER_GONE):
+        return KnownCause("a peer process ended (its node's log says why)",
+                          "read the other nodes' logs; homegpu restarts the job when it can")
+    return None
+
+
 # In order: the first that knows wins ("is Keras 3-only" may come as a ModuleNotFoundError).
 _TABLE: tuple[Callable[[str, str], KnownCause | None], ...] = (
     _keras3_only, _keras3_per_replica, _missing_module, _out_of_memory, _port_in_use,
+    _nccl_without_gpu, _nccl_failed, _rendezvous_timeout, _peer_gone,
 )
 
 

@@ -137,6 +137,8 @@ def _format_jobs(spec: ClusterSpec) -> list[str]:
 
 def runs_what(job: JobSpec) -> str:
     """The built-in trainer, or the script with what its `import keras` gives on the workers."""
+    if job.is_pytorch:
+        return f"{job.script or 'the PyTorch demo'} under torchrun"
     if job.uses_trainer:
         return "built-in trainer"
     return f"{job.script} ({'import keras runs tf-keras' if job.keras == 'tf-keras' else 'keras as installed'})"
