@@ -110,3 +110,14 @@ def test_a_jobs_framework_unset_is_read_from_its_scripts_imports(tmp_path, scrip
     assert parse_cluster(text, str(tmp_path / "cluster.toml")).jobs["mine"].framework == framework
     explicit = parse_cluster(text + 'framework = "tensorflow"\n', str(tmp_path / "cluster.toml"))
     assert explicit.jobs["mine"].framework == "tensorflow"  # said in the table: never guessed over
+
+
+def test_nodes_with_different_torch_versions_are_named_once():
+    from homegpu.remote.jobs.preflight import torch_mismatch
+
+    versions = {"desktop": "2.14.1+cu130", "laptop": "2.13.0", "closet": ""}
+    assert torch_mismatch("desktop", versions) == [
+        "torch differs between the nodes (2.14.1+cu130 on desktop, 2.13.0 on laptop): DDP's processes must run one "
+        "version; install the same torch on every node (python -m pip install torch==2.14.1)"]
+    assert torch_mismatch("laptop", versions) == []  # said once, by the first node
+    assert torch_mismatch("desktop", {"desktop": "2.14.1", "laptop": "2.14.1"}) == []

@@ -134,9 +134,12 @@ class Runtime(abc.ABC):
             One line per problem, naming the node and the fix; empty when ready.
         """
 
+    # the torch version the last torch_problems() found on the node ("" unknown: in a container's image)
+    torch_version = ""
+
     async def torch_problems(self, launch: WorkerLaunch) -> list[str]:
-        """Check that PyTorch is importable where `launch` would run (a PyTorch job); in a container,
-        it comes with the image, which preflight checks is there."""
+        """Check that PyTorch is importable where `launch` would run (a PyTorch job), noting its version
+        (torch_version); in a container, it comes with the image, which preflight checks is there."""
         return []
 
     @abc.abstractmethod

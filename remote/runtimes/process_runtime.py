@@ -75,19 +75,22 @@ class ProcessRuntime(Runtime):
 
     async def trainer_problems(self, launch: WorkerLaunch) -> list[str]:
         """TensorFlow and tf-keras import with the worker's python on the node."""
-        return await self._imports(launch.python, _TF_SCRIPT, "TensorFlow with tf-keras",
-                                   "'tensorflow==2.21.*' 'tf-keras==2.21.*'")
+        return (await self._imports(launch.python, _TF_SCRIPT, "TensorFlow with tf-keras",
+                                    "'tensorflow==2.21.*' 'tf-keras==2.21.*'"))[0]
 
     async def torch_problems(self, launch: WorkerLaunch) -> list[str]:
-        """PyTorch with torch.distributed imports with the worker's python on the node."""
-        return await self._imports(launch.python, _TORCH_SCRIPT, "PyTorch (torch.distributed)", "torch")
+        """PyTorch with torch.distributed imports with the worker's python on the node (its version noted)."""
+        problems, version = await self._imports(launch.python, _TORCH_SCRIPT, "PyTorch (torch.distributed)", "torch")
+        self.torch_version = version
+        return problems
 
-    async def _imports(self, python: str, script: str, what: str, packages: str) -> list[str]:
+    async def _imports(self, python: str, script: str, what: str, packages: str) -> tuple[list[str], str]:
+        """(the problem, if `script` fails with `python` on the node; the last line it printed)."""
         result = await self.node.run([python, "-c", script], timeout=180)
         if result.ok:
-            return []
+            return [], (result.stdout.strip().splitlines() or [""])[-1]
         return [f"{self.node.name}: {what} is not importable by {python}; install it there: "
-                f"{python} -m pip install {packages}"]
+                f"{python} -m pip install {packages}"], ""
 
     async def start(self, launch: WorkerLaunch) -> None:
         meta = {"job": launch.job, "run_id": launch.run_id, "index": launch.slot.index,
