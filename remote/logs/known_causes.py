@@ -60,41 +60,30 @@ def _out_of_memory(exception: str, text: str) -> KnownCause | None:
     return None
 
 
-def _port_in_use(exception: str, text: str) -> KnownCause | None:
-    if any(words in text for words in _PORT_IN_USE):
-        return KnownCause("the job's port is already in use on the node",
-                          "stop what holds it, or set another port in the job")
-    return None
+def _phrases(phrases: tuple[str, ...], cause: str, fix: str) -> Callable[[str, str], KnownCause | None]:
+    """A rule that knows the cause when any of `phrases` is in what the worker printed."""
+    def rule(exception: str, text: str) -> KnownCause | None:
+        return KnownCause(cause, fix) if any(words in text for words in phrases) else None
+    return rule
 
+
+_port_in_use = _phrases(_PORT_IN_USE, "the job's port is already in use on the node",
+                        "stop what holds it, or set another port in the job")
 
 # PyTorch's distributed errors (torch.distributed, gloo, NCCL), as their messages say them.
-_NCCL_WITHOUT_GPU = ("ProcessGroupNCCL is only supported with GPUs", "NCCL is not available",
-                     "Duplicate GPU detected", "no CUDA GPUs are available")
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
-_RENDEZVOUS_TIMEOUT = ("waiting for clients", "The client socket has timed out", "DistStoreError: Timed out",
-                       "Socket Timeout")
-
-
-def _nccl_without_gpu(exception: str, text: str) -> KnownCause | None:
-    if any(words in text for words in _NCCL_WITHOUT_GPU):
-        return KnownCause("the nccl backend in a process without a GPU",
-                          'write backend="nccl" if torch.cuda.is_available() else "gloo" in init_process_group')
-    return None
-
-
-def _nccl_failed(exception: str, text: str) -> KnownCause | None:
-    if "NCCL error" in text or "ncclSystemError" in text or "ncclUnhandledCudaError" in text:
-        return KnownCause("NCCL failed between the GPUs",
-                          'add NCCL_DEBUG = "INFO" to the job\'s env to see why; consumer GPUs without P2P often '
-                          'need NCCL_P2P_DISABLE = "1"')
-    return None
-
-
-def _rendezvous_timeout(exception: str, text: str) -> KnownCause | None:
-    if any(words in text for words in _RENDEZVOUS_TIMEOUT):
-        return KnownCause("a node never joined the rendezvous at the chief's port",
-                          "check that every node reaches the chief's job port (homegpu doctor, its reachable row)")
-    return None
+_nccl_without_gpu = _phrases(
+    ("ProcessGroupNCCL is only supported with GPUs", "NCCL is not available", "Duplicate GPU detected",
+     "no CUDA GPUs are available"),
+    "the nccl backend in a process without a GPU",
+    'write backend="nccl" if torch.cuda.is_available() else "gloo" in init_process_group')
+_nccl_failed = _phrases(
+    ("NCCL error", "ncclSystemError", "ncclUnhandledCudaError"), "NCCL failed between the GPUs",
+    'add NCCL_DEBUG = "INFO" to the job\'s env to see why; consumer GPUs without P2P often need NCCL_P2P_DISABLE = "1"')
+_rendezvous_timeout = _phrases(
+    ("waiting for clients", "The client socket has timed out", "DistStoreError: Timed out", "Socket Timeout"),
+    "a node never joined the rendezvous at the chief's port",
+    "check that every node reaches the chief's job port (homegpu doctor, its reachable row)")
 
 
 def _peer_gone(exception: str, text: str) -> KnownCause | None:
