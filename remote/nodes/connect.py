@@ -339,7 +339,7 @@ def login_name(cluster: ClusterSpec, node: NodeSpec) -> str:
 
 def _host_key_error(cluster: ClusterSpec, node: NodeSpec, offered: OfferedKey | None,
                     exc: Exception, gateway: str = "") -> NodeError:
-    jump = _proxy_jump(cluster, node)
+    jump = ssh_target(cluster, node).jump
     if offered is not None and gateway and not hostkeys.has_keys_for(
             cluster.ssh.known_hosts, offered.host, offered.addr, offered.port):
         return HostKeyUnknown(node.name, offered, trust_command(cluster, node), f"its ProxyJump gateway {gateway}'s")
@@ -353,11 +353,6 @@ def _host_key_error(cluster: ClusterSpec, node: NodeSpec, offered: OfferedKey | 
     if hostkeys.has_keys_for(cluster.ssh.known_hosts, offered.host, offered.addr, offered.port):
         return HostKeyChanged(node.name, offered, cluster.ssh.known_hosts)
     return HostKeyUnknown(node.name, offered, trust_command(cluster, node))
-
-
-def _proxy_jump(cluster: ClusterSpec, node: NodeSpec) -> str:
-    """The ssh config's ProxyJump for the node ("" without one, or when the config cannot be read)."""
-    return ssh_target(cluster, node).jump
 
 
 def _describe(exc: BaseException) -> str:
