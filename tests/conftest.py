@@ -25,7 +25,7 @@ from simcluster import (
 from simdocker import DockerEngine, ensure_docker
 
 # Test images built locally (tests/images.py): busybox in seconds, Python + TensorFlow 2.21 in ~100 s.
-from images import busybox_image, tf_image  # noqa: E402,F401  (session fixtures)
+from images import busybox_image, tf_image, torch_image  # noqa: E402,F401  (session fixtures)
 
 T = TypeVar("T")
 

@@ -100,7 +100,7 @@ def worker_processes(sim: SimCluster) -> list[int]:
         # the built-in trainer, a user's script through user_script.py, a script run by itself, torchrun,
         # or a process torchrun started (`python -u SCRIPT`)
         if argv[1:3] in ([b"-m", b"homegpu.trainer"], [b"-m", b"homegpu.trainer.user_script"],
-                         [b"-m", b"torch.distributed.run"]) \
+                         [b"-m", b"homegpu.trainer.torchrun"]) \
                 or any(arg.endswith((b"train.py", b"multinode.py")) for arg in argv[1:3]):
             found.append(pid)
     return found

@@ -1,16 +1,19 @@
 """Docker images for the tests, built here because no registry can be reached.
 
-Two images, each built once per Docker engine and reused by every later run (the tag is the cache):
+Images built once per Docker engine and reused by every later run (the tag is the cache):
 
 - `homegpu-test/busybox:latest`: `FROM scratch` plus Debian's static busybox. Builds in seconds;
   the runtime tests use it for containers that only need `sh`, `echo` and `sleep`.
 - `homegpu-test/tensorflow:2.21`: Debian bookworm (debootstrap) with Python 3.11 and a venv holding
   tensorflow + tf-keras 2.21. Takes minutes (most of it pip); the orchestration tests train in it.
+- `homegpu-test/pytorch:2.14`: the same Debian with torch 2.14.1 from PyPI (5.4 GB with its CUDA
+  libraries); the PyTorch jobs' Docker tests train in it. Both start from `homegpu-test/debian:bookworm`,
+  debootstrapped once.
 
-A CI job can build both ahead of the tests with `python tests/images.py`. Building is serialised
+A CI job can build them all ahead of the tests with `python tests/images.py`. Building is serialised
 with a lock file, so two test runs on one machine do not build the same image twice at once.
 
-The `tf_image` and `busybox_image` fixtures live here too (tests/conftest.py imports them); they fail,
+The `tf_image`, `torch_image` and `busybox_image` fixtures live here too (tests/conftest.py imports them); they fail,
 never skip, when the image cannot be built.
 """
 
@@ -35,8 +38,13 @@ from docker.types import Mount
 import pytest
 
 BUSYBOX_TAG = "homegpu-test/busybox:latest"
+BASE_TAG = "homegpu-test/debian:bookworm"  # debootstrapped Debian with Python 3.11: both Python images start here
 TF_TAG = "homegpu-test/tensorflow:2.21"
 TF_PACKAGES = ("tensorflow==2.21.0", "tf-keras==2.21.0")
+TF_CHECK = "import tensorflow as tf, tf_keras; print('tensorflow', tf.__version__, 'tf_keras', tf_keras.__version__)"
+TORCH_TAG = "homegpu-test/pytorch:2.14"
+TORCH_PACKAGES = ("torch==2.14.1",)  # what the [pytorch] extra installs here: nodes' versions must agree
+TORCH_CHECK = "import torch, torch.distributed; print('torch', torch.__version__)"
 
 BUSYBOX_BINARY = "/bin/busybox"  # from Debian's busybox-static: statically linked, runs FROM scratch
 BUSYBOX_DOCKERFILE = b"""\
@@ -161,42 +169,60 @@ def ensure_random_image(client: docker.DockerClient, megabytes: int, layers: int
     return tag
 
 
-# -- Python + TensorFlow ---------------------------------------------------------------------------
+# -- Python + TensorFlow, Python + PyTorch ---------------------------------------------------------
 
 
 def ensure_tf_image(client: docker.DockerClient, progress: Progress = _stderr) -> str:
-    """The tag of the Python + TensorFlow 2.21 test image, built if missing (a few minutes).
+    """The tag of the Python + TensorFlow 2.21 test image, built if missing (a few minutes)."""
+    return _ensure_python_image(client, TF_TAG, TF_PACKAGES, TF_CHECK, progress)
+
+
+def ensure_torch_image(client: docker.DockerClient, progress: Progress = _stderr) -> str:
+    """The tag of the Python + PyTorch test image, built if missing (a few minutes: torch from PyPI
+    brings its CUDA libraries, 5.4 GB, FACTS.md)."""
+    return _ensure_python_image(client, TORCH_TAG, TORCH_PACKAGES, TORCH_CHECK, progress)
+
+
+def _ensure_python_image(client: docker.DockerClient, tag: str, packages: tuple[str, ...], check: str,
+                         progress: Progress) -> str:
+    """`tag`: BASE_TAG with `packages` pip-installed in /opt/venv, built if missing and checked with `check`.
 
     No registry is reachable, so the base comes from debootstrap and `docker import`, and pip runs
-    inside a container on the host network; the result is committed and checked by importing
-    tensorflow and tf_keras in it.
+    inside a container on the host network; the result is committed and checked by running `check`
+    with `python` from PATH in it (what a worker does).
     """
-    if has_image(client, TF_TAG):
-        return TF_TAG
+    if has_image(client, tag):
+        return tag
     with build_lock():
-        if not has_image(client, TF_TAG):
-            _build_tf_image(client, progress)
-    return TF_TAG
+        if not has_image(client, tag):
+            _build_python_image(client, tag, packages, check, progress)
+    return tag
 
 
-def _build_tf_image(client: docker.DockerClient, progress: Progress) -> None:
+def _build_python_image(client: docker.DockerClient, tag: str, packages: tuple[str, ...], check: str,
+                        progress: Progress) -> None:
     started = time.monotonic()
-    base = f"{TF_TAG}-base"
-    with tempfile.TemporaryDirectory(prefix="homegpu-rootfs-", dir="/var/tmp") as rootfs:
-        debootstrap(rootfs, progress)
-        import_rootfs(client, rootfs, base, progress)
+    _ensure_base_image(client, progress)
     try:
-        install_tensorflow(client, base, progress)
-        check_tf_image(client, progress)
+        pip_install(client, tag, packages, progress)
+        output = client.containers.run(tag, ["python", "-c", check], remove=True,
+                                       environment={"TF_CPP_MIN_LOG_LEVEL": "2"})
+        progress(f"check: {output.decode(errors='replace').strip().splitlines()[-1]}")
     except BaseException:
         with contextlib.suppress(docker.errors.DockerException):
-            client.images.remove(TF_TAG, force=True)
+            client.images.remove(tag, force=True)
         raise
-    finally:
-        with contextlib.suppress(docker.errors.DockerException):
-            client.images.remove(base)  # untags only: the committed image keeps its layer
-    size = client.images.get(TF_TAG).attrs["Size"]
-    progress(f"built {TF_TAG} in {time.monotonic() - started:.0f} s, {size / 1e9:.2f} GB")
+    size = client.images.get(tag).attrs["Size"]
+    progress(f"built {tag} in {time.monotonic() - started:.0f} s, {size / 1e9:.2f} GB")
+
+
+def _ensure_base_image(client: docker.DockerClient, progress: Progress) -> None:
+    """BASE_TAG, debootstrapped and imported if missing (about a minute; the caller holds the build lock)."""
+    if has_image(client, BASE_TAG):
+        return
+    with tempfile.TemporaryDirectory(prefix="homegpu-rootfs-", dir="/var/tmp") as rootfs:
+        debootstrap(rootfs, progress)
+        import_rootfs(client, rootfs, BASE_TAG, progress)
 
 
 def debootstrap(rootfs: str, progress: Progress) -> None:
@@ -235,22 +261,22 @@ def import_rootfs(client: docker.DockerClient, rootfs: str, tag: str, progress: 
         raise ImageBuildError(f"tar of {rootfs} failed: {errors.strip()}")
 
 
-def install_tensorflow(client: docker.DockerClient, base: str, progress: Progress) -> None:
-    """pip install TF_PACKAGES into /opt/venv in a container of `base`, then commit it as TF_TAG.
+def pip_install(client: docker.DockerClient, tag: str, packages: tuple[str, ...], progress: Progress) -> None:
+    """pip install `packages` into /opt/venv in a container of BASE_TAG, then commit it as `tag`.
 
     pip runs through `exec` with its settings as exec-only environment: a container's own
     environment would be committed into the image (proxy settings included).
     """
     script = ("set -e; ln -sf /usr/bin/python3 /usr/local/bin/python; python3 -m venv /opt/venv; "
-              "/opt/venv/bin/pip install --no-cache-dir --progress-bar off " + " ".join(TF_PACKAGES))
+              "/opt/venv/bin/pip install --no-cache-dir --progress-bar off " + " ".join(packages))
     mounts, environment = pip_settings()
-    container = client.containers.create(base, ["sleep", "infinity"], network_mode="host", mounts=mounts)
+    container = client.containers.create(BASE_TAG, ["sleep", "infinity"], network_mode="host", mounts=mounts)
     try:
         container.start()
         status, tail = _exec_streaming(client, container.id, ["sh", "-c", script], environment, progress)
         if status != 0:
-            raise ImageBuildError(f"pip install in {base} failed ({status}):\n" + "\n".join(tail))
-        repository, _, version = TF_TAG.rpartition(":")
+            raise ImageBuildError(f"pip install in {BASE_TAG} failed ({status}):\n" + "\n".join(tail))
+        repository, _, version = tag.rpartition(":")
         container.commit(repository=repository, tag=version,
                          changes=[f"ENV PATH={IMAGE_PATH}", "ENV LANG=C.UTF-8", 'CMD ["python"]'])
     finally:
@@ -289,14 +315,6 @@ def pip_settings() -> tuple[list[Mount], dict]:
     return mounts, environment
 
 
-def check_tf_image(client: docker.DockerClient, progress: Progress) -> None:
-    """Import tensorflow and tf_keras with `python` from PATH: what the trainer will do."""
-    code = "import tensorflow as tf, tf_keras; print('tensorflow', tf.__version__, 'tf_keras', tf_keras.__version__)"
-    output = client.containers.run(TF_TAG, ["python", "-c", code], remove=True,
-                                   environment={"TF_CPP_MIN_LOG_LEVEL": "2"})
-    progress(f"check: {output.decode(errors='replace').strip().splitlines()[-1]}")
-
-
 # -- fixtures --------------------------------------------------------------------------------------
 
 
@@ -329,19 +347,25 @@ def tf_image(request: pytest.FixtureRequest, docker_engine) -> str:
 
 
 @pytest.fixture(scope="session")
+def torch_image(request: pytest.FixtureRequest, docker_engine) -> str:
+    """Tag of the Python + PyTorch image in the docker_engine (built on first use)."""
+    return _ensure(request, docker_engine.socket_path, ensure_torch_image)
+
+
+@pytest.fixture(scope="session")
 def busybox_image(request: pytest.FixtureRequest, docker_engine) -> str:
     """Tag of the busybox image in the docker_engine (built on first use, in seconds)."""
     return _ensure(request, docker_engine.socket_path, ensure_busybox_image)
 
 
 def main() -> int:
-    """`python tests/images.py`: build both images ahead of the tests (a CI step)."""
+    """`python tests/images.py`: build the images ahead of the tests (a CI step)."""
     from simdocker import ensure_docker  # this file's directory is on sys.path when run as a script
 
     engine = ensure_docker()
     client = docker.DockerClient(base_url=f"unix://{engine.socket_path}")
     try:
-        for ensure in (ensure_busybox_image, ensure_tf_image):
+        for ensure in (ensure_busybox_image, ensure_tf_image, ensure_torch_image):
             print(ensure(client))
     finally:
         client.close()

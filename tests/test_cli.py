@@ -244,3 +244,21 @@ def test_init_takes_the_nodes_runtime(tmp_path):
     assert result.returncode == 0, result.stderr
     spec = load_cluster(tmp_path / "cluster.toml")
     assert [node.runtime for node in spec.nodes] == ["process", "process"] and "demo" in spec.jobs
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "pytorch"])
+def test_image_build_finds_the_frameworks_dockerfile_from_any_directory(framework, tmp_path, monkeypatch):
+    """Away from a checkout's folder (no ./assets/ here), `image build` takes the one homegpu ships."""
+    from homegpu.tui.cli.image import DOCKERFILES, find_dockerfile
+    monkeypatch.chdir(tmp_path)
+    found = find_dockerfile(None, framework)
+    assert found == REPO / DOCKERFILES[framework]
+    assert found.read_text().count("\nFROM ") == 1
+
+
+def test_a_pytorch_job_defaults_to_the_pytorch_image(tmp_path):
+    config = tmp_path / "cluster.toml"
+    config.write_text('[[nodes]]\nname = "a"\nhost = "localhost"\nruntime = "docker"\n\n'
+                      '[jobs.tf]\n\n[jobs.torch]\nframework = "pytorch"\n')
+    jobs = load_cluster(config).jobs
+    assert (jobs["tf"].image, jobs["torch"].image) == ("homegpu/tensorflow:2.21", "homegpu/pytorch:2.14")

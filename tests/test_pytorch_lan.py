@@ -3,19 +3,24 @@ machines of the test LAN with real PyTorch: torchrun on each node, gloo between 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import signal
 import sys
+import tomllib
 from pathlib import Path
 
+import tomli_w
 from helpers import homegpu, run_and_strike, worker_processes
 
 from simcluster import free_job_port
+from test_queue_lan import ALERT_LOG, serving, submit, wait_state
 
 DDP_SCRIPT = Path(__file__).parent / "fixtures" / "scripts" / "ddp_tutorial.py"
-EPOCH_LINE = re.compile(r"\[GPU(\d+)\] Epoch (\d+) \| Batchsize: \d+ \| Steps: \d+ \| Loss ([0-9.]+)")
+# the tutorial's `[GPU0] Epoch 3 | Batchsize: 32 | Steps: 64 | Loss 0.1234`, read as progress; `run --no-tui` shows:
+NODE_EPOCH = re.compile(r"^(node\d) \* epoch (\d+)/\?\s+loss ([0-9.]+)", re.MULTILINE)
 
 
 def ddp_job(sim_cluster, tmp_path: Path, name: str = "ddp", **job) -> Path:
@@ -27,9 +32,19 @@ def ddp_job(sim_cluster, tmp_path: Path, name: str = "ddp", **job) -> Path:
     return sim_cluster.write_cluster_toml(tmp_path / "cluster.toml", jobs={name: table})
 
 
-def epoch_losses(output: str, rank: int) -> dict[int, float]:
-    return {int(epoch): float(loss) for found_rank, epoch, loss in EPOCH_LINE.findall(output)
-            if int(found_rank) == rank}
+def epoch_losses(output: str, node: str) -> dict[int, float]:
+    """The epochs (the script's own 0-based numbers) and losses `run --no-tui` showed for `node`."""
+    return {int(epoch): float(loss) for found, epoch, loss in NODE_EPOCH.findall(output) if found == node}
+
+
+def recorded_epochs(run_dir: Path) -> dict[str, list[int]]:
+    """Each worker's epoch events in the run's metrics.jsonl."""
+    found: dict[str, list[int]] = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event.get("event") == "epoch":
+            found.setdefault(event["worker_label"], []).append(event["epoch"])
+    return found
 
 
 def test_tfconfig_shows_the_torchrun_each_node_runs(sim_cluster, tmp_path):
@@ -48,12 +63,13 @@ def test_the_ddp_tutorial_trains_unchanged_on_two_nodes_and_its_loss_falls(sim_c
     result = homegpu("--config", str(config), "run", "ddp", "--no-tui", cwd=tmp_path, timeout=400)
     print(result.stdout[-4000:])
     assert result.returncode == 0, result.stdout + result.stderr
-    for rank in (0, 1):  # one process a node: rank 0 on node1, the chief, rank 1 on node2
-        losses = epoch_losses(result.stdout, rank)
+    for node in ("node1", "node2"):  # one process a node: rank 0 on node1, the chief, rank 1 on node2
+        losses = epoch_losses(result.stdout, node)
         assert sorted(losses) == list(range(6)), result.stdout
-        assert losses[5] < 0.5 * losses[0], f"rank {rank} did not learn: {losses}"
+        assert losses[5] < 0.5 * losses[0], f"{node} did not learn: {losses}"
     assert "generation 2" not in result.stdout and "Traceback" not in result.stdout
     (run_dir,) = (tmp_path / "experiments").iterdir()
+    assert recorded_epochs(run_dir) == {"node1": list(range(6)), "node2": list(range(6))}
     assert (run_dir / "output" / "snapshot.pt").is_file()  # the chief's snapshot came home
     assert not worker_processes(sim_cluster)
 
@@ -80,7 +96,7 @@ def test_a_killed_process_restarts_every_node_from_the_snapshot(sim_cluster, pyt
 
     def kill_node2s_process():
         victims = [pid for pid in worker_processes(sim_cluster) if pid in node2.pids()
-                   and b"torch.distributed.run" not in Path(f"/proc/{pid}/cmdline").read_bytes()]  # not torchrun
+                   and b"homegpu.trainer.torchrun" not in Path(f"/proc/{pid}/cmdline").read_bytes()]  # not torchrun
         assert victims, "node2's training process not found"
         os.kill(victims[0], signal.SIGKILL)
 
@@ -98,8 +114,8 @@ def test_a_killed_process_restarts_every_node_from_the_snapshot(sim_cluster, pyt
     assert len(resumed) == 1 and min(resumed) >= 3, text
     (epoch,) = resumed
     after = text[text.index("generation 2"):]
-    assert f"[GPU0] Epoch {epoch} " in after and f"[GPU0] Epoch {epoch - 1} " not in after  # on from the snapshot
-    assert "[GPU1] Epoch 7 " in after
+    assert f"node1 * epoch {epoch}/?" in after and f"node1 * epoch {epoch - 1}/?" not in after  # from the snapshot
+    assert "node2 * epoch 7/?" in after
     assert not worker_processes(sim_cluster)
 
 
@@ -120,3 +136,24 @@ def test_the_pytorch_demo_from_init_trains_across_two_nodes(sim_cluster, pytorch
         assert last and float(last[0].split("accuracy ")[1].split()[0]) > 0.8, result.stdout
     (run_dir,) = (tmp_path / "experiments").iterdir()
     assert (run_dir / "output" / "model.pt").is_file()
+
+
+def test_serve_queues_a_pytorch_job_records_its_epochs_and_alerts(sim_cluster, pytorch, tmp_path, monkeypatch):
+    """The ddp tutorial through `homegpu submit` to `homegpu serve`: its queue entry runs it, its record has
+    each node's epochs (read from the script's own lines), and the queue's alerts name it."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # serve and the commands inherit it
+    config = ddp_job(sim_cluster, tmp_path, name="ddpq", args=["3", "1"])
+    data = tomllib.loads(config.read_text())
+    alert_log = tmp_path / "alert_log.py"
+    alert_log.write_text(ALERT_LOG)
+    data["alerts"] = {"queued_runs": True, "command": [sys.executable, str(alert_log), str(tmp_path / "alerts.txt"),
+                                                       "{alert}", "{queue_id}", "{run_id}"]}
+    config.write_text(tomli_w.dumps(data))
+    experiments = tmp_path / "experiments"
+    with serving(config, tmp_path / "serve.log", experiments):
+        queued = submit(config, "ddpq")
+        entry = wait_state(config, queued, "succeeded", 400)
+    assert recorded_epochs(experiments / entry["run_id"]) == {"node1": [0, 1, 2], "node2": [0, 1, 2]}
+    alerts = (tmp_path / "alerts.txt").read_text().splitlines()
+    assert f"queued_run_succeeded {queued} {entry['run_id']}" in alerts
+    assert not worker_processes(sim_cluster)

@@ -13,7 +13,7 @@ SCRIPT = """\
 import os
 import torch
 import torch.distributed as dist
-from homegpu.trainer.report import epoch_done
+from homegpu.report import epoch_done
 
 dist.init_process_group("gloo")
 model = torch.nn.Linear(4, 1)

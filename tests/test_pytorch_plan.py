@@ -3,6 +3,9 @@ the backend every process can use, and the torchrun each node runs."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
 from homegpu.remote.config.cluster_spec import parse_cluster
@@ -121,3 +124,18 @@ def test_nodes_with_different_torch_versions_are_named_once():
         "version; install the same torch on every node (python -m pip install torch==2.14.1)"]
     assert torch_mismatch("laptop", versions) == []  # said once, by the first node
     assert torch_mismatch("desktop", {"desktop": "2.14.1", "laptop": "2.14.1"}) == []
+
+
+def test_torchrun_runs_on_the_interface_that_holds_the_nodes_address(monkeypatch):
+    """homegpu.trainer.torchrun points gloo and NCCL at the interface of the address it is given (here the
+    loopback's), keeps what the job's env set, and hands torchrun its own arguments."""
+    from homegpu.trainer import torchrun
+    ran = {}
+    monkeypatch.setattr(torchrun.runpy, "run_module", lambda name, **_: ran.update(module=name, argv=list(sys.argv)))
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "eth7")  # the job's env said so
+    monkeypatch.setattr(sys, "argv", ["x"])
+    torchrun.main(["--address", "127.0.0.1", "--nnodes=2", "train.py", "--epochs", "3"])
+    assert ran == {"module": "torch.distributed.run", "argv": ["torchrun", "--nnodes=2", "train.py", "--epochs", "3"]}
+    assert (os.environ["GLOO_SOCKET_IFNAME"], os.environ["NCCL_SOCKET_IFNAME"]) == ("lo", "eth7")
+    assert torchrun.interface_of("192.0.2.77") is None  # TEST-NET-1: on no interface here

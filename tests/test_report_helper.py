@@ -7,7 +7,7 @@ import json
 import pytest
 
 from homegpu.trainer.metrics import parse_metric_line
-from homegpu.trainer.report import epoch_done
+from homegpu.report import epoch_done
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ FIXTURE_NEEDS = {
     "docker_engine": ("docker", "root"),
     "busybox_image": ("docker", "root"),
     "tf_image": ("docker", "tensorflow", "root"),
+    "torch_image": ("docker", "pytorch", "root"),
     "tensorflow": ("tensorflow",),
     "chromium": ("browser",),
     "pytorch": ("pytorch",),

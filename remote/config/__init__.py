@@ -12,13 +12,13 @@ from homegpu.remote.config.cluster_spec import (
 )
 from homegpu.remote.config.home_dirs import cache_dir, data_dir
 from homegpu.remote.config.job_spec import (
-    DEFAULT_IMAGE, DEFAULT_JOB_PORT, FRAMEWORKS, PER_GPU, JobSpec, parse_job_table,
+    DEFAULT_IMAGE, DEFAULT_IMAGES, DEFAULT_JOB_PORT, FRAMEWORKS, PER_GPU, JobSpec, parse_job_table,
 )
 from homegpu.remote.config.node_spec import LOCAL_HOST, RUNTIMES, NodeSpec
 from homegpu.remote.config.writer import cluster_to_toml, starter_cluster
 
 __all__ = [
-    "DEFAULT_CONFIG_NAME", "DEFAULT_IMAGE", "DEFAULT_JOB_PORT", "DEMO_JOB", "EMBEDDED_DEFAULT", "FRAMEWORKS", "LOCAL_HOST",
+    "DEFAULT_CONFIG_NAME", "DEFAULT_IMAGE", "DEFAULT_IMAGES", "DEFAULT_JOB_PORT", "DEMO_JOB", "EMBEDDED_DEFAULT", "FRAMEWORKS", "LOCAL_HOST",
     "PER_GPU",
     "RUNTIMES", "SWITCHES", "AlertRules", "ClusterSpec", "ConfigError", "JobSpec", "NodeSpec", "cache_dir",
     "cluster_to_toml", "data_dir", "embedded_default", "find_config", "load_cluster", "parse_cluster", "parse_job_table",

@@ -19,6 +19,8 @@ from homegpu.remote.config.toml_lines import LineIndex
 from homegpu.trainer import MODELS
 
 DEFAULT_IMAGE = "homegpu/tensorflow:2.21"
+# A job's image when it names none, by framework: what `homegpu image build --framework F` builds.
+DEFAULT_IMAGES = {"tensorflow": DEFAULT_IMAGE, "pytorch": "homegpu/pytorch:2.14"}
 DEFAULT_JOB_PORT = 23456
 RESTART_POLICIES = ("never", "on-failure")
 FRAMEWORKS = ("tensorflow", "pytorch")  # pytorch: the script runs under torchrun, one per node
@@ -125,9 +127,10 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...])
         if not value:
             raise v.fail(key_path, "the node list is empty", "leave nodes out to use every node")
 
+    framework = get("framework", str, _script_framework(v.file, table.get("script")), v.choice(FRAMEWORKS))
     job = JobSpec(
         name=name,
-        image=get("image", str, DEFAULT_IMAGE, _check_image(v)),
+        image=get("image", str, DEFAULT_IMAGES[framework], _check_image(v)),
         python=get("python", str, "", v.check_path),
         script=get("script", str, "", v.check_path),
         code_dir=get("code_dir", str, "", v.check_path),
@@ -149,7 +152,7 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...])
         reconnect_timeout=get("reconnect_timeout", float, 300.0),
         keras=get("keras", str, "keras", v.choice(KERAS_CHOICES, 'use "keras" (what `import keras` gives on the '
                                                            'node) or "tf-keras" (tf-keras in its place)')),
-        framework=get("framework", str, _script_framework(v.file, table.get("script")), v.choice(FRAMEWORKS)),
+        framework=framework,
     )
     _check_worker_ports(v, job)
     _check_pytorch(v, table, path, job)

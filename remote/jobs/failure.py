@@ -20,7 +20,9 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from homegpu.remote.logs import Traceback, classify, clip, is_supervisor_note, known_cause, read_traceback
+from homegpu.remote.logs import (
+    Metric, ScriptProgress, Traceback, classify, clip, is_supervisor_note, known_cause, read_traceback,
+)
 
 TAIL_LINES = 30  # at most this many lines of a traceback are shown
 HEAD_CHARS = 120  # of an error's first line in a one-line summary
@@ -29,7 +31,6 @@ NAMED_WORKERS = 8  # workers named in a summary; more are counted
 _KERAS_STEP = re.compile(r"^\s*\d+/(?:\d+|Unknown)\s+(?:\[|━)")
 # A script's own epoch line with its loss ("[GPU0] Epoch 3 | ... | Loss 0.1370", "epoch 2: loss=0.5"): Keras's
 # "Epoch 2/5" header has none, so only an epoch that ran matches.
-_EPOCH_WITH_LOSS = re.compile(r"\bepoch\b\W*\d+.*\bloss\b\W*[-+]?\d", re.IGNORECASE)
 _SIGNAL_STATUSES = range(129, 160)  # 128 + signal number, as shells and containers report a kill
 
 
@@ -101,13 +102,14 @@ def error_tail(lines: Sequence[str], limit: int = TAIL_LINES) -> ErrorTail:
 
 def shows_progress(line: str) -> bool:
     """Whether a log line proves that training ran: a step/epoch/end metric line, a Keras progress bar
-    after a step, or a script's epoch line with a loss (a PyTorch script's own). ("Epoch 1/3" alone does
-    not: Keras prints it before the first step.)"""
+    after a step, or a script's own epoch line with a loss or step (script_progress.py). ("Epoch 1/3" alone
+    does not: Keras prints it before the first step.)"""
     metric = classify(line)
     if metric is not None:
         return metric.progressed
     last = line.rsplit("\r", 1)[-1]
-    return bool(_KERAS_STEP.match(last) or _EPOCH_WITH_LOSS.search(last))
+    own = ScriptProgress().feed(last)
+    return bool(_KERAS_STEP.match(last) or (own and Metric(own).progressed))
 
 
 def might_be_script_error(end: WorkerEnd) -> bool:

@@ -9,7 +9,6 @@ import signal
 import time
 from importlib import resources
 from pathlib import Path, PurePosixPath
-from types import MappingProxyType
 from typing import Sequence
 
 from homegpu.remote.config import EMBEDDED_DEFAULT, JobSpec
@@ -21,9 +20,6 @@ from homegpu.remote.runtimes import NodePaths, Runtime, WorkerLaunch
 
 TRAINER_PACKAGE_DIR = "_homegpu"  # under the synced code root: holds homegpu/trainer for PYTHONPATH
 USER_SCRIPT_MODULE = "homegpu.trainer.user_script"  # starts a user's script (trainer/user_script.py)
-# gloo and NCCL find their interface through the hostname, which a home machine often maps to 127.0.1.1:
-# each PyTorch node gets the interface that holds its cluster address (worker_process.py's --iface-env).
-TORCH_IFACE_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 
 def new_run_id(job: str, now: float | None = None) -> str:
@@ -140,7 +136,6 @@ def worker_launch(job: JobSpec, run_id: str, generation: int, slots: Sequence[Wo
         code_dir=code_dir, output_dir=runtime.out_dir(run_id, slot.label),
         env=env, image=job.image, data_dir=job.data_dir,
         device_ids=tuple(docker_device_ids(devices)) if devices else None,
-        iface_env=MappingProxyType(dict.fromkeys(TORCH_IFACE_VARS, slot.address) if job.is_pytorch else {}),
     )
 
 

@@ -203,7 +203,8 @@ class JobRun:
         start of a user's script: nodes need no homegpu install) under the code's `_homegpu/`."""
         nodes = self._nodes()
         try:
-            trees = [(await read_tree(trainer_package()), f"/{TRAINER_PACKAGE_DIR}/homegpu/trainer")]
+            trees = [(await read_tree(trainer_package()), f"/{TRAINER_PACKAGE_DIR}/homegpu/trainer"),
+                     (await read_tree(trainer_package() / "report"), f"/{TRAINER_PACKAGE_DIR}/homegpu/report")]
             if not self.job.uses_trainer:
                 code = local_code(self.job, self.cluster.spec.source)
                 trees.insert(0, (await read_tree(code, CodeFilter(code, self.experiments_root)), ""))

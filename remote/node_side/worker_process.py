@@ -11,9 +11,7 @@ another terminal) finds running workers again:
 
 Commands (each prints one JSON object):
     start  --run-dir D --label L --log NAME --meta JSON [--cwd DIR] [--mkdir DIR] [--env K=V ...]
-           [--iface-env K=ADDRESS ...] -- ARGV...
-           (--iface-env: K set to the name of the node's interface that holds ADDRESS, unless --env sets K:
-           gloo and NCCL pick their interface from the hostname, which is often loopback on a home machine)
+           -- ARGV...
     status --run-dir D --label L [--label L2 ...]   ({"workers": [one status per label]})
     stop   --run-dir D --label L [--grace SECONDS]
     list   --root DIR            (every worker under DIR/*/, for `homegpu jobs` and reattaching)
@@ -28,23 +26,6 @@ import os
 import signal
 import sys
 import time
-
-
-def interface_of(address):
-    """The name of this machine's interface that holds the IPv4 `address`, or None (Linux ioctls)."""
-    import fcntl
-    import socket
-    import struct
-    siocgifaddr = 0x8915
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        for _, name in socket.if_nameindex():
-            try:
-                reply = fcntl.ioctl(probe.fileno(), siocgifaddr, struct.pack("256s", name.encode()[:15]))
-            except OSError:
-                continue  # no IPv4 address on it
-            if socket.inet_ntoa(reply[20:24]) == address:
-                return name
-    return None
 
 
 def _paths(run_dir, label):
@@ -174,12 +155,7 @@ def start(args):
         os.makedirs(os.path.expanduser(args.mkdir), exist_ok=True)
     meta = json.loads(args.meta)
     env = dict(os.environ)
-    given = dict(item.split("=", 1) for item in args.env)
-    for name, address in (item.split("=", 1) for item in args.iface_env):
-        interface = interface_of(address)
-        if interface and name not in given:
-            env[name] = interface
-    env.update(given)
+    env.update(item.split("=", 1) for item in args.env)
     read_end, write_end = os.pipe()
     waiter = os.fork()
     if waiter == 0:  # the waiter: detached from the SSH session, records the exit status
@@ -327,7 +303,6 @@ def main(argv=None):
     commands.choices["start"].add_argument("--cwd", default="")
     commands.choices["start"].add_argument("--mkdir", default="", help="a directory the worker needs to exist")
     commands.choices["start"].add_argument("--env", action="append", default=[])
-    commands.choices["start"].add_argument("--iface-env", action="append", default=[])
     commands.choices["start"].add_argument("argv", nargs=argparse.REMAINDER)
     commands.choices["stop"].add_argument("--grace", type=float, default=10.0)
     commands.add_parser("list").add_argument("--root", required=True)

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from homegpu.remote.config import ClusterSpec, JobSpec
 from homegpu.remote.plan.device_plan import DevicePlan, DevicePlanError
 from homegpu.remote.plan.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, tf_config, worker_slots
-from homegpu.remote.plan.torchrun import TORCH_DEMO_MODULE, torchrun_argv
+from homegpu.remote.plan.torchrun import TORCH_DEMO_MODULE, torchrun_args
 from homegpu.remote.record import Timeline
 
 
@@ -48,8 +48,7 @@ class JobLayout:
             return f"TF_CONFIG='{config}'" if quote else f"TF_CONFIG={config}"
         processes = self.plan.workers[slot.index].replicas if self.plan else 1
         program = [job.script, *job.args] if job.script else ["-m", TORCH_DEMO_MODULE, "..."]
-        argv = torchrun_argv("python", self.slots, slot, processes, program)
-        return shlex.join(["torchrun", *argv[3:]])
+        return shlex.join(["torchrun", *torchrun_args(self.slots, slot, processes, program)])
 
     def plan_lines(self) -> list[str]:
         """The plan as `homegpu tfconfig` and the launch dialog print it, or why there is none."""

@@ -18,6 +18,8 @@ from homegpu.remote.logs import LogTail
 from homegpu.remote.nodes import NodeSession
 from homegpu.remote.plan import DevicePlan, WorkerDevices, WorkerSlot, process_env
 
+TORCH_CHECK = "import torch, torch.distributed; print(torch.__version__)"  # what a PyTorch job needs, its version
+
 STOP_GRACE_SECONDS = 10.0
 
 
@@ -56,8 +58,6 @@ class WorkerLaunch:
     image: str = ""
     data_dir: str = ""  # the job's data_dir on the node; may start with ~ (see expand_path)
     device_ids: tuple[str, ...] | None = None
-    # variables set on the node to the name of the interface holding an address (PyTorch's gloo and NCCL)
-    iface_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def label(self) -> str:

@@ -29,7 +29,7 @@ from homegpu.remote.node_side import LABEL_INDEX, LABEL_JOB, LABEL_RUN
 from homegpu.remote.nodes import NodeSession, TransportError
 from homegpu.remote.plan import DevicePlan, WorkerDevices, container_env
 from homegpu.remote.runtimes.base import (
-    STOP_GRACE_SECONDS, NodePaths, Runtime, WorkerLaunch, WorkerStatus, expand_path,
+    STOP_GRACE_SECONDS, TORCH_CHECK, NodePaths, Runtime, WorkerLaunch, WorkerStatus, expand_path,
 )
 from homegpu.remote.runtimes.docker_link import DockerLink, DockerUnavailable, docker_client
 from homegpu.remote.runtimes.errors import RuntimeError_
@@ -168,6 +168,22 @@ class DockerRuntime(Runtime):
         """Nothing to ask the node: TensorFlow comes with the image, which preflight checks is there."""
         return []
 
+    async def torch_problems(self, launch: WorkerLaunch) -> list[str]:
+        """PyTorch with torch.distributed imports in the job's image (one container, no network), its version
+        noted (torch_version); a missing image or engine is preflight's to name."""
+        try:
+            async with docker_client(self.node) as link:
+                check = [launch.python, "-c", TORCH_CHECK]
+                imported, said = await link.call(_run_once, link.client, launch.image, check)
+        except (docker.errors.NotFound, DockerUnavailable):
+            return []
+        if imported:
+            self.torch_version = said
+            return []
+        return [f"{self.node.name}: PyTorch (torch.distributed) does not import in image {launch.image} ({said}); "
+                f"build the PyTorch image there (homegpu image build --framework pytorch --node {self.node.name}) "
+                f"or set image in [jobs.{launch.job}]"]
+
     async def _engine_problems(self, image: str) -> list[str]:
         try:
             async with docker_client(self.node) as link:
@@ -304,6 +320,24 @@ def logs_argv(docker_socket: str, name: str, follow: bool = True) -> list[str]:
     """The node-side command printing a container's output (stderr too: TensorFlow logs there)."""
     return ["sh", "-c", 'exec "$@" 2>&1', "sh", "docker", "--host", f"unix://{docker_socket}", "logs",
             *(["--follow"] if follow else []), name]
+
+
+def _run_once(client: docker.DockerClient, image: str, argv: list[str]) -> tuple[bool, str]:
+    """Run argv in a throwaway container of `image` without network: (it exited 0, its last line)."""
+    container = client.containers.create(image, argv, network_mode="none")
+    try:
+        try:
+            container.start()
+        except docker.errors.APIError as exc:  # argv[0] is not in the image
+            return False, str(exc.explanation or exc).strip()
+        status = container.wait().get("StatusCode")
+        return status == 0, _last_line(container.logs(stdout=True, stderr=True))
+    finally:
+        container.remove(force=True)
+
+
+def _last_line(output: bytes) -> str:
+    return (output.decode(errors="replace").strip().splitlines() or [""])[-1]
 
 
 def _start_error(node: str, exc: BaseException) -> BaseException:

@@ -10,11 +10,10 @@ from typing import Sequence
 
 from homegpu.remote.logs import LogTail
 from homegpu.remote.node_side import script
-from homegpu.remote.runtimes.base import STOP_GRACE_SECONDS, NodePaths, Runtime, WorkerLaunch, WorkerStatus
+from homegpu.remote.runtimes.base import STOP_GRACE_SECONDS, TORCH_CHECK, NodePaths, Runtime, WorkerLaunch, WorkerStatus
 from homegpu.remote.runtimes.errors import RuntimeError_
 
 _TF_SCRIPT = "import tensorflow, tf_keras; print(tensorflow.__version__)"
-_TORCH_SCRIPT = "import torch, torch.distributed; print(torch.__version__)"
 _WORKER_SCRIPT = script("worker_process")
 
 
@@ -80,7 +79,7 @@ class ProcessRuntime(Runtime):
 
     async def torch_problems(self, launch: WorkerLaunch) -> list[str]:
         """PyTorch with torch.distributed imports with the worker's python on the node (its version noted)."""
-        problems, version = await self._imports(launch.python, _TORCH_SCRIPT, "PyTorch (torch.distributed)", "torch")
+        problems, version = await self._imports(launch.python, TORCH_CHECK, "PyTorch (torch.distributed)", "torch")
         self.torch_version = version
         return problems
 
@@ -101,8 +100,6 @@ class ProcessRuntime(Runtime):
                 "--mkdir", launch.output_dir]
         for key, value in env.items():
             args += ["--env", f"{key}={value}"]
-        for key, address in launch.iface_env.items():
-            args += ["--iface-env", f"{key}={address}"]
         reply = await self._worker(*args, "--", *launch.argv)
         if "error" in reply:
             raise RuntimeError_(f"{self.node.name}: {reply['error']}")

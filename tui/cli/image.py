@@ -12,15 +12,15 @@ import asyncio
 from pathlib import Path
 from typing import Sequence
 
-from homegpu.remote.config import DEFAULT_IMAGE, ClusterSpec
+from homegpu.remote.config import DEFAULT_IMAGE, DEFAULT_IMAGES, FRAMEWORKS, ClusterSpec
 from homegpu.remote.images import CopyProgress, ImageError, NodeOutcome, build_on_nodes, copy_image
 from homegpu.remote.nodes import Cluster, NodeSession, connect_wait, format_bytes
 from homegpu.remote.runtimes import DockerUnavailable
 from homegpu.tui.cli.common import UserError, load_spec
 
-DOCKERFILE = Path("assets") / "Dockerfile"
-# An editable install or a source checkout: the repository's copy of assets/Dockerfile.
-_CHECKOUT_DOCKERFILE = Path(__file__).resolve().parent.parent / DOCKERFILE
+# Each framework's worker image: its Dockerfile in assets/ (an editable install or a source checkout has them).
+DOCKERFILES = {"tensorflow": Path("assets") / "Dockerfile", "pytorch": Path("assets") / "pytorch.Dockerfile"}
+_CHECKOUT = Path(__file__).resolve().parents[2]  # tui/cli/image.py -> the checkout
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -35,13 +35,19 @@ def register(commands: argparse._SubParsersAction) -> None:
         "build", help="build an image on every Docker node at once",
         description="Build a Dockerfile on every Docker node in parallel (or only the --node ones). "
                     "The Dockerfile's directory is the build context.",
-        epilog=f"example: homegpu image build --node desktop --tag {DEFAULT_IMAGE}",
+        epilog=f"examples: homegpu image build --node desktop --tag {DEFAULT_IMAGE}\n"
+               "          homegpu image build --framework pytorch",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     build.add_argument("--node", action="append", default=[], metavar="NODE",
                        help="build on this node only (repeatable; default: every node with runtime docker)")
-    build.add_argument("--tag", default=DEFAULT_IMAGE, help=f"image name (default: {DEFAULT_IMAGE})")
+    build.add_argument("--framework", choices=FRAMEWORKS, default="tensorflow",
+                       help="which worker image: TensorFlow (default) or PyTorch; sets the default --file and --tag")
+    build.add_argument("--tag", help="image name (default: the framework's, what a job uses when it names none: "
+                                     + ", ".join(DEFAULT_IMAGES.values()) + ")")
     build.add_argument("--file", metavar="DOCKERFILE",
-                       help=f"the Dockerfile (default: ./{DOCKERFILE}, else the one shipped with homegpu)")
+                       help="the Dockerfile (default: the framework's in ./assets/, else the one shipped with "
+                            "homegpu: " + ", ".join(str(path) for path in DOCKERFILES.values()) + ")")
     build.set_defaults(handler=run_build)
 
     copy = actions.add_parser(
@@ -71,15 +77,16 @@ def register(commands: argparse._SubParsersAction) -> None:
 def run_build(args: argparse.Namespace) -> int:
     spec = load_spec(args)
     names = _docker_nodes(spec, args.node)
-    dockerfile = find_dockerfile(args.file)
-    print(f"building {args.tag} from {dockerfile} on {', '.join(names)}", flush=True)
-    outcomes = asyncio.run(_build(spec, names, dockerfile, args.tag))
+    dockerfile = find_dockerfile(args.file, args.framework)
+    tag = args.tag or DEFAULT_IMAGES[args.framework]
+    print(f"building {tag} from {dockerfile} on {', '.join(names)}", flush=True)
+    outcomes = asyncio.run(_build(spec, names, dockerfile, tag))
     return _summarise(outcomes)
 
 
-def find_dockerfile(given: str | None) -> Path:
-    """--file, else ./assets/Dockerfile, else the checkout's; UserError when there is none."""
-    candidates = [Path(given)] if given else [DOCKERFILE, _CHECKOUT_DOCKERFILE]
+def find_dockerfile(given: str | None, framework: str = "tensorflow") -> Path:
+    """--file, else the framework's ./assets/ Dockerfile, else the checkout's; UserError when there is none."""
+    candidates = [Path(given)] if given else [DOCKERFILES[framework], _CHECKOUT / DOCKERFILES[framework]]
     for candidate in candidates:
         if candidate.is_file():
             return candidate.resolve()

@@ -1,5 +1,5 @@
-"""Progress from any script in one line: `from homegpu.trainer.report import epoch_done`, then
-`epoch_done(epoch, epochs, loss=loss, accuracy=acc)` after each epoch.
+"""Progress from any script in one line: `from homegpu.report import epoch_done`, then
+`epoch_done(epoch, epochs, loss=loss, accuracy=acc)` after each epoch (homegpu.trainer.report is the same).
 
 It prints the metric line homegpu reads (PROTOCOL.md) so the run's live view, `metrics.jsonl`, the report
 and serve's /metrics show the epoch and its figures. Outside a homegpu run (no HOMEGPU_OUTPUT_DIR) it does
