@@ -8,12 +8,13 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import tomli_w
-from helpers import homegpu, run_and_strike, worker_processes
+from helpers import homegpu, homegpu_argv, run_and_strike, wait_for, worker_processes
 
 from simcluster import free_job_port
 from test_queue_lan import ALERT_LOG, serving, submit, wait_state
@@ -157,3 +158,33 @@ def test_serve_queues_a_pytorch_job_records_its_epochs_and_alerts(sim_cluster, p
     alerts = (tmp_path / "alerts.txt").read_text().splitlines()
     assert f"queued_run_succeeded {queued} {entry['run_id']}" in alerts
     assert not worker_processes(sim_cluster)
+
+
+def test_a_pytorch_run_is_attached_to_then_stopped_with_every_process(sim_cluster, pytorch, tmp_path):
+    """A second `homegpu run` attaches to the running job (no second torchrun); `homegpu stop` from another
+    terminal ends torchrun and the processes it started on both nodes, and the run that watches it ends as
+    stopped (torchrun's exit 1 on TERM is not a failure to restart from)."""
+    config = ddp_job(sim_cluster, tmp_path, name="ddpstop", args=["50", "1"], env={"EPOCH_PAUSE": "1"})
+    seen = {}
+
+    def attach_then_stop():
+        running = sorted(worker_processes(sim_cluster))
+        second = subprocess.Popen(homegpu_argv("--config", str(config), "run", "ddpstop", "--no-tui"), cwd=tmp_path,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            seen["attached"] = wait_for(lambda: "already running" in (line := second.stdout.readline()) and line,
+                                        60, "the second run to attach")
+            wait_for(lambda: " * epoch " in second.stdout.readline(), 120, "progress after attaching")
+            seen["same"] = sorted(worker_processes(sim_cluster)) == running
+        finally:
+            second.kill()
+            second.wait()
+        seen["stop"] = homegpu("--config", str(config), "stop", "ddpstop", cwd=tmp_path)
+
+    status, text = run_and_strike(config, tmp_path, "node2 * epoch 1/?", attach_then_stop, job="ddpstop")
+    print(text[-3000:])
+    assert "attaching" in seen["attached"] and seen["same"], "a duplicate torchrun was started"
+    assert seen["stop"].returncode == 0 and "stopped ddpstop" in seen["stop"].stdout, seen["stop"].stderr
+    wait_for(lambda: not worker_processes(sim_cluster), 30, "torchrun and its processes to end")
+    assert status == 130 and "generation 2" not in text, text  # the watching run ends as stopped, no restart
+    assert "== ddpstop stopped (run ddpstop-" in text and "stopped with `homegpu stop`" in text

@@ -19,6 +19,10 @@ from homegpu.remote.plan import WorkerSlot, job_nodes, lay_out
 from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus, expand_path, make_runtime
 
 WAIT_BACK_POLL_SECONDS = 1.0
+# A folder in the run's dir on its nodes: `homegpu stop` from another terminal made it, so the `homegpu run`
+# that watches the run takes its workers' ends for the stop they are, not a failure to restart from.
+STOP_MARK = "stop-requested"
+_IS_DIR = "import os, sys; print(os.path.isdir(sys.argv[1]))"
 
 
 class LaunchError(Exception):
@@ -124,6 +128,22 @@ class JobNodes:
         slots = self.slots if slots is None else slots
         return list(await asyncio.gather(*(self.runtime(s).stop(run_id, s.label) for s in slots),
                                          return_exceptions=True))
+
+    async def mark_stopped(self, run_id: str) -> None:
+        """Leave STOP_MARK in the run's dir on every node that can be reached (before stopping its workers)."""
+        await asyncio.gather(*(r.node.makedirs(f"{r.run_dir(run_id)}/{STOP_MARK}") for r in self.runtimes.values()),
+                             return_exceptions=True)
+
+    async def stop_marked(self, run_id: str) -> bool:
+        """Whether `homegpu stop` marked the run (mark_stopped) on a node that can be reached."""
+        async def marked(runtime: Runtime) -> bool:
+            node = runtime.node
+            result = await node.run([node.spec.python, "-c", _IS_DIR, f"{runtime.run_dir(run_id)}/{STOP_MARK}"],
+                                    timeout=30)
+            return result.stdout.strip() == "True"
+
+        found = await asyncio.gather(*map(marked, self.runtimes.values()), return_exceptions=True)
+        return any(answer is True for answer in found)
 
     def slots_on(self, node: str | None) -> list[WorkerSlot]:
         """The job's worker slots on `node` (a node name or a worker label; None: every slot).

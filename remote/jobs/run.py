@@ -276,6 +276,9 @@ class JobRun:
             if failure is None:
                 if all_succeeded(self.tracks.values()):
                     return JobState.SUCCEEDED, "every worker succeeded"
+            elif await self.nodes.stop_marked(self.run_id):
+                await self._stop_workers()
+                return JobState.STOPPED, "stopped with `homegpu stop`"
             elif (failure := await self._restart(failure)) is not None:
                 return JobState.FAILED, failure
             if self._guard is not None:

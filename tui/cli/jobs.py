@@ -193,6 +193,7 @@ async def _stop(spec: ClusterSpec, job) -> int:
         if active is None:
             print(f"{job.name} is not running")
             return 0
+        await nodes.mark_stopped(active[0])  # the `homegpu run` watching it ends it as stopped, not restarts it
         results = await nodes.stop(active[0])
         statuses = [s for s in results if isinstance(s, WorkerStatus) and not s.problem]
         for status in statuses:
