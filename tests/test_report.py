@@ -19,11 +19,12 @@ from script_errors import VALUES, per_replica_error
 from homegpu.remote.logs.metric import WorkerMetric
 from homegpu.remote.logs.tracebacks import MESSAGE_LINES
 from homegpu.remote.nodes.events import JobState
+from homegpu.remote.record.energy import energy_of
 from homegpu.remote.record.experiment import ExperimentLog, write_run_manifest
 from homegpu.remote.record.report import ReportError, write_report
 from homegpu.remote.record.report_svg import PLOT_BG, SERIES_COLOURS
 from homegpu.remote.record.run_folder import RunFolder
-from homegpu.remote.record.timeline import TimelineRecorder
+from homegpu.remote.record.timeline import TimelineRecorder, load_timeline
 from png_pixels import count_near, read_png
 from timeline_events import FIXTURES, scripted_run
 
@@ -235,3 +236,33 @@ def test_a_failed_runs_report_says_why_and_shows_each_traceback_once_bounded(tmp
     assert f"… {VALUES - MESSAGE_LINES} lines cut (whole in logs/gpu1.log)" in html
     assert "the same ValueError at model.py:6 as gpu1 (whole in logs/gpu2.log)" in html
     assert "↳ Keras 3 under MultiWorkerMirroredStrategy" in html
+
+
+def test_the_report_and_the_run_summary_tell_the_same_energy_and_cost(tmp_path):
+    """Its GPUs' kWh from the recorded power samples (each GPU's draw, integrated), priced by the tariff
+    run.json kept: the summary line, the report's Energy table and what `homegpu run` prints agree."""
+    run_dir = make_run_dir(tmp_path / "experiments", scripted_run())
+    manifest = json.loads((run_dir / "run.json").read_text())
+    manifest["tariff"] = {"price_per_kwh": 0.35, "currency": "EUR", "tariffs": {}}
+    (run_dir / "run.json").write_text(json.dumps(manifest))
+    path, summary = write_report(run_dir)
+    energy = energy_of(run_dir)
+    (line,) = [line for line in summary.splitlines() if line.startswith("energy ")]
+    assert line == energy.line()
+    assert set(energy.nodes) == {"gpu1", "gpu2"} and energy.total.cost == pytest.approx(energy.total.kwh * 0.35)
+    timeline = load_timeline(RunFolder(run_dir).timeline)
+    for node in timeline.nodes:  # between its GPUs' lowest and highest draw over the time they were sampled
+        watts = [w for gpu in node.gpus for w in gpu.power.values if w is not None]
+        joules = energy.nodes[node.name].joules
+        seconds = energy.nodes[node.name].seconds
+        assert min(watts) * seconds * 0.999999 <= joules <= max(watts) * seconds * len(node.gpus) * 1.000001
+    assert re.search(r"energy [\d.e-]+ kWh on GPUs \(gpu1 [\d.e-]+ kWh, gpu2 [\d.e-]+ kWh; integrated from power "
+                     r"samples\)(, \d+ s without samples not counted)?, cost [\d.e-]+ EUR$", line), line
+    html = unescape(path.read_text())
+    assert "<h2>Energy</h2>" in html and f"{energy.total.cost:.4g} EUR" in html
+
+
+def test_without_a_price_the_energy_is_shown_and_how_to_price_it_said(tmp_path):
+    run_dir = make_run_dir(tmp_path / "experiments", scripted_run())
+    _, summary = write_report(run_dir)
+    assert summary.splitlines()[-1].endswith("; set price_per_kwh in [cluster] for its cost")

@@ -40,6 +40,8 @@ from homegpu.remote.node_side.host_proc import (
     parse_proc_stat,
 )
 from homegpu.remote.node_side.smi_parse import LoopIterations, parse_nvidia_smi_gpus
+from homegpu.remote.node_side.stats_agent import PROTOCOL_VERSION
+from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.node_side.stats_agent import NoGpuReader, open_reader
 from homegpu.remote.nodes.agent_bundle import (
     BOOTSTRAP,
@@ -74,8 +76,11 @@ def recorded_fields(processes) -> tuple[GpuProcess, ...]:
     process has a recorded pid here (tests/test_process_owners.py maps them onto real ones)."""
     return tuple(replace(process, owner=None) for process in processes)
 
-def device(name, uuid, util, used_mib, total_mib, temp, power_mw, limit_mw, sm, procs=()):
+def device(name, uuid, util, used_mib, total_mib, temp, power_mw, limit_mw, sm, procs=(), energy_mj=None):
+    """A fake GPU; without `energy_mj` it has no energy counter reading (NVML: not supported; the recordings
+    these come from did not read it)."""
     return {
+        "energy": FakeNotSupported("energy counter") if energy_mj is None else energy_mj,
         "name": name, "uuid": uuid,
         "util": util if isinstance(util, BaseException) else SimpleNamespace(gpu=util, memory=0),
         "memory": SimpleNamespace(used=used_mib * MIB, total=total_mib * MIB),
@@ -98,6 +103,7 @@ DEVICE_GETTERS = {
     "nvmlDeviceGetMemoryInfo": ("memory", ()),
     "nvmlDeviceGetTemperature": ("temp", (0,)),  # NVML_TEMPERATURE_GPU
     "nvmlDeviceGetPowerUsage": ("power", ()),
+    "nvmlDeviceGetTotalEnergyConsumption": ("energy", ()),
     "nvmlDeviceGetPowerManagementLimit": ("limit", ()),
     "nvmlDeviceGetClockInfo": ("sm", (1,)),  # NVML_CLOCK_SM
     "nvmlDeviceGetComputeRunningProcesses": ("procs", ()),
@@ -173,10 +179,10 @@ def h100_mig():
 MIG_NAMES = {21180: "/root/tools/memhog", 21181: "/root/tools/memhog", 21198: "./gpu_burn"}
 
 
-def gpu_json(index, name, uuid, util, used, total, temp, power, limit, sm, processes=(), reserved=None):
+def gpu_json(index, name, uuid, util, used, total, temp, power, limit, sm, processes=(), reserved=None, energy=None):
     return {
         "index": index, "name": name, "uuid": uuid, "util": util, "mem_used": used,
-        "mem_total": total, "mem_reserved": reserved, "temp": temp, "power": power,
+        "mem_total": total, "mem_reserved": reserved, "temp": temp, "power": power, "energy": energy,
         "power_limit": limit, "sm_clock": sm, "processes": list(processes),
     }
 
@@ -189,6 +195,14 @@ def test_nvml_one_gpu() -> None:
     ]
     assert read_nvml_versions(nvml) == ("580.173.02", "13.0")
     assert errors == []
+
+
+def test_nvml_energy_counter_in_joules() -> None:
+    """nvmlDeviceGetTotalEnergyConsumption counts mJ since the driver loaded (NVML's documented unit)."""
+    counting = dict(H200, energy=987654321)
+    [gpu] = read_nvml(FakeNvml([counting], "580.173.02", 13000))
+    assert gpu["energy"] == 987654.321 and parse_agent_line(json.dumps(
+        {"v": PROTOCOL_VERSION, "t": 1.0, "source": "nvml", "gpus": [gpu]})).gpus[0].energy == 987654.321
 
 
 def test_nvml_two_gpus() -> None:
@@ -394,7 +408,7 @@ def test_nvml_error_on_one_field_nulls_only_that_field(field: str) -> None:
     expected = {"name": {"name"}, "uuid": {"uuid"}, "util": {"util"},
                 "memory": {"mem_used", "mem_total"}, "temp": {"temp"}, "power": {"power"},
                 "limit": {"power_limit"}, "sm": {"sm_clock"}}[field]
-    assert nulled == expected
+    assert nulled - {"energy"} == expected  # the recorded cards' counters were not read: None in both
     assert errors == []
 
 

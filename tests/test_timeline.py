@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from dataclasses import replace
 
 import pytest
 
 from helpers import wait_until
-from homegpu.remote.nodes.events import EventHub
+from homegpu.remote.nodes.events import EventHub, NodeStatsUpdated
 from homegpu.remote.record.timeline import TimelineRecorder, load_timeline
-from homegpu.remote.record.timeline_schema import TimelineDamaged
+from homegpu.remote.record.timeline_schema import SCHEMA, TimelineDamaged
 from timeline_events import recorded_stats, scripted_run, stats_stream
 
 
@@ -215,3 +216,20 @@ def test_a_recorder_attaching_to_a_damaged_timeline_keeps_it_aside_and_records_a
     assert timeline.events_of("end") and timeline.workers  # what came after the damage
     with pytest.raises(TimelineDamaged, match=r"timeline.sqlite.damaged is damaged \(database disk image"):
         load_timeline(kept)
+
+
+def test_a_timeline_from_before_the_energy_counter_is_read_and_appended_to(tmp_path):
+    """A run recorded before the GPUs' energy counters were read: its rows read with no counter (None), and
+    a controller attaching to it again adds the column and records the counter from then on."""
+    path = tmp_path / "timeline.sqlite"
+    with sqlite3.connect(path) as db:
+        db.executescript(SCHEMA.replace("sm_clock REAL, energy REAL)", "sm_clock REAL)"))
+        db.execute("INSERT INTO gpu_samples VALUES (1795316000.0, 'gpu1', 0, 90, 1000, 81559, 60, 400, 1980)")
+    db.close()
+    (gpu,) = load_timeline(path).nodes[0].gpus
+    assert gpu.energy.values == (None,) and gpu.power.values == (400,)
+    stats = recorded_stats("h100_mig_load")
+    counting = replace(stats, gpus=(replace(stats.gpus[0], energy=123456.5),))
+    record(path, [NodeStatsUpdated("gpu1", counting, at=1795316001.0)])
+    (gpu,) = load_timeline(path).nodes[0].gpus
+    assert gpu.energy.values == (None, 123456.5)

@@ -20,6 +20,7 @@ from homegpu.remote.config.alert_rules import AlertRules, parse_alerts
 from homegpu.remote.config.checks import TOP_KEYS, ConfigError, Limits, Validator, display, show
 from homegpu.remote.config.job_spec import JobSpec, parse_jobs
 from homegpu.remote.config.node_spec import LOCAL_HOST, RUNTIMES, NodeSpec, parse_nodes
+from homegpu.remote.config.tariff import TARIFF_KEYS, Tariff, parse_tariff
 from homegpu.remote.config.toml_lines import LineIndex
 
 __all__ = [
@@ -68,6 +69,7 @@ class ClusterSpec:
     jobs: Mapping[str, JobSpec] = field(default_factory=lambda: MappingProxyType({}))
     source: str = EMBEDDED_DEFAULT
     alerts: AlertRules = field(default_factory=AlertRules)
+    tariff: Tariff = field(default_factory=Tariff)  # what a kWh costs (no price: energy only)
 
     def work_dir_of(self, node: NodeSpec) -> str:
         """The node's own work dir, else the cluster's."""
@@ -201,7 +203,7 @@ def _check_depth(v: Validator, data: dict) -> None:
             stack.extend((path + (index,), item) for index, item in enumerate(value))
 
 
-_CLUSTER_KEYS = {"name", "user", "identity_file", "known_hosts", "work_dir", *LIMITS}
+_CLUSTER_KEYS = {"name", "user", "identity_file", "known_hosts", "work_dir", *LIMITS, *TARIFF_KEYS}
 
 
 def _check_top_keys(v: Validator, data: dict) -> None:
@@ -234,4 +236,5 @@ def _cluster(v: Validator, data: dict) -> ClusterSpec:
         jobs=parse_jobs(v, data, tuple(node.name for node in nodes)),
         source=v.file,
         alerts=parse_alerts(v, data),
+        tariff=parse_tariff(v, table),
     )

@@ -38,7 +38,7 @@ from homegpu.remote.nodes import Cluster, JobState, JobStateChanged, NodeSession
 from homegpu.remote.plan import (
     DevicePlan, JobLayout, WorkerSlot, job_nodes, last_timeline, lay_out, tf_config_json, worker_slots,
 )
-from homegpu.remote.record import ExperimentLog, RunRecord
+from homegpu.remote.record import ExperimentLog, RunEnergy, RunRecord
 from homegpu.remote.runtimes import STOP_GRACE_SECONDS, WorkerLaunch, WorkerStatus
 
 POLL_SECONDS = 1.0
@@ -57,6 +57,7 @@ class RunOutcome:
     incomplete_logs: tuple[str, ...] = ()
     outputs: FetchedOutputs = FetchedOutputs()
     report: tuple[Path | None, str] = (None, "")  # report.html and its summary, or why there is none
+    energy: RunEnergy | None = None  # the GPUs' energy and its cost, when any GPU reported its power
 
 
 class JobRun:
@@ -77,6 +78,7 @@ class JobRun:
         self.plan: DevicePlan | None = None  # every worker's devices, once prepare() saw the nodes' GPUs
         self.experiment: ExperimentLog | None = None
         self.record: RunRecord | None = None
+        self.energy: RunEnergy | None = None  # read from the record when it closes
         self._guard: RunGuard | None = None  # the job's run lock, once take_lock() was called
         self._watch = WorkerWatch(job.name, self.hub, self.tracks)  # polls and notes the tracks' statuses
         self._stop_requested = asyncio.Event()
@@ -264,7 +266,8 @@ class JobRun:
         self._close_experiment()
         outcome = self._finish(state, detail, incomplete, outputs)
         await self.release_lock()
-        return replace(outcome, report=await self._close_record())
+        report = await self._close_record()
+        return replace(outcome, report=report, energy=self.energy)
 
     async def _follow_to_end(self) -> tuple[JobState, str]:
         while True:
@@ -293,7 +296,9 @@ class JobRun:
         if self.record is None:
             return None, "no record"
         record, self.record = self.record, None
-        return await record.close(report)
+        closed = await record.close(report)
+        self.energy = record.energy
+        return closed
 
     async def detach(self) -> None:
         """Leave the run going on its nodes and stop following it here."""

@@ -124,6 +124,8 @@ def _nvml_gpu(nvml, index, handle, errors, device=None, apps=True):
             "temp", lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)
         ),
         "power": _scaled(call("power", lambda: nvml.nvmlDeviceGetPowerUsage(handle)), 1000.0),
+        # joules since the driver loaded (Volta and newer; NVML counts mJ): energy measured, not integrated
+        "energy": _scaled(call("energy", lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle)), 1000.0),
         "power_limit": _once(device, "power_limit", lambda: _scaled(
             call("power_limit", lambda: nvml.nvmlDeviceGetPowerManagementLimit(handle)), 1000.0)),
         "sm_clock": call(

@@ -143,6 +143,7 @@ class GpuStats:
     sm_clock: Number
     processes: tuple[GpuProcess, ...] = ()
     mem_reserved: Number = NA
+    energy: Number = NA  # joules since the driver loaded, where NVML counts them (Volta and newer)
 
     @property
     def mem_percent(self) -> float | NotAvailable:
@@ -246,7 +247,7 @@ def _gpu(value: Any, where: str) -> GpuStats:
     numbers = {
         key: _number(obj, key, dot)
         for key in ("index", "util", "mem_used", "mem_total", "mem_reserved", "temp", "power", "power_limit",
-                    "sm_clock")
+                    "sm_clock", "energy")
     }
     processes = tuple(
         _process(p, f"{dot}processes[{i}]") for i, p in enumerate(_list(obj, "processes", dot))

@@ -64,8 +64,9 @@ def find_stragglers(rates: dict[str, float], threshold: float = 0.6) -> list[tup
 
 
 def write_run_manifest(run_dir: Path, job_settings: dict, tf_configs: dict[str, str],
-                       bandwidth: dict | None = None) -> Path:
-    """Write run_dir/run.json: the job's settings, each worker's TF_CONFIG and the bandwidth matrix.
+                       bandwidth: dict | None = None, tariff: dict | None = None) -> Path:
+    """Write run_dir/run.json: the job's settings, each worker's TF_CONFIG, the bandwidth matrix and the
+    electricity tariff that prices the run's energy (Tariff.as_dict).
 
     The report reads it to show how the run was set up. Called at launch.
 
@@ -77,6 +78,7 @@ def write_run_manifest(run_dir: Path, job_settings: dict, tf_configs: dict[str, 
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     path = RunFolder(run_dir).manifest
-    manifest = {"run_id": run_dir.name, "job": job_settings, "tf_configs": tf_configs, "bandwidth": bandwidth}
+    manifest = {"run_id": run_dir.name, "job": job_settings, "tf_configs": tf_configs, "bandwidth": bandwidth,
+                "tariff": tariff}
     path.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
     return path

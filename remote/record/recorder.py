@@ -15,6 +15,7 @@ from homegpu.remote.config import JobSpec
 from homegpu.remote.net import bandwidth_store
 from homegpu.remote.nodes import Cluster
 from homegpu.remote.record.experiment import write_run_manifest
+from homegpu.remote.record.energy import RunEnergy, energy_of
 from homegpu.remote.record.report import ReportError, write_report
 from homegpu.remote.record.run_folder import RunFolder
 from homegpu.remote.record.timeline import TimelineRecorder
@@ -33,6 +34,7 @@ class RunRecord:
         self.recorder = TimelineRecorder(RunFolder(self.run_dir).timeline, nodes=list(nodes))
         self.recorder.set_meta(run_id=run_id, job=job)
         self._task: asyncio.Task | None = None
+        self.energy: RunEnergy | None = None  # the run's GPU energy, once close() wrote the report
 
     def start(self) -> "RunRecord":
         """Subscribe now: whatever the run publishes from here on is recorded."""
@@ -48,7 +50,8 @@ class RunRecord:
         matrix, problem = bandwidth_store.read(self.cluster.spec)
         bandwidth = {"at": matrix.at, "links": bandwidth_store.links_json(matrix)} if matrix else None
         settings = {field.name: getattr(job, field.name) for field in dataclasses.fields(job)}
-        write_run_manifest(self.run_dir, {**settings, "env": dict(job.env)}, dict(tf_configs), bandwidth)
+        write_run_manifest(self.run_dir, {**settings, "env": dict(job.env)}, dict(tf_configs), bandwidth,
+                           self.cluster.spec.tariff.as_dict())
         return problem
 
     async def close(self, report: bool = True) -> tuple[Path | None, str]:
@@ -65,6 +68,7 @@ class RunRecord:
         self.recorder.close()
         if not report:
             return None, "not written: the run goes on"
+        self.energy = energy_of(self.run_dir)
         try:
             return write_report(self.run_dir)
         except ReportError as exc:

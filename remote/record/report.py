@@ -12,7 +12,9 @@ from html import escape
 from pathlib import Path
 
 from homegpu.remote.net import BandwidthMatrix, LinkResult, advice, format_gbits
+from homegpu.remote.config.tariff import Tariff
 from homegpu.remote.nodes import MIB_PER_GIB
+from homegpu.remote.record.energy import RunEnergy, run_energy
 from homegpu.remote.record.report_analysis import RunFigures, human_duration, run_figures, summary_text, what_limited
 from homegpu.remote.record.report_inputs import (
     ReportError, log_tails, read_manifest, workers_from_metrics,
@@ -49,6 +51,19 @@ def _cards(figures: RunFigures, workers: int, nodes: int) -> str:
         card(f"{total:,.0f}" if total else "–", "examples/s, all workers"),
         card(f"{fmt('loss')} / {fmt('val_loss')}", "final loss / val_loss"), card(util, "mean GPU util while running"),
     ]) + "</div>"
+
+
+def _energy(energy: RunEnergy | None) -> str:
+    """Each node's GPU energy and cost, and how they were obtained (nothing when no GPU reported its power)."""
+    if energy is None:
+        return ""
+    priced = energy.tariff.priced
+    currency = energy.tariff.currency
+    rows = [[escape(name), f"{node.kwh:.4g}", f"{node.cost:.4g} {escape(currency)}" if priced else "–",
+             escape(node.method) + (f", {node.gap_seconds:.0f} s without samples" if node.gap_seconds else "")]
+            for name, node in [*energy.nodes.items(), ("all nodes", energy.total)]]
+    note = "" if priced else '<p class="empty">Set price_per_kwh in [cluster] of cluster.toml to see the cost.</p>'
+    return "<h2>Energy</h2>" + table(["node", "GPU kWh", "cost", "how"], rows, ["", "num", "num", ""]) + note
 
 
 def _limits(sentences: list[str], title: str = "What limited the run") -> str:
@@ -249,6 +264,7 @@ def write_report(run_dir: Path, bandwidth: BandwidthMatrix | None = None) -> tup
     timeline = Timeline(timeline.meta, start, end, timeline.nodes, timeline.workers, timeline.events)
     matrix = bandwidth or manifest.get("bandwidth")
     figures = run_figures(timeline, workers)
+    energy = run_energy(timeline, Tariff.from_dict(manifest.get("tariff")))
     if damage:  # the outcome is one of the events it held
         figures = dataclasses.replace(figures, outcome="unknown", outcome_detail="its timeline is damaged")
     limits = what_limited(timeline, figures, matrix)
@@ -261,7 +277,7 @@ def write_report(run_dir: Path, bandwidth: BandwidthMatrix | None = None) -> tup
         _header(job, run_id, figures, start if times else None), _limits([damage] if damage else [], "Damaged file"),
         _limits([figures.outcome_detail] if figures.outcome == "failed" and figures.outcome_detail else [],
                 "Why it failed"),
-        _cards(figures, len(workers), nodes), _limits(limits),
+        _cards(figures, len(workers), nodes), _energy(energy), _limits(limits),
         _training(workers, start, end, markers), _nodes(timeline, start, end, markers), _events(timeline, start),
         _settings(manifest), _bandwidth(matrix, figures), _logs(log_tails(run_dir)),
         f"<footer>Written by homegpu from {escape(run_dir.name)}/timeline.sqlite, metrics.jsonl, run.json and logs/. "
@@ -269,4 +285,6 @@ def write_report(run_dir: Path, bandwidth: BandwidthMatrix | None = None) -> tup
     ])
     folder.report.write_text(page(f"{job} {run_id}: homegpu report", body), encoding="utf-8")
     summary = summary_text(job, run_id, figures, limits)
+    if energy is not None:
+        summary += "\n" + energy.line()
     return folder.report, f"warning: {damage}\n{summary}" if damage else summary

@@ -24,7 +24,9 @@ from homegpu.remote.nodes import (
     NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,
 )
 from homegpu.remote.record.downsample import bucket_time_sql
-from homegpu.remote.record.timeline_schema import SCHEMA, Timeline, TimelineDamaged, check_timeline, read_timeline
+from homegpu.remote.record.timeline_schema import (
+    SCHEMA, Timeline, TimelineDamaged, check_timeline, has_energy_column, read_timeline,
+)
 
 FLUSH_SECONDS = 1.0
 WAKE_SECONDS = 0.25
@@ -35,7 +37,7 @@ _WORKER_SAMPLE_EVENTS = ("step", "epoch", "end")
 
 _INSERT = {
     "node_samples": "INSERT INTO node_samples VALUES (?,?,?,?,?,?)",
-    "gpu_samples": "INSERT INTO gpu_samples VALUES (?,?,?,?,?,?,?,?,?)",
+    "gpu_samples": "INSERT INTO gpu_samples VALUES (?,?,?,?,?,?,?,?,?,?)",
     "worker_samples": "INSERT INTO worker_samples VALUES (?,?,?,?,?,?,?,?,?,?,?)",
     "events": "INSERT INTO events VALUES (?,?,?,?,?,?)",
 }
@@ -44,7 +46,7 @@ _INSERT = {
 _COMPACT = {
     "node_samples": ("node", "avg(cpu), avg(mem_used), max(mem_total), avg(load1)", ""),
     "gpu_samples": ("node, gpu", "avg(util), avg(mem_used), max(mem_total), avg(temp), avg(power), "
-                    "avg(sm_clock)", ""),
+                    "avg(sm_clock), max(energy)", ""),  # the counter's last reading: its differences still add up
     "worker_samples": ("worker, 'step'", "max(epoch), max(step), avg(loss), avg(accuracy), avg(val_loss), "
                        "avg(val_accuracy), avg(examples_per_sec), avg(steps_per_sec)", "AND event = 'step'"),
 }
@@ -85,6 +87,8 @@ class TimelineRecorder:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
+        if not has_energy_column(self._db):  # appending to a timeline written before the counter was read
+            self._db.execute("ALTER TABLE gpu_samples ADD COLUMN energy REAL")
         self._pending: dict[str, list[tuple]] = {table: [] for table in _INSERT}
         self._batch_sizes: dict[str, int] = {}  # worker -> per-worker batch, to turn examples/s into steps/s
         self._last_flush: float | None = None
@@ -179,7 +183,7 @@ class TimelineRecorder:
             (at, node, _stat(stats.cpu), _stat(stats.mem_used), _stat(stats.mem_total), _stat(stats.load[0])))
         self._pending["gpu_samples"].extend(
             (at, node, _stat(gpu.index) or 0, _stat(gpu.util), _stat(gpu.mem_used), _stat(gpu.mem_total),
-             _stat(gpu.temp), _stat(gpu.power), _stat(gpu.sm_clock))
+             _stat(gpu.temp), _stat(gpu.power), _stat(gpu.sm_clock), _stat(gpu.energy))
             for gpu in stats.gpus)
 
     def _metric(self, event: WorkerMetric) -> None:

@@ -16,7 +16,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS node_samples (t REAL, node TEXT, cpu REAL, mem_used REAL, mem_total REAL, load1 REAL);
 CREATE TABLE IF NOT EXISTS gpu_samples (t REAL, node TEXT, gpu INTEGER, util REAL, mem_used REAL,
-    mem_total REAL, temp REAL, power REAL, sm_clock REAL);
+    mem_total REAL, temp REAL, power REAL, sm_clock REAL, energy REAL);
 CREATE TABLE IF NOT EXISTS worker_samples (t REAL, worker TEXT, event TEXT, epoch REAL, step REAL, loss REAL,
     accuracy REAL, val_loss REAL, val_accuracy REAL, examples_per_sec REAL, steps_per_sec REAL);
 CREATE TABLE IF NOT EXISTS events (t REAL, kind TEXT, node TEXT, worker TEXT, summary TEXT, details TEXT);
@@ -58,6 +58,7 @@ class GpuTimeline:
     temp: Series
     power: Series
     sm_clock: Series
+    energy: Series = Series()  # the GPU's energy counter (J since its driver loaded), where NVML has one
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,11 @@ class Timeline:
         return tuple(event for event in self.events if event.kind in kinds)
 
 
+def has_energy_column(db: sqlite3.Connection) -> bool:
+    """Whether gpu_samples has the energy column (added after the first timelines were written)."""
+    return any(row[1] == "energy" for row in db.execute("PRAGMA table_info(gpu_samples)"))
+
+
 def _series(rows: list[tuple], column: int) -> Series:
     return Series(tuple(row[0] for row in rows), tuple(row[column] for row in rows))
 
@@ -129,7 +135,8 @@ def _last(values: list[Value]) -> float | None:
 def _nodes(db: sqlite3.Connection) -> tuple[NodeTimeline, ...]:
     node_rows = _grouped(db, "SELECT t, node, cpu, mem_used, mem_total FROM node_samples ORDER BY node, t")
     gpu_rows: dict[str, list[tuple]] = defaultdict(list)
-    for row in db.execute("SELECT t, node, gpu, util, mem_used, mem_total, temp, power, sm_clock "
+    energy = "energy" if has_energy_column(db) else "NULL"  # a timeline written before the counter was read
+    for row in db.execute(f"SELECT t, node, gpu, util, mem_used, mem_total, temp, power, sm_clock, {energy} "
                           "FROM gpu_samples ORDER BY node, gpu, t"):
         gpu_rows[row[1]].append(row)
     nodes = []
@@ -139,7 +146,7 @@ def _nodes(db: sqlite3.Connection) -> tuple[NodeTimeline, ...]:
             by_gpu[row[2]].append(row)
         gpus = tuple(
             GpuTimeline(index, _series(rows, 3), _series(rows, 4), _last([r[5] for r in rows]), _series(rows, 6),
-                        _series(rows, 7), _series(rows, 8))
+                        _series(rows, 7), _series(rows, 8), _series(rows, 9))
             for index, rows in sorted(by_gpu.items()))
         rows = node_rows.get(name, [])
         nodes.append(NodeTimeline(name, _series(rows, 2), _series(rows, 3), _last([r[4] for r in rows]), gpus))

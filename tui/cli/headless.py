@@ -190,6 +190,8 @@ async def _drive(run: JobRun, detach: bool, out: TextIO, flush: Callable[[], Non
         loop.remove_signal_handler(signal.SIGTERM)
     flush()  # every event before the summary, even what a flood left queued
     print(summary(outcome), file=out, flush=True)
+    if outcome.energy is not None:
+        print(outcome.energy.line(), file=out, flush=True)
     if run.experiment:
         print(record_line(run.experiment.folder.path, outcome), file=out, flush=True)
     for note in outcome.incomplete_logs:

@@ -1,0 +1,134 @@
+"""Energy from a run's GPU samples: each GPU's joules as its energy counter measured them (NVML, Volta and
+newer), else as the integral of its sampled draw; in kWh and money.
+
+Between two samples of a GPU no further apart than MAX_GAP_S the draw is taken to change linearly (a
+trapezoid); a longer gap (the node offline, homegpu not watching) is a gap: counted as such, never filled
+with a guess. Each trapezoid is priced at its midpoint's tariff, so a run across a tariff boundary pays each
+rate for its own part (within one sample interval). Every figure says how it was obtained (`method`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from homegpu.remote.config.tariff import Tariff
+from homegpu.remote.record.report_inputs import ReportError, read_manifest
+from homegpu.remote.record.run_folder import RunFolder
+from homegpu.remote.record.timeline import load_timeline
+from homegpu.remote.record.timeline_schema import GpuTimeline, Timeline, TimelineDamaged
+
+MAX_GAP_S = 10.0  # samples come every stats_interval (1 s): a few lost ones are bridged, a longer silence is not
+JOULES_PER_KWH = 3.6e6
+INTEGRATED = "integrated from power samples"
+COUNTER = "measured by the GPUs' energy counters"
+
+
+@dataclass(frozen=True)
+class Energy:
+    """Joules over `seconds` of samples, what they cost, and `gap_seconds` that no sample covered."""
+
+    joules: float = 0.0
+    seconds: float = 0.0
+    gap_seconds: float = 0.0
+    cost: float = 0.0
+    method: str = INTEGRATED
+
+    @property
+    def kwh(self) -> float:
+        return self.joules / JOULES_PER_KWH
+
+    def __add__(self, other: "Energy") -> "Energy":
+        return Energy(self.joules + other.joules, max(self.seconds, other.seconds),
+                      max(self.gap_seconds, other.gap_seconds), self.cost + other.cost,
+                      self.method if self.method == other.method else "mixed")
+
+
+def integrate(times: Sequence[float], watts: Sequence[float | None], price_at: Callable[[float], float] | None = None,
+              max_gap: float = MAX_GAP_S) -> Energy:
+    """The energy of one GPU's power samples (`times` ascending): trapezoids between samples; a missing reading
+    ends a stretch, as a gap does."""
+    return _add_up(times, watts, lambda w0, w1, span: (w0 + w1) / 2 * span, INTEGRATED, price_at, max_gap)
+
+
+def counted(times: Sequence[float], joules: Sequence[float | None], price_at: Callable[[float], float] | None = None,
+            max_gap: float = MAX_GAP_S) -> Energy:
+    """The energy between one GPU's counter readings (joules since its driver loaded): the differences; one that
+    goes back (the driver reloaded) is a gap, as a missing reading or a long silence is."""
+    return _add_up(times, joules, lambda j0, j1, span: j1 - j0, COUNTER, price_at, max_gap)
+
+
+def gpu_energy(gpu: GpuTimeline, price_at: Callable[[float], float] | None = None) -> Energy:
+    """By the GPU's energy counter when every sample carried it (NVML, Volta and newer), else the integral of its
+    sampled draw."""
+    if gpu.energy.values and all(value is not None for value in gpu.energy.values):
+        return counted(gpu.energy.times, gpu.energy.values, price_at)
+    return integrate(gpu.power.times, gpu.power.values, price_at)
+
+
+def _add_up(times: Sequence[float], values: Sequence[float | None], joules_between: Callable[[float, float, float], float],
+            method: str, price_at: Callable[[float], float] | None, max_gap: float) -> Energy:
+    """Joules between each two readings no further apart than `max_gap`, each part priced at its midpoint."""
+    joules = seconds = gaps = cost = 0.0
+    for (t0, v0), (t1, v1) in zip(zip(times, values), zip(times[1:], values[1:])):
+        span = t1 - t0
+        part = None if v0 is None or v1 is None or span > max_gap or span <= 0 else joules_between(v0, v1, span)
+        if part is None or part < 0:
+            gaps += max(span, 0.0)
+            continue
+        joules, seconds = joules + part, seconds + span
+        if price_at is not None:
+            cost += part / JOULES_PER_KWH * price_at((t0 + t1) / 2)
+    return Energy(joules, seconds, gaps, cost, method)
+
+
+@dataclass(frozen=True)
+class RunEnergy:
+    """A run's GPU energy: per node (its GPUs together) and in all, priced by `tariff`."""
+
+    nodes: Mapping[str, Energy]
+    tariff: Tariff
+
+    @property
+    def total(self) -> Energy:
+        energy = Energy()
+        for node in self.nodes.values():
+            energy += node
+        return energy
+
+    def line(self) -> str:
+        """One line for the run's summary: `energy 0.0123 kWh on GPUs (node3 0.0123 kWh), cost 0.0043 EUR`."""
+        total = self.total
+        each = ", ".join(f"{name} {energy.kwh:.4g} kWh" for name, energy in self.nodes.items())
+        text = f"energy {total.kwh:.4g} kWh on GPUs ({each}; {total.method})"
+        if total.gap_seconds:
+            text += f", {total.gap_seconds:.0f} s without samples not counted"
+        if self.tariff.priced:
+            return text + f", cost {total.cost:.4g} {self.tariff.currency}".rstrip()
+        return text + "; set price_per_kwh in [cluster] for its cost"
+
+
+def run_energy(timeline: Timeline, tariff: Tariff) -> RunEnergy | None:
+    """The GPU energy of a run's timeline, or None when no GPU of it reported its power."""
+    price_at = tariff.price_at if tariff.priced else None
+    nodes = {}
+    for node in timeline.nodes:
+        gpus = [gpu_energy(gpu, price_at) for gpu in node.gpus
+                if any(value is not None for value in gpu.power.values + gpu.energy.values)]
+        if gpus:
+            energy = Energy()
+            for gpu in gpus:
+                energy += gpu
+            nodes[node.name] = energy
+    return RunEnergy(nodes, tariff) if nodes else None
+
+
+def energy_of(run_dir: Path) -> RunEnergy | None:
+    """The GPU energy of the run in `run_dir` (experiments/RUN-ID), priced as run.json says it was when the run
+    began; None when it has no readable timeline or no GPU power in it."""
+    try:
+        tariff = Tariff.from_dict(read_manifest(run_dir).get("tariff"))
+        return run_energy(load_timeline(RunFolder(run_dir).timeline), tariff)
+    except (OSError, ReportError, TimelineDamaged):
+        return None
