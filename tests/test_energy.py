@@ -14,7 +14,7 @@ import pytest
 
 from homegpu.remote.config import ConfigError, parse_cluster
 from homegpu.remote.config.tariff import Tariff
-from homegpu.remote.record.energy import COUNTER, INTEGRATED, JOULES_PER_KWH, counted, gpu_energy, integrate
+from homegpu.remote.record.energy import COUNTER, INTEGRATED, JOULES_PER_KWH, MIXED, gpu_energy, integrate
 from homegpu.remote.record.timeline_schema import GpuTimeline, Series
 
 H100_SAMPLES = Path(__file__).parent / "fixtures" / "gpu" / "h100-80gb-hbm3" / "agent_nvml.jsonl"
@@ -66,7 +66,7 @@ def test_a_run_across_the_night_tariff_pays_each_rate_for_its_part():
                                                'tariffs = { "22:00-06:00" = 0.10 }\n' + NODE).tariff.periods)
     start = at(21, 30)
     times = [start + i for i in range(3601)]  # 21:30 to 22:30 at 1 kW: 0.5 kWh at each rate
-    energy = integrate(times, [1000.0] * len(times), tariff.price_at)
+    energy = integrate(times, [1000.0] * len(times), price_at=tariff.price_at)
     assert energy.kwh == pytest.approx(1.0)
     assert energy.cost == pytest.approx(0.5 * 0.30 + 0.5 * 0.10, abs=0.30 / 3600)
 
@@ -105,20 +105,20 @@ def gpu(times, watts, joules=None) -> GpuTimeline:
                        Series(times, tuple(joules)) if joules is not None else Series())
 
 
-def test_the_counter_is_used_when_every_sample_has_it():
+def test_the_counter_is_used_where_both_samples_have_it():
     """NVML's counter (joules since the driver loaded) says what the samples missed between them: a burst the
-    1 s power readings did not catch is in it."""
+    1 s power readings did not catch is in it. A step without it on both ends is integrated."""
     times = [float(t) for t in range(11)]
     watts = [100.0] * 11
     joules = [5000.0 + 100 * t + (50 if t >= 5 else 0) for t in range(11)]  # a 50 J burst between two samples
     measured = gpu_energy(gpu(times, watts, joules))
     assert (measured.joules, measured.method) == (1050.0, COUNTER)
     assert gpu_energy(gpu(times, watts)).method == INTEGRATED  # an older card: no counter
-    partial = joules[:5] + [None] + joules[6:]  # a sample without it: the draw is integrated instead
-    assert gpu_energy(gpu(times, watts, partial)) == integrate(times, watts)
+    partial = integrate(times, watts, joules[:5] + [None] + joules[6:])  # the sample after the burst lacks it
+    assert (partial.joules, partial.method) == (8 * 100 + 2 * 100, MIXED)  # 8 steps counted, the 2 around it not
 
 
 def test_a_counter_that_goes_back_is_a_gap():
     """The driver reloaded (the machine slept, the module was reloaded): its count starts again from 0."""
-    energy = counted([0.0, 1.0, 2.0, 3.0, 4.0], [9000.0, 9100.0, 9200.0, 40.0, 140.0])
+    energy = integrate([0.0, 1.0, 2.0, 3.0, 4.0], [100.0] * 5, [9000.0, 9100.0, 9200.0, 40.0, 140.0])
     assert (energy.joules, energy.seconds, energy.gap_seconds) == (300.0, 3.0, 1.0)

@@ -11,7 +11,7 @@ import pytest
 from helpers import homegpu
 from history_events import h100_lines, owned, worker
 
-from homegpu.remote.config import embedded_default
+from homegpu.remote.config import embedded_default, load_cluster
 from homegpu.remote.history import HistoryRecorder, history_path
 from homegpu.remote.nodes import NodeState, NodeStateChanged, NodeStatsUpdated
 
@@ -80,3 +80,39 @@ def test_without_a_history_it_says_how_to_start_one(tmp_path, monkeypatch):
     result = homegpu("--local", "history", cwd=tmp_path)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert "no history of cluster home yet" in result.stderr and "start `homegpu serve` to record it" in result.stderr
+
+
+def test_history_tells_each_gpus_energy_its_cost_and_idle_part(tmp_path, monkeypatch):
+    """A price in cluster.toml, twenty minutes of the recorded H100 (ten of them alice's run, ten with no
+    process): `history` gives its kWh as the sum of the steps' trapezoids, the cost at the price, the idle half."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    config = tmp_path / "cluster.toml"
+    config.write_text('[cluster]\nprice_per_kwh = 0.30\ncurrency = "EUR"\n\n[[nodes]]\nname = "desk"\nhost = "10.0.0.9"\n')
+    now = time.time()
+    start = now - 1260
+    clock = {"t": start}
+    recorder = HistoryRecorder(history_path(load_cluster(config)), clock=lambda: clock["t"])
+    lines = h100_lines()
+    watts = []
+    for second in range(1200):
+        clock["t"] = start + second
+        line = lines[second % len(lines)]
+        owners = [worker("alice", "mnist", "mnist-1")] if second < 600 else []
+        stats = owned(line, owners) if owners else owned(dict(line, gpus=[dict(g, processes=[]) for g in line["gpus"]]))
+        watts.append(line["gpus"][0]["power"])
+        recorder.handle(NodeStatsUpdated("desk", stats, at=start + second))
+    recorder.close()
+    steps = [(a + b) / 2 / 3.6e6 for a, b in zip(watts, watts[1:])]
+
+    result = homegpu("--config", str(config), "history", "--since", "1h", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    history = json.loads(result.stdout)
+    (gpu,) = history["energy_by_gpu"]
+    assert (gpu["node"], gpu["method"], history["currency"]) == ("desk", "integrated", "EUR")
+    assert gpu["energy_kwh"] == pytest.approx(sum(steps)) and gpu["cost"] == pytest.approx(0.30 * sum(steps))
+    assert gpu["idle_kwh"] == pytest.approx(sum(steps[599:]))  # from the first sample without a process on
+    (run,) = [o for o in history["energy_by_owner"] if o["run_id"] == "mnist-1"]
+    assert run["energy_kwh"] == pytest.approx(sum(steps[:599]))
+    text = homegpu("--config", str(config), "history", "--since", "1h", cwd=tmp_path).stdout
+    assert f"Energy of the GPUs (EUR at the tariff of {config})" in text
+    assert any(line.split()[:4] == ["desk", "GPU", "0", f"{sum(steps):.3f}"] for line in text.splitlines()), text

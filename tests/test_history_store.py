@@ -26,7 +26,7 @@ from homegpu.remote.history import (
 )
 from homegpu.remote.history.samples import UNKNOWN_OWNER, OwnerKey, owner_key, owner_shares
 from homegpu.remote.nodes.events import EventHub, NodeState, NodeStateChanged, NodeStatsUpdated
-from homegpu.remote.nodes.stats import NA, GpuProcess, ProcessOwner
+from homegpu.remote.nodes.stats import NA, GpuProcess, NodeStats, ProcessOwner
 
 T0 = 1_795_316_400.0  # a whole hour (and minute): buckets start at T0
 HOUR, DAY = 3600.0, 86400.0
@@ -458,3 +458,104 @@ async def test_the_recorder_follows_the_hub_as_one_more_subscriber(tmp_path):
     assert rows(path, "SELECT count(*) FROM gpu_samples") == [(5,)]
     assert rows(path, "SELECT state, reason, stop IS NOT NULL FROM node_down") == [("offline", "connection lost", 1)]
     assert len(front_end.drain(100)) == 8  # the other subscriber got everything too
+
+
+# -- energy ---------------------------------------------------------------------------------------------
+
+
+def without_processes(line: dict) -> dict:
+    return dict(line, gpus=[dict(gpu, processes=[]) for gpu in line["gpus"]])
+
+
+def with_counter(line: dict, joules: float) -> NodeStats:
+    """`line` parsed, its GPU's energy counter at `joules` (as NVML reads it on Volta and newer)."""
+    return parsed(dict(line, gpus=[dict(gpu, energy=joules) for gpu in line["gpus"]]))
+
+
+def test_energy_per_gpu_user_and_run_with_the_idle_part_through_the_tiers(tmp_path):
+    """The recorded MIG H100 (433.78 W) shared by bob and alice's run for 600 s, then idle for 300 s; the
+    recorded H100 (its draw varying from line to line) alice's demo run for 120 s, a gap, 60 s more. Each
+    step's energy is its trapezoid; the owners share it as they share the GPU's time; no process: idle."""
+    path, clock = tmp_path / "history.sqlite", Clock()
+    recorder = HistoryRecorder(path, clock=clock)
+    feed(recorder, clock, "mig", mig_shared(), T0, T0 + 600)
+    feed(recorder, clock, "mig", parsed(without_processes(tui_line("h100_mig_load"))), T0 + 601, T0 + 900)
+    lines = h100_lines()
+    feed(recorder, clock, "h100", lambda k: h100(k=k), T0, T0 + 120)
+    state(recorder, clock, "h100", T0 + 120.5, NodeState.OFFLINE, "connection lost")
+    state(recorder, clock, "h100", T0 + 200, NodeState.ONLINE)
+    feed(recorder, clock, "h100", lambda k: h100(k=k), T0 + 200, T0 + 260)
+    recorder.flush()
+
+    watts = [lines[k % len(lines)]["gpus"][0]["power"] for k in range(121)]
+    demo_j = sum((a + b) / 2 for a, b in zip(watts, watts[1:])) + sum((a + b) / 2 for a, b in zip(watts[:61], watts[1:61]))
+    mig_j, idle_j = 433.78 * 900, 433.78 * 300  # the step into the idle stretch is idle's
+    shares = {"bob": (2296 + 1272) / (2296 + 1272 + 7484), "burn-1": 7484 / (2296 + 1272 + 7484)}
+
+    def check(history: HistoryReader) -> None:
+        gpus = {g.node: g for g in history.gpu_energy(T0, T0 + HOUR, price_at=lambda t: 0.5)}
+        assert gpus["mig"].energy_kwh * 3.6e6 == pytest.approx(mig_j, rel=1e-9)
+        assert gpus["mig"].idle_kwh * 3.6e6 == pytest.approx(idle_j, rel=1e-9)
+        assert gpus["mig"].cost == pytest.approx(gpus["mig"].energy_kwh * 0.5) and gpus["mig"].method == "integrated"
+        assert gpus["h100"].energy_kwh * 3.6e6 == pytest.approx(demo_j, rel=1e-9) and gpus["h100"].idle_kwh == 0
+        owners = {(o.user, o.run_id): o.energy_kwh * 3.6e6 for o in history.owner_energy(T0, T0 + HOUR)}
+        assert owners[("bob", "")] == pytest.approx(433.78 * 600 * shares["bob"], rel=1e-6)
+        assert owners[("alice", "burn-1")] == pytest.approx(433.78 * 600 * shares["burn-1"], rel=1e-6)
+        assert owners[("alice", "demo-1")] == pytest.approx(demo_j, rel=1e-9)
+
+    with HistoryReader(path, clock=clock) as history:
+        check(history)
+    clock.t = T0 + 2 * DAY  # in 60 s buckets now: the same sums
+    recorder.flush()
+    with HistoryReader(path, clock=clock) as history:
+        check(history)
+    recorder.close()
+
+
+def test_the_energy_counter_is_used_where_the_gpu_has_one(tmp_path):
+    path, clock = tmp_path / "history.sqlite", Clock()
+    recorder = HistoryRecorder(path, clock=clock)
+    line = without_processes(tui_line("h100_mig_load"))
+    feed(recorder, clock, "mig", lambda k: with_counter(line, 1e6 + 500.0 * k), T0, T0 + 100)  # 500 W counted
+    recorder.close()
+    with HistoryReader(path, clock=clock) as history:
+        (gpu,) = history.gpu_energy(T0, T0 + HOUR)
+    assert (gpu.energy_kwh * 3.6e6, gpu.method) == (pytest.approx(50_000.0), "counter")  # not 433.78 W's
+
+
+def test_a_history_from_before_energy_gets_its_columns_when_serve_opens_it(tmp_path):
+    """An older homegpu's file has no energy columns: read as having no energy; the recorder adds them."""
+    path, clock = tmp_path / "history.sqlite", Clock()
+    HistoryRecorder(path, clock=clock).close()
+    with sqlite3.connect(path) as db:  # as the first homegpu with a history made it
+        for table, column in (("gpu_samples", "energy"), ("gpu_samples", "counted"), ("owner_samples", "energy")):
+            db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    db.close()
+    with HistoryReader(path, clock=clock) as history:
+        assert history.gpu_energy(T0, T0 + HOUR) == () and history.owner_energy(T0, T0 + HOUR) == ()
+    recorder = HistoryRecorder(path, clock=clock)
+    feed(recorder, clock, "h100", h100(), T0, T0 + 10)
+    recorder.close()
+    with HistoryReader(path, clock=clock) as history:
+        (gpu,) = history.gpu_energy(T0, T0 + HOUR)
+    assert gpu.energy_kwh > 0
+
+
+def test_energy_totals_never_go_back_across_restarts_and_lose_only_the_downtime(tmp_path):
+    """/metrics' counters: each GPU's joules since the history began, kept with the rows they count; serve
+    stopped for 100 s loses those 100 s, nothing is counted twice, and a write that failed is not counted."""
+    path, clock = tmp_path / "history.sqlite", Clock()
+    line = without_processes(tui_line("h100_mig_load"))  # 433.78 W
+    recorder = HistoryRecorder(path, clock=clock)
+    feed(recorder, clock, "mig", parsed(line), T0, T0 + 100)
+    recorder.close()
+    ((node, gpu, model, _, first),) = HistoryRecorder(path, clock=clock).energy_totals()  # reopened: the same
+    assert (node, gpu, model, first) == ("mig", 0, "NVIDIA H100 80GB HBM3", pytest.approx(433.78 * 100))
+    recorder = HistoryRecorder(path, clock=clock)
+    feed(recorder, clock, "mig", parsed(line), T0 + 200, T0 + 300)  # down from 100 s to 200 s
+    (total,) = recorder.energy_totals()
+    recorder.close()
+    assert total[-1] == pytest.approx(433.78 * 200)
+    with HistoryReader(path, clock=clock) as history:
+        (recorded,) = history.gpu_energy(T0, T0 + HOUR)
+    assert recorded.energy_kwh * 3.6e6 == pytest.approx(total[-1])  # the counter and the history agree

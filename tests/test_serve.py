@@ -54,7 +54,8 @@ def test_serve_prints_its_url_answers_prometheus_and_stops_cleanly_on_sigterm(tm
         text = wait_for(scraped, 30, "the local node's stats at /metrics")
         assert 'homegpu_node_up{cluster="home",node="here"} 1.0' in text
         assert "# TYPE homegpu_gpu_utilization_percent gauge" in text  # no GPU here: the family, with no sample
-        served = set(re.findall(r"^# TYPE (homegpu_\w+) gauge$", text, re.M))
+        served = {name if kind == "gauge" else name.removesuffix("_total") + "_total"  # a counter's samples
+                  for name, kind in re.findall(r"^# TYPE (homegpu_\w+) (gauge|counter)$", text, re.M)}
         dashboard = (Path(__file__).parents[1] / "assets" / "grafana-dashboard.json").read_text()
         wanted = set(re.findall(r"homegpu_[a-z_]+", "".join(p["targets"][0]["expr"] for p in
                                                              json.loads(dashboard)["panels"])))
@@ -131,3 +132,19 @@ def test_process_memory_is_one_series_per_name_and_owner_never_per_pid():
                       ("./gpu_burn", "bob"): 7484 * 1024 * 1024}
     assert all((sample["node"], sample["gpu"], sample["job"], sample["run"]) == ("gpubox", "0", "", "")
                for sample in series)
+
+
+def test_energy_counters_come_from_the_history_and_sum_per_node(tmp_path):
+    """homegpu_gpu_energy_joules_total per GPU and homegpu_node_energy_joules_total per node: the totals the
+    history recorder keeps (Prometheus's own parser reads them as counters)."""
+    cluster = Cluster(parse_cluster('[cluster]\nname = "lab"\n[[nodes]]\nname = "gpubox"\nhost = "gpubox"\n'))
+    totals = [("gpubox", 0, "NVIDIA H100 NVL", "GPU-806f", 3600.5), ("gpubox", 1, "NVIDIA H100 NVL", "GPU-db6d", 10.0)]
+    registry = CollectorRegistry()
+    registry.register(ClusterCollector(cluster, JobBoard(), lambda: totals))
+    text = generate_latest(registry).decode()
+    families = {family.name: family.type for family in text_string_to_metric_families(text)}
+    assert families["homegpu_gpu_energy_joules"] == families["homegpu_node_energy_joules"] == "counter"
+    gpus = {(s["gpu"], s["uuid"]): s["value"] for s in samples(text, "homegpu_gpu_energy_joules_total")}
+    assert gpus == {("0", "GPU-806f"): 3600.5, ("1", "GPU-db6d"): 10.0}
+    (node,) = samples(text, "homegpu_node_energy_joules_total")
+    assert (node["node"], node["value"]) == ("gpubox", 3610.5)

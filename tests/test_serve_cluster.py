@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-
+import pytest
 from gpu_replay import FIXTURES, nvidia_smi_in
 from helpers import homegpu_argv, job_table, wait_for
 from simcluster import SimCluster, free_port
@@ -72,7 +72,7 @@ def query(api: str, expression: str) -> dict[str, float]:
 
 
 def test_prometheus_scrapes_the_gpus_nodes_and_a_running_job_from_serve(sim_cluster: SimCluster, tmp_path: Path):
-    config = sim_cluster.write_cluster_toml(tmp_path / "cluster.toml", jobs={
+    config = sim_cluster.write_cluster_toml(tmp_path / "cluster.toml", price_per_kwh=0.35, currency="EUR", jobs={
         "demo": job_table(epochs=30, steps_per_epoch=20)})
     with nvidia_smi_in(sim_cluster.node("node3").extra_path, H100 / "gpus_load.csv", H100 / "apps_load.csv",
                        version_fixture=H100 / "smi_version.txt"), \
@@ -88,6 +88,11 @@ def test_prometheus_scrapes_the_gpus_nodes_and_a_running_job_from_serve(sim_clus
         memory = query(api, "homegpu_gpu_memory_used_bytes")
         assert list(memory.values()) == [20085 * 1024 * 1024], memory
         assert list(query(api, "homegpu_gpu_power_watts").values()) == [702.84]
+        # the GPU's energy counter, from serve's history: it grows at the replayed draw (its power integrated)
+        (rate,) = wait_for(lambda: list(query(api, "rate(homegpu_gpu_energy_joules_total[20s])").values()), 60,
+                           "two scrapes of the energy counter")
+        assert rate == pytest.approx(702.84, rel=0.02)
+        assert list(query(api, "homegpu_electricity_price_per_kwh").values()) == [0.35]
 
         run = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=tmp_path,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -158,7 +158,7 @@ async def test_the_h_key_reaches_back_a_day_and_a_week_through_serves_history(tm
     from history_events import h100_lines, owned
 
     from homegpu.remote.config import embedded_default
-    from homegpu.remote.history import HistoryRecorder, history_path
+    from homegpu.remote.history import HistoryReader, HistoryRecorder, history_path
     from homegpu.tui.view.lookback import LOOKBACK_WINDOWS, Lookback
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
@@ -170,7 +170,8 @@ async def test_the_h_key_reaches_back_a_day_and_a_week_through_serves_history(tm
     assert not stored.available and "h: 5 min · 1 h · all)" in node_detail(view, 80, "", len(TRAIL_WINDOWS), stored).plain
     now = time.time()
     clock = {"t": now - 20 * HOUR}
-    recorder = HistoryRecorder(history_path(spec), clock=lambda: clock["t"])
+    # a sample a minute, as serve records a cluster whose stats_interval is 30 s (its max_gap: 3 intervals)
+    recorder = HistoryRecorder(history_path(spec), clock=lambda: clock["t"], max_gap=90.0)
     for minute in range(20 * 60):
         clock["t"] = now - 20 * HOUR + 60 * minute
         recorder.handle(NodeStatsUpdated("local", stats, at=clock["t"]))
@@ -183,3 +184,12 @@ async def test_the_h_key_reaches_back_a_day_and_a_week_through_serves_history(tm
     util = next(line for line in text.splitlines() if line.startswith(" util "))[6:70]
     assert util.count("█") / len(util) == pytest.approx(20 / 24, abs=0.05), util  # 20 of the day's 24 hours
     assert util.startswith(" ") and not stored.due(LOOKBACK_WINDOWS[0][1])  # the day's first hours: not recorded
+
+    assert stored.today_due()  # the node's energy since midnight: the minutes recorded today, 60 s apart
+    await stored.read_today()
+    power = next(line for line in node_detail(view, 80, "", 0, stored).plain.splitlines() if line.startswith("power "))
+    midnight = time.mktime(time.localtime(now)[:3] + (0, 0, 0, 0, 0, -1))
+    with HistoryReader(history_path(spec)) as reader:
+        today = sum(gpu.energy_kwh for gpu in reader.gpu_energy(midnight, now))
+    said = f" · today {today:.2f} kWh (homegpu serve's history)" if today else ""  # just after midnight: none yet
+    assert power == f"power {stats.gpus[0].power:.0f} W now{said}"

@@ -68,7 +68,8 @@ async def serve(spec: ClusterSpec, options: ServeOptions, out: TextIO | None = N
         store = _open_queue_store(spec)
         services.callback(store.close)
         cluster, board = Cluster(spec), JobBoard()
-        endpoint = MetricsEndpoint(ClusterCollector(cluster, board), options.host, options.metrics_port)
+        endpoint = MetricsEndpoint(ClusterCollector(cluster, board, recorder.energy_totals), options.host,
+                                   options.metrics_port)
         services.push_async_callback(endpoint.close)
         metrics_url = await _start_metrics(endpoint, options.host, options.metrics_port)
         alerts = AlertWatcher(spec, cluster.hub)

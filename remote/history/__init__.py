@@ -7,12 +7,12 @@ from __future__ import annotations
 from homegpu.remote.history.bound import DEFAULT_MAX_BYTES
 from homegpu.remote.history.location import history_path
 from homegpu.remote.history.queries import (
-    GpuSeries, HistoryReader, NodeOffline, NodeSeries, OfflineInterval, RunHours, UserHours,
+    GpuEnergy, GpuSeries, HistoryReader, NodeOffline, NodeSeries, OfflineInterval, OwnerEnergy, RunHours, UserHours,
 )
 from homegpu.remote.history.recorder import HistoryRecorder
 from homegpu.remote.history.schema import HistoryDamaged, HistoryError
 
 __all__ = [
-    "DEFAULT_MAX_BYTES", "GpuSeries", "HistoryDamaged", "HistoryError", "HistoryReader", "HistoryRecorder",
+    "DEFAULT_MAX_BYTES", "GpuEnergy", "GpuSeries", "OwnerEnergy", "HistoryDamaged", "HistoryError", "HistoryReader", "HistoryRecorder",
     "NodeOffline", "NodeSeries", "OfflineInterval", "RunHours", "UserHours", "history_path",
 ]

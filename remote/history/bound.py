@@ -71,7 +71,8 @@ class SizeBound:
             count, used = self.pages()
         if count * self.page_size > self.db_bytes:
             self._vacuum(count - self.db_bytes // self.page_size)
-        if self._wal_size() > self.wal_bytes:
+            self._truncate_wal()  # the file shrinks when the vacuumed pages are checkpointed into it
+        elif self._wal_size() > self.wal_bytes:
             self._truncate_wal()
 
     def _trim(self) -> None:

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from homegpu.remote.history.schema import damaged, is_damage, open_reader
+from homegpu.remote.history.schema import damaged, has_column, is_damage, open_reader
 from homegpu.remote.history.tiers import weighted_mean
-from homegpu.remote.record import bucket_time
+from homegpu.remote.record import JOULES_PER_KWH, bucket_time
 
 Value = float | None
 
@@ -66,6 +66,33 @@ class RunHours:
     run_id: str
     user: str
     gpu_hours: float
+
+
+@dataclass(frozen=True)
+class GpuEnergy:
+    """One GPU's energy in a window, in kWh, its cost, and the part of it no process used (idle): `method` is
+    how it was obtained ("counter", "integrated" or "mixed"; "" where no energy was recorded)."""
+
+    node: str
+    gpu: int
+    name: str
+    energy_kwh: float
+    cost: float
+    idle_kwh: float
+    idle_cost: float
+    method: str
+
+
+@dataclass(frozen=True)
+class OwnerEnergy:
+    """The energy of one user's GPU processes, or of one homegpu run's workers (`job`, `run_id`), in a window:
+    each GPU's energy shared among the owners of its processes as its time is (samples.py)."""
+
+    user: str
+    job: str
+    run_id: str
+    energy_kwh: float
+    cost: float
 
 
 @dataclass(frozen=True)
@@ -154,6 +181,51 @@ class HistoryReader:
         return tuple(RunHours(job, run_id, user, h)
                      for (job, run_id, user), h in sorted(hours.items(), key=lambda item: (-item[1], item[0])))
 
+    def gpu_energy(self, since: float, until: float | None = None,
+                   price_at: Callable[[float], float] | None = None) -> tuple[GpuEnergy, ...]:
+        """Every GPU's energy in the window, by node and index, priced by `price_at` (per kWh at a time)."""
+        until = self._until(since, until)
+        names = dict(((node, gpu), name) for node, gpu, name in self._read(
+            lambda db: db.execute("SELECT nd.name, g.gpu, g.name FROM gpus g JOIN nodes nd ON nd.id = g.node")))
+        if not self._read(lambda db: has_column(db, "gpu_samples", "energy")):
+            return ()  # a history no homegpu with energy has written to yet
+        totals: dict[tuple[str, int], list[float]] = {}  # joules, cost, owned joules, owned cost, n, counted
+        for node, gpu, t, joules, counted in self._read(lambda db: db.execute(
+                "SELECT nd.name, s.gpu, s.t, s.energy, s.counted FROM gpu_samples s JOIN nodes nd ON nd.id = s.node "
+                "WHERE s.t >= ? AND s.t < ? AND s.energy IS NOT NULL", (since, until))):
+            found = totals.setdefault((node, gpu), [0.0] * 6)
+            found[0] += joules
+            found[1] += _cost(joules, t, price_at)
+            found[4] += 1
+            found[5] += bool(counted)
+        for node, gpu, t, joules in self._read(lambda db: db.execute(
+                "SELECT nd.name, s.gpu, s.t, s.energy FROM owner_samples s JOIN nodes nd ON nd.id = s.node "
+                "WHERE s.t >= ? AND s.t < ? AND s.energy IS NOT NULL", (since, until))):
+            if (node, gpu) in totals:
+                totals[(node, gpu)][2] += joules
+                totals[(node, gpu)][3] += _cost(joules, t, price_at)
+        return tuple(GpuEnergy(node, gpu, names.get((node, gpu), ""), joules / JOULES_PER_KWH, cost,
+                               max(joules - owned, 0.0) / JOULES_PER_KWH, max(cost - owned_cost, 0.0),
+                               _method(rows, counted))
+                     for (node, gpu), (joules, cost, owned, owned_cost, rows, counted) in sorted(totals.items()))
+
+    def owner_energy(self, since: float, until: float | None = None,
+                     price_at: Callable[[float], float] | None = None) -> tuple[OwnerEnergy, ...]:
+        """Energy per owner of GPU processes in the window (a user's own processes with job and run_id "", a
+        run's workers with theirs), most first."""
+        until = self._until(since, until)
+        if not self._read(lambda db: has_column(db, "owner_samples", "energy")):
+            return ()
+        totals: dict[tuple[str, str, str], list[float]] = {}
+        for user, job, run_id, t, joules in self._read(lambda db: db.execute(
+                "SELECT o.user, o.job, o.run_id, s.t, s.energy FROM owner_samples s JOIN owners o ON o.id = s.owner "
+                "WHERE s.t >= ? AND s.t < ? AND s.energy IS NOT NULL", (since, until))):
+            found = totals.setdefault((user, job, run_id), [0.0, 0.0])
+            found[0] += joules
+            found[1] += _cost(joules, t, price_at)
+        return tuple(OwnerEnergy(user, job, run_id, joules / JOULES_PER_KWH, cost)
+                     for (user, job, run_id), (joules, cost) in sorted(totals.items(), key=lambda i: (-i[1][0], i[0])))
+
     def offline(self, since: float, until: float | None = None) -> tuple[NodeOffline, ...]:
         """Every node the history knows, by name, with its offline intervals in the window and their total
         seconds inside it (0 for a node never offline there)."""
@@ -203,6 +275,15 @@ class HistoryReader:
             if not is_damage(exc):
                 raise
             raise damaged(self.path, str(exc)) from None
+
+
+def _cost(joules: float, t: float, price_at: Callable[[float], float] | None) -> float:
+    return joules / JOULES_PER_KWH * price_at(t) if price_at is not None else 0.0
+
+
+def _method(rows: float, counted: float) -> str:
+    """How a GPU's energy over some rows was obtained: by its counter in all of them, in none, or in some."""
+    return "counter" if counted == rows else "integrated" if not counted else "mixed"
 
 
 def _slices(db: sqlite3.Connection, table: str, columns: tuple[str, ...], since: float, cell: float,

@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import Callable
 
 from homegpu.remote.history.bound import DEFAULT_MAX_BYTES, SizeBound
-from homegpu.remote.history.samples import OwnerKey, owner_shares, whole
-from homegpu.remote.history.schema import HistoryError, cannot_write, open_writer
+from homegpu.remote.history.samples import OwnerKey, number, owner_shares, sample_energy, whole
+from homegpu.remote.history.schema import (
+    HistoryError, cannot_write, open_writer, read_energy_totals, write_energy_totals,
+)
 from homegpu.remote.history.tiers import INSERT, Compactor
 from homegpu.remote.record import Say, WriteTrouble, say_on_stderr, transaction
 from homegpu.remote.nodes import NodeState, NodeStateChanged, NodeStatsUpdated
@@ -73,6 +75,8 @@ class HistoryRecorder:
                 "SELECT id, kind, user, job, run_id, container FROM owners")}
             self._gpus = {(node, gpu): (name, uuid) for node, gpu, name, uuid in self._db.execute(
                 "SELECT node, gpu, name, uuid FROM gpus")}
+            self._energy = read_energy_totals(self._db)  # (node, gpu) -> joules ever recorded: /metrics counters
+            self._energy_written = dict(self._energy)
             self._session = self._start_session()
             self.bound.keep()  # a bound lowered since the file was last written takes hold at once
         except BaseException:
@@ -85,6 +89,7 @@ class HistoryRecorder:
                       "owner_samples": self._owner_rows}
         self._new: list[tuple[str, tuple]] = []  # nodes, owners, GPU names, state changes: in event order
         self._last_sample: dict[int, float] = {}  # node -> its previous sample's time, while online
+        self._last_gpus: dict[int, dict[int, tuple]] = {}  # node -> GPU index -> its previous (power, energy counter)
         self._down: set[int] = set()  # nodes with an offline interval open
         self._seen: set[int] = set()  # nodes with a state in this session
         self._last_flush = self._last_compact = self._marked = self.clock()
@@ -111,6 +116,8 @@ class HistoryRecorder:
             for rows in self._rows.values():
                 rows.clear()  # a gap: nodes, owners and state changes (self._new) stay for the next write
             self._last_sample.clear()  # no GPU time across the gap
+            self._last_gpus.clear()  # and no energy
+            self._energy = dict(self._energy_written)  # the counters count what the history holds
             self.trouble.failed(str(exc), "its samples are not recorded (a gap in the history) until it can "
                                           "write again, which it tries each second")
             return False
@@ -131,12 +138,16 @@ class HistoryRecorder:
                 for table, rows in self._rows.items():
                     if rows:
                         self._db.executemany(INSERT[table], rows)
+                changed = {key: joules for key, joules in self._energy.items()
+                           if self._energy_written.get(key) != joules}
+                write_energy_totals(self._db, changed)
                 if self._new or not 0 <= now - self._marked < MARK_SECONDS:
                     self._marked = now
                     self._db.execute("UPDATE sessions SET stop = ? WHERE rowid = ?", (now, self._session))
         except sqlite3.OperationalError as exc:  # rolled back: what was buffered stays for the next try
             raise cannot_write(self.path, exc) from None
         self._new.clear()
+        self._energy_written.update(changed)
         for rows in self._rows.values():
             rows.clear()
         try:
@@ -217,20 +228,35 @@ class HistoryRecorder:
         stats, t = event.stats, round(at, 3)
         previous = self._last_sample.get(node)
         self._last_sample[node] = at
-        credit_ms = 1000 * min(at - previous, self.max_gap) if previous is not None and at > previous else 0.0
+        span = at - previous if previous is not None else 0.0
+        credit_ms = 1000 * min(span, self.max_gap) if span > 0 else 0.0
         self._node_rows.append((t, node, 1, whole(stats.cpu), whole(stats.mem_used), whole(stats.mem_total)))
         gpu_rows = self._gpu_rows
+        last_gpus = self._last_gpus.get(node) or {}
+        readings = self._last_gpus[node] = {}
         for position, gpu in enumerate(stats.gpus):
             index = gpu.index if type(gpu.index) is int else position
+            reading = readings[index] = (number(gpu.power), number(gpu.energy))
+            joules, counted = sample_energy(span, last_gpus.get(index), reading, self.max_gap)
+            if joules is not None:
+                self._energy[(node, index)] = self._energy.get((node, index), 0.0) + joules
             gpu_rows.append((t, node, index, 1, whole(gpu.util), whole(gpu.mem_used), whole(gpu.mem_total),
-                             whole(gpu.temp), whole(gpu.power)))
+                             whole(gpu.temp), whole(gpu.power), joules, counted))
             names = self._gpus.get((node, index))
             if names is None or names[0] != gpu.name or names[1] != gpu.uuid:
                 self._gpu_name(node, index, gpu)
             if gpu.processes:
                 for owner, share, mem in owner_shares(gpu.processes):
                     owner_id = self._owners.get(owner) or self._owner(owner)
-                    self._owner_rows.append((t, node, index, owner_id, 1, round(credit_ms * share), mem))
+                    self._owner_rows.append((t, node, index, owner_id, 1, round(credit_ms * share), mem,
+                                             None if joules is None else joules * share))
+
+    def energy_totals(self) -> list[tuple[str, int, str, str, float]]:
+        """(node, GPU index, GPU name, UUID, joules) of every GPU's energy recorded since the history began:
+        never less than before, across serve's restarts (kept in the file with the rows they count)."""
+        names = {id_: name for name, id_ in self._nodes.items()}
+        return [(names.get(node, "?"), gpu, *self._gpus.get((node, gpu), ("", "")), joules)
+                for (node, gpu), joules in sorted(self._energy.items())]
 
     def _state(self, event: NodeStateChanged) -> None:
         node = self._node(event.node)
@@ -242,6 +268,7 @@ class HistoryRecorder:
                 self._new.append(("close_down", (event.at, node)))
             return
         self._last_sample.pop(node, None)  # the next sample starts afresh: no GPU time across a gap
+        self._last_gpus.pop(node, None)  # nor energy
         if node in self._down or (first and event.state is NodeState.CONNECTING):
             return  # already offline; or the connecting a session starts with
         self._down.add(node)

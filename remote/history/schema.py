@@ -28,10 +28,11 @@ CREATE TABLE owners (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, user TEXT NOT N
 CREATE TABLE node_samples (t REAL NOT NULL, node INTEGER NOT NULL, n INTEGER NOT NULL, cpu INTEGER,
     mem_used INTEGER, mem_total INTEGER, PRIMARY KEY (t, node)) WITHOUT ROWID;
 CREATE TABLE gpu_samples (t REAL NOT NULL, node INTEGER NOT NULL, gpu INTEGER NOT NULL, n INTEGER NOT NULL,
-    util INTEGER, mem_used INTEGER, mem_total INTEGER, temp INTEGER, power INTEGER,
+    util INTEGER, mem_used INTEGER, mem_total INTEGER, temp INTEGER, power INTEGER, energy REAL, counted INTEGER,
     PRIMARY KEY (t, node, gpu)) WITHOUT ROWID;
 CREATE TABLE owner_samples (t REAL NOT NULL, node INTEGER NOT NULL, gpu INTEGER NOT NULL, owner INTEGER NOT NULL,
-    n INTEGER NOT NULL, gpu_ms INTEGER NOT NULL, mem INTEGER, PRIMARY KEY (t, node, gpu, owner)) WITHOUT ROWID;
+    n INTEGER NOT NULL, gpu_ms INTEGER NOT NULL, mem INTEGER, energy REAL,
+    PRIMARY KEY (t, node, gpu, owner)) WITHOUT ROWID;
 CREATE TABLE node_down (node INTEGER NOT NULL, state TEXT NOT NULL, reason TEXT NOT NULL, start REAL NOT NULL,
     stop REAL);
 CREATE INDEX node_down_stop ON node_down (stop);
@@ -41,6 +42,10 @@ CREATE TABLE meta (key TEXT PRIMARY KEY, value REAL NOT NULL) WITHOUT ROWID;
 
 # The tables of samples, each clustered by time: what compaction, retention and the bound act on.
 SAMPLE_TABLES = ("node_samples", "gpu_samples", "owner_samples")
+# Columns added since the first histories were written (ALTER TABLE ... ADD COLUMN adds them at the end): a
+# GPU's joules since its previous sample and whether its counter measured them; an owner's share of them.
+ADDED_COLUMNS = (("gpu_samples", "energy", "REAL"), ("gpu_samples", "counted", "INTEGER"),
+                 ("owner_samples", "energy", "REAL"))
 
 
 class HistoryError(Exception):
@@ -99,9 +104,26 @@ def open_writer(path: Path) -> sqlite3.Connection:
     """
     path = Path(path)
     # in WAL mode synchronous=NORMAL is durable at checkpoints and never corrupt
-    return open_for_writing(path, create, lambda db: check(db, path, thorough=True),
-                            ("journal_mode = WAL", "synchronous = NORMAL"),
-                            lambda why: damaged(path, why), lambda exc: cannot_write(path, exc))
+    db = open_for_writing(path, create, lambda db: check(db, path, thorough=True),
+                          ("journal_mode = WAL", "synchronous = NORMAL"),
+                          lambda why: damaged(path, why), lambda exc: cannot_write(path, exc))
+    try:
+        add_missing_columns(db)
+    except sqlite3.OperationalError as exc:
+        db.close()
+        raise cannot_write(path, exc) from None
+    return db
+
+
+def add_missing_columns(db: sqlite3.Connection) -> None:
+    """Bring a history written by an older homegpu up to today's columns (its old rows hold NULL there)."""
+    for table, column, kind in ADDED_COLUMNS:
+        if not has_column(db, table, column):
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+
+
+def has_column(db: sqlite3.Connection, table: str, column: str) -> bool:
+    return any(row[1] == column for row in db.execute(f"PRAGMA table_info({table})"))
 
 
 def open_reader(path: Path) -> sqlite3.Connection:
@@ -131,3 +153,21 @@ def open_reader(path: Path) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+_ENERGY_KEY = "energy_joules"  # meta: "energy_joules NODE GPU" -> every joule recorded for that GPU (never less)
+
+
+def read_energy_totals(db: sqlite3.Connection) -> dict[tuple[int, int], float]:
+    """Each GPU's energy recorded since the history began, by (node id, GPU index)."""
+    totals = {}
+    for key, value in db.execute("SELECT key, value FROM meta WHERE key LIKE ?", (_ENERGY_KEY + " %",)):
+        _, node, gpu = key.split()
+        totals[(int(node), int(gpu))] = value
+    return totals
+
+
+def write_energy_totals(db: sqlite3.Connection, totals: dict[tuple[int, int], float]) -> None:
+    """Store totals (read_energy_totals' shape), inside the caller's transaction, with the rows they count."""
+    db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                   [(f"{_ENERGY_KEY} {node} {gpu}", joules) for (node, gpu), joules in totals.items()])

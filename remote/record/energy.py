@@ -1,8 +1,8 @@
 """Energy from a run's GPU samples: each GPU's joules as its energy counter measured them (NVML, Volta and
 newer), else as the integral of its sampled draw; in kWh and money.
 
-Between two samples of a GPU no further apart than MAX_GAP_S the draw is taken to change linearly (a
-trapezoid); a longer gap (the node offline, homegpu not watching) is a gap: counted as such, never filled
+Between two samples of a GPU no further apart than MAX_GAP_S, the energy is its counter's difference where
+both samples carry the counter, else the draw is taken to change linearly (a trapezoid); a longer gap (the node offline, homegpu not watching) is a gap: counted as such, never filled
 with a guess. Each trapezoid is priced at its midpoint's tariff, so a run across a tariff boundary pays each
 rate for its own part (within one sample interval). Every figure says how it was obtained (`method`).
 """
@@ -23,6 +23,7 @@ MAX_GAP_S = 10.0  # samples come every stats_interval (1 s): a few lost ones are
 JOULES_PER_KWH = 3.6e6
 INTEGRATED = "integrated from power samples"
 COUNTER = "measured by the GPUs' energy counters"
+MIXED = "counters where the GPUs have them, else integrated from power samples"
 
 
 @dataclass(frozen=True)
@@ -33,54 +34,61 @@ class Energy:
     seconds: float = 0.0
     gap_seconds: float = 0.0
     cost: float = 0.0
-    method: str = INTEGRATED
+    method: str = ""  # INTEGRATED, COUNTER or MIXED; "" for no energy at all
 
     @property
     def kwh(self) -> float:
         return self.joules / JOULES_PER_KWH
 
     def __add__(self, other: "Energy") -> "Energy":
+        methods = {self.method, other.method} - {""}
         return Energy(self.joules + other.joules, max(self.seconds, other.seconds),
                       max(self.gap_seconds, other.gap_seconds), self.cost + other.cost,
-                      self.method if self.method == other.method else "mixed")
+                      methods.pop() if len(methods) == 1 else (MIXED if methods else ""))
 
 
-def integrate(times: Sequence[float], watts: Sequence[float | None], price_at: Callable[[float], float] | None = None,
-              max_gap: float = MAX_GAP_S) -> Energy:
-    """The energy of one GPU's power samples (`times` ascending): trapezoids between samples; a missing reading
-    ends a stretch, as a gap does."""
-    return _add_up(times, watts, lambda w0, w1, span: (w0 + w1) / 2 * span, INTEGRATED, price_at, max_gap)
+def step_joules(span: float, watts: tuple[float | None, float | None],
+                counters: tuple[float | None, float | None] = (None, None),
+                max_gap: float = MAX_GAP_S) -> tuple[float, str] | None:
+    """The joules a GPU used between two samples `span` seconds apart, and how they were obtained: its energy
+    counter's difference when both samples carry it, else the trapezoid of its draw. None: a gap (too far
+    apart, a reading missing, or a counter that went back because the driver reloaded)."""
+    if not 0 < span <= max_gap:
+        return None
+    before, after = counters
+    if before is not None and after is not None:
+        return (after - before, COUNTER) if after >= before else None
+    w0, w1 = watts
+    if w0 is None or w1 is None:
+        return None
+    return (w0 + w1) / 2 * span, INTEGRATED
 
 
-def counted(times: Sequence[float], joules: Sequence[float | None], price_at: Callable[[float], float] | None = None,
-            max_gap: float = MAX_GAP_S) -> Energy:
-    """The energy between one GPU's counter readings (joules since its driver loaded): the differences; one that
-    goes back (the driver reloaded) is a gap, as a missing reading or a long silence is."""
-    return _add_up(times, joules, lambda j0, j1, span: j1 - j0, COUNTER, price_at, max_gap)
+def integrate(times: Sequence[float], watts: Sequence[float | None], counters: Sequence[float | None] = (),
+              price_at: Callable[[float], float] | None = None, max_gap: float = MAX_GAP_S) -> Energy:
+    """The energy of one GPU's samples (`times` ascending), each step by step_joules and priced at its midpoint;
+    `counters` (the energy counter's readings, None where a sample has none) may be empty."""
+    counters = counters or (None,) * len(times)
+    joules = seconds = gaps = cost = 0.0
+    methods = set()
+    for i in range(1, len(times)):
+        t0, t1 = times[i - 1], times[i]
+        step = step_joules(t1 - t0, (watts[i - 1], watts[i]), (counters[i - 1], counters[i]), max_gap)
+        if step is None:
+            gaps += max(t1 - t0, 0.0)
+            continue
+        part, method = step
+        joules, seconds = joules + part, seconds + (t1 - t0)
+        methods.add(method)
+        if price_at is not None:
+            cost += part / JOULES_PER_KWH * price_at((t0 + t1) / 2)
+    return Energy(joules, seconds, gaps, cost, methods.pop() if len(methods) == 1 else (MIXED if methods else ""))
 
 
 def gpu_energy(gpu: GpuTimeline, price_at: Callable[[float], float] | None = None) -> Energy:
-    """By the GPU's energy counter when every sample carried it (NVML, Volta and newer), else the integral of its
-    sampled draw."""
-    if gpu.energy.values and all(value is not None for value in gpu.energy.values):
-        return counted(gpu.energy.times, gpu.energy.values, price_at)
-    return integrate(gpu.power.times, gpu.power.values, price_at)
-
-
-def _add_up(times: Sequence[float], values: Sequence[float | None], joules_between: Callable[[float, float, float], float],
-            method: str, price_at: Callable[[float], float] | None, max_gap: float) -> Energy:
-    """Joules between each two readings no further apart than `max_gap`, each part priced at its midpoint."""
-    joules = seconds = gaps = cost = 0.0
-    for (t0, v0), (t1, v1) in zip(zip(times, values), zip(times[1:], values[1:])):
-        span = t1 - t0
-        part = None if v0 is None or v1 is None or span > max_gap or span <= 0 else joules_between(v0, v1, span)
-        if part is None or part < 0:
-            gaps += max(span, 0.0)
-            continue
-        joules, seconds = joules + part, seconds + span
-        if price_at is not None:
-            cost += part / JOULES_PER_KWH * price_at((t0 + t1) / 2)
-    return Energy(joules, seconds, gaps, cost, method)
+    """One GPU of a run's timeline: its energy counter's readings where its samples carry them, else its draw."""
+    counters = gpu.energy.values if len(gpu.energy.values) == len(gpu.power.values) else ()
+    return integrate(gpu.power.times, gpu.power.values, counters, price_at)
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ Prometheus keeps for its retention.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from homegpu.remote.nodes import NA, Cluster, GpuStats, NodeState, visible
@@ -51,16 +52,43 @@ def _bytes(mib):
     return NA if mib is NA else mib * MIB
 
 
-class ClusterCollector(Collector):
-    """Collects `cluster`'s nodes and GPUs and `board`'s runs at each scrape."""
+EnergyTotals = Callable[[], Sequence[tuple[str, int, str, str, float]]]  # HistoryRecorder.energy_totals
 
-    def __init__(self, cluster: Cluster, board: JobBoard) -> None:
-        self.cluster, self.board = cluster, board
+
+class ClusterCollector(Collector):
+    """Collects `cluster`'s nodes and GPUs and `board`'s runs at each scrape, and the GPUs' energy counters
+    from `energy` (the history's totals: they never go back, across serve's restarts)."""
+
+    def __init__(self, cluster: Cluster, board: JobBoard, energy: EnergyTotals | None = None) -> None:
+        self.cluster, self.board, self.energy = cluster, board, energy
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield from self._nodes()
         yield from self._gpus()
         yield from self._jobs()
+        yield from self._energy()
+
+    def _energy(self) -> Iterator[CounterMetricFamily]:
+        if self.energy is None:
+            return
+        name = self.cluster.spec.name
+        gpus = CounterMetricFamily("homegpu_gpu_energy_joules", "energy the GPU used while homegpu serve recorded it "
+                                   "(its counter where NVML has one, else its power integrated)", labels=GPU_LABELS)
+        nodes = CounterMetricFamily("homegpu_node_energy_joules", "energy the node's GPUs used while homegpu serve "
+                                    "recorded it", labels=NODE_LABELS)
+        per_node: dict[str, float] = defaultdict(float)
+        for node, gpu, model, uuid, joules in self.energy():
+            gpus.add_metric([visible(label) for label in (name, node, str(gpu), model, uuid)], joules)
+            per_node[node] += joules
+        for node, joules in per_node.items():
+            nodes.add_metric([visible(name), visible(node)], joules)
+        yield from (gpus, nodes)
+        tariff = self.cluster.spec.tariff
+        price = GaugeMetricFamily("homegpu_electricity_price_per_kwh", "the price of a kWh now (cluster.toml's "
+                                  "price_per_kwh, or its tariff at this time of day)", labels=("cluster", "currency"))
+        if tariff.priced:  # what the dashboard's cost panel multiplies the kWh by
+            price.add_metric([visible(name), visible(tariff.currency)], tariff.price_at(time.time()))
+        yield price
 
     def _nodes(self) -> Iterator[GaugeMetricFamily]:
         name = self.cluster.spec.name

@@ -507,7 +507,10 @@ class HomegpuApp(App[int]):
         self._draw_detail()
 
     def _read_lookback(self) -> None:
-        """A stored window on screen: read it from the store (in a thread) unless read lately, then redraw."""
+        """A stored window on screen: read it from the store (in a thread) unless read lately, then redraw;
+        today's energy too, whatever the window."""
+        if self.lookback.today_due():
+            self.run_worker(self._reread_today(), group="lookback-today")
         lookback_window = self.detail_window - len(TRAIL_WINDOWS)
         if lookback_window < 0 or not self.lookback.available:
             return
@@ -517,6 +520,10 @@ class HomegpuApp(App[int]):
 
     async def _reread(self, seconds: float) -> None:
         await self.lookback.read(seconds)
+        self._draw_detail()
+
+    async def _reread_today(self) -> None:
+        await self.lookback.read_today()
         self._draw_detail()
 
     def action_help(self) -> None:

@@ -1,6 +1,7 @@
 """`homegpu history [NODE] [--since 2h|1d|7d] [--json]`: what the cluster did, from the history that
 `homegpu serve` records: each GPU's utilisation and memory over the window (sparklines), GPU-hours per
-user and per job run, and when each node was offline."""
+user and per job run, each GPU's energy and cost with its idle part, per user and run too, and when each
+node was offline."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dataclasses import asdict
 from typing import TextIO
 
 from homegpu.remote.config import ClusterSpec
-from homegpu.remote.history import GpuSeries, HistoryReader, NodeOffline, history_path
+from homegpu.remote.history import GpuEnergy, GpuSeries, HistoryReader, NodeOffline, OwnerEnergy, history_path
 from homegpu.tui.cli.common import UserError, load_spec
 from homegpu.tui.view.plot import sparkline
 from homegpu.tui.view.text import table
@@ -55,9 +56,11 @@ def run_history(args: argparse.Namespace, out: TextIO | None = None) -> int:
     now = time.time()
     with HistoryReader(path) as reader:
         since = now - args.since
+        price_at = spec.tariff.price_at if spec.tariff.priced else None
         report = Report(spec, args.node, since, now, reader.span(), reader.gpus(since, now, POINTS),
                         reader.gpu_hours_by_user(since, now), reader.gpu_hours_by_run(since, now),
-                        reader.offline(since, now))
+                        reader.offline(since, now), reader.gpu_energy(since, now, price_at),
+                        reader.owner_energy(since, now, price_at))
     out = out or sys.stdout
     print(json.dumps(report.as_json()) if args.json else report.text(), file=out)
     return 0
@@ -67,10 +70,12 @@ class Report:
     """One window of the history, for one node or all, as text or JSON."""
 
     def __init__(self, spec: ClusterSpec, node: str | None, since: float, until: float, span, gpus, users, runs,
-                 offline) -> None:
+                 offline, energy=(), owner_energy=()) -> None:
         self.spec, self.node, self.since, self.until, self.span = spec, node, since, until, span
         self.gpus: tuple[GpuSeries, ...] = tuple(g for g in gpus if node in (None, g.node))
         self.users, self.runs = users, runs
+        self.energy: tuple[GpuEnergy, ...] = tuple(e for e in energy if node in (None, e.node))
+        self.owner_energy: tuple[OwnerEnergy, ...] = owner_energy
         self.offline: tuple[NodeOffline, ...] = tuple(o for o in offline if node in (None, o.node))
 
     @property
@@ -92,9 +97,39 @@ class Report:
         lines += [table(("JOB", "RUN", "USER", "GPU-HOURS"),
                         [(r.job, r.run_id, r.user or "-", f"{r.gpu_hours:.2f}") for r in self.runs])
                   if self.runs else "  none"]
+        lines += ["", "Energy of the GPUs" + (f" ({self.spec.tariff.currency or 'cost'} at the tariff of "
+                                                 f"{self.spec.source})" if self.spec.tariff.priced else "")]
+        lines += self._energy_lines()
         lines += ["", "Offline"]
         lines += [self._offline_line(node) for node in self.offline] or ["  no node known yet"]
         return "\n".join(lines)
+
+    def _energy_lines(self) -> list[str]:
+        if not self.energy:
+            return ["  none recorded in this window (GPUs that report their power, with serve running)"]
+        priced = self.spec.tariff.priced
+
+        def cost(value: float) -> str:
+            return f"{value:.2f}" if priced else "-"
+        rows = [(f"{e.node} GPU {e.gpu}", f"{e.energy_kwh:.3f}", cost(e.cost), f"{e.idle_kwh:.3f}", cost(e.idle_cost),
+                 e.method) for e in self.energy]
+        total = sum(e.energy_kwh for e in self.energy)
+        rows.append(("all", f"{total:.3f}", cost(sum(e.cost for e in self.energy)),
+                     f"{sum(e.idle_kwh for e in self.energy):.3f}", cost(sum(e.idle_cost for e in self.energy)), ""))
+        lines = [table(("GPU", "KWH", "COST", "IDLE KWH", "IDLE COST", "HOW"), rows)]
+        users: dict[str, list[float]] = {}
+        for owner in self.owner_energy:
+            found = users.setdefault(owner.user or "(unknown)", [0.0, 0.0])
+            found[0] += owner.energy_kwh
+            found[1] += owner.cost
+        lines += [table(("USER", "KWH", "COST"), [(user, f"{kwh:.3f}", cost(money)) for user, (kwh, money) in
+                                                  sorted(users.items(), key=lambda item: -item[1][0])])]
+        runs = [(o.job, o.run_id, f"{o.energy_kwh:.3f}", cost(o.cost)) for o in self.owner_energy if o.run_id]
+        if runs:
+            lines += [table(("JOB", "RUN", "KWH", "COST"), runs)]
+        if not priced:
+            lines.append("  set price_per_kwh in [cluster] of cluster.toml for the cost")
+        return lines
 
     def _gpu_line(self, gpu: GpuSeries) -> str:
         util = [u for u in gpu.util if u is not None]
@@ -118,7 +153,10 @@ class Report:
         return {"cluster": self.spec.name, "node": self.node, "since": self.since, "until": self.until,
                 "recording": self.recording, "gpus": [asdict(g) for g in self.gpus],
                 "gpu_hours_by_user": [asdict(u) for u in self.users],
-                "gpu_hours_by_run": [asdict(r) for r in self.runs], "offline": [asdict(o) for o in self.offline]}
+                "gpu_hours_by_run": [asdict(r) for r in self.runs], "offline": [asdict(o) for o in self.offline],
+                "currency": self.spec.tariff.currency, "priced": self.spec.tariff.priced,
+                "energy_by_gpu": [asdict(e) for e in self.energy],
+                "energy_by_owner": [asdict(o) for o in self.owner_energy]}
 
 
 def _age(seconds: float) -> str:

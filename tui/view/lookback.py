@@ -1,5 +1,6 @@
-"""The lookback: the node detail's longer windows (a day, a week), read from the history `homegpu serve`
-records for this cluster file; the TUI's own trail (gpu_trail.py) covers only the time it has been open.
+"""The lookback: the node detail's longer windows (a day, a week) and each node's energy today, read from the
+history `homegpu serve` records for this cluster file; the TUI's own trail (gpu_trail.py) covers only the time
+it has been open.
 
 Read in a thread (a week of a big cluster takes a fraction of a second) and kept for REREAD_SECONDS.
 """
@@ -37,6 +38,8 @@ class Lookback:
         self.problem = ""  # why it could not be read (damaged), shown instead of the sparklines
         self._read: tuple[float, float] | None = None  # (window seconds, when)
         self.reading: float | None = None  # the window being read now
+        self.today: dict[str, float] = {}  # node -> kWh its GPUs used since local midnight
+        self._today_read: float | None = None
 
     @property
     def available(self) -> bool:
@@ -58,6 +61,28 @@ class Lookback:
         finally:
             self.reading = None
         self._read = (seconds, time.time())
+
+
+    def today_due(self) -> bool:
+        return self.available and (self._today_read is None or time.time() - self._today_read >= REREAD_SECONDS)
+
+    async def read_today(self) -> None:
+        """Read each node's GPU energy since local midnight (in a thread)."""
+        self._today_read = time.time()
+        try:
+            self.today = await asyncio.to_thread(_today, self.path)
+        except (HistoryError, OSError):
+            self.today = {}  # the window reads say why
+
+
+def _today(path: Path) -> dict[str, float]:
+    now = time.time()
+    midnight = time.mktime(time.localtime(now)[:3] + (0, 0, 0, 0, 0, -1))
+    totals: dict[str, float] = {}
+    with HistoryReader(path) as reader:
+        for gpu in reader.gpu_energy(midnight, now):
+            totals[gpu.node] = totals.get(gpu.node, 0.0) + gpu.energy_kwh
+    return totals
 
 
 def _read(path: Path, seconds: float) -> dict[tuple[str, int], LookbackSeries]:
