@@ -7,17 +7,19 @@ their temperature or memory changed to play a GPU heating up and cooling down.
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 
 from homegpu.remote.alerts.evaluate import AlertEvaluator
 from homegpu.remote.config.alert_rules import AlertRules
+from homegpu.remote.config.tariff import Tariff
 from homegpu.remote.logs.metric import Metric, WorkerMetric
 from homegpu.remote.nodes.events import (
     Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, QueueRunChanged,
     Straggler,
 )
-from homegpu.remote.nodes.stats import NA
+from homegpu.remote.nodes.stats import NA, ProcessOwner
 from timeline_events import recorded_stats
 
 T0 = 1_795_316_000.0
@@ -289,3 +291,57 @@ def test_two_entries_alerts_never_share_a_key():
     assert one.key != dataclasses.replace(one, queue_id="q-2").key
     assert one.key != dataclasses.replace(one, kind="queued_run_cancelled").key
     assert one.key != dataclasses.replace(one, run_id="r2").key  # about a run, like job_failed
+
+
+# -- budgets: the recorded MIG H100 draws 433.78 W; at 1.00 a kWh an hour of it costs 0.43378 ------------------
+
+
+def drawing(run: str = "", at: float = 0.0) -> NodeStatsUpdated:
+    """The recorded H100 a second-by-second sample; its one process is run `run`'s worker when given."""
+    gpu = H100.gpus[0]
+    owner = ProcessOwner("worker", "alice", 1000, run_id=run, job="train", index=0) if run else None
+    processes = tuple(dataclasses.replace(process, owner=owner) for process in gpu.processes[:1]) if run else ()
+    return NodeStatsUpdated("desk", dataclasses.replace(H100, gpus=(dataclasses.replace(gpu, processes=processes),)),
+                            at=at)
+
+
+def budget_alerts(rules: AlertRules, events: list[object]) -> list[tuple[str, str, int]]:
+    evaluator = AlertEvaluator(rules, Tariff(1.0, "EUR"))
+    return [(alert.kind, alert.state.value, round(alert.at - start)) for event in events
+            for alert in evaluator.take(event)]
+
+
+def local(hour: int, minute: int = 0) -> float:
+    day = time.localtime(T0)
+    return time.mktime((day.tm_year, day.tm_mon, day.tm_mday, hour, minute, 0, 0, 0, -1))
+
+
+start = local(21)
+
+
+def test_the_days_budget_fires_once_when_crossed_and_clears_at_midnight():
+    """0.10 EUR is crossed after 0.10 / 0.43378 h = 830 s of the GPU; then nothing until the next day."""
+    events = [drawing(at=start + second) for second in range(0, 3 * 3600 + 1, 1)]  # 21:00 to 00:00
+    alerts = budget_alerts(AlertRules(budget_per_day=0.10), events)
+    assert alerts == [("budget_per_day", "firing", 830), ("budget_per_day", "cleared", 3 * 3600)]
+
+
+def test_a_runs_budget_counts_only_the_gpus_its_workers_are_on():
+    events = [state(JobState.RUNNING, 0, run="r1"), *[drawing(at=start + s) for s in range(600)],  # not the run's
+              *[drawing("r1", start + 600 + s) for s in range(1200)]]
+    events[0] = dataclasses.replace(events[0], at=start)
+    alerts = budget_alerts(AlertRules(budget_per_run=0.10), events)
+    assert alerts == [("budget_per_run", "firing", 600 + 829)]  # the step into its first sample is its own
+    evaluator = AlertEvaluator(AlertRules(budget_per_run=0.10), Tariff(1.0, "EUR"))
+    said = [alert for event in events for alert in evaluator.take(event)]
+    assert said[0].message == "train (run r1) has cost 0.10 EUR in electricity, over its budget of 0.10 EUR"
+    assert said[0].run_id == "r1" and said[0].threshold == 0.10
+
+
+def test_each_runs_budget_is_its_own():
+    events = [state(JobState.RUNNING, 0, run="r1"), *[drawing("r1", start + s) for s in range(1000)],
+              state(JobState.SUCCEEDED, 1000, run="r1"), state(JobState.RUNNING, 1001, run="r2"),
+              *[drawing("r2", start + 1001 + s) for s in range(1000)]]
+    evaluator = AlertEvaluator(AlertRules(budget_per_run=0.10), Tariff(1.0, "EUR"))
+    said = [alert for event in events for alert in evaluator.take(event)]
+    assert [(alert.kind, alert.run_id) for alert in said] == [("budget_per_run", "r1"), ("budget_per_run", "r2")]

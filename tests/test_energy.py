@@ -122,3 +122,12 @@ def test_a_counter_that_goes_back_is_a_gap():
     """The driver reloaded (the machine slept, the module was reloaded): its count starts again from 0."""
     energy = integrate([0.0, 1.0, 2.0, 3.0, 4.0], [100.0] * 5, [9000.0, 9100.0, 9200.0, 40.0, 140.0])
     assert (energy.joules, energy.seconds, energy.gap_seconds) == (300.0, 3.0, 1.0)
+
+
+@pytest.mark.parametrize("alerts", ["budget_per_day = 5.0", "budget_per_run = 1.5"])
+def test_a_budget_needs_a_price(alerts):
+    with pytest.raises(ConfigError) as err:
+        parse_cluster(NODE + f"\n[alerts]\n{alerts}\n", "home.toml")
+    assert "without a price; set price_per_kwh (and currency) in [cluster]" in str(err.value)
+    priced = parse_cluster('[cluster]\nprice_per_kwh = 0.3\n' + NODE + f"\n[alerts]\n{alerts}\n")
+    assert priced.alerts.enabled

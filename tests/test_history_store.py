@@ -208,12 +208,17 @@ def test_gpu_hours_per_user_and_per_run_by_hand_and_through_the_tiers(tmp_path):
     with HistoryReader(path, clock=clock) as history:
         check(history)
         assert history.gpu_hours_by_user(T0 + 1000, T0 + 1100)[0].gpu_hours == pytest.approx(100 / HOUR)
-    clock.t = T0 + 2 * DAY  # two days on: every row is now in 60 s buckets, and the sums are the same
-    recorder.flush()
+    check_in_buckets(recorder, path, clock, check)
     assert rows(path, "SELECT count(*) FROM owner_samples WHERE (t - 30) % 60 != 0") == [(0,)]
+    recorder.close()
+
+
+def check_in_buckets(recorder: HistoryRecorder, path: Path, clock: Clock, check) -> None:
+    """Two days on, every row is in 60 s buckets: `check` the history again (the sums must be the same)."""
+    clock.t = T0 + 2 * DAY
+    recorder.flush()
     with HistoryReader(path, clock=clock) as history:
         check(history)
-    recorder.close()
 
 
 def test_offline_intervals_and_a_node_gone_for_a_day(tmp_path):
@@ -505,10 +510,7 @@ def test_energy_per_gpu_user_and_run_with_the_idle_part_through_the_tiers(tmp_pa
 
     with HistoryReader(path, clock=clock) as history:
         check(history)
-    clock.t = T0 + 2 * DAY  # in 60 s buckets now: the same sums
-    recorder.flush()
-    with HistoryReader(path, clock=clock) as history:
-        check(history)
+    check_in_buckets(recorder, path, clock, check)
     recorder.close()
 
 

@@ -24,7 +24,8 @@ TITLES = {
     "job_failed": "job failed", "job_stalled": "job stalled", "straggler": "straggler",
     "job_succeeded": "job succeeded", "queued_run_started": "queued run started",
     "queued_run_succeeded": "queued run succeeded", "queued_run_failed": "queued run failed",
-    "queued_run_cancelled": "queued run cancelled",
+    "queued_run_cancelled": "queued run cancelled", "budget_per_day": "the day's electricity budget crossed",
+    "budget_per_run": "a run's electricity budget crossed",
 }
 
 

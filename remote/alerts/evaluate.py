@@ -16,6 +16,9 @@ does not flap. What each rule watches:
 - straggler: the controller's own straggler detection (a worker's rate for an epoch below 60% of
   the median of the others'); clears when a later epoch passes without it being flagged.
 - job_failed / job_succeeded: the run's end, once per run.
+- budget_per_day / budget_per_run: what the GPUs' electricity cost, each GPU's energy between two samples
+  (record/energy.py's step rule) priced by [cluster]'s tariff: all GPUs since local midnight (fires once a
+  day, clears at midnight), and the GPUs a run's workers are on while it runs (fires once per run).
 - queued_runs: each run `homegpu serve`'s queue starts (QueueRunChanged): queued_run_started,
   queued_run_succeeded, queued_run_failed, queued_run_cancelled (an entry cancelled before or while it
   ran), once per queue entry and state.
@@ -26,11 +29,13 @@ run's end and a queued run's alerts are news, not conditions: they fire once and
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import replace
 from typing import Callable
 
-from homegpu.remote.config import AlertRules
+from homegpu.remote.config import AlertRules, Tariff
 from homegpu.remote.logs import WorkerMetric
+from homegpu.remote.record import JOULES_PER_KWH, step_joules
 from homegpu.remote.nodes import (
     RUN_ALERTS, Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated,
     QueueRunChanged, Straggler,
@@ -45,14 +50,17 @@ QUEUED_STATES = ("started", "succeeded", "failed", "cancelled")  # QueueRunChang
 class AlertEvaluator:
     """Turns events into FIRING and CLEARED alerts for `rules`; remembers what is firing."""
 
-    def __init__(self, rules: AlertRules) -> None:
-        self.rules = rules
+    def __init__(self, rules: AlertRules, tariff: Tariff = Tariff()) -> None:
+        self.rules, self.tariff = rules, tariff
         self._firing: dict[tuple, Alert] = {}
         self._said: set[tuple] = set()  # one-shot alerts (a run's end, a queued run's news) already given
         self._online_once: set[str] = set()
         self._offline: dict[str, tuple[float, str]] = {}  # node -> (since, why)
         self._flagged: dict[tuple[str, str], int] = {}  # (run id, worker) -> the epoch it was last flagged for
         self._run: tuple[str, str] = ("", "")  # (job, run id) of the run going on
+        self._gpus: dict[tuple[str, int], tuple[float, object, object]] = {}  # (node, GPU) -> (at, power, counter)
+        self._day: tuple[str, float] = ("", 0.0)  # (local date, the GPUs' cost that day)
+        self._run_cost: dict[str, float] = {}  # run id -> its GPUs' cost so far
 
     @property
     def firing(self) -> tuple[Alert, ...]:
@@ -99,6 +107,8 @@ class AlertEvaluator:
 
     def _stats(self, event: NodeStatsUpdated) -> list[Alert]:
         rules, alerts = self.rules, []
+        if rules.budget_per_day is not None or rules.budget_per_run is not None:
+            alerts += self._spend(event)
         if rules.gpu_temperature is None and rules.gpu_memory_percent is None:
             return alerts
         for gpu in event.stats.gpus:
@@ -122,6 +132,49 @@ class AlertEvaluator:
             return self._clear(_key(kind, node=event.node, gpu=gpu), event.at,
                                words(where, value, threshold - margin, False), float(value))
         return []
+
+    # -- budgets ---------------------------------------------------------------------------------
+
+    def _spend(self, event: NodeStatsUpdated) -> list[Alert]:
+        """Add what each GPU of the node cost since its previous sample to the day's and its run's cost."""
+        alerts = self._new_day(event.at)
+        for position, gpu in enumerate(event.stats.gpus):
+            key = (event.node, int(gpu.index) if _is_number(gpu.index) else position)
+            before = self._gpus.get(key)
+            self._gpus[key] = reading = (event.at, _number(gpu.power), _number(gpu.energy))
+            step = before and step_joules(event.at - before[0], (before[1], reading[1]), (before[2], reading[2]))
+            if not step:
+                continue
+            cost = step[0] / JOULES_PER_KWH * self.tariff.price_at((before[0] + event.at) / 2)
+            self._day = (self._day[0], self._day[1] + cost)
+            runs = {owner.run_id for owner in (p.owner for p in gpu.processes) if getattr(owner, "kind", "") == "worker"}
+            for run_id in runs & {self._run[1]}:
+                self._run_cost[run_id] = self._run_cost.get(run_id, 0.0) + cost
+        return alerts + self._over_budget(event.at)
+
+    def _new_day(self, at: float) -> list[Alert]:
+        """At local midnight the day's cost starts again from 0, and the day's budget alert clears."""
+        today = time.strftime("%Y-%m-%d", time.localtime(at))
+        if today == self._day[0]:
+            return []
+        self._day = (today, 0.0)
+        return self._clear(_key("budget_per_day"), at, f"a new day ({today}): its electricity starts from 0", 0.0)
+
+    def _over_budget(self, at: float) -> list[Alert]:
+        rules, currency, alerts = self.rules, self.tariff.currency, []
+        day_cost = self._day[1]
+        if rules.budget_per_day is not None and day_cost >= rules.budget_per_day:
+            alerts += self._fire(self._alert(
+                "budget_per_day", f"the GPUs' electricity has cost {_money(day_cost, currency)} today, over the "
+                f"budget of {_money(rules.budget_per_day, currency)}", at, value=day_cost, threshold=rules.budget_per_day))
+        job, run_id = self._run
+        run_cost = self._run_cost.get(run_id, 0.0)
+        if rules.budget_per_run is not None and run_id and run_cost >= rules.budget_per_run:
+            alerts += self._once(self._alert(
+                "budget_per_run", f"{job} (run {run_id}) has cost {_money(run_cost, currency)} in electricity, over "
+                f"its budget of {_money(rules.budget_per_run, currency)}", at, value=run_cost,
+                threshold=rules.budget_per_run))
+        return alerts
 
     # -- nodes -----------------------------------------------------------------------------------
 
@@ -257,6 +310,14 @@ def _queued_words(event: QueueRunChanged) -> str:
     if event.reason:
         return f"{words}: {event.reason}"
     return f"{words} (run {event.run_id})" if event.run_id else words
+
+
+def _number(value: object) -> float | None:
+    return float(value) if _is_number(value) else None
+
+
+def _money(amount: float, currency: str) -> str:
+    return f"{amount:.2f} {currency}".rstrip()
 
 
 def _duration(seconds: float) -> str:

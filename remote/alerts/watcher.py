@@ -33,7 +33,7 @@ class AlertWatcher:
 
     def __init__(self, spec: ClusterSpec, hub: EventHub, clock: Callable[[], float] = time.time) -> None:
         self.spec, self.hub, self.clock = spec, hub, clock
-        self.rules, self.evaluator = spec.alerts, AlertEvaluator(spec.alerts)
+        self.rules, self.evaluator = spec.alerts, AlertEvaluator(spec.alerts, spec.tariff)
         self._queue: asyncio.Queue[Alert] = asyncio.Queue()
         self._tasks: list[asyncio.Task] = []
         self._failing = False  # the command's last run failed (and that was said)

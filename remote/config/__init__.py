@@ -15,12 +15,13 @@ from homegpu.remote.config.job_spec import (
     DEFAULT_IMAGE, DEFAULT_IMAGES, DEFAULT_JOB_PORT, FRAMEWORKS, PER_GPU, JobSpec, parse_job_table,
 )
 from homegpu.remote.config.node_spec import LOCAL_HOST, RUNTIMES, NodeSpec
+from homegpu.remote.config.tariff import Tariff
 from homegpu.remote.config.writer import cluster_to_toml, starter_cluster
 
 __all__ = [
     "DEFAULT_CONFIG_NAME", "DEFAULT_IMAGE", "DEFAULT_IMAGES", "DEFAULT_JOB_PORT", "DEMO_JOB", "EMBEDDED_DEFAULT", "FRAMEWORKS", "LOCAL_HOST",
     "PER_GPU",
-    "RUNTIMES", "SWITCHES", "AlertRules", "ClusterSpec", "ConfigError", "JobSpec", "NodeSpec", "cache_dir",
+    "RUNTIMES", "SWITCHES", "AlertRules", "ClusterSpec", "ConfigError", "JobSpec", "NodeSpec", "Tariff", "cache_dir",
     "cluster_to_toml", "data_dir", "embedded_default", "find_config", "load_cluster", "parse_cluster", "parse_job_table",
     "starter_cluster",
 ]

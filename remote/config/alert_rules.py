@@ -18,12 +18,15 @@ LIMITS: Limits = {
     "gpu_memory_percent": (1.0, 100.0, "%"),
     "node_offline_seconds": (1.0, 604_800.0, " seconds (a week)"),
     "command_timeout": (1.0, 3600.0, " seconds"),
+    "budget_per_day": (0.0, 1e6, " (in [cluster].currency)"),
+    "budget_per_run": (0.0, 1e6, " (in [cluster].currency)"),
 }
+BUDGETS = ("budget_per_day", "budget_per_run")  # what the GPUs' electricity may cost; need [cluster].price_per_kwh
 SWITCHES = ("job_failed", "job_stalled", "straggler", "job_succeeded", "queued_runs")
 # What the rules raise (an alert's kind): queued_runs raises one kind per state of a queued run.
 QUEUED_RUN_KINDS = ("queued_run_started", "queued_run_succeeded", "queued_run_failed", "queued_run_cancelled")
 KINDS = ("gpu_temperature", "gpu_memory", "node_offline", "job_failed", "job_stalled", "straggler", "job_succeeded",
-         *QUEUED_RUN_KINDS)
+         *QUEUED_RUN_KINDS, *BUDGETS)
 ALERT_KEYS = {*LIMITS, *SWITCHES, "command"}
 MAX_ARGS = 100
 
@@ -39,7 +42,7 @@ PLACEHOLDERS = {
     "job": "the job of the run, if one runs",
     "run_id": "the run's id, if one runs",
     "queue_id": "the queue entry (q-12) a queued run's alert is about (empty for other alerts)",
-    "value": "the measured value (°C, %, seconds offline)",
+    "value": "the measured value (°C, %, seconds offline, a cost)",
     "threshold": "the rule's threshold",
     "cluster": "[cluster].name",
     "time": "when, as 2026-11-22T12:00:00+01:00",
@@ -60,11 +63,14 @@ class AlertRules:
     queued_runs: bool = False  # each run of `homegpu serve`'s queue: started, succeeded, failed, cancelled
     command: tuple[str, ...] = ()
     command_timeout: float = 30.0
+    budget_per_day: float | None = None  # the GPUs' electricity today (local day) costs at least this: fires once
+    budget_per_run: float | None = None  # a run's GPUs have cost at least this: fires once per run
 
     @property
     def enabled(self) -> bool:
         """Whether any rule is on (else nothing needs watching)."""
-        thresholds = (self.gpu_temperature, self.gpu_memory_percent, self.node_offline_seconds)
+        thresholds = (self.gpu_temperature, self.gpu_memory_percent, self.node_offline_seconds,
+                      self.budget_per_day, self.budget_per_run)
         return any(value is not None for value in thresholds) or any(getattr(self, key) for key in SWITCHES)
 
 
@@ -97,6 +103,8 @@ def parse_alerts(v: Validator, data: dict) -> AlertRules:
         **{key: get(key, bool, False) for key in SWITCHES},
         command=tuple(get("command", list, [], _check_command(v))),
         command_timeout=get("command_timeout", float, AlertRules.command_timeout),
+        budget_per_day=get("budget_per_day", float, None),
+        budget_per_run=get("budget_per_run", float, None),
     )
 
 

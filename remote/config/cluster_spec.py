@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-from homegpu.remote.config.alert_rules import AlertRules, parse_alerts
+from homegpu.remote.config.alert_rules import BUDGETS, AlertRules, parse_alerts
 from homegpu.remote.config.checks import TOP_KEYS, ConfigError, Limits, Validator, display, show
 from homegpu.remote.config.job_spec import JobSpec, parse_jobs
 from homegpu.remote.config.node_spec import LOCAL_HOST, RUNTIMES, NodeSpec, parse_nodes
@@ -227,14 +227,18 @@ def _cluster(v: Validator, data: dict) -> ClusterSpec:
         keepalive_count_max=get("keepalive_count_max", int, SshDefaults.keepalive_count_max),
     )
     nodes = parse_nodes(v, data)
-    return ClusterSpec(
-        name=get("name", str, DEFAULT_CLUSTER_NAME, v.check_name),
-        nodes=nodes,
-        ssh=ssh,
-        stats_interval=get("stats_interval", float, ClusterSpec.stats_interval),
-        work_dir=get("work_dir", str, ClusterSpec.work_dir, v.check_path),
-        jobs=parse_jobs(v, data, tuple(node.name for node in nodes)),
-        source=v.file,
-        alerts=parse_alerts(v, data),
-        tariff=parse_tariff(v, table),
-    )
+    name = get("name", str, DEFAULT_CLUSTER_NAME, v.check_name)
+    stats_interval = get("stats_interval", float, ClusterSpec.stats_interval)
+    work_dir = get("work_dir", str, ClusterSpec.work_dir, v.check_path)
+    jobs = parse_jobs(v, data, tuple(node.name for node in nodes))
+    alerts, tariff = parse_alerts(v, data), parse_tariff(v, table)
+    _check_budgets(v, alerts, tariff)
+    return ClusterSpec(name=name, nodes=nodes, ssh=ssh, stats_interval=stats_interval, work_dir=work_dir, jobs=jobs,
+                       source=v.file, alerts=alerts, tariff=tariff)
+
+
+def _check_budgets(v: Validator, alerts: AlertRules, tariff: Tariff) -> None:
+    """A budget is money: it needs the price of a kWh."""
+    for key in BUDGETS:
+        if getattr(alerts, key) is not None and not tariff.priced:
+            raise v.fail(("alerts", key), f"{key} without a price", "set price_per_kwh (and currency) in [cluster]")

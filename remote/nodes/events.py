@@ -144,7 +144,7 @@ class AlertState(str, enum.Enum):
 # Alerts about a run: the run is part of what they are about (others are about a node or a GPU). A queued
 # run's alerts are about its queue entry too (Alert.queue_id; its run_id is "" when cancelled before it started).
 RUN_ALERTS = ("job_failed", "job_stalled", "straggler", "job_succeeded", "queued_run_started", "queued_run_succeeded",
-              "queued_run_failed", "queued_run_cancelled")
+              "queued_run_failed", "queued_run_cancelled", "budget_per_run")
 
 
 @dataclass(frozen=True)
