@@ -257,7 +257,8 @@ def test_the_report_and_the_run_summary_tell_the_same_energy_and_cost(tmp_path):
         seconds = energy.nodes[node.name].seconds
         assert min(watts) * seconds * 0.999999 <= joules <= max(watts) * seconds * len(node.gpus) * 1.000001
     assert re.search(r"energy [\d.e-]+ kWh on GPUs \(gpu1 [\d.e-]+ kWh, gpu2 [\d.e-]+ kWh; integrated from power "
-                     r"samples\)(, \d+ s without samples not counted)?, cost [\d.e-]+ EUR$", line), line
+                     r"samples\), [\d.e-]+ kWh per epoch(, \d+ s without samples not counted)?, cost [\d.e-]+ EUR$", line), line
+    assert energy.epochs == 4  # each worker's 2 epochs in each of its 2 generations
     html = unescape(path.read_text())
     assert "<h2>Energy</h2>" in html and f"{energy.total.cost:.4g} EUR" in html
 

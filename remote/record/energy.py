@@ -97,6 +97,7 @@ class RunEnergy:
 
     nodes: Mapping[str, Energy]
     tariff: Tariff
+    epochs: int = 0  # epochs the run trained (its busiest worker's epoch lines, a repeated one counted again)
 
     @property
     def total(self) -> Energy:
@@ -110,6 +111,8 @@ class RunEnergy:
         total = self.total
         each = ", ".join(f"{name} {energy.kwh:.4g} kWh" for name, energy in self.nodes.items())
         text = f"energy {total.kwh:.4g} kWh on GPUs ({each}; {total.method})"
+        if self.epochs:
+            text += f", {total.kwh / self.epochs:.3g} kWh per epoch"
         if total.gap_seconds:
             text += f", {total.gap_seconds:.0f} s without samples not counted"
         if self.tariff.priced:
@@ -129,7 +132,8 @@ def run_energy(timeline: Timeline, tariff: Tariff) -> RunEnergy | None:
             for gpu in gpus:
                 energy += gpu
             nodes[node.name] = energy
-    return RunEnergy(nodes, tariff) if nodes else None
+    epochs = max((len(worker.epoch_loss.times) for worker in timeline.workers), default=0)
+    return RunEnergy(nodes, tariff, epochs) if nodes else None
 
 
 def energy_of(run_dir: Path) -> RunEnergy | None:
