@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Iterable, NamedTuple
 
-from homegpu.remote.record.energy import COUNTER, step_joules
+from homegpu.remote.record import COUNTER, step_joules
 
 # The owner of a GPU process in the store: (kind, user, job, run_id, container); "" where not known.
 # A worker's index is left out, so the workers of one run are one owner and its GPU-hours add up.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from homegpu.remote.config.tariff import Tariff
+from homegpu.remote.config import Tariff
 from homegpu.remote.record.report_inputs import ReportError, read_manifest
 from homegpu.remote.record.run_folder import RunFolder
 from homegpu.remote.record.timeline import load_timeline

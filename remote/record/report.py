@@ -12,7 +12,7 @@ from html import escape
 from pathlib import Path
 
 from homegpu.remote.net import BandwidthMatrix, LinkResult, advice, format_gbits
-from homegpu.remote.config.tariff import Tariff
+from homegpu.remote.config import Tariff
 from homegpu.remote.nodes import MIB_PER_GIB
 from homegpu.remote.record.energy import RunEnergy, run_energy
 from homegpu.remote.record.report_analysis import RunFigures, human_duration, run_figures, summary_text, what_limited

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from homegpu.remote.config import (
-    DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT, SWITCHES, AlertRules, ClusterSpec, JobSpec,
+    BUDGETS, DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT, SWITCHES, AlertRules, ClusterSpec, JobSpec, Tariff,
 )
 from homegpu.remote.doctor import Check
 from homegpu.remote.jobs import keras3_problem
@@ -85,6 +85,7 @@ def format_cluster(spec: ClusterSpec, targets: Mapping[str, SshTarget]) -> str:
         f"       connect timeout {ssh.connect_timeout:g}s, keepalive every {ssh.keepalive_interval:g}s, "
         f"offline after {ssh.keepalive_count_max} missed",
         f"  stats every {spec.stats_interval:g}s",
+        f"  electricity: {_tariff_text(spec.tariff)}",
         "",
     ]
     rows = [
@@ -99,6 +100,14 @@ def format_cluster(spec: ClusterSpec, targets: Mapping[str, SshTarget]) -> str:
     return "\n".join(lines)
 
 
+def _tariff_text(tariff: Tariff) -> str:
+    """`0.35 EUR a kWh, 0.18 22:00-06:00`, or how to set a price."""
+    if not tariff.priced:
+        return "no price (runs show their energy; price_per_kwh in [cluster] adds the cost)"
+    periods = "".join(f", {period.price:g} {period.text}" for period in tariff.periods)
+    return f"{tariff.price_per_kwh:g} {tariff.currency} a kWh".replace("  ", " ") + periods
+
+
 def format_alerts(rules: AlertRules, which: Callable[[str], str | None] = shutil.which) -> list[str]:
     """The [alerts] rules as `check` shows them, and whether the command's program is found here."""
     if not rules.enabled and not rules.command:
@@ -111,6 +120,7 @@ def format_alerts(rules: AlertRules, which: Callable[[str], str | None] = shutil
     if rules.node_offline_seconds is not None:
         on.append(f"node offline {rules.node_offline_seconds:g}s")
     on += [key.replace("_", " ") for key in SWITCHES if getattr(rules, key)]
+    on += [f"{key.replace('_', ' ')} {getattr(rules, key):g}" for key in BUDGETS if getattr(rules, key) is not None]
     lines = [f"Alerts: {', '.join(on) if on else 'no rule is on'}"]
     if not rules.command:
         lines.append("  shown in the TUI and `run` output only (no command)")
