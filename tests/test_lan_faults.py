@@ -101,8 +101,11 @@ def test_a_node_rebooted_mid_job_is_waited_for_and_the_job_resumes_with_default_
     print(text)  # the run as a user saw it (pytest -s)
     assert rebooted, f"the job ended before node1 rebooted:\n{text}"
     assert status == 0, text
-    assert "waiting up to 300 s for node1 to come back" in text, text
     assert "restart failed" not in text and "== node node1 back online" in text, text
+    # node2's worker notices its chief's end as fast as TCP tells it: at once (a reset), or, when no reset
+    # reaches it, only after node1 is back (then there is nothing to wait for; seen under a loaded CI machine)
+    if text.index("== demo restarting") < text.index("== node node1 back online"):
+        assert "waiting up to 300 s for node1 to come back" in text, text
     (run_dir,) = (tmp_path / "experiments").iterdir()
     starts = [m for m in read_metrics(run_dir) if m.get("event") == "start" and m["worker_label"] == "node1"]
     assert len(starts) >= 2 and starts[-1]["initial_epoch"] >= 2, f"node1 did not resume from its backup: {starts}"

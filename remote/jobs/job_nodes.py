@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from homegpu.remote.config import JobSpec
 from homegpu.remote.logs import LogLine, LogTail
@@ -23,6 +23,7 @@ WAIT_BACK_POLL_SECONDS = 1.0
 # that watches the run takes its workers' ends for the stop they are, not a failure to restart from.
 STOP_MARK = "stop-requested"
 _IS_DIR = "import os, sys; print(os.path.isdir(sys.argv[1]))"
+STOP_MARK_TIMEOUT = 5.0  # seconds: the mark is a stat on a node that answers at once when it is there
 
 
 class LaunchError(Exception):
@@ -134,15 +135,19 @@ class JobNodes:
         await asyncio.gather(*(r.node.makedirs(f"{r.run_dir(run_id)}/{STOP_MARK}") for r in self.runtimes.values()),
                              return_exceptions=True)
 
-    async def stop_marked(self, run_id: str) -> bool:
-        """Whether `homegpu stop` marked the run (mark_stopped) on a node that can be reached."""
+    @staticmethod
+    async def stop_marked(run_id: str, runtimes: Iterable[Runtime]) -> bool:
+        """Whether `homegpu stop` marked the run (mark_stopped) on one of `runtimes`' nodes (those whose workers
+        ended: a stop ends them all) that is online; asked of them at once and briefly, since a restart waits
+        for the answer."""
         async def marked(runtime: Runtime) -> bool:
             node = runtime.node
             result = await node.run([node.spec.python, "-c", _IS_DIR, f"{runtime.run_dir(run_id)}/{STOP_MARK}"],
-                                    timeout=30)
+                                    timeout=STOP_MARK_TIMEOUT)
             return result.stdout.strip() == "True"
 
-        found = await asyncio.gather(*map(marked, self.runtimes.values()), return_exceptions=True)
+        online = [runtime for runtime in runtimes if runtime.node.state is NodeState.ONLINE]
+        found = await asyncio.gather(*map(marked, online), return_exceptions=True)
         return any(answer is True for answer in found)
 
     def slots_on(self, node: str | None) -> list[WorkerSlot]:

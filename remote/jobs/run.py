@@ -31,7 +31,9 @@ from homegpu.remote.jobs.lock import LockHolder
 from homegpu.remote.jobs.outputs import FetchedOutputs, fetch_outputs, remove_backups
 from homegpu.remote.jobs.preflight import restart_port_problems, run_preflight
 from homegpu.remote.jobs.script_check import keras3_problem, nccl_on_cpu_problem
-from homegpu.remote.jobs.watch import WorkerTrack, WorkerWatch, all_succeeded, retry_is_pointless, worker_ends
+from homegpu.remote.jobs.watch import (
+    WorkerTrack, WorkerWatch, all_succeeded, ended_runtimes, retry_is_pointless, worker_ends,
+)
 from homegpu.remote.jobs.worker_logs import WorkerLines, finish_tails, stop_tails
 from homegpu.remote.logs import Metric
 from homegpu.remote.nodes import Cluster, JobState, JobStateChanged, NodeSession, cause
@@ -279,7 +281,7 @@ class JobRun:
             if failure is None:
                 if all_succeeded(self.tracks.values()):
                     return JobState.SUCCEEDED, "every worker succeeded"
-            elif await self.nodes.stop_marked(self.run_id):
+            elif await self.nodes.stop_marked(self.run_id, ended_runtimes(self.tracks.values())):
                 await self._stop_workers()
                 return JobState.STOPPED, "stopped with `homegpu stop`"
             elif (failure := await self._restart(failure)) is not None:

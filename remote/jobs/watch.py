@@ -124,6 +124,11 @@ def all_succeeded(tracks: Iterable[WorkerTrack]) -> bool:
     return all(t.status and t.status.state == "exited" and t.status.exit_status == 0 for t in tracks)
 
 
+def ended_runtimes(tracks: Iterable[WorkerTrack]) -> list[Runtime]:
+    """The runtimes of the workers that exited (their nodes answered with an exit status), each once."""
+    return list(dict.fromkeys(t.runtime for t in tracks if t.status and t.status.state == "exited"))
+
+
 def worker_ends(tracks: Iterable[WorkerTrack]) -> list[WorkerEnd]:
     """How each worker ended, with its last traceback and log lines, for the script-error verdict
     (remote/jobs/failure.py)."""
