@@ -2,9 +2,11 @@
 newer), else as the integral of its sampled draw; in kWh and money.
 
 Between two samples of a GPU no further apart than MAX_GAP_S, the energy is its counter's difference where
-both samples carry the counter, else the draw is taken to change linearly (a trapezoid); a longer gap (the node offline, homegpu not watching) is a gap: counted as such, never filled
-with a guess. Each trapezoid is priced at its midpoint's tariff, so a run across a tariff boundary pays each
-rate for its own part (within one sample interval). Every figure says how it was obtained (`method`).
+both samples carry the counter, else the draw is taken to change linearly (a trapezoid); a longer gap (the
+node offline, homegpu not watching) is a gap: counted as such, never filled with a guess. Each step is priced
+at its midpoint's tariff, so a run across a tariff boundary pays each rate for its own part (within one
+sample interval). Every figure says how it was obtained (`method`). serve's history and the budget alerts
+use the same step rule (step_joules), so a run's kWh agree wherever they are shown.
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ a homegpu worker), 4 of the MIG H100 under load (three processes of two owners),
    round, so both write once per second of simulated time and compact as they would live; the last
    10 minutes are past the first hour, so compaction is in the figure.
 3. The queries on the month's store, for `homegpu history --since 30d` and the TUI: each GPU's use in
-   100 points, GPU-hours per user and per run, offline intervals (median of 3).
+   100 points, GPU-hours per user and per run, offline intervals, each GPU's and each owner's energy priced
+   by a two-rate tariff (median of 3).
 """
 
 from __future__ import annotations
@@ -190,6 +191,11 @@ def bench_write_cost(seconds: int) -> None:
           f"files: timeline {sizes[0] / 2**20:.1f} MiB, history {sizes[1] / 2**20:.1f} MiB")
 
 
+def _price(at: float) -> float:
+    """A night tariff: what `homegpu history` prices each row with."""
+    return 0.18 if time.localtime(at).tm_hour < 6 else 0.35
+
+
 def bench_queries(path: Path) -> None:
     with HistoryReader(path) as history:
         oldest, newest = history.span()
@@ -199,7 +205,10 @@ def bench_queries(path: Path) -> None:
                             ("nodes(100 points)", lambda: history.nodes(*window, points=100)),
                             ("gpu_hours_by_user", lambda: history.gpu_hours_by_user(*window)),
                             ("gpu_hours_by_run", lambda: history.gpu_hours_by_run(*window)),
-                            ("offline", lambda: history.offline(*window))):
+                            ("offline", lambda: history.offline(*window)),
+                            ("gpu_energy (priced by the hour)", lambda: history.gpu_energy(*window, price_at=_price)),
+                            ("owner_energy (priced by the hour)",
+                             lambda: history.owner_energy(*window, price_at=_price))):
             runs = []
             for _ in range(3):
                 started = time.perf_counter()
