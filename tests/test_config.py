@@ -138,6 +138,16 @@ def test_starter_cluster_writes_a_demo_job_across_the_given_nodes(tmp_path):
                                                                                        (), 1)
 
 
+def test_the_starter_files_commented_price_and_budgets_work_once_uncommented():
+    text = cluster_to_toml(starter_cluster(name="lab"))
+    assert parse_cluster(text).tariff.priced is False
+    for key in ("price_per_kwh", "currency", "tariffs", "[alerts]", "budget_per_day", "budget_per_run"):
+        text = text.replace(f"# {key}", key)
+    spec = parse_cluster(text)
+    assert (spec.tariff.price_per_kwh, spec.tariff.currency, len(spec.tariff.periods)) == (0.35, "EUR", 1)
+    assert (spec.alerts.budget_per_day, spec.alerts.budget_per_run) == (2.5, 1.0)
+
+
 def test_starter_cluster_without_nodes_is_this_machine_with_two_workers():
     spec = parse_cluster(cluster_to_toml(starter_cluster(name="lab")))
     (node,) = spec.nodes

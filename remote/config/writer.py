@@ -24,6 +24,13 @@ STARTER_HEADER = """\
 
 """
 
+# Written commented out under [cluster] when it has no price: what a kWh costs, ready to enable.
+PRICE_EXAMPLE = """\
+# price_per_kwh = 0.35                  # what a kWh costs you: runs, `homegpu history` and /metrics show the cost
+# currency = "EUR"
+# tariffs = { "22:00-06:00" = 0.18 }    # optional time-of-day rates (local time)
+"""
+
 # Written commented out when a cluster has no [alerts]: what the table looks like, ready to enable.
 ALERTS_EXAMPLE = """\
 # Alerts (see "[alerts]" in README.md): uncomment to be told when something needs you. Each fires once
@@ -42,6 +49,8 @@ ALERTS_EXAMPLE = """\
 # a phone push through ntfy (install its app and subscribe to your topic):
 # command = ["curl", "-s", "-d", "{message}", "-H", "Title: {title}", "https://ntfy.sh/YOUR-TOPIC"]
 # command_timeout = 30.0        # seconds before the command is killed
+# budget_per_day = 2.50         # the GPUs' electricity today cost this much (needs price_per_kwh)
+# budget_per_run = 1.00         # a run's GPUs cost this much in electricity
 """
 
 
@@ -87,7 +96,7 @@ def cluster_to_toml(spec: ClusterSpec, header: str = STARTER_HEADER) -> str:
     nodes = document.pop("nodes")
     jobs = document.pop("jobs", {})
     alerts = document.pop("alerts", {})
-    parts = [tomli_w.dumps(document)]
+    parts = [tomli_w.dumps(document) + ("" if spec.tariff.priced else PRICE_EXAMPLE)]
     parts += [f"[[nodes]]\n{tomli_w.dumps(node)}" for node in nodes]
     if jobs:
         parts.append(tomli_w.dumps({"jobs": jobs}))
