@@ -20,7 +20,7 @@ import pytest
 
 from helpers import wait_until
 from history_events import h100_lines, owned, parsed, process, sxm8_idle, tui_line, worker
-from homegpu.remote.config import embedded_default, load_cluster
+from homegpu.remote.config import Tariff, embedded_default, load_cluster
 from homegpu.remote.history import (
     HistoryDamaged, HistoryError, HistoryReader, HistoryRecorder, NodeOffline, history_path,
 )
@@ -498,14 +498,15 @@ def test_energy_per_gpu_user_and_run_with_the_idle_part_through_the_tiers(tmp_pa
     shares = {"bob": (2296 + 1272) / (2296 + 1272 + 7484), "burn-1": 7484 / (2296 + 1272 + 7484)}
 
     def check(history: HistoryReader) -> None:
-        gpus = {g.node: g for g in history.gpu_energy(T0, T0 + HOUR, price_at=lambda t: 0.5)}
+        gpus = {g.node: g for g in history.gpu_energy(T0, T0 + HOUR, Tariff(0.5, "EUR"))}
         assert gpus["mig"].energy_kwh * 3.6e6 == pytest.approx(mig_j, rel=1e-9)
         assert gpus["mig"].idle_kwh * 3.6e6 == pytest.approx(idle_j, rel=1e-9)
         assert gpus["mig"].cost == pytest.approx(gpus["mig"].energy_kwh * 0.5) and gpus["mig"].method == "integrated"
         assert gpus["h100"].energy_kwh * 3.6e6 == pytest.approx(demo_j, rel=1e-9) and gpus["h100"].idle_kwh == 0
         owners = {(o.user, o.run_id): o.energy_kwh * 3.6e6 for o in history.owner_energy(T0, T0 + HOUR)}
-        assert owners[("bob", "")] == pytest.approx(433.78 * 600 * shares["bob"], rel=1e-6)
-        assert owners[("alice", "burn-1")] == pytest.approx(433.78 * 600 * shares["burn-1"], rel=1e-6)
+        # each row keeps whole millijoules: a share's rounding, alike in every row, adds up to a few ppm
+        assert owners[("bob", "")] == pytest.approx(433.78 * 600 * shares["bob"], rel=1e-5)
+        assert owners[("alice", "burn-1")] == pytest.approx(433.78 * 600 * shares["burn-1"], rel=1e-5)
         assert owners[("alice", "demo-1")] == pytest.approx(demo_j, rel=1e-9)
 
     with HistoryReader(path, clock=clock) as history:
@@ -530,7 +531,7 @@ def test_a_history_from_before_energy_gets_its_columns_when_serve_opens_it(tmp_p
     path, clock = tmp_path / "history.sqlite", Clock()
     HistoryRecorder(path, clock=clock).close()
     with sqlite3.connect(path) as db:  # as the first homegpu with a history made it
-        for table, column in (("gpu_samples", "energy"), ("gpu_samples", "counted"), ("owner_samples", "energy")):
+        for table, column in (("gpu_samples", "energy_mj"), ("gpu_samples", "counted"), ("owner_samples", "energy_mj")):
             db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     db.close()
     with HistoryReader(path, clock=clock) as history:

@@ -56,7 +56,10 @@ class Tariff:
     def price_at(self, at: float) -> float:
         """The price of a kWh at Unix time `at` (local time of day); 0 without a price."""
         clock = time.localtime(at)
-        minute = clock.tm_hour * 60 + clock.tm_min
+        return self.price_of_minute(clock.tm_hour * 60 + clock.tm_min)
+
+    def price_of_minute(self, minute: int) -> float:
+        """The price of a kWh at `minute` after local midnight; 0 without a price."""
         for period in self.periods:
             if period.holds(minute):
                 return period.price

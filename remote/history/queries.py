@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from homegpu.remote.config import Tariff
 from homegpu.remote.history.schema import damaged, has_column, is_damage, open_reader
 from homegpu.remote.history.tiers import weighted_mean
 from homegpu.remote.record import JOULES_PER_KWH, bucket_time
@@ -181,50 +182,56 @@ class HistoryReader:
         return tuple(RunHours(job, run_id, user, h)
                      for (job, run_id, user), h in sorted(hours.items(), key=lambda item: (-item[1], item[0])))
 
-    def gpu_energy(self, since: float, until: float | None = None,
-                   price_at: Callable[[float], float] | None = None) -> tuple[GpuEnergy, ...]:
-        """Every GPU's energy in the window, by node and index, priced by `price_at` (per kWh at a time)."""
+    def gpu_energy(self, since: float, until: float | None = None, tariff: Tariff = Tariff()) -> tuple[GpuEnergy, ...]:
+        """Every GPU's energy in the window, by node and index, priced by `tariff` (no price: cost 0)."""
         until = self._until(since, until)
         names = dict(((node, gpu), name) for node, gpu, name in self._read(
             lambda db: db.execute("SELECT nd.name, g.gpu, g.name FROM gpus g JOIN nodes nd ON nd.id = g.node")))
-        if not self._read(lambda db: has_column(db, "gpu_samples", "energy")):
+        if not self._read(lambda db: has_column(db, "gpu_samples", "energy_mj")):
             return ()  # a history no homegpu with energy has written to yet
-        totals: dict[tuple[str, int], list[float]] = {}  # joules, cost, owned joules, owned cost, n, counted
-        for node, gpu, t, joules, counted in self._read(lambda db: db.execute(
-                "SELECT nd.name, s.gpu, s.t, s.energy, s.counted FROM gpu_samples s JOIN nodes nd ON nd.id = s.node "
-                "WHERE s.t >= ? AND s.t < ? AND s.energy IS NOT NULL", (since, until))):
+        totals: dict[tuple[str, int], list[float]] = {}  # joules, cost, owned joules, owned cost, rows, counted
+        for node, gpu, minute, millijoules, rows, counted in self._energy_rows(
+                "SELECT nd.name, s.gpu, {minute}, sum(s.energy_mj), count(*), sum(s.counted) FROM gpu_samples s "
+                "JOIN nodes nd ON nd.id = s.node WHERE s.t >= ? AND s.t < ? AND s.energy_mj IS NOT NULL "
+                "GROUP BY s.node, s.gpu, 3", since, until, tariff):
             found = totals.setdefault((node, gpu), [0.0] * 6)
-            found[0] += joules
-            found[1] += _cost(joules, t, price_at)
-            found[4] += 1
-            found[5] += bool(counted)
-        for node, gpu, t, joules in self._read(lambda db: db.execute(
-                "SELECT nd.name, s.gpu, s.t, s.energy FROM owner_samples s JOIN nodes nd ON nd.id = s.node "
-                "WHERE s.t >= ? AND s.t < ? AND s.energy IS NOT NULL", (since, until))):
+            found[0] += millijoules / 1000
+            found[1] += _cost(millijoules, minute, tariff)
+            found[4] += rows
+            found[5] += counted or 0
+        for node, gpu, minute, millijoules in self._energy_rows(
+                "SELECT nd.name, s.gpu, {minute}, sum(s.energy_mj) FROM owner_samples s JOIN nodes nd ON nd.id = s.node "
+                "WHERE s.t >= ? AND s.t < ? AND s.energy_mj IS NOT NULL GROUP BY s.node, s.gpu, 3", since, until, tariff):
             if (node, gpu) in totals:
-                totals[(node, gpu)][2] += joules
-                totals[(node, gpu)][3] += _cost(joules, t, price_at)
+                totals[(node, gpu)][2] += millijoules / 1000
+                totals[(node, gpu)][3] += _cost(millijoules, minute, tariff)
         return tuple(GpuEnergy(node, gpu, names.get((node, gpu), ""), joules / JOULES_PER_KWH, cost,
                                max(joules - owned, 0.0) / JOULES_PER_KWH, max(cost - owned_cost, 0.0),
                                _method(rows, counted))
                      for (node, gpu), (joules, cost, owned, owned_cost, rows, counted) in sorted(totals.items()))
 
-    def owner_energy(self, since: float, until: float | None = None,
-                     price_at: Callable[[float], float] | None = None) -> tuple[OwnerEnergy, ...]:
+    def owner_energy(self, since: float, until: float | None = None, tariff: Tariff = Tariff()) -> tuple[OwnerEnergy, ...]:
         """Energy per owner of GPU processes in the window (a user's own processes with job and run_id "", a
         run's workers with theirs), most first."""
         until = self._until(since, until)
-        if not self._read(lambda db: has_column(db, "owner_samples", "energy")):
+        if not self._read(lambda db: has_column(db, "owner_samples", "energy_mj")):
             return ()
         totals: dict[tuple[str, str, str], list[float]] = {}
-        for user, job, run_id, t, joules in self._read(lambda db: db.execute(
-                "SELECT o.user, o.job, o.run_id, s.t, s.energy FROM owner_samples s JOIN owners o ON o.id = s.owner "
-                "WHERE s.t >= ? AND s.t < ? AND s.energy IS NOT NULL", (since, until))):
+        for user, job, run_id, minute, millijoules in self._energy_rows(
+                "SELECT o.user, o.job, o.run_id, {minute}, sum(s.energy_mj) FROM owner_samples s "
+                "JOIN owners o ON o.id = s.owner WHERE s.t >= ? AND s.t < ? AND s.energy_mj IS NOT NULL "
+                "GROUP BY s.owner, 4", since, until, tariff):
             found = totals.setdefault((user, job, run_id), [0.0, 0.0])
-            found[0] += joules
-            found[1] += _cost(joules, t, price_at)
+            found[0] += millijoules / 1000
+            found[1] += _cost(millijoules, minute, tariff)
         return tuple(OwnerEnergy(user, job, run_id, joules / JOULES_PER_KWH, cost)
                      for (user, job, run_id), (joules, cost) in sorted(totals.items(), key=lambda i: (-i[1][0], i[0])))
+
+    def _energy_rows(self, sql: str, since: float, until: float, tariff: Tariff) -> list[tuple]:
+        """`sql`'s rows, its `{minute}` the local minute of the day of each row where the tariff's price depends
+        on it (so SQLite sums each GPU's energy per minute of the day, not per row), else 0."""
+        minute = _LOCAL_MINUTE if tariff.periods else "0"
+        return self._read(lambda db: db.execute(sql.format(minute=minute), (since, until)))
 
     def offline(self, since: float, until: float | None = None) -> tuple[NodeOffline, ...]:
         """Every node the history knows, by name, with its offline intervals in the window and their total
@@ -277,8 +284,14 @@ class HistoryReader:
             raise damaged(self.path, str(exc)) from None
 
 
-def _cost(joules: float, t: float, price_at: Callable[[float], float] | None) -> float:
-    return joules / JOULES_PER_KWH * price_at(t) if price_at is not None else 0.0
+# The local minute of the day of a row's time (SQLite's localtime: the controller's zone, summer time too).
+_LOCAL_MINUTE = ("CAST(strftime('%H', s.t, 'unixepoch', 'localtime') AS INTEGER) * 60 "
+                 "+ CAST(strftime('%M', s.t, 'unixepoch', 'localtime') AS INTEGER)")
+
+
+def _cost(millijoules: float, minute: int, tariff: Tariff) -> float:
+    """What `millijoules` used at `minute` of the day cost under `tariff` (0 without a price)."""
+    return millijoules / 1000 / JOULES_PER_KWH * tariff.price_of_minute(minute) if tariff.priced else 0.0
 
 
 def _method(rows: float, counted: float) -> str:

@@ -240,8 +240,9 @@ class HistoryRecorder:
             joules, counted = sample_energy(span, last_gpus.get(index), reading, self.max_gap)
             if joules is not None:
                 self._energy[(node, index)] = self._energy.get((node, index), 0.0) + joules
+            millijoules = None if joules is None else round(joules * 1000)
             gpu_rows.append((t, node, index, 1, whole(gpu.util), whole(gpu.mem_used), whole(gpu.mem_total),
-                             whole(gpu.temp), whole(gpu.power), joules, counted))
+                             whole(gpu.temp), whole(gpu.power), millijoules, counted))
             names = self._gpus.get((node, index))
             if names is None or names[0] != gpu.name or names[1] != gpu.uuid:
                 self._gpu_name(node, index, gpu)
@@ -249,7 +250,7 @@ class HistoryRecorder:
                 for owner, share, mem in owner_shares(gpu.processes):
                     owner_id = self._owners.get(owner) or self._owner(owner)
                     self._owner_rows.append((t, node, index, owner_id, 1, round(credit_ms * share), mem,
-                                             None if joules is None else joules * share))
+                                             None if joules is None else round(joules * 1000 * share)))
 
     def energy_totals(self) -> list[tuple[str, int, str, str, float]]:
         """(node, GPU index, GPU name, UUID, joules) of every GPU's energy recorded since the history began:

@@ -28,10 +28,10 @@ CREATE TABLE owners (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, user TEXT NOT N
 CREATE TABLE node_samples (t REAL NOT NULL, node INTEGER NOT NULL, n INTEGER NOT NULL, cpu INTEGER,
     mem_used INTEGER, mem_total INTEGER, PRIMARY KEY (t, node)) WITHOUT ROWID;
 CREATE TABLE gpu_samples (t REAL NOT NULL, node INTEGER NOT NULL, gpu INTEGER NOT NULL, n INTEGER NOT NULL,
-    util INTEGER, mem_used INTEGER, mem_total INTEGER, temp INTEGER, power INTEGER, energy REAL, counted INTEGER,
+    util INTEGER, mem_used INTEGER, mem_total INTEGER, temp INTEGER, power INTEGER, energy_mj INTEGER, counted INTEGER,
     PRIMARY KEY (t, node, gpu)) WITHOUT ROWID;
 CREATE TABLE owner_samples (t REAL NOT NULL, node INTEGER NOT NULL, gpu INTEGER NOT NULL, owner INTEGER NOT NULL,
-    n INTEGER NOT NULL, gpu_ms INTEGER NOT NULL, mem INTEGER, energy REAL,
+    n INTEGER NOT NULL, gpu_ms INTEGER NOT NULL, mem INTEGER, energy_mj INTEGER,
     PRIMARY KEY (t, node, gpu, owner)) WITHOUT ROWID;
 CREATE TABLE node_down (node INTEGER NOT NULL, state TEXT NOT NULL, reason TEXT NOT NULL, start REAL NOT NULL,
     stop REAL);
@@ -43,9 +43,10 @@ CREATE TABLE meta (key TEXT PRIMARY KEY, value REAL NOT NULL) WITHOUT ROWID;
 # The tables of samples, each clustered by time: what compaction, retention and the bound act on.
 SAMPLE_TABLES = ("node_samples", "gpu_samples", "owner_samples")
 # Columns added since the first histories were written (ALTER TABLE ... ADD COLUMN adds them at the end): a
-# GPU's joules since its previous sample and whether its counter measured them; an owner's share of them.
-ADDED_COLUMNS = (("gpu_samples", "energy", "REAL"), ("gpu_samples", "counted", "INTEGER"),
-                 ("owner_samples", "energy", "REAL"))
+# GPU's energy since its previous sample in whole millijoules (a few bytes a row, and no rounding that adds up)
+# and whether its counter measured it; an owner's share of it.
+ADDED_COLUMNS = (("gpu_samples", "energy_mj", "INTEGER"), ("gpu_samples", "counted", "INTEGER"),
+                 ("owner_samples", "energy_mj", "INTEGER"))
 
 
 class HistoryError(Exception):

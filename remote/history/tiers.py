@@ -5,7 +5,7 @@ Buckets follow remote/record's one rule (`bucket_time_sql`: bucket i of size s h
 and stands at its middle). A 60 s bucket is made from the 10 s buckets in it, so each tier is made
 from the one before. A bucket's value is the mean of the samples in it: finer rows are weighted by
 how many samples each holds (`n`), and a NULL (not available) is left out of the mean, not taken as
-0. GPU time per owner (`gpu_ms`) and energy (`energy`, and how many samples' energy a counter measured,
+0. GPU time per owner (`gpu_ms`) and energy (`energy_mj`, and how many samples' energy a counter measured,
 `counted`) are summed, so GPU-hours and kWh come out the same at every tier.
 
 Compaction runs as time goes on, over the slice that has aged since it last ran (a minute's rows in
@@ -54,8 +54,8 @@ def _mean(column: str) -> str:
 _BUCKETED = {
     "node_samples": ("node", f"sum(n), {_mean('cpu')}, {_mean('mem_used')}, max(mem_total)"),
     "gpu_samples": ("node, gpu", f"sum(n), {_mean('util')}, {_mean('mem_used')}, max(mem_total), {_mean('temp')}, "
-                                 f"{_mean('power')}, sum(energy), sum(counted)"),
-    "owner_samples": ("node, gpu, owner", f"sum(n), sum(gpu_ms), {_mean('mem')}, sum(energy)"),
+                                 f"{_mean('power')}, sum(energy_mj), sum(counted)"),
+    "owner_samples": ("node, gpu, owner", f"sum(n), sum(gpu_ms), {_mean('mem')}, sum(energy_mj)"),
 }
 _COLUMNS = {"node_samples": 6, "gpu_samples": 11, "owner_samples": 8}
 INSERT = {table: f"INSERT OR REPLACE INTO {table} VALUES ({', '.join('?' * count)})"

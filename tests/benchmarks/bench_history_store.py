@@ -49,6 +49,7 @@ from history_events import h100_lines, process, sxm8_idle, tui_line, worker  # n
 
 from bench_timeline import handle_stream  # noqa: E402  (beside this file: the same stream, timed the same way)
 
+from homegpu.remote.config.tariff import Period, Tariff  # noqa: E402
 from homegpu.remote.history import HistoryReader, HistoryRecorder  # noqa: E402
 from homegpu.remote.nodes.events import NodeStatsUpdated  # noqa: E402
 from homegpu.remote.nodes.stats import parse_agent_line  # noqa: E402
@@ -191,9 +192,7 @@ def bench_write_cost(seconds: int) -> None:
           f"files: timeline {sizes[0] / 2**20:.1f} MiB, history {sizes[1] / 2**20:.1f} MiB")
 
 
-def _price(at: float) -> float:
-    """A night tariff: what `homegpu history` prices each row with."""
-    return 0.18 if time.localtime(at).tm_hour < 6 else 0.35
+NIGHT_RATE = Tariff(0.35, "EUR", (Period(22 * 60, 6 * 60, 0.18),))  # priced per minute of the day
 
 
 def bench_queries(path: Path) -> None:
@@ -206,9 +205,8 @@ def bench_queries(path: Path) -> None:
                             ("gpu_hours_by_user", lambda: history.gpu_hours_by_user(*window)),
                             ("gpu_hours_by_run", lambda: history.gpu_hours_by_run(*window)),
                             ("offline", lambda: history.offline(*window)),
-                            ("gpu_energy (priced by the hour)", lambda: history.gpu_energy(*window, price_at=_price)),
-                            ("owner_energy (priced by the hour)",
-                             lambda: history.owner_energy(*window, price_at=_price))):
+                            ("gpu_energy (night rate)", lambda: history.gpu_energy(*window, NIGHT_RATE)),
+                            ("owner_energy (night rate)", lambda: history.owner_energy(*window, NIGHT_RATE))):
             runs = []
             for _ in range(3):
                 started = time.perf_counter()

@@ -56,11 +56,10 @@ def run_history(args: argparse.Namespace, out: TextIO | None = None) -> int:
     now = time.time()
     with HistoryReader(path) as reader:
         since = now - args.since
-        price_at = spec.tariff.price_at if spec.tariff.priced else None
         report = Report(spec, args.node, since, now, reader.span(), reader.gpus(since, now, POINTS),
                         reader.gpu_hours_by_user(since, now), reader.gpu_hours_by_run(since, now),
-                        reader.offline(since, now), reader.gpu_energy(since, now, price_at),
-                        reader.owner_energy(since, now, price_at))
+                        reader.offline(since, now), reader.gpu_energy(since, now, spec.tariff),
+                        reader.owner_energy(since, now, spec.tariff))
     out = out or sys.stdout
     print(json.dumps(report.as_json()) if args.json else report.text(), file=out)
     return 0
