@@ -35,7 +35,7 @@ from typing import Callable
 
 from homegpu.remote.config import AlertRules, Tariff
 from homegpu.remote.logs import WorkerMetric
-from homegpu.remote.record import JOULES_PER_KWH, step_joules
+from homegpu.remote.record import JOULES_PER_KWH, EnergySteps
 from homegpu.remote.nodes import (
     RUN_ALERTS, Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated,
     QueueRunChanged, Straggler,
@@ -58,7 +58,7 @@ class AlertEvaluator:
         self._offline: dict[str, tuple[float, str]] = {}  # node -> (since, why)
         self._flagged: dict[tuple[str, str], int] = {}  # (run id, worker) -> the epoch it was last flagged for
         self._run: tuple[str, str] = ("", "")  # (job, run id) of the run going on
-        self._gpus: dict[tuple[str, int], tuple[float, object, object]] = {}  # (node, GPU) -> (at, power, counter)
+        self._steps = EnergySteps()  # each GPU's energy since its previous sample, keyed (node, GPU)
         self._day: tuple[str, float] = ("", 0.0)  # (local date, the GPUs' cost that day)
         self._run_cost: dict[str, float] = {}  # run id -> its GPUs' cost so far
 
@@ -140,12 +140,10 @@ class AlertEvaluator:
         alerts = self._new_day(event.at)
         for position, gpu in enumerate(event.stats.gpus):
             key = (event.node, int(gpu.index) if _is_number(gpu.index) else position)
-            before = self._gpus.get(key)
-            self._gpus[key] = reading = (event.at, _number(gpu.power), _number(gpu.energy))
-            step = before and step_joules(event.at - before[0], (before[1], reading[1]), (before[2], reading[2]))
-            if not step:
+            step = self._steps.step(key, event.at, gpu.power, gpu.energy)
+            if step is None:
                 continue
-            cost = step[0] / JOULES_PER_KWH * self.tariff.price_at((before[0] + event.at) / 2)
+            cost = step.joules / JOULES_PER_KWH * self.tariff.price_at(step.middle)
             self._day = (self._day[0], self._day[1] + cost)
             runs = {owner.run_id for owner in (p.owner for p in gpu.processes) if getattr(owner, "kind", "") == "worker"}
             for run_id in runs & {self._run[1]}:
@@ -310,10 +308,6 @@ def _queued_words(event: QueueRunChanged) -> str:
     if event.reason:
         return f"{words}: {event.reason}"
     return f"{words} (run {event.run_id})" if event.run_id else words
-
-
-def _number(value: object) -> float | None:
-    return float(value) if _is_number(value) else None
 
 
 def _money(amount: float, currency: str) -> str:

@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Callable
 
 from homegpu.remote.history.bound import DEFAULT_MAX_BYTES, SizeBound
-from homegpu.remote.history.samples import OwnerKey, number, owner_shares, sample_energy, whole
+from homegpu.remote.history.samples import OwnerKey, owner_shares, whole
 from homegpu.remote.history.schema import (
     HistoryError, cannot_write, open_writer, read_energy_totals, write_energy_totals,
 )
 from homegpu.remote.history.tiers import INSERT, Compactor
-from homegpu.remote.record import Say, WriteTrouble, say_on_stderr, transaction
+from homegpu.remote.record import COUNTER, EnergySteps, Say, WriteTrouble, say_on_stderr, transaction
 from homegpu.remote.nodes import NodeState, NodeStateChanged, NodeStatsUpdated
 
 FLUSH_SECONDS = 1.0
@@ -89,7 +89,7 @@ class HistoryRecorder:
                       "owner_samples": self._owner_rows}
         self._new: list[tuple[str, tuple]] = []  # nodes, owners, GPU names, state changes: in event order
         self._last_sample: dict[int, float] = {}  # node -> its previous sample's time, while online
-        self._last_gpus: dict[int, dict[int, tuple]] = {}  # node -> GPU index -> its previous (power, energy counter)
+        self._steps = EnergySteps(max_gap)  # each GPU's energy since its previous sample, keyed (node, GPU)
         self._down: set[int] = set()  # nodes with an offline interval open
         self._seen: set[int] = set()  # nodes with a state in this session
         self._last_flush = self._last_compact = self._marked = self.clock()
@@ -116,7 +116,7 @@ class HistoryRecorder:
             for rows in self._rows.values():
                 rows.clear()  # a gap: nodes, owners and state changes (self._new) stay for the next write
             self._last_sample.clear()  # no GPU time across the gap
-            self._last_gpus.clear()  # and no energy
+            self._steps.forget()  # and no energy
             self._energy = dict(self._energy_written)  # the counters count what the history holds
             self.trouble.failed(str(exc), "its samples are not recorded (a gap in the history) until it can "
                                           "write again, which it tries each second")
@@ -228,16 +228,13 @@ class HistoryRecorder:
         stats, t = event.stats, round(at, 3)
         previous = self._last_sample.get(node)
         self._last_sample[node] = at
-        span = at - previous if previous is not None else 0.0
-        credit_ms = 1000 * min(span, self.max_gap) if span > 0 else 0.0
+        credit_ms = 1000 * min(at - previous, self.max_gap) if previous is not None and at > previous else 0.0
         self._node_rows.append((t, node, 1, whole(stats.cpu), whole(stats.mem_used), whole(stats.mem_total)))
         gpu_rows = self._gpu_rows
-        last_gpus = self._last_gpus.get(node) or {}
-        readings = self._last_gpus[node] = {}
         for position, gpu in enumerate(stats.gpus):
             index = gpu.index if type(gpu.index) is int else position
-            reading = readings[index] = (number(gpu.power), number(gpu.energy))
-            joules, counted = sample_energy(span, last_gpus.get(index), reading, self.max_gap)
+            step = self._steps.step((node, index), at, gpu.power, gpu.energy)
+            joules, counted = (None, None) if step is None else (step.joules, int(step.method == COUNTER))
             if joules is not None:
                 self._energy[(node, index)] = self._energy.get((node, index), 0.0) + joules
             millijoules = None if joules is None else round(joules * 1000)
@@ -269,7 +266,7 @@ class HistoryRecorder:
                 self._new.append(("close_down", (event.at, node)))
             return
         self._last_sample.pop(node, None)  # the next sample starts afresh: no GPU time across a gap
-        self._last_gpus.pop(node, None)  # nor energy
+        self._steps.forget(node)  # nor energy
         if node in self._down or (first and event.state is NodeState.CONNECTING):
             return  # already offline; or the connecting a session starts with
         self._down.add(node)

@@ -1,6 +1,6 @@
 """One stats snapshot as the history's rows, and the rule that turns GPU processes into GPU-hours per owner.
 
-Pure: no SQLite, no clock. A GPU's energy since its previous sample is record/energy.py's step rule. Values are kept in whole units (%, MiB, °C, W): a month of them fits in a
+Pure: no SQLite, no clock. Values are kept in whole units (%, MiB, °C, W): a month of them fits in a
 byte or three each, and a history needs no more precision than a sparkline shows. "Not available"
 (the stats' NA) is NULL, never 0.
 
@@ -14,8 +14,6 @@ the owners of one sample together get at most that sample's time.
 from __future__ import annotations
 
 from typing import Iterable, NamedTuple
-
-from homegpu.remote.record import COUNTER, step_joules
 
 # The owner of a GPU process in the store: (kind, user, job, run_id, container); "" where not known.
 # A worker's index is left out, so the workers of one run are one owner and its GPU-hours add up.
@@ -43,25 +41,6 @@ def whole(value: object) -> int | None:
     if kind is float and value - value == 0.0:
         return round(value)
     return None
-
-
-def number(value: object) -> float | None:
-    """A stats value as a float (NA and the rest: None), for energy, which is kept unrounded."""
-    kind = type(value)
-    return float(value) if (kind is int or kind is float) and value - value == 0 else None
-
-
-def sample_energy(span: float, before: tuple | None, now: tuple, max_gap: float) -> tuple[float | None, int | None]:
-    """A GPU's joules since its previous sample of `span` seconds before, and 1 if its energy counter measured
-    them (0 if its draw was integrated); (None, None) for a gap or the first sample. `before` and `now` are
-    (power W, energy counter J) readings (record/energy.py's step rule, as a run's timeline uses it)."""
-    if before is None:
-        return None, None
-    step = step_joules(span, (before[0], now[0]), (before[1], now[1]), max_gap)
-    if step is None:
-        return None, None
-    joules, method = step
-    return joules, int(method == COUNTER)
 
 
 def _text(value: object) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Hashable, Iterable, Mapping, NamedTuple, Sequence
 
 from homegpu.remote.config import Tariff
 from homegpu.remote.record.report_inputs import ReportError, read_manifest
@@ -43,10 +43,15 @@ class Energy:
         return self.joules / JOULES_PER_KWH
 
     def __add__(self, other: "Energy") -> "Energy":
-        methods = {self.method, other.method} - {""}
         return Energy(self.joules + other.joules, max(self.seconds, other.seconds),
                       max(self.gap_seconds, other.gap_seconds), self.cost + other.cost,
-                      methods.pop() if len(methods) == 1 else (MIXED if methods else ""))
+                      _one_method({self.method, other.method}))
+
+
+def _one_method(methods: Iterable[str]) -> str:
+    """How a sum was obtained from how its parts were: their one way, MIXED, or "" for no energy at all."""
+    found = set(methods) - {""}
+    return found.pop() if len(found) == 1 else (MIXED if found else "")
 
 
 def step_joules(span: float, watts: tuple[float | None, float | None],
@@ -64,6 +69,45 @@ def step_joules(span: float, watts: tuple[float | None, float | None],
     if w0 is None or w1 is None:
         return None
     return (w0 + w1) / 2 * span, INTEGRATED
+
+
+class Step(NamedTuple):
+    """A GPU's energy between two of its samples: how much, how it was obtained, and the moment between them
+    (where a tariff prices it)."""
+
+    joules: float
+    method: str
+    middle: float
+
+
+class EnergySteps:
+    """Each GPU's energy since its previous sample, by step_joules, as samples come (serve's history, the budget
+    alerts): a sample's readings are kept under the caller's key for the GPU's next one. A GPU's first sample,
+    and one after forget(), has no step."""
+
+    def __init__(self, max_gap: float = MAX_GAP_S) -> None:
+        self.max_gap = max_gap
+        self._last: dict[Hashable, tuple[float, float | None, float | None]] = {}
+
+    def step(self, key: Hashable, at: float, power: object, counter: object) -> Step | None:
+        """The energy since `key`'s previous sample (None: there is none, or a gap); `power` (W) and `counter`
+        (J) as the stats say them (not a number: not read)."""
+        reading = (at, _reading(power), _reading(counter))
+        before, self._last[key] = self._last.get(key), reading
+        if before is None:
+            return None
+        found = step_joules(at - before[0], (before[1], reading[1]), (before[2], reading[2]), self.max_gap)
+        return Step(*found, (before[0] + at) / 2) if found else None
+
+    def forget(self, node: object = None) -> None:
+        """Start afresh: every GPU's readings, or those of `node` (the first part of each key)."""
+        self._last = {key: reading for key, reading in self._last.items() if node is not None and key[0] != node}
+
+
+def _reading(value: object) -> float | None:
+    """A stats value as a float: not available (NA), not a number or not finite is None."""
+    kind = type(value)
+    return float(value) if (kind is int or kind is float) and value - value == 0 else None
 
 
 def integrate(times: Sequence[float], watts: Sequence[float | None], counters: Sequence[float | None] = (),
@@ -84,7 +128,7 @@ def integrate(times: Sequence[float], watts: Sequence[float | None], counters: S
         methods.add(method)
         if price_at is not None:
             cost += part / JOULES_PER_KWH * price_at((t0 + t1) / 2)
-    return Energy(joules, seconds, gaps, cost, methods.pop() if len(methods) == 1 else (MIXED if methods else ""))
+    return Energy(joules, seconds, gaps, cost, _one_method(methods))
 
 
 def gpu_energy(gpu: GpuTimeline, price_at: Callable[[float], float] | None = None) -> Energy:
@@ -103,10 +147,7 @@ class RunEnergy:
 
     @property
     def total(self) -> Energy:
-        energy = Energy()
-        for node in self.nodes.values():
-            energy += node
-        return energy
+        return sum(self.nodes.values(), Energy())
 
     def line(self) -> str:
         """One line for the run's summary: `energy 0.0123 kWh on GPUs (node3 0.0123 kWh), cost 0.0043 EUR`."""
@@ -130,10 +171,7 @@ def run_energy(timeline: Timeline, tariff: Tariff) -> RunEnergy | None:
         gpus = [gpu_energy(gpu, price_at) for gpu in node.gpus
                 if any(value is not None for value in gpu.power.values + gpu.energy.values)]
         if gpus:
-            energy = Energy()
-            for gpu in gpus:
-                energy += gpu
-            nodes[node.name] = energy
+            nodes[node.name] = sum(gpus, Energy())
     epochs = max((len(worker.epoch_loss.times) for worker in timeline.workers), default=0)
     return RunEnergy(nodes, tariff, epochs) if nodes else None
 
