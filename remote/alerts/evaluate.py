@@ -145,8 +145,8 @@ class AlertEvaluator:
                 continue
             cost = step.joules / JOULES_PER_KWH * self.tariff.price_at(step.middle)
             self._day = (self._day[0], self._day[1] + cost)
-            runs = {owner.run_id for owner in (p.owner for p in gpu.processes) if getattr(owner, "kind", "") == "worker"}
-            for run_id in runs & {self._run[1]}:
+            run_id = self._run[1]
+            if run_id and any(_is_worker_of(process.owner, run_id) for process in gpu.processes):
                 self._run_cost[run_id] = self._run_cost.get(run_id, 0.0) + cost
         return alerts + self._over_budget(event.at)
 
@@ -164,7 +164,8 @@ class AlertEvaluator:
         if rules.budget_per_day is not None and day_cost >= rules.budget_per_day:
             alerts += self._fire(self._alert(
                 "budget_per_day", f"the GPUs' electricity has cost {_money(day_cost, currency)} today, over the "
-                f"budget of {_money(rules.budget_per_day, currency)}", at, value=day_cost, threshold=rules.budget_per_day))
+                f"budget of {_money(rules.budget_per_day, currency)}", at, value=day_cost,
+                threshold=rules.budget_per_day))
         job, run_id = self._run
         run_cost = self._run_cost.get(run_id, 0.0)
         if rules.budget_per_run is not None and run_id and run_cost >= rules.budget_per_run:
@@ -308,6 +309,11 @@ def _queued_words(event: QueueRunChanged) -> str:
     if event.reason:
         return f"{words}: {event.reason}"
     return f"{words} (run {event.run_id})" if event.run_id else words
+
+
+def _is_worker_of(owner: object, run_id: str) -> bool:
+    """Whether a GPU process's owner (the agent's word on it, or None) is a worker of homegpu's run `run_id`."""
+    return getattr(owner, "kind", "") == "worker" and getattr(owner, "run_id", "") == run_id
 
 
 def _money(amount: float, currency: str) -> str:

@@ -13,6 +13,7 @@ from homegpu.remote.history.recorder import HistoryRecorder
 from homegpu.remote.history.schema import HistoryDamaged, HistoryError
 
 __all__ = [
-    "DEFAULT_MAX_BYTES", "GpuEnergy", "GpuSeries", "OwnerEnergy", "HistoryDamaged", "HistoryError", "HistoryReader", "HistoryRecorder",
+    "DEFAULT_MAX_BYTES", "GpuEnergy", "GpuSeries", "HistoryDamaged", "HistoryError", "HistoryReader", "HistoryRecorder",
+    "OwnerEnergy",
     "NodeOffline", "NodeSeries", "OfflineInterval", "RunHours", "UserHours", "history_path",
 ]

@@ -200,8 +200,9 @@ class HistoryReader:
             found[4] += rows
             found[5] += counted or 0
         for node, gpu, minute, millijoules in self._energy_rows(
-                "SELECT nd.name, s.gpu, {minute}, sum(s.energy_mj) FROM owner_samples s JOIN nodes nd ON nd.id = s.node "
-                "WHERE s.t >= ? AND s.t < ? AND s.energy_mj IS NOT NULL GROUP BY s.node, s.gpu, 3", since, until, tariff):
+                "SELECT nd.name, s.gpu, {minute}, sum(s.energy_mj) FROM owner_samples s "
+                "JOIN nodes nd ON nd.id = s.node WHERE s.t >= ? AND s.t < ? AND s.energy_mj IS NOT NULL "
+                "GROUP BY s.node, s.gpu, 3", since, until, tariff):
             if (node, gpu) in totals:
                 totals[(node, gpu)][2] += millijoules / 1000
                 totals[(node, gpu)][3] += _cost(millijoules, minute, tariff)
@@ -210,7 +211,8 @@ class HistoryReader:
                                _method(rows, counted))
                      for (node, gpu), (joules, cost, owned, owned_cost, rows, counted) in sorted(totals.items()))
 
-    def owner_energy(self, since: float, until: float | None = None, tariff: Tariff = Tariff()) -> tuple[OwnerEnergy, ...]:
+    def owner_energy(self, since: float, until: float | None = None,
+                     tariff: Tariff = Tariff()) -> tuple[OwnerEnergy, ...]:
         """Energy per owner of GPU processes in the window (a user's own processes with job and run_id "", a
         run's workers with theirs), most first."""
         until = self._until(since, until)

@@ -29,8 +29,6 @@ HEAD_CHARS = 120  # of an error's first line in a one-line summary
 NAMED_WORKERS = 8  # workers named in a summary; more are counted
 # Keras' progress bar after a finished step: "12/40 [===>....]" (tf-keras) or "12/40 ━━━━" (Keras 3).
 _KERAS_STEP = re.compile(r"^\s*\d+/(?:\d+|Unknown)\s+(?:\[|━)")
-# A script's own epoch line with its loss ("[GPU0] Epoch 3 | ... | Loss 0.1370", "epoch 2: loss=0.5"): Keras's
-# "Epoch 2/5" header has none, so only an epoch that ran matches.
 _SIGNAL_STATUSES = range(129, 160)  # 128 + signal number, as shells and containers report a kill
 
 

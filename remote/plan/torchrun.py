@@ -1,9 +1,9 @@
 """A PyTorch job's launch on each node: torchrun, with the rendezvous at the chief's address and port.
 
 Each node runs torchrun (`python -m torch.distributed.run`, through homegpu.trainer.torchrun, which first
-points gloo and NCCL at the interface holding the node's cluster address) with the node's rank, its process count (one per GPU of its plan, one on a CPU-only node) and the chief's address:
-the script then gets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT exactly as under
-torchrun by hand. Nodes may run different process counts; torchrun numbers the ranks across them.
+points gloo and NCCL at the interface holding the node's cluster address) with the node's rank, its process
+count (one per GPU of its plan, one on a CPU-only node) and the chief's address: the script then gets RANK,
+LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT exactly as under torchrun by hand. Nodes may run different process counts; torchrun numbers the ranks across them.
 homegpu restarts the whole job itself, so torchrun's own restarts stay off (its default).
 """
 
