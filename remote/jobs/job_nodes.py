@@ -14,7 +14,9 @@ from typing import Callable, Iterable, Sequence
 
 from homegpu.remote.config import JobSpec
 from homegpu.remote.logs import LogLine, LogTail
-from homegpu.remote.nodes import NODE_GONE, Cluster, JobState, NodeSession, NodeState, cause, connect_wait
+from homegpu.remote.nodes import (
+    NODE_GONE, Cluster, JobState, NodeSession, NodeState, cause, connect_wait, wait_set,
+)
 from homegpu.remote.plan import WorkerSlot, job_nodes, lay_out
 from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus, expand_path, make_runtime
 
@@ -95,8 +97,7 @@ class JobNodes:
             if stuck or time.monotonic() >= deadline:
                 return "; ".join(f"{node.name} did not come back within {timeout:g} s ({node.state.value}: "
                                  f"{node.reason or 'no answer'})" for node in stuck or away)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), WAIT_BACK_POLL_SECONDS)
+            await wait_set(stop, WAIT_BACK_POLL_SECONDS)
         return ""
 
     async def find(self, running_only: bool = True) -> tuple[str, int] | None:

@@ -36,7 +36,7 @@ from homegpu.remote.jobs.watch import (
 )
 from homegpu.remote.jobs.worker_logs import WorkerLines, finish_tails, stop_tails
 from homegpu.remote.logs import Metric
-from homegpu.remote.nodes import Cluster, JobState, JobStateChanged, NodeSession, cause
+from homegpu.remote.nodes import Cluster, JobState, JobStateChanged, NodeSession, cause, wait_set
 from homegpu.remote.plan import (
     DevicePlan, JobLayout, WorkerSlot, job_nodes, last_timeline, lay_out, tf_config_json, worker_slots,
 )
@@ -313,10 +313,7 @@ class JobRun:
         self._stop_requested.set()
 
     async def _sleep(self, seconds: float) -> None:
-        try:
-            await asyncio.wait_for(self._stop_requested.wait(), seconds)
-        except asyncio.TimeoutError:
-            pass
+        await wait_set(self._stop_requested, seconds)
 
     async def _judge_failure(self) -> Verdict | None:
         """A script error (every worker failed by itself before any progress, with the same error) is

@@ -25,6 +25,7 @@ from homegpu.remote.nodes.transport import (
 )
 from homegpu.remote.nodes.units import MIB_PER_GIB, format_bytes, gib
 from homegpu.remote.nodes.visible import visible, visible_fields
+from homegpu.remote.nodes.waiting import wait_set
 
 __all__ = [
     "FOREIGN_SHARE", "MIB_PER_GIB", "SHELL_FIX", "NA", "NODE_GONE", "RUN_ALERTS", "Alert", "AlertCommandFailed", "AlertState",
@@ -37,5 +38,5 @@ __all__ = [
     "cause", "connect_wait", "describe_gpus", "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib",
     "hostkeys", "is_run_worker", "jump_hostname_address", "owner_text", "parse_agent_line", "ssh_target", "talking_shell", "tied_to_session",
     "visible",
-    "visible_fields",
+    "visible_fields", "wait_set",
 ]

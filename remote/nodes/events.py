@@ -257,7 +257,8 @@ class Subscription:
         return await self._queue.get()
 
     async def get(self, timeout: float | None = None) -> object:
-        return await asyncio.wait_for(self._queue.get(), timeout)
+        async with asyncio.timeout(timeout):  # not wait_for, which can lose a cancel (waiting.py)
+            return await self._queue.get()
 
     def drain(self, limit: int) -> list[object]:
         """Up to `limit` events already waiting, without waiting for more (to handle a flood in batches)."""

@@ -24,6 +24,7 @@ from homegpu.remote.nodes.events import (
 )
 from homegpu.remote.nodes.stats import NodeStats, StatsParseError, parse_agent_line
 from homegpu.remote.nodes.transport import CommandResult, NodeTransport, RemoteProcess, TransportError
+from homegpu.remote.nodes.waiting import wait_condition, wait_set
 
 AGENT_RETRY_SECONDS = 5.0
 
@@ -98,8 +99,7 @@ class NodeSession:
 
     async def wait_for(self, predicate, timeout: float | None = None) -> None:
         """Wait until predicate(self) holds, re-checked on every state or stats change."""
-        async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(lambda: predicate(self)), timeout)
+        await wait_condition(self._changed, lambda: predicate(self), timeout)
 
     async def run(self, argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None) -> CommandResult:
@@ -192,8 +192,7 @@ class NodeSession:
 
     async def _pause(self, delay: float | None) -> None:
         """Sleep `delay` seconds (None: until reconnect()), cut short by reconnect()."""
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), delay)
+        await wait_set(self._wake, delay)
 
     def _drop_transport(self) -> None:
         if self.transport is not None:

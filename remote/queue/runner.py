@@ -30,7 +30,7 @@ from typing import Callable
 
 from homegpu.remote.config import ClusterSpec, JobSpec
 from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome
-from homegpu.remote.nodes import Cluster, JobState, NodeStats, QueueRunChanged
+from homegpu.remote.nodes import Cluster, JobState, NodeStats, QueueRunChanged, wait_set
 from homegpu.remote.queue.cluster_file import ClusterFile
 from homegpu.remote.queue.desk import QueueDesk
 from homegpu.remote.queue.entries import EntryState, QueueEntry, QueueError, QueueWriteError
@@ -97,8 +97,7 @@ class QueueRunner:
             self._wake.clear()
             await self._resume()
             self._pass()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.tick)
+            await wait_set(self._wake, self.tick)
 
     def _spawn(self, coroutine, name: str) -> None:
         task = asyncio.create_task(coroutine, name=name)

@@ -10,7 +10,6 @@ every QUEUE_SECONDS while its panel is on screen, by a worker of its own.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from textual.widgets import DataTable, Header, Input, Static, TabbedContent, Tab
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.jobs import LaunchError
 from homegpu.remote.net import BandwidthError
-from homegpu.remote.nodes import NODE_GONE, NodeState, Subscription, visible
+from homegpu.remote.nodes import NODE_GONE, NodeState, Subscription, visible, wait_set
 from homegpu.remote.plan import job_nodes
 from homegpu.remote.queue import EntryState, QueueError
 from homegpu.tui.app.controller import Busy, Controller
@@ -336,8 +335,7 @@ class HomegpuApp(App[int]):
                 except QueueError as exc:
                     answer = exc
                 panel.show(answer, self.clock())
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._queue_wake.wait(), QUEUE_SECONDS)
+            await wait_set(self._queue_wake, QUEUE_SECONDS)
 
     @work(group="queue")
     async def _submit(self, name: str) -> None:
