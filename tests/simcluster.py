@@ -235,6 +235,9 @@ class SimNode:
         # A line the node's ~/.bashrc echoes for every command (above any interactive guard, as on
         # Fedora or after a careless edit), or None for a silent shell.
         self.login_banner = login_banner
+        # A RAPL tree in the kernel's powercap format (tests/rapl.py), seen by the node's sessions at
+        # /sys/class/powercap (after a restart), or None: this machine has none (a VM), so neither has the node.
+        self.powercap: Path | None = None
         self.alias = alias or name
         self._host = host
         self._address = simnet.address_of(host, lan)
@@ -363,6 +366,8 @@ class SimNode:
             bashrc = self._sshd_dir / "bashrc"
             bashrc.write_text(f"echo {shlex.quote(self.login_banner)}\n")
             home += " && " + shlex.join(["mount", "--bind", str(bashrc), os.path.join(NODE_HOME, ".bashrc")])
+        if self.powercap is not None:
+            home += " && " + self._powercap_mount()
         sshd = shlex.join([SSHD, "-D", "-f", str(self.config_path), "-E", str(self.log_path)])
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
@@ -380,6 +385,16 @@ class SimNode:
             time.sleep(0.02)
         self.kill()
         raise SimClusterError(f"{self.name}: sshd did not answer within {timeout} s:\n{self._log_tail()}")
+
+    def _powercap_mount(self) -> str:
+        """Shell commands that show self.powercap at /sys/class/powercap in the node's mount namespace: sysfs
+        takes no new folder, so /sys/class becomes a tmpfs holding a copy of its entries (symlinks into
+        /sys/devices, which resolve as before) and the tree."""
+        real = self._dir / "sys-class"
+        real.mkdir(exist_ok=True)
+        return (f"mount --bind /sys/class {shlex.quote(str(real))} && mount -t tmpfs -o mode=755 sysclass /sys/class"
+                f" && {{ cp -a {shlex.quote(str(real))}/. /sys/class/ 2>/dev/null || true; }}"
+                f" && mkdir -p /sys/class/powercap && mount --bind {shlex.quote(str(self.powercap))} /sys/class/powercap")
 
     def _answers(self) -> bool:
         try:

@@ -326,6 +326,13 @@ def test_the_days_budget_fires_once_when_crossed_and_clears_at_midnight():
     assert alerts == [("budget_per_day", "firing", 830), ("budget_per_day", "cleared", 3 * 3600)]
 
 
+def test_the_days_budget_counts_the_rest_of_the_machines_too():
+    """The H100 (433.78 W: 830 s to 0.10 EUR) on a desk whose rest draws 600 W by its estimate: crossed sooner."""
+    events = [dataclasses.replace(e, stats=dataclasses.replace(e.stats, host_power=600.0))
+              for e in (drawing(at=start + second) for second in range(0, 3600))]
+    assert budget_alerts(AlertRules(budget_per_day=0.10), events) == [("budget_per_day", "firing", 349)]
+
+
 def test_a_runs_budget_counts_only_the_gpus_its_workers_are_on():
     events = [state(JobState.RUNNING, 0, run="r1"), *[drawing(at=start + s) for s in range(600)],  # not the run's
               *[drawing("r1", start + 600 + s) for s in range(1200)]]

@@ -16,9 +16,10 @@ does not flap. What each rule watches:
 - straggler: the controller's own straggler detection (a worker's rate for an epoch below 60% of
   the median of the others'); clears when a later epoch passes without it being flagged.
 - job_failed / job_succeeded: the run's end, once per run.
-- budget_per_day / budget_per_run: what the GPUs' electricity cost, each GPU's energy between two samples
-  (record/energy.py's step rule) priced by [cluster]'s tariff: all GPUs since local midnight (fires once a
-  day, clears at midnight), and the GPUs a run's workers are on while it runs (fires once per run).
+- budget_per_day / budget_per_run: what the electricity cost, each GPU's energy between two samples
+  (record/energy.py's step rule) priced by [cluster]'s tariff: all GPUs and the rest of the machines (where RAPL
+  or idle_watts gives it) since local midnight (fires once a day, clears at midnight), and the GPUs a run's
+  workers are on while it runs (fires once per run).
 - queued_runs: each run `homegpu serve`'s queue starts (QueueRunChanged): queued_run_started,
   queued_run_succeeded, queued_run_failed, queued_run_cancelled (an entry cancelled before or while it
   ran), once per queue entry and state.
@@ -136,8 +137,12 @@ class AlertEvaluator:
     # -- budgets ---------------------------------------------------------------------------------
 
     def _spend(self, event: NodeStatsUpdated) -> list[Alert]:
-        """Add what each GPU of the node cost since its previous sample to the day's and its run's cost."""
+        """Add what each GPU of the node cost since its previous sample to the day's and its run's cost, and what
+        the rest of the machine cost (RAPL, or its idle_watts estimate) to the day's."""
         alerts = self._new_day(event.at)
+        host = self._steps.step((event.node, "host"), event.at, event.stats.host_power, event.stats.host_energy)
+        if host is not None:
+            self._day = (self._day[0], self._day[1] + host.joules / JOULES_PER_KWH * self.tariff.price_at(host.middle))
         for position, gpu in enumerate(event.stats.gpus):
             key = (event.node, int(gpu.index) if _is_number(gpu.index) else position)
             step = self._steps.step(key, event.at, gpu.power, gpu.energy)
@@ -163,7 +168,7 @@ class AlertEvaluator:
         day_cost = self._day[1]
         if rules.budget_per_day is not None and day_cost >= rules.budget_per_day:
             alerts += self._fire(self._alert(
-                "budget_per_day", f"the GPUs' electricity has cost {_money(day_cost, currency)} today, over the "
+                "budget_per_day", f"the cluster's electricity has cost {_money(day_cost, currency)} today, over the "
                 f"budget of {_money(rules.budget_per_day, currency)}", at, value=day_cost,
                 threshold=rules.budget_per_day))
         job, run_id = self._run

@@ -21,7 +21,7 @@ LIMITS: Limits = {
     "budget_per_day": (0.0, 1e6, " (in [cluster].currency)"),
     "budget_per_run": (0.0, 1e6, " (in [cluster].currency)"),
 }
-BUDGETS = ("budget_per_day", "budget_per_run")  # what the GPUs' electricity may cost; need [cluster].price_per_kwh
+BUDGETS = ("budget_per_day", "budget_per_run")  # what the electricity may cost; need [cluster].price_per_kwh
 SWITCHES = ("job_failed", "job_stalled", "straggler", "job_succeeded", "queued_runs")
 # What the rules raise (an alert's kind): queued_runs raises one kind per state of a queued run.
 QUEUED_RUN_KINDS = ("queued_run_started", "queued_run_succeeded", "queued_run_failed", "queued_run_cancelled")
@@ -63,7 +63,7 @@ class AlertRules:
     queued_runs: bool = False  # each run of `homegpu serve`'s queue: started, succeeded, failed, cancelled
     command: tuple[str, ...] = ()
     command_timeout: float = 30.0
-    budget_per_day: float | None = None  # the GPUs' electricity today (local day) costs at least this: fires once
+    budget_per_day: float | None = None  # the cluster's electricity today (local day) costs at least this: fires once
     budget_per_run: float | None = None  # a run's GPUs have cost at least this: fires once per run
 
     @property

@@ -14,8 +14,9 @@ RUNTIMES = ("docker", "process")
 
 NODE_KEYS = {
     "name", "host", "port", "user", "identity_file", "address", "runtime", "python", "tags", "work_dir",
-    "docker_socket",
+    "docker_socket", "idle_watts", "busy_watts",
 }
+MAX_WATTS = 10_000.0  # a machine's draw besides its GPUs: a home or lab box, not a rack
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,16 @@ class NodeSpec:
     tags: tuple[str, ...] = ()
     work_dir: str = ""
     docker_socket: str = "/var/run/docker.sock"
+    idle_watts: float | None = None  # the machine's draw besides its GPUs, idle and with every CPU busy:
+    busy_watts: float | None = None  # where RAPL cannot be read, the rest of the machine is estimated from them
+
+    def host_watts(self, cpu_percent: float) -> float | None:
+        """The machine's draw besides its GPUs at `cpu_percent` busy, by idle_watts and busy_watts (linear
+        between them, as the estimates of codecarbon and Scaphandre's are); None without idle_watts."""
+        if self.idle_watts is None:
+            return None
+        busy = self.idle_watts if self.busy_watts is None else self.busy_watts
+        return self.idle_watts + (busy - self.idle_watts) * min(max(cpu_percent, 0.0), 100.0) / 100
 
     @property
     def is_local(self) -> bool:
@@ -85,7 +96,22 @@ def _parse_node(v: Validator, item: dict, index: int) -> NodeSpec:
         tags=tuple(get("tags", list, [], _check_tags(v))),
         work_dir=get("work_dir", str, "", v.check_path),
         docker_socket=get("docker_socket", str, NodeSpec.docker_socket, v.check_path),
+        **_host_watts(v, item, path),
     )
+
+
+def _host_watts(v: Validator, item: dict, path: tuple) -> dict[str, float | None]:
+    """idle_watts and busy_watts, validated: busy needs idle, and is not below it."""
+    limits = {key: (0.0, MAX_WATTS, " W") for key in ("idle_watts", "busy_watts")}
+    get = v.getter(item, path, limits)
+    idle, busy = get("idle_watts", float, None), get("busy_watts", float, None)
+    if busy is not None and idle is None:
+        raise v.fail(path + ("busy_watts",), "busy_watts without idle_watts",
+                     "set idle_watts too: what the machine draws, GPUs aside, doing nothing")
+    if busy is not None and busy < idle:
+        raise v.fail(path + ("busy_watts",), f"busy_watts {busy:g} is below idle_watts {idle:g}",
+                     "give the draw with every CPU busy, at least the idle one")
+    return {"idle_watts": idle, "busy_watts": busy}
 
 
 def _check_tags(v: Validator):

@@ -31,6 +31,12 @@ PRICE_EXAMPLE = """\
 # tariffs = { "22:00-06:00" = 0.18 }    # optional time-of-day rates (local time)
 """
 
+# Written commented out in a node's table without them: the draw the rest of its energy is estimated from.
+WATTS_EXAMPLE = """\
+# idle_watts = 45      # W the machine draws besides its GPUs doing nothing (a plug meter says), and
+# busy_watts = 150     # with every CPU busy: its CPUs' energy is estimated where RAPL cannot be read
+"""
+
 # Written commented out when a cluster has no [alerts]: what the table looks like, ready to enable.
 ALERTS_EXAMPLE = """\
 # Alerts (see "[alerts]" in README.md): uncomment to be told when something needs you. Each fires once
@@ -49,7 +55,7 @@ ALERTS_EXAMPLE = """\
 # a phone push through ntfy (install its app and subscribe to your topic):
 # command = ["curl", "-s", "-d", "{message}", "-H", "Title: {title}", "https://ntfy.sh/YOUR-TOPIC"]
 # command_timeout = 30.0        # seconds before the command is killed
-# budget_per_day = 2.50         # the GPUs' electricity today cost this much (needs price_per_kwh)
+# budget_per_day = 2.50         # the cluster's electricity today cost this much (needs price_per_kwh)
 # budget_per_run = 1.00         # a run's GPUs cost this much in electricity
 """
 
@@ -97,7 +103,8 @@ def cluster_to_toml(spec: ClusterSpec, header: str = STARTER_HEADER) -> str:
     jobs = document.pop("jobs", {})
     alerts = document.pop("alerts", {})
     parts = [tomli_w.dumps(document) + ("" if spec.tariff.priced else PRICE_EXAMPLE)]
-    parts += [f"[[nodes]]\n{tomli_w.dumps(node)}" for node in nodes]
+    parts += [f"[[nodes]]\n{tomli_w.dumps(table)}" + ("" if node.idle_watts is not None else WATTS_EXAMPLE)
+              for table, node in zip(nodes, spec.nodes)]
     if jobs:
         parts.append(tomli_w.dumps({"jobs": jobs}))
     parts.append(tomli_w.dumps({"alerts": alerts}) if alerts else ALERTS_EXAMPLE)

@@ -7,13 +7,13 @@ from __future__ import annotations
 from homegpu.remote.history.bound import DEFAULT_MAX_BYTES
 from homegpu.remote.history.location import history_path
 from homegpu.remote.history.queries import (
-    GpuEnergy, GpuSeries, HistoryReader, NodeOffline, NodeSeries, OfflineInterval, OwnerEnergy, RunHours, UserHours,
+    GpuEnergy, GpuSeries, HistoryReader, HostEnergy, NodeOffline, NodeSeries, OfflineInterval, OwnerEnergy, RunHours, UserHours,
 )
 from homegpu.remote.history.recorder import HistoryRecorder
-from homegpu.remote.history.schema import HistoryDamaged, HistoryError
+from homegpu.remote.history.schema import HOST, HistoryDamaged, HistoryError
 
 __all__ = [
-    "DEFAULT_MAX_BYTES", "GpuEnergy", "GpuSeries", "HistoryDamaged", "HistoryError", "HistoryReader", "HistoryRecorder",
-    "OwnerEnergy",
+    "DEFAULT_MAX_BYTES", "HOST", "GpuEnergy", "GpuSeries", "HistoryDamaged", "HistoryError", "HistoryReader", "HistoryRecorder",
+    "HostEnergy", "OwnerEnergy",
     "NodeOffline", "NodeSeries", "OfflineInterval", "RunHours", "UserHours", "history_path",
 ]

@@ -85,6 +85,17 @@ class GpuEnergy:
 
 
 @dataclass(frozen=True)
+class HostEnergy:
+    """The rest of one machine's energy in a window (CPUs, memory, board: all but its GPUs) and its cost; `method`:
+    "rapl" (its RAPL counters), "estimated" (from CPU use and the node's idle_watts/busy_watts) or "mixed"."""
+
+    node: str
+    energy_kwh: float
+    cost: float
+    method: str
+
+
+@dataclass(frozen=True)
 class OwnerEnergy:
     """The energy of one user's GPU processes, or of one homegpu run's workers (`job`, `run_id`), in a window:
     each GPU's energy shared among the owners of its processes as its time is (samples.py)."""
@@ -191,7 +202,7 @@ class HistoryReader:
             return ()  # a history no homegpu with energy has written to yet
         totals: dict[tuple[str, int], list[float]] = {}  # joules, cost, owned joules, owned cost, rows, counted
         for node, gpu, minute, millijoules, rows, counted in self._energy_rows(
-                "SELECT nd.name, s.gpu, {minute}, sum(s.energy_mj), count(*), sum(s.counted) FROM gpu_samples s "
+                "SELECT nd.name, s.gpu, {minute}, sum(s.energy_mj), sum(s.n), sum(s.counted) FROM gpu_samples s "
                 "JOIN nodes nd ON nd.id = s.node WHERE s.t >= ? AND s.t < ? AND s.energy_mj IS NOT NULL "
                 "GROUP BY s.node, s.gpu, 3", since, until, tariff):
             found = totals.setdefault((node, gpu), [0.0] * 6)
@@ -210,6 +221,24 @@ class HistoryReader:
                                max(joules - owned, 0.0) / JOULES_PER_KWH, max(cost - owned_cost, 0.0),
                                _method(rows, counted))
                      for (node, gpu), (joules, cost, owned, owned_cost, rows, counted) in sorted(totals.items()))
+
+    def host_energy(self, since: float, until: float | None = None, tariff: Tariff = Tariff()) -> tuple[HostEnergy, ...]:
+        """The rest of each machine's energy in the window (nodes whose RAPL or idle_watts gave one), by node."""
+        until = self._until(since, until)
+        if not self._read(lambda db: has_column(db, "node_samples", "host_mj")):
+            return ()
+        totals: dict[str, list[float]] = {}  # joules, cost, samples, counted
+        for node, minute, millijoules, samples, counted in self._energy_rows(
+                "SELECT nd.name, {minute}, sum(s.host_mj), sum(s.n), sum(s.host_counted) FROM node_samples s "
+                "JOIN nodes nd ON nd.id = s.node WHERE s.t >= ? AND s.t < ? AND s.host_mj IS NOT NULL "
+                "GROUP BY s.node, 2", since, until, tariff):
+            found = totals.setdefault(node, [0.0] * 4)
+            found[0] += millijoules / 1000
+            found[1] += _cost(millijoules, minute, tariff)
+            found[2] += samples
+            found[3] += counted or 0
+        return tuple(HostEnergy(node, joules / JOULES_PER_KWH, cost, _HOST_METHODS[_method(samples, counted)])
+                     for node, (joules, cost, samples, counted) in sorted(totals.items()))
 
     def owner_energy(self, since: float, until: float | None = None,
                      tariff: Tariff = Tariff()) -> tuple[OwnerEnergy, ...]:
@@ -296,9 +325,12 @@ def _cost(millijoules: float, minute: int, tariff: Tariff) -> float:
     return millijoules / 1000 / JOULES_PER_KWH * tariff.price_of_minute(minute) if tariff.priced else 0.0
 
 
-def _method(rows: float, counted: float) -> str:
-    """How a GPU's energy over some rows was obtained: by its counter in all of them, in none, or in some."""
-    return "counter" if counted == rows else "integrated" if not counted else "mixed"
+def _method(samples: float, counted: float) -> str:
+    """How a GPU's energy over some samples was obtained: by its counter in all of them, in none, or in some."""
+    return "counter" if counted >= samples else "integrated" if not counted else "mixed"
+
+
+_HOST_METHODS = {"counter": "rapl", "integrated": "estimated", "mixed": "mixed"}
 
 
 def _slices(db: sqlite3.Connection, table: str, columns: tuple[str, ...], since: float, cell: float,

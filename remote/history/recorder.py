@@ -30,7 +30,7 @@ from typing import Callable
 from homegpu.remote.history.bound import DEFAULT_MAX_BYTES, SizeBound
 from homegpu.remote.history.samples import OwnerKey, owner_shares, whole
 from homegpu.remote.history.schema import (
-    HistoryError, cannot_write, open_writer, read_energy_totals, write_energy_totals,
+    HOST, HistoryError, cannot_write, open_writer, read_energy_totals, write_energy_totals,
 )
 from homegpu.remote.history.tiers import INSERT, Compactor
 from homegpu.remote.record import COUNTER, EnergySteps, Say, WriteTrouble, say_on_stderr, transaction
@@ -229,7 +229,12 @@ class HistoryRecorder:
         previous = self._last_sample.get(node)
         self._last_sample[node] = at
         credit_ms = 1000 * min(at - previous, self.max_gap) if previous is not None and at > previous else 0.0
-        self._node_rows.append((t, node, 1, whole(stats.cpu), whole(stats.mem_used), whole(stats.mem_total)))
+        host = self._steps.step((node, HOST), at, stats.host_power, stats.host_energy)
+        if host is not None:
+            self._energy[(node, HOST)] = self._energy.get((node, HOST), 0.0) + host.joules
+        self._node_rows.append((t, node, 1, whole(stats.cpu), whole(stats.mem_used), whole(stats.mem_total),
+                                None if host is None else round(host.joules * 1000),
+                                None if host is None else int(host.method == COUNTER)))
         gpu_rows = self._gpu_rows
         for position, gpu in enumerate(stats.gpus):
             index = gpu.index if type(gpu.index) is int else position
@@ -250,8 +255,9 @@ class HistoryRecorder:
                                              None if joules is None else round(joules * 1000 * share)))
 
     def energy_totals(self) -> list[tuple[str, int, str, str, float]]:
-        """(node, GPU index, GPU name, UUID, joules) of every GPU's energy recorded since the history began:
-        never less than before, across serve's restarts (kept in the file with the rows they count)."""
+        """(node, GPU index, GPU name, UUID, joules) of every GPU's energy recorded since the history began, and
+        of the rest of each machine with GPU index HOST where it was measured or estimated: never less than before,
+        across serve's restarts (kept in the file with the rows they count)."""
         names = {id_: name for name, id_ in self._nodes.items()}
         return [(names.get(node, "?"), gpu, *self._gpus.get((node, gpu), ("", "")), joules)
                 for (node, gpu), joules in sorted(self._energy.items())]

@@ -26,7 +26,7 @@ CREATE TABLE gpus (node INTEGER NOT NULL, gpu INTEGER NOT NULL, name TEXT NOT NU
 CREATE TABLE owners (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, user TEXT NOT NULL, job TEXT NOT NULL,
     run_id TEXT NOT NULL, container TEXT NOT NULL, UNIQUE (kind, user, job, run_id, container));
 CREATE TABLE node_samples (t REAL NOT NULL, node INTEGER NOT NULL, n INTEGER NOT NULL, cpu INTEGER,
-    mem_used INTEGER, mem_total INTEGER, PRIMARY KEY (t, node)) WITHOUT ROWID;
+    mem_used INTEGER, mem_total INTEGER, host_mj INTEGER, host_counted INTEGER, PRIMARY KEY (t, node)) WITHOUT ROWID;
 CREATE TABLE gpu_samples (t REAL NOT NULL, node INTEGER NOT NULL, gpu INTEGER NOT NULL, n INTEGER NOT NULL,
     util INTEGER, mem_used INTEGER, mem_total INTEGER, temp INTEGER, power INTEGER, energy_mj INTEGER, counted INTEGER,
     PRIMARY KEY (t, node, gpu)) WITHOUT ROWID;
@@ -44,9 +44,11 @@ CREATE TABLE meta (key TEXT PRIMARY KEY, value REAL NOT NULL) WITHOUT ROWID;
 SAMPLE_TABLES = ("node_samples", "gpu_samples", "owner_samples")
 # Columns added since the first histories were written (ALTER TABLE ... ADD COLUMN adds them at the end): a
 # GPU's energy since its previous sample in whole millijoules (a few bytes a row, and no rounding that adds up)
-# and whether its counter measured it; an owner's share of it.
+# and whether its counter measured it; an owner's share of it; the same of the rest of the machine (RAPL, or
+# estimated from idle_watts/busy_watts).
 ADDED_COLUMNS = (("gpu_samples", "energy_mj", "INTEGER"), ("gpu_samples", "counted", "INTEGER"),
-                 ("owner_samples", "energy_mj", "INTEGER"))
+                 ("owner_samples", "energy_mj", "INTEGER"), ("node_samples", "host_mj", "INTEGER"),
+                 ("node_samples", "host_counted", "INTEGER"))
 
 
 class HistoryError(Exception):
@@ -157,6 +159,7 @@ def open_reader(path: Path) -> sqlite3.Connection:
 
 
 _ENERGY_KEY = "energy_joules"  # meta: "energy_joules NODE GPU" -> every joule recorded for that GPU (never less)
+HOST = -1  # the GPU index under which the rest of a machine's energy is kept in those totals
 
 
 def read_energy_totals(db: sqlite3.Connection) -> dict[tuple[int, int], float]:

@@ -5,8 +5,8 @@ Buckets follow remote/record's one rule (`bucket_time_sql`: bucket i of size s h
 and stands at its middle). A 60 s bucket is made from the 10 s buckets in it, so each tier is made
 from the one before. A bucket's value is the mean of the samples in it: finer rows are weighted by
 how many samples each holds (`n`), and a NULL (not available) is left out of the mean, not taken as
-0. GPU time per owner (`gpu_ms`) and energy (`energy_mj`, and how many samples' energy a counter measured,
-`counted`) are summed, so GPU-hours and kWh come out the same at every tier.
+0. GPU time per owner (`gpu_ms`) and energy (`energy_mj` and the rest of the machine's `host_mj`, and how many
+samples' energy a counter measured, `counted` and `host_counted`) are summed, so GPU-hours and kWh come out the same at every tier.
 
 Compaction runs as time goes on, over the slice that has aged since it last ran (a minute's rows in
 steady state), in transactions of at most `Tier.step` seconds of rows, so neither a transaction nor
@@ -52,12 +52,13 @@ def _mean(column: str) -> str:
 
 # table -> (its key columns besides t, the aggregates of its value columns in column order)
 _BUCKETED = {
-    "node_samples": ("node", f"sum(n), {_mean('cpu')}, {_mean('mem_used')}, max(mem_total)"),
+    "node_samples": ("node", f"sum(n), {_mean('cpu')}, {_mean('mem_used')}, max(mem_total), sum(host_mj), "
+                             "sum(host_counted)"),
     "gpu_samples": ("node, gpu", f"sum(n), {_mean('util')}, {_mean('mem_used')}, max(mem_total), {_mean('temp')}, "
                                  f"{_mean('power')}, sum(energy_mj), sum(counted)"),
     "owner_samples": ("node, gpu, owner", f"sum(n), sum(gpu_ms), {_mean('mem')}, sum(energy_mj)"),
 }
-_COLUMNS = {"node_samples": 6, "gpu_samples": 11, "owner_samples": 8}
+_COLUMNS = {"node_samples": 8, "gpu_samples": 11, "owner_samples": 8}
 INSERT = {table: f"INSERT OR REPLACE INTO {table} VALUES ({', '.join('?' * count)})"
           for table, count in _COLUMNS.items()}
 

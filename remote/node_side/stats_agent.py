@@ -6,12 +6,13 @@ nothing from homegpu: the controller ships its source and its modules' over the 
 ``nodes/agent_bundle.py``), or it runs as a script from its folder. Every line is::
 
     {"v":1,"t":...,"source":"nvml"|"nvidia-smi"|"none","gpus":[...],"driver":..,"cuda":..,
-     "cpu":..,"load":[1,5,15],"mem_used":..,"mem_total":..,"disk_free":..,"errors":[...]}
+     "cpu":..,"load":[1,5,15],"mem_used":..,"mem_total":..,"disk_free":..,"host_energy":..,"errors":[...]}
 
 each GPU with its compute ``processes`` (pid, name, mem and, where ``process_owners.py`` could be
 loaded, the ``owner`` it describes), with memory in MiB (``mem_used`` as nvidia-smi shows it:
 without the driver's reservation, which the NVML source reports as ``mem_reserved``), power in W,
-clocks in MHz, temperatures in C. A value the node cannot measure is ``null``; nothing that goes
+clocks in MHz, temperatures in C, ``host_energy`` the CPUs' and memory's joules by RAPL since the agent
+began (``host_power.py``). A value the node cannot measure is ``null``; nothing that goes
 wrong while measuring stops the stream, it lands in ``errors``.
 
 The agent exits when its stdin reaches EOF (the SSH session closed), on SIGTERM/SIGHUP/SIGINT and
@@ -20,7 +21,7 @@ also kills the long-lived one (see ``gpu_smi.SmiLoop``) if the agent itself is k
 
 This file is the stream and its wiring; what it measures is in modules of their own (``MODULES``):
 ``gpu_nvml`` (NVML), ``smi_parse`` and ``gpu_smi`` (nvidia-smi), ``host_proc`` (CPU, memory, load,
-disk), ``agent_common`` (what they share) and ``process_owners`` (who owns a GPU process; without
+disk), ``host_power`` (RAPL), ``agent_common`` (what they share) and ``process_owners`` (who owns a GPU process; without
 it processes have no ``owner``). They import each other relatively on the controller and by plain
 name on a node::
 
@@ -46,11 +47,12 @@ import threading
 import time
 
 if __package__:
-    from . import gpu_nvml, gpu_smi, host_proc, process_owners
+    from . import gpu_nvml, gpu_smi, host_power, host_proc, process_owners
     from .agent_common import describe
 else:
     import gpu_nvml
     import gpu_smi
+    import host_power
     import host_proc
     from agent_common import describe
 
@@ -63,7 +65,7 @@ PROTOCOL_VERSION = 1
 GPU_SOURCES = ("nvml", "nvidia-smi", "none")  # what a line's "source" says
 SOURCES = ("auto", *GPU_SOURCES)  # what --source takes: "auto" tries them in order
 # The node_side modules the agent runs with, each after those it imports (the bundle ships them so).
-MODULES = ("agent_common", "smi_parse", "gpu_smi", "gpu_nvml", "host_proc", "process_owners")
+MODULES = ("agent_common", "smi_parse", "gpu_smi", "gpu_nvml", "host_proc", "host_power", "process_owners")
 # The controller's pynvml source, put here by the bundle's bootstrap (nodes/agent_bundle.py); else the node's own.
 SHIPPED_PYNVML = globals().get("SHIPPED_PYNVML", b"")
 APPS_INTERVAL_S = 5.0  # how often compute processes are asked for (both GPU sources)
@@ -108,8 +110,9 @@ def open_reader(source, nvml, smi_path, interval=None, apps_every=1, owners=None
 
 # --- the stream ----------------------------------------------------------------------------------
 
-def sample(reader, cpu_before, work_dir):
-    """Measure once; return (the JSON-ready record, the CPU counters to diff against next time)."""
+def sample(reader, cpu_before, work_dir, rapl=None):
+    """Measure once; return (the JSON-ready record, the CPU counters to diff against next time). ``rapl``: a
+    ``host_power.RaplCounter`` (None: no host energy)."""
     errors = []
     gpus, driver, cuda = reader.read(errors)
     cpu_after = host_proc.read_cpu(errors)
@@ -126,6 +129,7 @@ def sample(reader, cpu_before, work_dir):
         "mem_used": memory[0] if memory else None,
         "mem_total": memory[1] if memory else None,
         "disk_free": host_proc.read_disk_free(work_dir, errors),
+        "host_energy": rapl.read(errors) if rapl is not None else None,
     }
     if errors:
         record["errors"] = errors
@@ -217,12 +221,15 @@ def stream(args):
     owners = process_owners.ProcessOwners() if process_owners is not None else None
     reader, notes = open_reader(args.source, nvml, smi, interval=None if args.once else args.interval,
                                 apps_every=apps_every, owners=owners)
+    rapl = host_power.RaplCounter()
+    if rapl.problem:
+        notes.append(rapl.problem)
     cpu_before = host_proc.read_cpu([])
     # The first line comes after a short CPU window, the next ones on the interval's beat from it.
     due = time.monotonic() + min(args.interval, FIRST_WINDOW_S)
     while True:
         time.sleep(max(0.0, due - time.monotonic()))
-        record, cpu_before = sample(reader, cpu_before, args.work_dir)
+        record, cpu_before = sample(reader, cpu_before, args.work_dir, rapl)
         if notes:  # why a GPU source was skipped, said once
             record["errors"] = notes + record.get("errors", [])
             notes = []

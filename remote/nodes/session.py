@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -22,7 +23,7 @@ from homegpu.remote.nodes.connect import (
 from homegpu.remote.nodes.events import (
     EventHub, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
 )
-from homegpu.remote.nodes.stats import NodeStats, StatsParseError, parse_agent_line
+from homegpu.remote.nodes.stats import NodeStats, NotAvailable, StatsParseError, parse_agent_line
 from homegpu.remote.nodes.transport import CommandResult, NodeTransport, RemoteProcess, TransportError
 from homegpu.remote.nodes.waiting import wait_condition, wait_set
 
@@ -234,11 +235,19 @@ class NodeSession:
         detail = stderr[-1] if stderr else "no output"
         return f"stats agent ({self.spec.python}) exited with status {status}: {detail}"
 
+    def _with_host_power(self, stats: NodeStats) -> NodeStats:
+        """Without RAPL, the rest of the machine's draw as the node's idle_watts and busy_watts estimate it."""
+        if type(stats.host_energy) is not NotAvailable or type(stats.cpu) is NotAvailable:
+            return stats
+        watts = self.spec.host_watts(stats.cpu)
+        return stats if watts is None else replace(stats, host_power=round(watts, 1))
+
     async def _take_stats_line(self, line: str) -> None:
         try:
             stats = parse_agent_line(line)
         except StatsParseError:
             return  # a stray line (a shell banner, say) must not stop the stream
+        stats = self._with_host_power(stats)
         self.latest = stats
         self.hub.publish(NodeStatsUpdated(self.name, stats))
         await self._notify()

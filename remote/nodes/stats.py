@@ -169,6 +169,8 @@ class NodeStats:
     mem_total: Number
     disk_free: Number
     errors: tuple[str, ...] = ()
+    host_energy: Number = NA  # the CPUs' and memory's joules by RAPL since the agent began (node_side/host_power.py)
+    host_power: Number = NA  # without RAPL: the draw besides the GPUs estimated from `cpu` (NodeSpec.host_watts)
 
     @property
     def mem_percent(self) -> float | NotAvailable:
@@ -310,6 +312,7 @@ def parse_agent_line(line: str) -> NodeStats:
         mem_total=_number(obj, "mem_total", ""),
         disk_free=_number(obj, "disk_free", ""),
         errors=tuple(errors),
+        host_energy=_number(obj, "host_energy", ""),
     )
 
 

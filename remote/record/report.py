@@ -14,7 +14,7 @@ from pathlib import Path
 from homegpu.remote.net import BandwidthMatrix, LinkResult, advice, format_gbits
 from homegpu.remote.config import Tariff
 from homegpu.remote.nodes import MIB_PER_GIB
-from homegpu.remote.record.energy import RunEnergy, run_energy
+from homegpu.remote.record.energy import Energy, RunEnergy, run_energy
 from homegpu.remote.record.report_analysis import RunFigures, human_duration, run_figures, summary_text, what_limited
 from homegpu.remote.record.report_inputs import (
     ReportError, log_tails, read_manifest, workers_from_metrics,
@@ -54,16 +54,25 @@ def _cards(figures: RunFigures, workers: int, nodes: int) -> str:
 
 
 def _energy(energy: RunEnergy | None) -> str:
-    """Each node's GPU energy and cost, and how they were obtained (nothing when no GPU reported its power)."""
+    """Each node's energy, its GPUs' and the rest of the machine's, its cost, and how they were obtained (nothing
+    when no GPU reported its power and no machine its own)."""
     if energy is None:
         return ""
-    priced = energy.tariff.priced
-    currency = energy.tariff.currency
-    rows = [[escape(name), f"{node.kwh:.4g}", f"{node.cost:.4g} {escape(currency)}" if priced else "–",
-             escape(node.method) + (f", {node.gap_seconds:.0f} s without samples" if node.gap_seconds else "")]
-            for name, node in [*energy.nodes.items(), ("all nodes", energy.total)]]
+    priced, currency = energy.tariff.priced, energy.tariff.currency
+
+    def row(name: str, gpus: Energy | None, host: Energy | None) -> list[str]:
+        both = (gpus or Energy()) + (host or Energy())
+        how = "; ".join(f"{part} {found.method}" for part, found in (("GPUs", gpus), ("rest", host)) if found)
+        return [escape(name), f"{gpus.kwh:.4g}" if gpus else "–", f"{host.kwh:.4g}" if host else "GPU only",
+                f"{both.kwh:.4g}", f"{both.cost:.4g} {escape(currency)}" if priced else "–",
+                escape(how) + (f", {both.gap_seconds:.0f} s without samples" if both.gap_seconds else "")]
+    names = list(dict.fromkeys([*energy.nodes, *energy.hosts]))
+    rows = [row(name, energy.nodes.get(name), energy.hosts.get(name)) for name in names]
+    rows.append(row("all nodes", energy.gpus if energy.nodes else None,
+                    sum(energy.hosts.values(), Energy()) if energy.hosts else None))
     note = "" if priced else '<p class="empty">Set price_per_kwh in [cluster] of cluster.toml to see the cost.</p>'
-    return "<h2>Energy</h2>" + table(["node", "GPU kWh", "cost", "how"], rows, ["", "num", "num", ""]) + note
+    return "<h2>Energy</h2>" + table(["node", "GPU kWh", "rest of the machine kWh", "kWh", "cost", "how"], rows,
+                                     ["", "num", "num", "num", "num", ""]) + note
 
 
 def _limits(sentences: list[str], title: str = "What limited the run") -> str:

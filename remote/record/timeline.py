@@ -25,7 +25,7 @@ from homegpu.remote.nodes import (
 )
 from homegpu.remote.record.downsample import bucket_time_sql
 from homegpu.remote.record.timeline_schema import (
-    SCHEMA, Timeline, TimelineDamaged, check_timeline, has_energy_column, read_timeline,
+    SCHEMA, Timeline, TimelineDamaged, check_timeline, add_missing_columns, read_timeline,
 )
 
 FLUSH_SECONDS = 1.0
@@ -36,7 +36,7 @@ COMPACT_EVERY_SECONDS = 60.0
 _WORKER_SAMPLE_EVENTS = ("step", "epoch", "end")
 
 _INSERT = {
-    "node_samples": "INSERT INTO node_samples VALUES (?,?,?,?,?,?)",
+    "node_samples": "INSERT INTO node_samples VALUES (?,?,?,?,?,?,?,?)",
     "gpu_samples": "INSERT INTO gpu_samples VALUES (?,?,?,?,?,?,?,?,?,?)",
     "worker_samples": "INSERT INTO worker_samples VALUES (?,?,?,?,?,?,?,?,?,?,?)",
     "events": "INSERT INTO events VALUES (?,?,?,?,?,?)",
@@ -44,7 +44,8 @@ _INSERT = {
 
 # Averages one time range into buckets; epoch/end rows of workers are kept as they are (one per epoch).
 _COMPACT = {
-    "node_samples": ("node", "avg(cpu), avg(mem_used), max(mem_total), avg(load1)", ""),
+    "node_samples": ("node", "avg(cpu), avg(mem_used), max(mem_total), avg(load1), max(host_energy), avg(host_power)",
+                     ""),
     "gpu_samples": ("node, gpu", "avg(util), avg(mem_used), max(mem_total), avg(temp), avg(power), "
                     "avg(sm_clock), max(energy)", ""),  # the counter's last reading: its differences still add up
     "worker_samples": ("worker, 'step'", "max(epoch), max(step), avg(loss), avg(accuracy), avg(val_loss), "
@@ -87,8 +88,7 @@ class TimelineRecorder:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
-        if not has_energy_column(self._db):  # appending to a timeline written before the counter was read
-            self._db.execute("ALTER TABLE gpu_samples ADD COLUMN energy REAL")
+        add_missing_columns(self._db)  # appending to a timeline an older homegpu wrote
         self._pending: dict[str, list[tuple]] = {table: [] for table in _INSERT}
         self._batch_sizes: dict[str, int] = {}  # worker -> per-worker batch, to turn examples/s into steps/s
         self._last_flush: float | None = None
@@ -180,7 +180,8 @@ class TimelineRecorder:
     def _stats(self, event: NodeStatsUpdated) -> None:
         stats, at, node = event.stats, event.at, event.node
         self._pending["node_samples"].append(
-            (at, node, _stat(stats.cpu), _stat(stats.mem_used), _stat(stats.mem_total), _stat(stats.load[0])))
+            (at, node, _stat(stats.cpu), _stat(stats.mem_used), _stat(stats.mem_total), _stat(stats.load[0]),
+             _stat(stats.host_energy), _stat(stats.host_power)))
         self._pending["gpu_samples"].extend(
             (at, node, _stat(gpu.index) or 0, _stat(gpu.util), _stat(gpu.mem_used), _stat(gpu.mem_total),
              _stat(gpu.temp), _stat(gpu.power), _stat(gpu.sm_clock), _stat(gpu.energy))

@@ -14,7 +14,8 @@ from pathlib import Path
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE IF NOT EXISTS node_samples (t REAL, node TEXT, cpu REAL, mem_used REAL, mem_total REAL, load1 REAL);
+CREATE TABLE IF NOT EXISTS node_samples (t REAL, node TEXT, cpu REAL, mem_used REAL, mem_total REAL, load1 REAL,
+    host_energy REAL, host_power REAL);
 CREATE TABLE IF NOT EXISTS gpu_samples (t REAL, node TEXT, gpu INTEGER, util REAL, mem_used REAL,
     mem_total REAL, temp REAL, power REAL, sm_clock REAL, energy REAL);
 CREATE TABLE IF NOT EXISTS worker_samples (t REAL, worker TEXT, event TEXT, epoch REAL, step REAL, loss REAL,
@@ -68,6 +69,8 @@ class NodeTimeline:
     mem_used: Series
     mem_total: float | None
     gpus: tuple[GpuTimeline, ...]
+    host_energy: Series = Series()  # the CPUs' and memory's RAPL counter (J), where the node's user can read it
+    host_power: Series = Series()  # else the rest of the machine's draw as idle_watts/busy_watts estimate it
 
 
 @dataclass(frozen=True)
@@ -112,9 +115,26 @@ class Timeline:
         return tuple(event for event in self.events if event.kind in kinds)
 
 
-def has_energy_column(db: sqlite3.Connection) -> bool:
-    """Whether gpu_samples has the energy column (added after the first timelines were written)."""
-    return any(row[1] == "energy" for row in db.execute("PRAGMA table_info(gpu_samples)"))
+# Columns added after the first timelines were written (at the end of their tables): the GPU's energy counter,
+# the rest of the machine's RAPL counter and its estimated draw (NodeStats.host_energy, host_power).
+ADDED_COLUMNS = (("gpu_samples", "energy"), ("node_samples", "host_energy"), ("node_samples", "host_power"))
+
+
+def add_missing_columns(db: sqlite3.Connection) -> None:
+    """Bring a timeline written by an older homegpu up to today's columns, to append to it."""
+    for table, column in ADDED_COLUMNS:
+        if column not in _columns(db, table):
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} REAL")
+
+
+def _columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+
+
+def _or_null(db: sqlite3.Connection, table: str, *names: str) -> str:
+    """`names` for a SELECT, NULL for each an older timeline does not have."""
+    found = _columns(db, table)
+    return ", ".join(name if name in found else "NULL" for name in names)
 
 
 def _series(rows: list[tuple], column: int) -> Series:
@@ -133,10 +153,11 @@ def _last(values: list[Value]) -> float | None:
 
 
 def _nodes(db: sqlite3.Connection) -> tuple[NodeTimeline, ...]:
-    node_rows = _grouped(db, "SELECT t, node, cpu, mem_used, mem_total FROM node_samples ORDER BY node, t")
+    node_rows = _grouped(db, f"SELECT t, node, cpu, mem_used, mem_total, {_or_null(db, 'node_samples', 'host_energy', 'host_power')} "
+                             "FROM node_samples ORDER BY node, t")
     gpu_rows: dict[str, list[tuple]] = defaultdict(list)
-    energy = "energy" if has_energy_column(db) else "NULL"  # a timeline written before the counter was read
-    for row in db.execute(f"SELECT t, node, gpu, util, mem_used, mem_total, temp, power, sm_clock, {energy} "
+    for row in db.execute(f"SELECT t, node, gpu, util, mem_used, mem_total, temp, power, sm_clock, "
+                          f"{_or_null(db, 'gpu_samples', 'energy')} "
                           "FROM gpu_samples ORDER BY node, gpu, t"):
         gpu_rows[row[1]].append(row)
     nodes = []
@@ -149,7 +170,8 @@ def _nodes(db: sqlite3.Connection) -> tuple[NodeTimeline, ...]:
                         _series(rows, 7), _series(rows, 8), _series(rows, 9))
             for index, rows in sorted(by_gpu.items()))
         rows = node_rows.get(name, [])
-        nodes.append(NodeTimeline(name, _series(rows, 2), _series(rows, 3), _last([r[4] for r in rows]), gpus))
+        nodes.append(NodeTimeline(name, _series(rows, 2), _series(rows, 3), _last([r[4] for r in rows]), gpus,
+                                  _series(rows, 5), _series(rows, 6)))
     return tuple(nodes)
 
 

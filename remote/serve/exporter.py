@@ -19,6 +19,7 @@ from typing import Callable, Iterator, Sequence
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from homegpu.remote.history import HOST
 from homegpu.remote.nodes import NA, Cluster, GpuStats, NodeState, visible
 from homegpu.remote.serve.job_board import JobBoard
 
@@ -74,15 +75,23 @@ class ClusterCollector(Collector):
         name = self.cluster.spec.name
         gpus = CounterMetricFamily("homegpu_gpu_energy_joules", "energy the GPU used while homegpu serve recorded it "
                                    "(its counter where NVML has one, else its power integrated)", labels=GPU_LABELS)
-        nodes = CounterMetricFamily("homegpu_node_energy_joules", "energy the node's GPUs used while homegpu serve "
-                                    "recorded it", labels=NODE_LABELS)
+        hosts = CounterMetricFamily("homegpu_node_host_energy_joules", "energy the rest of the machine (CPUs, memory, "
+                                    "board) used while homegpu serve recorded it: RAPL's counters where the node's "
+                                    "user can read them, else estimated from idle_watts and busy_watts",
+                                    labels=NODE_LABELS)
+        nodes = CounterMetricFamily("homegpu_node_energy_joules", "energy the node used while homegpu serve recorded "
+                                    "it: its GPUs', and the rest of the machine's where measured or estimated",
+                                    labels=NODE_LABELS)
         per_node: dict[str, float] = defaultdict(float)
         for node, gpu, model, uuid, joules in self.energy():
-            gpus.add_metric([visible(label) for label in (name, node, str(gpu), model, uuid)], joules)
+            if gpu == HOST:
+                hosts.add_metric([visible(name), visible(node)], joules)
+            else:
+                gpus.add_metric([visible(label) for label in (name, node, str(gpu), model, uuid)], joules)
             per_node[node] += joules
         for node, joules in per_node.items():
             nodes.add_metric([visible(name), visible(node)], joules)
-        yield from (gpus, nodes)
+        yield from (gpus, hosts, nodes)
         tariff = self.cluster.spec.tariff
         price = GaugeMetricFamily("homegpu_electricity_price_per_kwh", "the price of a kWh now (cluster.toml's "
                                   "price_per_kwh, or its tariff at this time of day)", labels=("cluster", "currency"))

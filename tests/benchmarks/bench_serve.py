@@ -2,9 +2,12 @@
 same nodes: the CPU of each process (its own, from /proc/PID/task/*/schedstat, ns), and serve's memory
 (RSS) as it runs on, scraped every second as a Prometheus would. Prints figures and ratios; asserts nothing.
 
-Run as root (it starts sshd servers):  .venv/bin/python tests/benchmarks/bench_serve.py [SECONDS [SERVE_SECONDS]]
+Run as root (it starts sshd servers):
+    .venv/bin/python tests/benchmarks/bench_serve.py [SECONDS [SERVE_SECONDS]] [--against CHECKOUT]
 (SECONDS: how long each is measured, default 60; SERVE_SECONDS: serve's own run, default SECONDS: longer
-shows whether its memory stays flat, sampled every 10 s).
+shows whether its memory stays flat, sampled every 10 s). `--against CHECKOUT` measures the serve of another
+checkout of homegpu too (`git worktree add /tmp/before COMMIT`), on the same nodes, each with a history of its
+own: e.g. the commit before energy was counted, for serve's CPU with energy on and off.
 
 Every node's nvidia-smi replays two idle H100 NVLs recorded on real hardware (tests/fixtures/gpu), so
 serve's per-GPU work (its metrics, its history) is that of a 32-GPU cluster.
@@ -46,10 +49,11 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def measure(argv: list[str], cwd: Path, seconds: float, scrape: bool) -> tuple[float, list[float]]:
+def measure(argv: list[str], cwd: Path, seconds: float, scrape: bool,
+            env: dict[str, str] | None = None) -> tuple[float, list[float]]:
     """(CPU seconds over `seconds` after settling, RSS MiB each 10 s) of the process `argv` starts."""
     process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE if scrape else subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, text=True)
+                               stderr=subprocess.DEVNULL, text=True, env={**os.environ, **(env or {})})
     try:
         url = ""
         if scrape:  # its second line: "metrics: URL"
@@ -71,9 +75,21 @@ def measure(argv: list[str], cwd: Path, seconds: float, scrape: bool) -> tuple[f
         process.wait(timeout=30)
 
 
+def checkout_argv(checkout: Path, root: Path) -> tuple[list[str], dict[str, str]]:
+    """argv and environment that run the homegpu of `checkout` (its source, with this Python's packages)."""
+    path = root / "against"
+    path.mkdir()
+    (path / "homegpu").symlink_to(checkout.resolve())
+    code = "import sys; from homegpu.tui.cli.main import main; sys.exit(main())"
+    return [sys.executable, "-c", code], {"PYTHONPATH": str(path)}
+
+
 def main() -> None:
-    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
-    serve_seconds = float(sys.argv[2]) if len(sys.argv) > 2 else seconds
+    args = sys.argv[1:]
+    against = Path(args.pop(args.index("--against") + 1)) if "--against" in args else None
+    args = [arg for arg in args if arg != "--against"]
+    seconds = float(args[0]) if args else 60.0
+    serve_seconds = float(args[1]) if len(args) > 1 else seconds
     print(f"homegpu serve benchmark, {platform.node()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}, "
           f"{NODES} namespaced nodes on a {simnet.DEFAULT_MBIT} Mbit/s shaped bridge, 1 Hz stats\n")
     root = Path(tempfile.mkdtemp(prefix="homegpu-bench-serve-"))
@@ -84,13 +100,24 @@ def main() -> None:
         config = sim.write_cluster_toml(root / "cluster.toml")
         base = homegpu_argv("--config", str(config))
         watch_cpu, _ = measure([*base, "status", "--watch", "--json"], root, seconds, scrape=False)
-        serve_cpu, memory = measure([*base, "serve", "--metrics-port", "0"], root, serve_seconds, scrape=True)
+        serve_cpu, memory = measure([*base, "serve", "--metrics-port", "0"], root, serve_seconds, scrape=True,
+                                    env={"XDG_DATA_HOME": str(root / "data-now")})
+        if against is not None:
+            argv, env = checkout_argv(against, root)
+            other_cpu, other_memory = measure([*argv, "--config", str(config), "serve", "--metrics-port", "0"], root,
+                                              serve_seconds, scrape=True,
+                                              env={**env, "XDG_DATA_HOME": str(root / "data-against")})
     watch, serve = watch_cpu / seconds, serve_cpu / serve_seconds  # cores
     print("CPU, % of one core (the process's own threads)")
     print(f"  homegpu status --watch --json, {seconds:g} s:                     {100 * watch:6.2f}")
     print(f"  homegpu serve (history, metrics scraped each second), {serve_seconds:g} s: {100 * serve:6.2f}")
     print(f"  serve / status --watch:                                    {serve / watch:6.2f}")
     print(f"serve's memory (RSS MiB) every 10 s: {' '.join(f'{m:.0f}' for m in memory)}")
+    if against is not None:
+        other = other_cpu / serve_seconds
+        print(f"  homegpu serve of {against}, {serve_seconds:g} s:  {100 * other:6.2f}")
+        print(f"  serve now / serve of {against}:                            {serve / other:6.2f}")
+        print(f"its memory (RSS MiB) every 10 s: {' '.join(f'{m:.0f}' for m in other_memory)}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ from dataclasses import asdict
 from typing import TextIO
 
 from homegpu.remote.config import ClusterSpec
-from homegpu.remote.history import GpuEnergy, GpuSeries, HistoryReader, NodeOffline, OwnerEnergy, history_path
+from homegpu.remote.history import (
+    GpuEnergy, GpuSeries, HistoryReader, HostEnergy, NodeOffline, OwnerEnergy, history_path,
+)
 from homegpu.tui.cli.common import UserError, load_spec
 from homegpu.tui.view.plot import sparkline
 from homegpu.tui.view.text import table
@@ -59,7 +61,7 @@ def run_history(args: argparse.Namespace, out: TextIO | None = None) -> int:
         report = Report(spec, args.node, since, now, reader.span(), reader.gpus(since, now, POINTS),
                         reader.gpu_hours_by_user(since, now), reader.gpu_hours_by_run(since, now),
                         reader.offline(since, now), reader.gpu_energy(since, now, spec.tariff),
-                        reader.owner_energy(since, now, spec.tariff))
+                        reader.owner_energy(since, now, spec.tariff), reader.host_energy(since, now, spec.tariff))
     out = out or sys.stdout
     print(json.dumps(report.as_json()) if args.json else report.text(), file=out)
     return 0
@@ -69,12 +71,13 @@ class Report:
     """One window of the history, for one node or all, as text or JSON."""
 
     def __init__(self, spec: ClusterSpec, node: str | None, since: float, until: float, span, gpus, users, runs,
-                 offline, energy=(), owner_energy=()) -> None:
+                 offline, energy=(), owner_energy=(), host_energy=()) -> None:
         self.spec, self.node, self.since, self.until, self.span = spec, node, since, until, span
         self.gpus: tuple[GpuSeries, ...] = tuple(g for g in gpus if node in (None, g.node))
         self.users, self.runs = users, runs
         self.energy: tuple[GpuEnergy, ...] = tuple(e for e in energy if node in (None, e.node))
         self.owner_energy: tuple[OwnerEnergy, ...] = owner_energy
+        self.host_energy: tuple[HostEnergy, ...] = tuple(e for e in host_energy if node in (None, e.node))
         self.offline: tuple[NodeOffline, ...] = tuple(o for o in offline if node in (None, o.node))
 
     @property
@@ -104,8 +107,9 @@ class Report:
         return "\n".join(lines)
 
     def _energy_lines(self) -> list[str]:
-        if not self.energy:
-            return ["  none recorded in this window (GPUs that report their power, with serve running)"]
+        if not self.energy and not self.host_energy:
+            return ["  none recorded in this window (GPUs that report their power, or machines with RAPL or "
+                    "idle_watts, with serve running)"]
         priced = self.spec.tariff.priced
 
         def cost(value: float) -> str:
@@ -126,9 +130,36 @@ class Report:
         runs = [(o.job, o.run_id, f"{o.energy_kwh:.3f}", cost(o.cost)) for o in self.owner_energy if o.run_id]
         if runs:
             lines += [table(("JOB", "RUN", "KWH", "COST"), runs)]
+        lines += self._host_lines(cost)
         if not priced:
             lines.append("  set price_per_kwh in [cluster] of cluster.toml for the cost")
         return lines
+
+    def _host_lines(self, cost) -> list[str]:
+        """The rest of each machine (CPUs, memory, board), where RAPL measured or idle_watts estimated it."""
+        nodes = [n.name for n in self.spec.nodes if self.node in (None, n.name)]
+        gpu_only = [name for name in nodes if name not in {e.node for e in self.host_energy}]
+        lines = ["", "Energy of the rest of the machines"]
+        if self.host_energy:
+            lines.append(table(("NODE", "KWH", "COST", "HOW"), [(e.node, f"{e.energy_kwh:.3f}", cost(e.cost), e.method)
+                                                              for e in self.host_energy]))
+        if gpu_only:
+            lines.append(f"  {', '.join(gpu_only)}: GPU only (RAPL not readable there: set idle_watts and busy_watts "
+                         "in its [[nodes]] table for an estimate)")
+        return lines
+
+    def energy_by_node(self) -> list[dict]:
+        """Each node's energy in the window: its GPUs', the rest of the machine's, in all, and how."""
+        hosts = {e.node: e for e in self.host_energy}
+        rows = []
+        for name in dict.fromkeys([*(e.node for e in self.energy), *hosts]):
+            gpus = [e for e in self.energy if e.node == name]
+            host = hosts.get(name)
+            gpu_kwh, host_kwh = sum(e.energy_kwh for e in gpus), host.energy_kwh if host else 0.0
+            rows.append({"node": name, "energy_kwh": gpu_kwh + host_kwh, "gpu_kwh": gpu_kwh, "host_kwh": host_kwh,
+                         "cost": sum(e.cost for e in gpus) + (host.cost if host else 0.0),
+                         "host_method": host.method if host else "gpu only"})
+        return rows
 
     def _gpu_line(self, gpu: GpuSeries) -> str:
         util = [u for u in gpu.util if u is not None]
@@ -155,7 +186,7 @@ class Report:
                 "gpu_hours_by_run": [asdict(r) for r in self.runs], "offline": [asdict(o) for o in self.offline],
                 "currency": self.spec.tariff.currency, "priced": self.spec.tariff.priced,
                 "energy_by_gpu": [asdict(e) for e in self.energy],
-                "energy_by_owner": [asdict(o) for o in self.owner_energy]}
+                "energy_by_owner": [asdict(o) for o in self.owner_energy], "energy_by_node": self.energy_by_node()}
 
 
 def _age(seconds: float) -> str:

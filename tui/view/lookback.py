@@ -38,7 +38,7 @@ class Lookback:
         self.problem = ""  # why it could not be read (damaged), shown instead of the sparklines
         self._read: tuple[float, float] | None = None  # (window seconds, when)
         self.reading: float | None = None  # the window being read now
-        self.today: dict[str, float] = {}  # node -> kWh its GPUs used since local midnight
+        self.today: dict[str, float] = {}  # node -> kWh it used since local midnight (GPUs, and the rest where known)
         self._today_read: float | None = None
 
     @property
@@ -67,7 +67,7 @@ class Lookback:
         return self.available and (self._today_read is None or time.time() - self._today_read >= REREAD_SECONDS)
 
     async def read_today(self) -> None:
-        """Read each node's GPU energy since local midnight (in a thread)."""
+        """Read each node's energy since local midnight, its GPUs' and the rest's (in a thread)."""
         self._today_read = time.time()
         try:
             self.today = await asyncio.to_thread(_today, self.path)
@@ -80,8 +80,8 @@ def _today(path: Path) -> dict[str, float]:
     midnight = time.mktime(time.localtime(now)[:3] + (0, 0, 0, 0, 0, -1))
     totals: dict[str, float] = {}
     with HistoryReader(path) as reader:
-        for gpu in reader.gpu_energy(midnight, now):
-            totals[gpu.node] = totals.get(gpu.node, 0.0) + gpu.energy_kwh
+        for part in (*reader.gpu_energy(midnight, now), *reader.host_energy(midnight, now)):
+            totals[part.node] = totals.get(part.node, 0.0) + part.energy_kwh
     return totals
 
 

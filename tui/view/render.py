@@ -144,10 +144,13 @@ def _gpu_cells(node: NodeView, gpu, seconds: float | None, width: int,
     return trail.util.window(seconds, width), trail.mem.window(seconds, width)
 
 
-def _power_line(node: str, gpus, lookback: Lookback | None) -> str:
-    """`power 702 W now · today 3.41 kWh`: the GPUs' draw, and their energy since midnight where serve records it."""
-    watts = [gpu.power for gpu in gpus if gpu.power is not NA]
+def _power_line(node: str, stats, lookback: Lookback | None) -> str:
+    """`power 702 W now · today 3.41 kWh`: the GPUs' draw (and the rest of the machine's where idle_watts estimates
+    it), and the node's energy since midnight where serve records it."""
+    watts = [gpu.power for gpu in stats.gpus if gpu.power is not NA]
     line = f"\npower {sum(watts):.0f} W now" if watts else "\npower n/a (the GPUs do not report it)"
+    if stats.host_power is not NA:
+        line += f" + {stats.host_power:.0f} W rest of the machine (estimated)"
     if lookback is not None and node in lookback.today:
         line += f" · today {lookback.today[node]:.2f} kWh (homegpu serve's history)"
     return line
@@ -181,7 +184,7 @@ def node_detail(node: NodeView | None, width: int = 40, run_id: str = "", window
         out.append("\nCPU only: no GPU found (it can still train on its CPU)", style="dim")
         return out
     out.append(f"\nGPUs via {stats.source} · driver {stats.driver} · CUDA {stats.cuda}")
-    out.append(_power_line(node.name, stats.gpus, lookback))
+    out.append(_power_line(node.name, stats, lookback))
     windows = TRAIL_WINDOWS + (LOOKBACK_WINDOWS if lookback is not None and lookback.available else ())
     window %= len(windows)
     label = windows[window][0] + (" (homegpu serve's history)" if window >= len(TRAIL_WINDOWS) else "")
