@@ -520,10 +520,29 @@ def test_the_energy_counter_is_used_where_the_gpu_has_one(tmp_path):
     recorder = HistoryRecorder(path, clock=clock)
     line = without_processes(tui_line("h100_mig_load"))
     feed(recorder, clock, "mig", lambda k: with_counter(line, 1e6 + 500.0 * k), T0, T0 + 100)  # 500 W counted
-    recorder.close()
-    with HistoryReader(path, clock=clock) as history:
+
+    def check(history: HistoryReader) -> None:
         (gpu,) = history.gpu_energy(T0, T0 + HOUR)
-    assert (gpu.energy_kwh * 3.6e6, gpu.method) == (pytest.approx(50_000.0), "counter")  # not 433.78 W's
+        assert (gpu.energy_kwh * 3.6e6, gpu.method) == (pytest.approx(50_000.0), "counter")  # not 433.78 W's
+    with HistoryReader(path, clock=clock) as history:
+        check(history)
+    check_in_buckets(recorder, path, clock, check)  # a bucket of counted samples is counted, not "mixed"
+    recorder.close()
+
+
+def test_a_gpu_counted_for_part_of_the_window_is_mixed_in_every_tier(tmp_path):
+    path, clock = tmp_path / "history.sqlite", Clock()
+    recorder = HistoryRecorder(path, clock=clock)
+    line = without_processes(tui_line("h100_mig_load"))
+    feed(recorder, clock, "mig", lambda k: with_counter(line, 1e6 + 500.0 * k) if k < 150 else parsed(line), T0,
+         T0 + 300)
+
+    def check(history: HistoryReader) -> None:
+        assert [gpu.method for gpu in history.gpu_energy(T0, T0 + HOUR)] == ["mixed"]
+    with HistoryReader(path, clock=clock) as history:
+        check(history)
+    check_in_buckets(recorder, path, clock, check)
+    recorder.close()
 
 
 def test_a_history_from_before_energy_gets_its_columns_when_serve_opens_it(tmp_path):

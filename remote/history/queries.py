@@ -326,7 +326,8 @@ def _cost(millijoules: float, minute: int, tariff: Tariff) -> float:
 
 
 def _method(samples: float, counted: float) -> str:
-    """How a GPU's energy over some samples was obtained: by its counter in all of them, in none, or in some."""
+    """How a GPU's energy over some samples was obtained: by its counter in all of them, in none, or in some
+    (tiers.py keeps `counted` comparable with `n`)."""
     return "counter" if counted >= samples else "integrated" if not counted else "mixed"
 
 

@@ -50,12 +50,20 @@ def _mean(column: str) -> str:
     return f"round({weighted_mean(column)})"  # a bucket keeps whole units, like a sample
 
 
+def _counted(counted: str, energy: str) -> str:
+    """A bucket's samples measured by a counter: all of its `n` where every step with energy was (the sample
+    before a bucket's first step has none, yet belongs to the counter's stretch), else those that were. So
+    `counted` against `n` still tells "counter", "integrated" and "mixed" apart in every tier."""
+    with_energy = f"sum(CASE WHEN {energy} IS NULL THEN 0 ELSE n END)"
+    return f"CASE WHEN sum({counted}) = {with_energy} THEN sum(n) ELSE sum({counted}) END"
+
+
 # table -> (its key columns besides t, the aggregates of its value columns in column order)
 _BUCKETED = {
     "node_samples": ("node", f"sum(n), {_mean('cpu')}, {_mean('mem_used')}, max(mem_total), sum(host_mj), "
-                             "sum(host_counted)"),
+                             f"{_counted('host_counted', 'host_mj')}"),
     "gpu_samples": ("node, gpu", f"sum(n), {_mean('util')}, {_mean('mem_used')}, max(mem_total), {_mean('temp')}, "
-                                 f"{_mean('power')}, sum(energy_mj), sum(counted)"),
+                                 f"{_mean('power')}, sum(energy_mj), {_counted('counted', 'energy_mj')}"),
     "owner_samples": ("node, gpu, owner", f"sum(n), sum(gpu_ms), {_mean('mem')}, sum(energy_mj)"),
 }
 _COLUMNS = {"node_samples": 8, "gpu_samples": 11, "owner_samples": 8}
