@@ -43,6 +43,8 @@ def test_check_prints_the_example_cluster(tmp_path):
     assert result.returncode == 0, result.stderr
     for name in ("desktop", "closet", "laptop", "10.10.0.20", "rtx3060"):
         assert name in result.stdout
+    assert "the rest of the machines: RAPL where the node's user can read it, else estimated: closet 55-140 W" \
+        in result.stdout
 
 
 def test_check_reads_cluster_toml_in_the_current_directory(tmp_path):

@@ -86,6 +86,7 @@ def format_cluster(spec: ClusterSpec, targets: Mapping[str, SshTarget]) -> str:
         f"offline after {ssh.keepalive_count_max} missed",
         f"  stats every {spec.stats_interval:g}s",
         f"  electricity: {_tariff_text(spec.tariff)}",
+        f"  the rest of the machines: RAPL where the node's user can read it, else {_host_watts_text(spec.nodes)}",
         "",
     ]
     rows = [
@@ -106,6 +107,13 @@ def _tariff_text(tariff: Tariff) -> str:
         return "no price (runs show their energy; price_per_kwh in [cluster] adds the cost)"
     periods = "".join(f", {period.price:g} {period.text}" for period in tariff.periods)
     return f"{tariff.price_per_kwh:g} {tariff.currency} a kWh".replace("  ", " ") + periods
+
+
+def _host_watts_text(nodes) -> str:
+    """`desk 45-150 W, closet 30 W`: the estimates idle_watts/busy_watts set, or that none is set."""
+    set_ = [f"{n.name} {n.idle_watts:g}" + (f"-{n.busy_watts:g}" if n.busy_watts not in (None, n.idle_watts) else "")
+            + " W" for n in nodes if n.idle_watts is not None]
+    return ("estimated: " + ", ".join(set_)) if set_ else "GPU only (idle_watts and busy_watts in [[nodes]] estimate it)"
 
 
 def format_alerts(rules: AlertRules, which: Callable[[str], str | None] = shutil.which) -> list[str]:
