@@ -29,6 +29,12 @@ GPU_QUERY = (
     "power.draw,power.limit,clocks.sm,driver_version"
 )
 APP_QUERY = "--query-compute-apps=gpu_uuid,pid,process_name,used_memory"
+# The agent's health query (smi_parse.HEALTH_QUERY), answered only where a test gives it a fixture:
+# no recording has these fields, so without one the replay refuses it, as an older driver would.
+HEALTH_QUERY = (
+    "--query-gpu=uuid,pci.bus_id,clocks_event_reasons.active,clocks.mem,clocks.max.sm,clocks.max.memory,"
+    "pcie.link.gen.current,pcie.link.width.current,pcie.link.gen.max,pcie.link.width.max,pcie.link.gen.gpumax"
+)
 FORMAT = "--format=csv,noheader,nounits"
 
 # exit code: nvidia-smi's own codes for the garbage fixtures, so the agent sees a real failure.
@@ -97,6 +103,7 @@ def write_replay_nvidia_smi(
     apps_fixture: Path | None,
     *,
     version_fixture: Path | None = None,
+    health_fixture: Path | None = None,
     loop_mode: bool = True,
     log: Path | None = None,
     ignore_closed_stdout: bool = False,
@@ -110,6 +117,7 @@ def write_replay_nvidia_smi(
         apps_fixture: printed for ``--query-compute-apps``; None prints nothing (no processes).
         version_fixture: printed for ``--version``; None makes ``--version`` fail, as on drivers
             too old to have it.
+        health_fixture: printed for the agent's health query (``HEALTH_QUERY``); None refuses it.
         loop_mode: answer ``--loop-ms=N`` after a query; False refuses it (exit 2), as an
             nvidia-smi without loop mode would.
         log: a file each run appends one line to: its pid and arguments as a JSON list (see
@@ -125,6 +133,8 @@ def write_replay_nvidia_smi(
     }
     if version_fixture is not None:
         answers[("--version",)] = _answer(version_fixture)
+    if health_fixture is not None:
+        answers[(HEALTH_QUERY, FORMAT)] = _answer(health_fixture)
     dir.mkdir(parents=True, exist_ok=True)
     script = dir / "nvidia-smi"
     script.write_text(_SCRIPT.format(

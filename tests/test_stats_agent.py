@@ -105,8 +105,21 @@ DEVICE_GETTERS = {
     "nvmlDeviceGetPowerUsage": ("power", ()),
     "nvmlDeviceGetTotalEnergyConsumption": ("energy", ()),
     "nvmlDeviceGetPowerManagementLimit": ("limit", ()),
-    "nvmlDeviceGetClockInfo": ("sm", (1,)),  # NVML_CLOCK_SM
     "nvmlDeviceGetComputeRunningProcesses": ("procs", ()),
+    # health (tests/test_gpu_health.py): a device without the key has no such reading
+    "nvmlDeviceGetCurrentClocksEventReasons": ("reasons", ()),
+    "nvmlDeviceGetCurrPcieLinkGeneration": ("gen", ()),
+    "nvmlDeviceGetCurrPcieLinkWidth": ("width", ()),
+    "nvmlDeviceGetMaxPcieLinkGeneration": ("max_gen", ()),
+    "nvmlDeviceGetMaxPcieLinkWidth": ("max_width", ()),
+    "nvmlDeviceGetGpuMaxPcieLinkGeneration": ("gpu_max_gen", ()),
+    "nvmlDeviceGetPciInfo": ("pci", ()),
+}
+# (function, NVML_CLOCK_SM or NVML_CLOCK_MEM) -> key in the device dict; counted as "function" for
+# the SM clock, "function_mem" for the memory clock.
+CLOCK_GETTERS = {
+    ("nvmlDeviceGetClockInfo", 1): "sm", ("nvmlDeviceGetClockInfo", 2): "mem_clock",
+    ("nvmlDeviceGetMaxClockInfo", 1): "sm_max", ("nvmlDeviceGetMaxClockInfo", 2): "mem_max",
 }
 
 
@@ -120,6 +133,7 @@ class FakeNvml:
     NVMLError = FakeNVMLError
     NVML_TEMPERATURE_GPU = 0
     NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
 
     def __init__(self, devices, driver, cuda, names=None, init_error=None):
         self.devices, self.driver, self.cuda = devices, driver, cuda
@@ -146,6 +160,16 @@ class FakeNvml:
         self.calls["nvmlDeviceGetHandleByIndex"] += 1
         return self.devices[index]
 
+    def nvmlDeviceGetClockInfo(self, handle, clock):
+        return self._clock("nvmlDeviceGetClockInfo", handle, clock)
+
+    def nvmlDeviceGetMaxClockInfo(self, handle, clock):
+        return self._clock("nvmlDeviceGetMaxClockInfo", handle, clock)
+
+    def _clock(self, name, handle, clock):
+        self.calls[name + ("_mem" if clock == self.NVML_CLOCK_MEM else "")] += 1
+        return _value(handle.get(CLOCK_GETTERS[name, clock], FakeNotSupported(name)))
+
     def __getattr__(self, name):
         if name not in DEVICE_GETTERS:
             raise AttributeError(name)
@@ -154,7 +178,7 @@ class FakeNvml:
         def getter(handle, *args):
             assert args == expected, (name, args)
             self.calls[name] += 1
-            return _value(handle[key])
+            return _value(handle.get(key, FakeNotSupported(name)))
 
         return getter
 
@@ -179,11 +203,16 @@ def h100_mig():
 MIG_NAMES = {21180: "/root/tools/memhog", 21181: "/root/tools/memhog", 21198: "./gpu_burn"}
 
 
+# A GPU whose health NVML does not report (the recordings these come from did not read it).
+NO_HEALTH = {"throttle": None, "mem_clock": None, "sm_clock_max": None, "mem_clock_max": None,
+             "pcie": dict.fromkeys(("gen", "width", "max_gen", "max_width", "gpu_max_gen", "gpu_max_width"))}
+
+
 def gpu_json(index, name, uuid, util, used, total, temp, power, limit, sm, processes=(), reserved=None, energy=None):
     return {
         "index": index, "name": name, "uuid": uuid, "util": util, "mem_used": used,
         "mem_total": total, "mem_reserved": reserved, "temp": temp, "power": power, "energy": energy,
-        "power_limit": limit, "sm_clock": sm, "processes": list(processes),
+        "power_limit": limit, "sm_clock": sm, "processes": list(processes), **NO_HEALTH,
     }
 
 
@@ -408,7 +437,7 @@ def test_nvml_error_on_one_field_nulls_only_that_field(field: str) -> None:
     expected = {"name": {"name"}, "uuid": {"uuid"}, "util": {"util"},
                 "memory": {"mem_used", "mem_total"}, "temp": {"temp"}, "power": {"power"},
                 "limit": {"power_limit"}, "sm": {"sm_clock"}}[field]
-    assert nulled - {"energy"} == expected  # the recorded cards' counters were not read: None in both
+    assert nulled - {"energy"} - set(NO_HEALTH) == expected  # not read in the recordings: None in both
     assert errors == []
 
 

@@ -14,11 +14,15 @@ import time
 import types
 
 if __package__:  # how the node_side modules import each other: see stats_agent.py's docstring
+    from . import gpu_health
     from .agent_common import MIB, describe
 else:
+    import gpu_health
     from agent_common import MIB, describe
 
 STATIC_REFRESH_S = 60.0  # how long NVML names, UUIDs and power limits are kept before asking again
+# NVML's documented nvmlClockType_t values, for a pynvml-like module that lacks the constants.
+NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
 
 
 # --- readings ------------------------------------------------------------------------------------
@@ -101,10 +105,60 @@ def _nvml_memory(nvml, handle, call, device):
             _scaled(getattr(memory, "total", None), MIB, floor=True), None)
 
 
-def _nvml_gpu(nvml, index, handle, errors, device=None, apps=True):
+def _ask(call, label, nvml, names, *args):
+    """``call`` the first function of ``names`` that pynvml has and the driver answers; None if none.
+
+    A newer name (nvmlDeviceGetCurrentClocksEventReasons) may be in pynvml but not in an older
+    driver (NVMLError_FunctionNotFound), where the deprecated one still answers.
+    """
+    for name in names:
+        fn = getattr(nvml, name, None)
+        if fn is not None:
+            value = call(label, lambda: fn(*args))
+            if value is not None:
+                return value
+    return None
+
+
+def _link_caps(nvml, handle, call):
+    """What the card and its slot can do: maximum clocks and PCIe link. They do not change, so
+    ``_nvml_health`` asks for them once (again after ``STATIC_REFRESH_S``, as for names)."""
+    sm, mem = getattr(nvml, "NVML_CLOCK_SM", NVML_CLOCK_SM), getattr(nvml, "NVML_CLOCK_MEM", NVML_CLOCK_MEM)
+    pci = _ask(call, "pci_info", nvml, ("nvmlDeviceGetPciInfo",), handle)
+    return {
+        "sm_clock_max": _ask(call, "sm_clock_max", nvml, ("nvmlDeviceGetMaxClockInfo",), handle, sm),
+        "mem_clock_max": _ask(call, "mem_clock_max", nvml, ("nvmlDeviceGetMaxClockInfo",), handle, mem),
+        "max_gen": _ask(call, "pcie_max_gen", nvml, ("nvmlDeviceGetMaxPcieLinkGeneration",), handle),
+        "max_width": _ask(call, "pcie_max_width", nvml, ("nvmlDeviceGetMaxPcieLinkWidth",), handle),
+        "gpu_max_gen": _ask(call, "pcie_gpu_max_gen", nvml, ("nvmlDeviceGetGpuMaxPcieLinkGeneration",), handle),
+        "gpu_max_width": gpu_health.card_max_width(_text(getattr(pci, "busId", None))),
+    }
+
+
+def _nvml_health(nvml, handle, call, device):
+    """The GPU's health keys (``gpu_health.py``): what holds it back now, against what it can do."""
+    caps = _once(device, "link_caps", lambda: _link_caps(nvml, handle, call))
+    mem = getattr(nvml, "NVML_CLOCK_MEM", NVML_CLOCK_MEM)
+    reasons = _ask(call, "clocks_event_reasons", nvml, (
+        "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"), handle)
+    return {
+        "throttle": gpu_health.throttle_names(reasons),
+        "mem_clock": _ask(call, "mem_clock", nvml, ("nvmlDeviceGetClockInfo",), handle, mem),
+        "sm_clock_max": caps["sm_clock_max"],
+        "mem_clock_max": caps["mem_clock_max"],
+        "pcie": {
+            "gen": _ask(call, "pcie_gen", nvml, ("nvmlDeviceGetCurrPcieLinkGeneration",), handle),
+            "width": _ask(call, "pcie_width", nvml, ("nvmlDeviceGetCurrPcieLinkWidth",), handle),
+            **{key: caps[key] for key in ("max_gen", "max_width", "gpu_max_gen", "gpu_max_width")},
+        },
+    }
+
+
+def _nvml_gpu(nvml, index, handle, errors, device=None, apps=True, health=True):
     """One GPU's reading. ``device`` holds what does not change between samples (name, UUID, power
-    limit, which memory call works) once it is known, and the last process list; a fresh dict asks
-    for everything. ``apps`` False keeps that process list instead of asking again."""
+    limit, which memory call works) once it is known, and the last process list and health; a
+    fresh dict asks for everything. ``apps`` (``health``) False keeps that process list (health)
+    instead of asking again."""
     device = {} if device is None else device
 
     def call(label, thunk):
@@ -112,7 +166,7 @@ def _nvml_gpu(nvml, index, handle, errors, device=None, apps=True):
 
     util = call("util", lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
     used, total, reserved = _nvml_memory(nvml, handle, call, device)
-    return {
+    gpu = {
         "index": index,
         "name": _once(device, "name", lambda: _text(call("name", lambda: nvml.nvmlDeviceGetName(handle)))),
         "uuid": _once(device, "uuid", lambda: _text(call("uuid", lambda: nvml.nvmlDeviceGetUUID(handle)))),
@@ -133,15 +187,17 @@ def _nvml_gpu(nvml, index, handle, errors, device=None, apps=True):
         ),
         "processes": list(_once(device, "processes", lambda: _nvml_processes(nvml, handle, call), apps)),
     }
+    gpu.update(_once(device, "health", lambda: _nvml_health(nvml, handle, call, device), health))
+    return gpu
 
 
-def read_nvml(nvml, errors=None, cache=None, apps=True):
+def read_nvml(nvml, errors=None, cache=None, apps=True, health=True):
     """Read every GPU through an initialised ``pynvml``-like module ``nvml`` (injectable in tests).
 
     ``cache`` (a dict the caller keeps between samples, see ``NvmlReader``) holds each GPU's
-    handle and unchanging readings, and its last process list, which is asked for again only
-    when ``apps`` is true; it is emptied when the GPU count changes. Without it every reading is
-    asked for.
+    handle and unchanging readings, and its last process list and health, which are asked for
+    again only when ``apps`` (``health``) is true; it is emptied when the GPU count changes.
+    Without it every reading is asked for.
     """
     errors = [] if errors is None else errors
     cache = {} if cache is None else cache
@@ -155,7 +211,7 @@ def read_nvml(nvml, errors=None, cache=None, apps=True):
         handle = _once(device, "handle", lambda: _nvml_call(
             nvml, errors, f"gpu{index}.handle", lambda: nvml.nvmlDeviceGetHandleByIndex(index)))
         if handle is not None:
-            gpus.append(_nvml_gpu(nvml, index, handle, errors, device, apps))
+            gpus.append(_nvml_gpu(nvml, index, handle, errors, device, apps, health))
     return gpus
 
 
@@ -176,12 +232,13 @@ class NvmlReader:
     179 µs on an H100, more than all the changing readings together), then asked for again every
     ``STATIC_REFRESH_S`` so a limit changed with ``nvidia-smi -pl`` shows within a minute. Compute
     processes change slowly and cost a call per GPU and one per process (its name), so as with
-    ``SmiReader`` they are asked for on every ``apps_every``-th read only.
+    ``SmiReader`` they are asked for on every ``apps_every``-th read only; health (``gpu_health.py``:
+    eight calls a GPU, some of them slow on some cards) on every ``health_every``-th.
     """
 
     source = "nvml"
 
-    def __init__(self, nvml, clock=time.monotonic, apps_every=1, owners=None):
+    def __init__(self, nvml, clock=time.monotonic, apps_every=1, owners=None, health_every=1):
         nvml.nvmlInit()  # raises when there is no driver: the caller falls back
         self.nvml = nvml
         self.driver, self.cuda = read_nvml_versions(nvml)
@@ -190,6 +247,8 @@ class NvmlReader:
         self.cached_at = clock()
         self.apps_every = max(1, apps_every)
         self._reads_since_apps = self.apps_every  # the first read asks
+        self.health_every = max(1, health_every)
+        self._reads_since_health = self.health_every
         self.owners = owners
 
     def read(self, errors):
@@ -198,7 +257,9 @@ class NvmlReader:
             self.cached_at = self.clock()
         apps = self._reads_since_apps >= self.apps_every
         self._reads_since_apps = 1 if apps else self._reads_since_apps + 1
-        gpus = read_nvml(self.nvml, errors, self.cache, apps)
+        health = self._reads_since_health >= self.health_every
+        self._reads_since_health = 1 if health else self._reads_since_health + 1
+        gpus = read_nvml(self.nvml, errors, self.cache, apps, health)
         if apps and self.owners is not None:  # the lists are kept between asks, owners with them
             self.owners.annotate(gpu["processes"] for gpu in gpus)
         return gpus, self.driver, self.cuda

@@ -20,9 +20,10 @@ import threading
 import time
 
 if __package__:  # how the node_side modules import each other: see stats_agent.py's docstring
-    from . import smi_parse
+    from . import gpu_health, smi_parse
     from .agent_common import describe
 else:
+    import gpu_health
     import smi_parse
     from agent_common import describe
 
@@ -35,6 +36,7 @@ SILENT_MIN_S = 30.0  # a loop child silent for max(this, 10 intervals) is killed
 MAX_PENDING_ERRORS = 20  # loop errors kept for the next line; older ones are dropped
 QUIET_MAX_S = 0.2  # silence that ends a loop child's first iteration (less for loops under 0.4 s)
 FIRST_LOOP_WAIT_S = 0.35  # how long the first line waits for nvidia-smi's loop before a one-shot
+HEALTH_RETRY_READS = 12  # health queries nvidia-smi refused: asked again after this many health periods
 
 _CHILDREN = set()  # nvidia-smi processes running now, killed when the agent exits
 _SPAWN_LOCK = threading.Lock()  # makes "start a child and note it" one step for kill_children
@@ -265,14 +267,16 @@ class SmiReader:
     loop child keeps ending without ever looping (an nvidia-smi without ``--loop-ms``) the reader
     stays with one-shot queries. Without an ``interval`` (``--once``) every read is one-shot.
     Compute processes change slowly and cost a fork each, so they are asked for on every
-    ``apps_every``-th read only.
+    ``apps_every``-th read only; health (``gpu_health.py``) by a query of its own on every
+    ``health_every``-th read, its figures kept between.
     """
 
     source = "nvidia-smi"
 
-    def __init__(self, path, interval=None, apps_every=1, owners=None):
+    def __init__(self, path, interval=None, apps_every=1, owners=None, health_every=1):
         self.path = path
         self.owners = owners
+        self.health = SmiHealth(self._run, health_every)
         self.loop_ms = max(1, int(round(interval * 1000))) if interval else None
         self.max_age = 2 * interval + STALE_GRACE_S if interval else 0.0
         self.silent_limit = max(SILENT_MIN_S, 10 * interval) if interval else 0.0
@@ -305,9 +309,11 @@ class SmiReader:
         """Return (gpus, driver, cuda) for one sample."""
         gpus = self._gpus(errors)
         apps = self._processes(errors) if gpus else {}
+        health = self.health.read() if gpus else {}
         drivers = [gpu.pop("driver") for gpu in gpus]
         for gpu in gpus:
             gpu["processes"] = apps.get(gpu["uuid"], [])
+            gpu.update(health.get(gpu["uuid"]) or gpu_health.no_health())
         return gpus, next((d for d in drivers if d), None), self.cuda
 
     def _gpus(self, errors):
@@ -346,3 +352,37 @@ class SmiReader:
             self._reads_since_apps = 0
         self._reads_since_apps += 1
         return self._apps
+
+
+class SmiHealth:
+    """Each GPU's health (``gpu_health.py``) from a one-shot query on every ``every``-th read, kept between.
+
+    The query is run apart from the GPU rows' so that those stay as they are (and as recorded) on
+    every driver. Where nvidia-smi refuses it (a driver that lacks a field, a stand-in that does not
+    know it) the older spelling is tried; where both are refused the figures are null, said by
+    nothing else, and the query waits ``HEALTH_RETRY_READS`` periods before it is tried again.
+    """
+
+    def __init__(self, run, every=1):
+        self.run = run  # SmiReader._run: (exit code, stdout, stderr) of one nvidia-smi
+        self.every = max(1, every)
+        self.query = 0  # index in smi_parse.HEALTH_QUERIES of the spelling that last worked
+        self.reads_left = 0  # reads until the next query
+        self.latest = {}
+
+    def read(self):
+        """Health keys by GPU uuid: from a query now when one is due, else the last ones."""
+        if self.reads_left <= 0:
+            self.latest = self._ask()
+            self.reads_left = self.every * (1 if self.latest else HEALTH_RETRY_READS)
+        self.reads_left -= 1
+        return self.latest
+
+    def _ask(self):
+        queries = smi_parse.HEALTH_QUERIES
+        for index in [self.query] + [i for i in range(len(queries)) if i != self.query]:
+            code, out, _ = self.run(smi_parse.query_arg("--query-gpu=", queries[index]), smi_parse.SMI_FORMAT)
+            if code == 0:
+                self.query = index
+                return smi_parse.parse_nvidia_smi_health(out, queries[index], None, gpu_health.card_max_width)
+        return {}

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import csv
 
+if __package__:  # how the node_side modules import each other: see stats_agent.py's docstring
+    from . import gpu_health
+else:
+    import gpu_health
+
 SMI_FORMAT = "--format=csv,noheader,nounits"
 
 # nvidia-smi field -> our key, in query order.
@@ -25,6 +30,28 @@ GPU_QUERY = (
     ("clocks.sm", "sm_clock"),
     ("driver_version", "driver"),
 )
+# The health query (gpu_health.py), a one-shot run apart at a slower cadence: nvidia-smi's documented
+# --help-query-gpu fields. Every figure is a number; the reasons are a hex bitmask ("0x...04").
+HEALTH_QUERY = (
+    ("uuid", "uuid"),
+    ("pci.bus_id", "bus_id"),
+    ("clocks_event_reasons.active", "throttle"),
+    ("clocks.mem", "mem_clock"),
+    ("clocks.max.sm", "sm_clock_max"),
+    ("clocks.max.memory", "mem_clock_max"),
+    ("pcie.link.gen.current", "gen"),
+    ("pcie.link.width.current", "width"),
+    ("pcie.link.gen.max", "max_gen"),
+    ("pcie.link.width.max", "max_width"),
+    ("pcie.link.gen.gpumax", "gpu_max_gen"),
+)
+# Drivers before the reasons' rename to "clocks_event_reasons" know them as "clocks_throttle_reasons",
+# and may lack pcie.link.gen.gpumax: nvidia-smi refuses a whole query for one field it does not know.
+HEALTH_QUERY_OLDER = tuple(
+    ("clocks_throttle_reasons.active", key) if key == "throttle" else (field, key)
+    for field, key in HEALTH_QUERY if key != "gpu_max_gen"
+)
+HEALTH_QUERIES = (HEALTH_QUERY, HEALTH_QUERY_OLDER)
 APP_QUERY = (("gpu_uuid", "uuid"), ("pid", "pid"), ("process_name", "name"), ("used_memory", "mem"))
 TEXT_KEYS = ("name", "uuid", "driver")
 
@@ -103,6 +130,35 @@ def parse_nvidia_smi_apps(csv_text, errors=None):
         app = _typed(row, APP_QUERY)
         apps.setdefault(app.pop("uuid"), []).append(app)
     return apps
+
+
+def hex_mask(cell):
+    """A bitmask cell such as ``0x0000000000000004`` as an int; None when not available or not hex."""
+    text = clean(cell) if isinstance(cell, str) else None
+    if text is None or not text.lower().startswith("0x"):
+        return None
+    try:
+        return int(text, 16)
+    except ValueError:
+        return None
+
+
+def parse_nvidia_smi_health(csv_text, query=HEALTH_QUERY, errors=None, card_max_width=lambda bus_id: None):
+    """Parse a health query's output (``query``: one of HEALTH_QUERIES) into health keys by GPU uuid.
+
+    The keys are ``gpu_health.py``'s; ``card_max_width(bus_id)`` gives the card's own link width,
+    which nvidia-smi does not report (``gpu_health.card_max_width`` on a node: sysfs).
+    """
+    found = {}
+    for row in _rows(csv_text, len(query), errors):
+        cells = {key: cell for (_, key), cell in zip(query, row)}
+        health = gpu_health.no_health()
+        health["throttle"] = gpu_health.throttle_names(hex_mask(cells["throttle"]))
+        health.update((key, number(cells[key])) for key in gpu_health.CLOCK_KEYS)
+        health["pcie"].update((key, number(cells[key])) for key in gpu_health.PCIE_KEYS if key in cells)
+        health["pcie"]["gpu_max_width"] = card_max_width(clean(cells["bus_id"]))
+        found[clean(cells["uuid"])] = health
+    return found
 
 
 def parse_nvidia_smi_version(text):

@@ -15,15 +15,23 @@ clocks in MHz, temperatures in C, ``host_energy`` the CPUs' and memory's joules 
 began (``host_power.py``). A value the node cannot measure is ``null``; nothing that goes
 wrong while measuring stops the stream, it lands in ``errors``.
 
+Each GPU also carries its health, read every ``HEALTH_INTERVAL_S`` (some of its NVML calls are slow)
+and repeated on the lines between: ``throttle`` (the active clock event reasons by name, see
+``gpu_health.THROTTLE_REASONS``), ``mem_clock``, ``sm_clock_max``, ``mem_clock_max`` and ``pcie``
+(``{"gen","width","max_gen","max_width","gpu_max_gen","gpu_max_width"}``); ``gpu_health.py`` says
+what each means. They are optional keys of protocol version 1: a controller that predates them
+ignores them (``nodes/stats.py`` reads the keys it knows), and one that knows them reads their
+absence from an older agent as "not available".
+
 The agent exits when its stdin reaches EOF (the SSH session closed), on SIGTERM/SIGHUP/SIGINT and
 when stdout is gone (SIGPIPE), and kills its ``nvidia-smi`` children first; on Linux the kernel
 also kills the long-lived one (see ``gpu_smi.SmiLoop``) if the agent itself is killed.
 
 This file is the stream and its wiring; what it measures is in modules of their own (``MODULES``):
-``gpu_nvml`` (NVML), ``smi_parse`` and ``gpu_smi`` (nvidia-smi), ``host_proc`` (CPU, memory, load,
-disk), ``host_power`` (RAPL), ``agent_common`` (what they share) and ``process_owners`` (who owns a GPU process; without
-it processes have no ``owner``). They import each other relatively on the controller and by plain
-name on a node::
+``gpu_nvml`` (NVML), ``smi_parse`` and ``gpu_smi`` (nvidia-smi), ``gpu_health`` (both sources'
+health keys), ``host_proc`` (CPU, memory, load, disk), ``host_power`` (RAPL), ``agent_common`` (what
+they share) and ``process_owners`` (who owns a GPU process; without it processes have no ``owner``).
+They import each other relatively on the controller and by plain name on a node::
 
     if __package__:  # imported as homegpu.remote.node_side.X: the controller and the tests
         from . import gpu_smi
@@ -65,10 +73,12 @@ PROTOCOL_VERSION = 1
 GPU_SOURCES = ("nvml", "nvidia-smi", "none")  # what a line's "source" says
 SOURCES = ("auto", *GPU_SOURCES)  # what --source takes: "auto" tries them in order
 # The node_side modules the agent runs with, each after those it imports (the bundle ships them so).
-MODULES = ("agent_common", "smi_parse", "gpu_smi", "gpu_nvml", "host_proc", "host_power", "process_owners")
+MODULES = ("agent_common", "gpu_health", "smi_parse", "gpu_smi", "gpu_nvml", "host_proc", "host_power",
+           "process_owners")
 # The controller's pynvml source, put here by the bundle's bootstrap (nodes/agent_bundle.py); else the node's own.
 SHIPPED_PYNVML = globals().get("SHIPPED_PYNVML", b"")
 APPS_INTERVAL_S = 5.0  # how often compute processes are asked for (both GPU sources)
+HEALTH_INTERVAL_S = 5.0  # how often GPU health is asked for: a PCIe reading took 27 ms on an H100
 FIRST_WINDOW_S = 0.15  # the first line's CPU % window: the first screen must not wait an interval
 
 
@@ -83,13 +93,14 @@ class NoGpuReader:
         return [], None, None
 
 
-def open_reader(source, nvml, smi_path, interval=None, apps_every=1, owners=None):
+def open_reader(source, nvml, smi_path, interval=None, apps_every=1, owners=None, health_every=1):
     """Pick the GPU reader for ``source``, returning (reader, notes on sources that were skipped).
 
     ``auto`` tries NVML, then ``nvidia-smi``, then none; an explicit source that cannot work
     gives the "none" reader, so the node still streams its CPU and memory. ``interval`` (None for
-    an agent that samples once) is passed on to ``gpu_smi.SmiReader``, ``apps_every`` and ``owners``
-    (a ``process_owners.ProcessOwners``, or None to leave processes without owners) to both readers.
+    an agent that samples once) is passed on to ``gpu_smi.SmiReader``, ``apps_every``, ``health_every``
+    and ``owners`` (a ``process_owners.ProcessOwners``, or None to leave processes without owners) to
+    both readers.
     ``nvml`` is a pynvml-like module or why there is none (see ``gpu_nvml.load_pynvml``).
     """
     notes = []
@@ -98,12 +109,13 @@ def open_reader(source, nvml, smi_path, interval=None, apps_every=1, owners=None
             notes.append(f"nvml: {nvml}")
         else:
             try:
-                return gpu_nvml.NvmlReader(nvml, apps_every=apps_every, owners=owners), notes
+                return gpu_nvml.NvmlReader(nvml, apps_every=apps_every, owners=owners,
+                                           health_every=health_every), notes
             except Exception as exc:  # noqa: BLE001 - NVMLError, OSError, ... all mean "no NVML"
                 notes.append(f"nvml: {describe(exc)}")
     if source in ("auto", "nvidia-smi"):
         if smi_path:
-            return gpu_smi.SmiReader(smi_path, interval, apps_every, owners), notes
+            return gpu_smi.SmiReader(smi_path, interval, apps_every, owners, health_every), notes
         notes.append("nvidia-smi: not found on PATH")
     return NoGpuReader(), notes
 
@@ -189,11 +201,14 @@ def parse_args(argv):
     parser.add_argument("--source", choices=SOURCES, default="auto", help="where GPU stats come from")
     parser.add_argument("--apps-interval", type=float, default=APPS_INTERVAL_S,
                         help="seconds between compute process queries (NVML or nvidia-smi)")
+    parser.add_argument("--health-interval", type=float, default=HEALTH_INTERVAL_S,
+                        help="seconds between GPU health queries (NVML or nvidia-smi)")
     args = parser.parse_args(argv)
     if not args.interval > 0:
         parser.error("--interval must be positive")
-    if not args.apps_interval > 0:
-        parser.error("--apps-interval must be positive")
+    for name in ("apps_interval", "health_interval"):
+        if not getattr(args, name) > 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive")
     return args
 
 
@@ -218,9 +233,10 @@ def stream(args):
     nvml = gpu_nvml.load_pynvml(SHIPPED_PYNVML) if args.source in ("auto", "nvml") else None
     smi = shutil.which("nvidia-smi") if args.source in ("auto", "nvidia-smi") else None
     apps_every = max(1, int(round(args.apps_interval / args.interval)))
+    health_every = max(1, int(round(args.health_interval / args.interval)))
     owners = process_owners.ProcessOwners() if process_owners is not None else None
     reader, notes = open_reader(args.source, nvml, smi, interval=None if args.once else args.interval,
-                                apps_every=apps_every, owners=owners)
+                                apps_every=apps_every, owners=owners, health_every=health_every)
     rapl = host_power.RaplCounter()
     if rapl.problem:
         notes.append(rapl.problem)

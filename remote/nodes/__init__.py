@@ -1,6 +1,6 @@
 """homegpu.remote.nodes: the cluster's live sessions: one per node over SSH (or local processes), host keys,
-the stats agent's stream as snapshots, a talking login shell in words, who owns each GPU process, the event
-hub, and node text made visible.
+the stats agent's stream as snapshots (and what holds a GPU back, in words), a talking login shell in words,
+who owns each GPU process, the event hub, and node text made visible.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from homegpu.remote.nodes.events import (
     NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, QueueRunChanged, Straggler,
     Subscription, WorkerExited,
 )
+from homegpu.remote.nodes.health import ReasonTimer, held_back
 from homegpu.remote.nodes.login_shell import SHELL_FIX, talking_shell
 from homegpu.remote.nodes.owners import FOREIGN_SHARE, foreign_memory_warnings, is_run_worker, owner_text
 from homegpu.remote.nodes.session import NODE_GONE, NodeOffline, NodeSession
@@ -32,10 +33,11 @@ __all__ = [
     "Cluster",
     "CommandResult", "CommandTimeout", "EventHub", "GpuStats", "JobState", "JobStateChanged", "NodeError",
     "NodeOffline", "NodeSession", "NodeState", "NodeStateChanged", "NodeStats", "NodeStatsUnavailable",
-    "NodeStatsUpdated", "OfferedKey", "PreflightResult", "QueueRunChanged", "RemoteProcess", "SshTarget",
+    "NodeStatsUpdated", "OfferedKey", "PreflightResult", "QueueRunChanged", "ReasonTimer", "RemoteProcess", "SshTarget",
     "SshTransport",
     "StatsParseError", "Straggler", "Subscription", "TransportError", "WorkerExited", "agent_command", "agent_payload",
     "cause", "connect_wait", "describe_gpus", "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib",
+    "held_back",
     "hostkeys", "is_run_worker", "jump_hostname_address", "owner_text", "parse_agent_line", "ssh_target", "talking_shell", "tied_to_session",
     "visible",
     "visible_fields", "wait_set",

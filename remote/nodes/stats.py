@@ -12,7 +12,7 @@ import json
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from homegpu.remote.node_side import GPU_SOURCES, PROTOCOL_VERSION
@@ -124,11 +124,28 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class PcieLink:
+    """A GPU's PCIe link: its generation and width now, what the card and its slot can do together
+    (``max_gen``, ``max_width``) and what the card alone can (``gpu_max_gen``, ``gpu_max_width``);
+    NA where the node cannot tell (node_side/gpu_health.py)."""
+
+    gen: Number = NA
+    width: Number = NA
+    max_gen: Number = NA
+    max_width: Number = NA
+    gpu_max_gen: Number = NA
+    gpu_max_width: Number = NA
+
+
+@dataclass(frozen=True)
 class GpuStats:
     """One GPU at one moment: util %, memory MiB, temperature C, power W, SM clock MHz.
 
     ``mem_used`` is what nvidia-smi shows, without the memory the driver reserves for itself;
     ``mem_reserved`` is that reservation where the node's NVML reports it (NA otherwise).
+    Its health, read every few seconds by the agent: ``throttle`` names the clock event reasons
+    active now (node_side/gpu_health.py's names; None where unknown, () for none), the memory
+    clock and both maximum clocks in MHz, and its PCIe link (``remote/nodes/health.py`` judges them).
     """
 
     index: Number
@@ -144,6 +161,11 @@ class GpuStats:
     processes: tuple[GpuProcess, ...] = ()
     mem_reserved: Number = NA
     energy: Number = NA  # joules since the driver loaded, where NVML counts them (Volta and newer)
+    throttle: tuple[str, ...] | None = None
+    mem_clock: Number = NA
+    sm_clock_max: Number = NA
+    mem_clock_max: Number = NA
+    pcie: PcieLink = PcieLink()
 
     @property
     def mem_percent(self) -> float | NotAvailable:
@@ -179,6 +201,9 @@ class NodeStats:
     @property
     def has_gpus(self) -> bool:
         return bool(self.gpus)
+
+
+PCIE_KEYS = tuple(field.name for field in fields(PcieLink))
 
 
 # --- parsing -------------------------------------------------------------------------------------
@@ -223,6 +248,22 @@ def _object(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
+def _throttle(obj: dict[str, Any], where: str) -> tuple[str, ...] | None:
+    value = obj.get("throttle")
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise _fail(where + "throttle", "a list of strings or null", value)
+    return tuple(value)
+
+
+def _pcie(value: Any, where: str) -> PcieLink:
+    if value is None:
+        return PcieLink()
+    obj = _object(value, where)
+    return PcieLink(**{key: _number(obj, key, where + ".") for key in PCIE_KEYS})
+
+
 def _owner(value: Any, where: str) -> ProcessOwner | None:
     if value is None:
         return None
@@ -249,13 +290,14 @@ def _gpu(value: Any, where: str) -> GpuStats:
     numbers = {
         key: _number(obj, key, dot)
         for key in ("index", "util", "mem_used", "mem_total", "mem_reserved", "temp", "power", "power_limit",
-                    "sm_clock", "energy")
+                    "sm_clock", "energy", "mem_clock", "sm_clock_max", "mem_clock_max")
     }
     processes = tuple(
         _process(p, f"{dot}processes[{i}]") for i, p in enumerate(_list(obj, "processes", dot))
     )
     return GpuStats(
-        name=_text(obj, "name", dot), uuid=_text(obj, "uuid", dot), processes=processes, **numbers
+        name=_text(obj, "name", dot), uuid=_text(obj, "uuid", dot), processes=processes,
+        throttle=_throttle(obj, dot), pcie=_pcie(obj.get("pcie"), dot + "pcie"), **numbers
     )
 
 

@@ -25,8 +25,18 @@ JSON_HELP = """\
                                "gpus": [{"index", "name", "uuid", "util": %, "mem_used": MiB,
                                          "mem_total": MiB, "temp": C, "power": W,
                                          "power_limit": W, "sm_clock": MHz,
+                                         "throttle": null | [REASON, ...],
+                                         "clocks": {"sm", "sm_max", "mem", "mem_max"}: MHz,
+                                         "pcie": {"gen", "width", "max_gen", "max_width",
+                                                  "gpu_max_gen", "gpu_max_width"},
+                                         "held_back": [SENTENCE, ...],
                                          "processes": [{"pid", "name", "mem": MiB,
                                                         "owner": null | OWNER}]}]}}]}
+REASON is an active clock event reason: gpu_idle, applications_clocks, sw_power_cap, hw_slowdown,
+sync_boost, sw_thermal, hw_thermal, hw_power_brake, display_clocks, board_limit, reliability
+(throttle null: not known; [] none). pcie's max_gen and max_width are what the card and its slot
+can do together, gpu_max_gen and gpu_max_width the card alone; held_back says, under load, what
+slows the GPU down and the fix (empty when nothing does, or the GPU is idle).
 OWNER is who the process belongs to, as the node's agent found out:
   {"kind": "worker", "run_id", "job", "index", "user", "uid"}     a homegpu worker (or its child)
   {"kind": "container", "container", "container_name", "user", "uid"}  another container

@@ -17,7 +17,7 @@ from homegpu.remote.doctor import Check
 from homegpu.remote.jobs import keras3_problem
 from homegpu.remote.logs import Metric
 from homegpu.remote.net import BandwidthMatrix, format_gbits
-from homegpu.remote.nodes import NA, SshTarget, gib, jump_hostname_address, owner_text
+from homegpu.remote.nodes import NA, SshTarget, gib, held_back, jump_hostname_address, owner_text
 from homegpu.remote.plan import worker_slots
 
 DIAGONAL = "—"
@@ -216,6 +216,7 @@ def _node_block(node) -> str:
     lines = [head, f"    GPUs via {stats.source}, driver {stats.driver}, CUDA {stats.cuda}"]
     for gpu in stats.gpus:
         lines.append(_gpu_line(gpu))
+        lines += [f"        held back: {cause}" for cause in held_back(gpu)]
         lines += [_process_line(process) for process in gpu.processes]
     return "\n".join(lines)
 
@@ -247,10 +248,20 @@ def status_json(cluster_name: str, nodes: Sequence, at: float) -> dict:
             {"name": node.name, "host": node.spec.host, "address": node.address,
              "address_source": node.address_source, "state": node.state.value, "reason": node.reason,
              "fingerprint": node.fingerprint,
-             "stats": _jsonable(dataclasses.asdict(node.latest)) if node.latest else None}
+             "stats": _stats_json(node.latest) if node.latest else None}
             for node in nodes
         ],
     }
+
+
+def _stats_json(stats) -> dict:
+    """A node's stats as JSON, each GPU's clocks in one object and what holds it back in words."""
+    obj = _jsonable(dataclasses.asdict(stats))
+    for gpu, gpu_obj in zip(stats.gpus, obj["gpus"]):
+        sm_max, mem, mem_max = (gpu_obj.pop(key) for key in ("sm_clock_max", "mem_clock", "mem_clock_max"))
+        gpu_obj["clocks"] = {"sm": gpu_obj["sm_clock"], "sm_max": sm_max, "mem": mem, "mem_max": mem_max}
+        gpu_obj["held_back"] = held_back(gpu)
+    return obj
 
 
 def _jsonable(value):

@@ -1,0 +1,138 @@
+"""Whether a GPU is held back, and by what, in words that name the cause and its fix.
+
+Pure: a :class:`GpuStats` in (its health as the agent read it, node_side/gpu_health.py), sentences
+out, such as "GPU 1 thermal slowdown at 87 °C: clocks 1,200 of 1,860 MHz; improve the case's
+airflow". Nothing is judged on an idle GPU: an idle card lowers its clocks and drops its PCIe link
+generation to save power, which is not a fault. Under load a GPU is held back when a clock event
+reason other than idle is active (for ``HELD_FOR_S`` where :class:`ReasonTimer` says how long), when
+its SM clock is well below its maximum with no reason given, or when its link runs below what the
+card and the slot can do, or the slot below what the card can.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+
+from homegpu.remote.nodes.stats import GpuStats
+
+LOAD_UTIL = 30  # % utilisation from which a GPU is under load (a starved card on a x1 link shows ~40 %)
+SLOW_CLOCK_SHARE = 0.75  # an SM clock below this share of its maximum is "well below" it
+# Longer than the agent repeats one health reading (stats_agent.HEALTH_INTERVAL_S, 5 s): a reason
+# held this long was seen by two readings at least, not one moment.
+HELD_FOR_S = 8.0
+IDLE = "gpu_idle"
+
+# A reason's name (node_side/gpu_health.py) -> (what it is, the fix).
+REASONS = {
+    "sw_power_cap": ("power cap", "raise the limit (nvidia-smi -pl) or accept it"),
+    "hw_power_brake": ("power brake", "the power supply or its cables cannot feed it; check them"),
+    "hw_thermal": ("thermal slowdown", "improve the case's airflow"),
+    "sw_thermal": ("thermal slowdown", "improve the case's airflow"),
+    "hw_slowdown": ("hardware slowdown", "the card protects itself from heat or power; check its fans "
+                                         "and power cables"),
+    "applications_clocks": ("application clocks", "reset them (nvidia-smi -rac)"),
+    "sync_boost": ("sync boost", "it keeps pace with the slowest GPU it is synced with; look at that one"),
+    "display_clocks": ("display clocks", "a display holds its clocks; train on a GPU without one"),
+    "board_limit": ("board limit", "its board caps the clocks; nothing to change here"),
+    "reliability": ("reliability limit", "the driver caps the clocks to protect the card; nothing to "
+                                         "change here"),
+}
+THERMAL = ("hw_thermal", "sw_thermal")
+
+
+def under_load(gpu: GpuStats) -> bool:
+    """Busy enough to be judged; a GPU without a utilisation reading (MIG) is not judged."""
+    return isinstance(gpu.util, (int, float)) and gpu.util >= LOAD_UTIL
+
+
+def held_back(gpu: GpuStats, active_s: Mapping[str, float] | None = None) -> list[str]:
+    """What holds ``gpu`` back now, one sentence per cause with its fix; [] when nothing does.
+
+    Args:
+        gpu: one GPU's stats, health included.
+        active_s: how long each active reason has been active (:class:`ReasonTimer`); a reason held
+            for less than ``HELD_FOR_S`` is a moment and is not judged. None (one snapshot, as
+            ``status`` has) judges every active reason.
+    """
+    if not under_load(gpu):
+        return []
+    reasons = [name for name in gpu.throttle or () if name != IDLE
+               and (active_s is None or active_s.get(name, 0.0) >= HELD_FOR_S)]
+    causes = [_reason_words(gpu, name) for name in reasons]
+    if not reasons and _well_below(gpu.sm_clock, gpu.sm_clock_max):
+        why = "with no reason given by its driver" if gpu.throttle is None else "with no clock event reason"
+        causes.append(f"GPU {gpu.index} runs at {_clocks(gpu)} under load {why}; "
+                      "look at its clocks (nvidia-smi -q -d PERFORMANCE,CLOCK)")
+    return causes + _link_words(gpu)
+
+
+class ReasonTimer:
+    """How long each GPU's clock event reasons have been active without a break, by its lines' times.
+
+    Feed it every stats line in order (``update``); a reason missing from one line starts again.
+    """
+
+    def __init__(self) -> None:
+        self._since: dict[Hashable, dict[str, float]] = {}
+
+    def update(self, key: Hashable, gpu: GpuStats, at: float) -> dict[str, float]:
+        """Note ``gpu``'s reasons at time ``at`` (its line's timestamp) under ``key`` (a node and GPU
+        uuid); return each active reason's seconds active, for :func:`held_back`."""
+        before = self._since.get(key, {})
+        since = {name: before.get(name, at) for name in gpu.throttle or ()}
+        self._since[key] = since
+        return {name: at - start for name, start in since.items()}
+
+
+# --- the words -----------------------------------------------------------------------------------
+
+def _reason_words(gpu: GpuStats, name: str) -> str:
+    what, fix = REASONS.get(name, (f"clock event {name}", "see nvidia-smi -q -d PERFORMANCE"))
+    where = ""
+    if name in THERMAL and isinstance(gpu.temp, (int, float)):
+        where = f" at {gpu.temp:.0f} °C"
+    clocks = _clocks(gpu)
+    if name == "sw_power_cap" and isinstance(gpu.power_limit, (int, float)):
+        clocks = f"{clocks} at its {gpu.power_limit:.0f} W limit" if clocks else f"at its {gpu.power_limit:.0f} W limit"
+    return f"GPU {gpu.index} {what}{where}{': ' + clocks if clocks else ''}; {fix}"
+
+
+def _clocks(gpu: GpuStats) -> str:
+    """``clocks 1,200 of 1,860 MHz`` (SM), as much of it as is known; "" when nothing is."""
+    if not _known(gpu.sm_clock):
+        return ""
+    if not _known(gpu.sm_clock_max):
+        return f"clocks {gpu.sm_clock:,.0f} MHz"
+    return f"clocks {gpu.sm_clock:,.0f} of {gpu.sm_clock_max:,.0f} MHz"
+
+
+def _well_below(value, maximum) -> bool:
+    return _known(value) and _known(maximum) and maximum > 0 and value < SLOW_CLOCK_SHARE * maximum
+
+
+def _link_words(gpu: GpuStats) -> list[str]:
+    """The link against what the card and slot can do together, and the slot against the card."""
+    link, words = gpu.pcie, []
+    if _below(link.gen, link.max_gen) or _below(link.width, link.max_width):
+        words.append(f"GPU {gpu.index} runs PCIe {_link(link.gen, link.width)} of "
+                     f"{_link(link.max_gen, link.max_width)}: a riser or a card not fully seated; "
+                     "seat it in the slot itself")
+    if _below(link.max_gen, link.gpu_max_gen) or _below(link.max_width, link.gpu_max_width):
+        words.append(f"GPU {gpu.index}'s slot allows PCIe {_link(link.max_gen, link.max_width)} of the "
+                     f"card's {_link(link.gpu_max_gen, link.gpu_max_width)}: the board's second slot or "
+                     "an older board; move it to the first x16 slot")
+    return words
+
+
+def _link(gen, width) -> str:
+    """``3.0 x16``: generation and width, as much as is known."""
+    parts = ([f"{gen:.0f}.0"] if _known(gen) else []) + ([f"x{width:.0f}"] if _known(width) else [])
+    return " ".join(parts) or "unknown"
+
+
+def _below(value, limit) -> bool:
+    return _known(value) and _known(limit) and value < limit
+
+
+def _known(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

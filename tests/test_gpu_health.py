@@ -1,0 +1,319 @@
+"""GPU health (issue 35, step 1): what the agent reads from NVML and nvidia-smi, how the controller
+parses it, the judgement in words, and `status --json`'s keys.
+
+No recording of throttling hardware exists (the H100 recordings in tests/fixtures/gpu/h100-80gb-hbm3
+predate these fields), so every figure below is built from documented values: NVML's
+nvmlClocksEventReason* bits (checked against pynvml's own constants), the functions' documented
+meanings (nvmlDeviceGetMaxPcieLinkWidth: "possible with this device and system"), and the CSV that
+nvidia-smi's documented --help-query-gpu fields give with --format=csv,noheader,nounits.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pynvml
+import pytest
+
+from homegpu.remote.node_side import gpu_health, stats_agent
+from homegpu.remote.node_side.gpu_nvml import NvmlReader, read_nvml
+from homegpu.remote.node_side.smi_parse import HEALTH_QUERY_OLDER, parse_nvidia_smi_health
+from homegpu.remote.nodes import GpuStats, ReasonTimer, StatsParseError, held_back, parse_agent_line
+from homegpu.remote.nodes.stats import NA, PcieLink
+from homegpu.tui.view.text import format_status, status_json
+from gpu_replay import FORMAT, HEALTH_QUERY
+from test_stats_agent import H100_NVL, FakeNvml, FakeNVMLError, SmiAgent
+
+BUS_ID = "00000000:2D:00.0"  # NVML's and nvidia-smi's spelling; Linux's is 0000:2d:00.0
+
+
+@pytest.fixture
+def smi_agents():
+    """Start streaming agents on a replaying nvidia-smi (test_stats_agent's SmiAgent); all closed after."""
+    started: list[SmiAgent] = []
+
+    def start(*args, **kwargs) -> SmiAgent:
+        started.append(SmiAgent(*args, **kwargs))
+        return started[-1]
+
+    yield start
+    for agent in started:
+        agent.close()
+
+
+@pytest.fixture
+def sysfs(tmp_path, monkeypatch) -> Path:
+    """A /sys/bus/pci/devices of the test's own, with the card at BUS_ID able to do x16."""
+    root = tmp_path / "sys-pci"
+    (root / "0000:2d:00.0").mkdir(parents=True)
+    (root / "0000:2d:00.0" / "max_link_width").write_text("16\n")
+    monkeypatch.setattr(gpu_health, "SYSFS_PCI", str(root))
+    return root
+
+
+# --- the reasons' names ---------------------------------------------------------------------------
+
+PYNVML_NAMES = {  # our name -> pynvml's constant, whose value must be our bit
+    "gpu_idle": "GpuIdle", "applications_clocks": "ApplicationsClocksSetting", "sw_power_cap": "SwPowerCap",
+    "hw_slowdown": "HwSlowdown", "sync_boost": "SyncBoost", "sw_thermal": "SwThermalSlowdown",
+    "hw_thermal": "HwThermalSlowdown", "hw_power_brake": "HwPowerBrakeSlowdown",
+    "display_clocks": "DisplayClockSetting", "board_limit": "BoardLimit", "reliability": "Reliability",
+}
+
+
+@pytest.mark.parametrize("bit, name", gpu_health.THROTTLE_REASONS)
+def test_reason_bits_are_pynvmls(bit: int, name: str) -> None:
+    assert getattr(pynvml, "nvmlClocksThrottleReason" + PYNVML_NAMES[name]) == bit
+    event = getattr(pynvml, "nvmlClocksEventReason" + PYNVML_NAMES[name], None)
+    assert event in (None, bit)  # the newer names lack the last two bits
+
+
+def test_a_bitmask_reads_as_names_in_bit_order_unknown_bits_by_value() -> None:
+    assert gpu_health.throttle_names(0x44) == ["sw_power_cap", "hw_thermal"]
+    assert gpu_health.throttle_names(0x0) == []
+    assert gpu_health.throttle_names(0x1 | 0x800) == ["gpu_idle", "bit_0x800"]
+    assert gpu_health.throttle_names(None) is None and gpu_health.throttle_names(True) is None
+
+
+# --- NVML -----------------------------------------------------------------------------------------
+
+def throttled(base: dict, **health) -> dict:
+    """A fake GPU with health readings: a card of PCIe 4.0 in a 4.0 x16 slot running 4.0 x16."""
+    return {**base, **dict(reasons=0x4, mem_clock=2619, sm_max=1785, mem_max=2619, gen=4, width=16, max_gen=4,
+                           max_width=16, gpu_max_gen=4, pci=SimpleNamespace(busId=BUS_ID.encode())), **health}
+
+
+def test_nvml_health_of_a_power_capped_gpu(sysfs) -> None:
+    errors: list[str] = []
+    [gpu] = read_nvml(FakeNvml([throttled(H100_NVL[0])], "550.54.14", 12040), errors)
+    assert (gpu["throttle"], gpu["mem_clock"], gpu["sm_clock_max"], gpu["mem_clock_max"]) == (
+        ["sw_power_cap"], 2619, 1785, 2619)
+    assert gpu["pcie"] == {"gen": 4, "width": 16, "max_gen": 4, "max_width": 16, "gpu_max_gen": 4,
+                           "gpu_max_width": 16}
+    assert errors == []
+
+
+def test_nvml_health_readings_a_card_lacks_are_null_alone(sysfs) -> None:
+    """NVMLError_NotSupported (here a GeForce without the GPU's own generation or max clocks)."""
+    card = throttled(H100_NVL[0], gpu_max_gen=FakeNVMLError("Not Supported"), sm_max=FakeNVMLError("x"))
+    errors: list[str] = []
+    [gpu] = read_nvml(FakeNvml([card], "550.54.14", 12040), errors)
+    assert gpu["pcie"]["gpu_max_gen"] is None and gpu["sm_clock_max"] is None
+    assert gpu["pcie"]["gen"] == 4 and gpu["throttle"] == ["sw_power_cap"] and errors == []
+
+
+class OlderPynvml(FakeNvml):
+    """A pynvml before the reasons' rename: only nvmlDeviceGetCurrentClocksThrottleReasons."""
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle):
+        return handle["reasons"]
+
+    def __getattr__(self, name):
+        if name == "nvmlDeviceGetCurrentClocksEventReasons":
+            raise AttributeError(name)
+        return super().__getattr__(name)
+
+
+def test_an_older_pynvml_reads_the_reasons_by_their_former_name(sysfs) -> None:
+    [gpu] = read_nvml(OlderPynvml([throttled(H100_NVL[0], reasons=0x41)], "535.0", 12020))
+    assert gpu["throttle"] == ["gpu_idle", "hw_thermal"]
+
+
+def test_nvml_health_is_asked_every_nth_read_and_carried_between(sysfs) -> None:
+    nvml = FakeNvml([throttled(H100_NVL[0])], "550.54.14", 12040)
+    reader = NvmlReader(nvml, health_every=5)
+    lines = [reader.read([])[0] for _ in range(12)]
+    assert nvml.calls["nvmlDeviceGetCurrPcieLinkGeneration"] == 3  # reads 1, 6 and 11
+    assert nvml.calls["nvmlDeviceGetMaxPcieLinkWidth"] == 1  # what the card and slot can do: once
+    assert all(gpus[0]["pcie"]["gen"] == 4 for gpus in lines)
+    nvml.devices[0]["gen"] = 1  # the card went idle and dropped its link
+    assert [reader.read([])[0][0]["pcie"]["gen"] for _ in range(5)] == [4, 4, 4, 1, 1]  # read 16 asks
+
+
+# --- nvidia-smi -----------------------------------------------------------------------------------
+
+# Rows as nvidia-smi prints HEALTH_QUERY's documented fields with --format=csv,noheader,nounits: a
+# card throttled by heat and power (0x44) on a riser at 3.0 x1, and a GeForce that reports neither
+# reasons nor its own generation.
+HEALTH_CSV = (
+    "GPU-806f8ea2-6428-1096-a076-bb687fb45fb0, 00000000:2D:00.0, 0x0000000000000044, 2619, 1785, 2619, 3, 1, 4, 16, 4\n"
+    "GPU-db6d02a2-1413-eccf-8a17-d99eac29d365, 00000000:41:00.0, [Not Supported], 7000, [N/A], 7000, 4, 16, 4, 16, "
+    "[N/A]\n"
+)
+
+
+def test_smi_health_rows_read_as_nvmls(sysfs) -> None:
+    errors: list[str] = []
+    found = parse_nvidia_smi_health(HEALTH_CSV, errors=errors, card_max_width=gpu_health.card_max_width)
+    riser, geforce = found[H100_NVL[0]["uuid"]], found[H100_NVL[1]["uuid"]]
+    assert riser == {"throttle": ["sw_power_cap", "hw_thermal"], "mem_clock": 2619, "sm_clock_max": 1785,
+                     "mem_clock_max": 2619, "pcie": {"gen": 3, "width": 1, "max_gen": 4, "max_width": 16,
+                                                     "gpu_max_gen": 4, "gpu_max_width": 16}}
+    assert (geforce["throttle"], geforce["sm_clock_max"], geforce["pcie"]["gpu_max_gen"]) == (None, None, None)
+    assert geforce["pcie"]["gpu_max_width"] is None  # 0000:41:00.0 is not in this sysfs
+    assert errors == []
+
+
+def test_smi_health_of_an_older_driver_without_gpumax() -> None:
+    row = "GPU-1, 00000000:01:00.0, 0x0000000000000001, 405, 1911, 5001, 1, 16, 3, 16\n"
+    [health] = parse_nvidia_smi_health(row, HEALTH_QUERY_OLDER).values()
+    assert health["throttle"] == ["gpu_idle"] and health["pcie"]["max_gen"] == 3
+    assert health["pcie"]["gpu_max_gen"] is None
+
+
+def test_the_stream_goes_on_where_nvidia_smi_refuses_the_health_query(tmp_path: Path, smi_agents) -> None:
+    """The recorded fixtures answer no health query (the replay exits 2): null figures, no error,
+    and the refused query is not asked again every health period."""
+    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--health-interval", "0.1")
+    lines = agent.lines(8)
+    assert all(len(stats.gpus) == 2 and stats.errors == () for stats in lines), [s.errors for s in lines]
+    assert all(gpu.throttle is None and gpu.pcie == PcieLink() for stats in lines for gpu in stats.gpus)
+    assert len(agent.runs((HEALTH_QUERY, FORMAT))) == 1  # then the older spelling, then a pause
+
+
+def test_the_stream_carries_the_health_nvidia_smi_answers(tmp_path: Path, smi_agents) -> None:
+    health = tmp_path / "health.csv"
+    health.write_text(HEALTH_CSV)
+    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--health-interval", "0.5",
+                       health_fixture=health)
+    lines = agent.lines(12)
+    assert all(stats.errors == () for stats in lines)
+    for stats in lines:
+        riser, geforce = stats.gpus
+        assert riser.throttle == ("sw_power_cap", "hw_thermal") and geforce.throttle is None
+        assert (riser.pcie.gen, riser.pcie.width, riser.mem_clock, riser.sm_clock_max) == (3, 1, 2619, 1785)
+    asked = len(agent.runs((HEALTH_QUERY, FORMAT)))
+    assert 2 <= asked <= 4, asked  # lines 1, 6, 11 (the one being read may be a line ahead)
+
+
+# --- the controller's parser ----------------------------------------------------------------------
+
+def line(**gpu_keys) -> str:
+    gpu = {"index": 0, "name": "NVIDIA H100 NVL", "uuid": "GPU-1", "util": 97, **gpu_keys}
+    return json.dumps({"v": stats_agent.PROTOCOL_VERSION, "t": 1.0, "source": "nvml", "gpus": [gpu]})
+
+
+def test_health_keys_parse_and_an_older_agents_line_has_none() -> None:
+    [gpu] = parse_agent_line(line(throttle=["hw_thermal"], mem_clock=2619, sm_clock_max=1785, mem_clock_max=2619,
+                                  pcie={"gen": 4, "width": 16, "max_gen": 4, "max_width": 16,
+                                        "gpu_max_gen": 4, "gpu_max_width": None})).gpus
+    assert (gpu.throttle, gpu.mem_clock, gpu.sm_clock_max, gpu.mem_clock_max) == (("hw_thermal",), 2619, 1785, 2619)
+    assert gpu.pcie == PcieLink(4, 16, 4, 16, 4, NA)
+    [old] = parse_agent_line(line()).gpus
+    assert (old.throttle, old.mem_clock, old.pcie) == (None, NA, PcieLink())
+
+
+@pytest.mark.parametrize("keys, field", [
+    ({"throttle": "hw_thermal"}, "gpus[0].throttle"),
+    ({"throttle": [4]}, "gpus[0].throttle"),
+    ({"mem_clock": "2619"}, "gpus[0].mem_clock"),
+    ({"sm_clock_max": True}, "gpus[0].sm_clock_max"),
+    ({"pcie": [4, 16]}, "gpus[0].pcie"),
+    ({"pcie": {"gen": "4"}}, "gpus[0].pcie.gen"),
+])
+def test_health_keys_of_the_wrong_type_are_refused_by_name(keys: dict, field: str) -> None:
+    with pytest.raises(StatsParseError, match=re.escape(f"stats line: {field}: expected")):
+        parse_agent_line(line(**keys))
+
+
+# --- the judgement --------------------------------------------------------------------------------
+
+def gpu(util=97, throttle=(), temp=70, sm=1785, sm_max=1785, power_limit=350.0, **link) -> GpuStats:
+    """A GPU under load by default, on a healthy 4.0 x16 link of a 4.0 x16 card."""
+    pcie = PcieLink(**{"gen": 4, "width": 16, "max_gen": 4, "max_width": 16, "gpu_max_gen": 4,
+                       "gpu_max_width": 16, **link})
+    return GpuStats(index=1, name="NVIDIA GeForce RTX 3090", uuid="GPU-1", util=util, mem_used=20000,
+                    mem_total=24576, temp=temp, power=340.0, power_limit=power_limit, sm_clock=sm,
+                    throttle=throttle, sm_clock_max=sm_max, pcie=pcie)
+
+
+def test_a_healthy_gpu_under_load_is_not_held_back() -> None:
+    assert held_back(gpu()) == []
+    assert held_back(gpu(throttle=None)) == []  # reasons unknown, clocks at their maximum
+
+
+def test_an_idle_gpu_dropping_its_link_is_not_flagged_but_under_load_it_is() -> None:
+    assert held_back(gpu(util=0, throttle=("gpu_idle",), sm=210, gen=1)) == []
+    assert held_back(gpu(util=97, gen=1)) == [
+        "GPU 1 runs PCIe 1.0 x16 of 4.0 x16: a riser or a card not fully seated; seat it in the slot itself"]
+
+
+def test_a_riser_at_x1_is_named() -> None:
+    assert held_back(gpu(gen=3, width=1)) == [
+        "GPU 1 runs PCIe 3.0 x1 of 4.0 x16: a riser or a card not fully seated; seat it in the slot itself"]
+
+
+def test_a_x16_card_in_a_x4_slot_is_the_slot_and_a_x4_card_is_fine() -> None:
+    """NVML's max width is what card and slot can do together; the card's own comes from sysfs."""
+    assert held_back(gpu(width=4, max_width=4, gpu_max_width=16)) == [
+        "GPU 1's slot allows PCIe 4.0 x4 of the card's 4.0 x16: the board's second slot or an older board; "
+        "move it to the first x16 slot"]
+    assert held_back(gpu(width=4, max_width=4, gpu_max_width=4)) == []
+    assert held_back(gpu(width=4, max_width=4, gpu_max_width=NA)) == []  # not known: not guessed
+
+
+def test_a_gen4_card_in_a_gen3_slot_is_the_slot() -> None:
+    assert held_back(gpu(gen=3, max_gen=3, gpu_max_gen=4))[0].startswith(
+        "GPU 1's slot allows PCIe 3.0 x16 of the card's 4.0 x16")
+
+
+def test_thermal_and_power_cap_are_told_apart_with_their_fixes() -> None:
+    assert held_back(gpu(throttle=("hw_thermal",), temp=87, sm=1200, sm_max=1860)) == [
+        "GPU 1 thermal slowdown at 87 °C: clocks 1,200 of 1,860 MHz; improve the case's airflow"]
+    assert held_back(gpu(throttle=("sw_power_cap",), sm=1400, sm_max=1980, power_limit=250.0)) == [
+        "GPU 1 power cap: clocks 1,400 of 1,980 MHz at its 250 W limit; raise the limit (nvidia-smi -pl) "
+        "or accept it"]
+
+
+def test_idle_as_a_reason_is_never_a_cause_and_a_slow_clock_without_reason_is() -> None:
+    assert held_back(gpu(throttle=("gpu_idle",))) == []
+    [cause] = held_back(gpu(throttle=(), sm=900, sm_max=1980))
+    assert cause.startswith("GPU 1 runs at clocks 900 of 1,980 MHz under load with no clock event reason")
+
+
+def test_a_reason_active_for_a_moment_is_not_flagged_one_held_is() -> None:
+    timer, hot, cool = ReasonTimer(), gpu(throttle=("hw_thermal",), temp=87), gpu()
+    key = ("node1", "GPU-1")
+    assert held_back(hot, timer.update(key, hot, 100.0)) == []
+    assert held_back(hot, timer.update(key, hot, 104.0)) == []  # one health reading, carried 4 s
+    assert held_back(cool, timer.update(key, cool, 105.0)) == []
+    assert held_back(hot, timer.update(key, hot, 106.0)) == []  # a break starts it again
+    assert held_back(hot, timer.update(key, hot, 115.0))[0].startswith("GPU 1 thermal slowdown at 87 °C")
+
+
+# --- status --json ---------------------------------------------------------------------------------
+
+def node_with(gpus: tuple[GpuStats, ...]) -> SimpleNamespace:
+    stats = parse_agent_line(line())
+    return SimpleNamespace(name="node1", spec=SimpleNamespace(host="node1"), address="10.0.0.2",
+                           address_source="ssh config", state=SimpleNamespace(value="online"), reason="",
+                           fingerprint="SHA256:x", latest=replace(stats, gpus=gpus))
+
+
+def test_status_json_gives_throttle_clocks_pcie_and_held_back() -> None:
+    riser = replace(gpu(throttle=("sw_power_cap",), sm=1400, sm_max=1980, gen=3, width=1), mem_clock=9501,
+                    mem_clock_max=9751)
+    unknown = replace(gpu(throttle=None, sm=345, util=0), sm_clock_max=NA, pcie=PcieLink())
+    obj = status_json("home", [node_with((riser, unknown))], 1.0)
+    first, second = json.loads(json.dumps(obj))["nodes"][0]["stats"]["gpus"]
+    assert first["throttle"] == ["sw_power_cap"]
+    assert first["clocks"] == {"sm": 1400, "sm_max": 1980, "mem": 9501, "mem_max": 9751}
+    assert first["pcie"] == {"gen": 3, "width": 1, "max_gen": 4, "max_width": 16, "gpu_max_gen": 4,
+                             "gpu_max_width": 16}
+    assert [cause.split(":")[0] for cause in first["held_back"]] == [
+        "GPU 1 power cap", "GPU 1 runs PCIe 3.0 x1 of 4.0 x16"]
+    assert second["throttle"] is None and second["held_back"] == []
+    assert second["clocks"] == {"sm": 345, "sm_max": None, "mem": None, "mem_max": None}
+    assert set(second["pcie"].values()) == {None}
+    assert "mem_clock" not in first and "sm_clock_max" not in first  # in "clocks" only
+
+
+def test_status_text_says_what_holds_a_gpu_back_under_its_line() -> None:
+    text = format_status([node_with((gpu(gen=3, width=1),))])
+    assert "\n        held back: GPU 1 runs PCIe 3.0 x1 of 4.0 x16" in text
+    assert "held back" not in format_status([node_with((gpu(),))])
+
