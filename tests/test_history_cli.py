@@ -4,6 +4,7 @@ minutes, and a node offline for five."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -13,7 +14,7 @@ from history_events import h100_lines, owned, worker
 
 from homegpu.remote.config import embedded_default, load_cluster
 from homegpu.remote.history import HistoryRecorder, history_path
-from homegpu.remote.nodes import NodeState, NodeStateChanged, NodeStatsUpdated
+from homegpu.remote.nodes import NodeState, NodeStateChanged, NodeStatsUpdated, parse_agent_line
 
 
 @pytest.fixture
@@ -116,3 +117,22 @@ def test_history_tells_each_gpus_energy_its_cost_and_idle_part(tmp_path, monkeyp
     text = homegpu("--config", str(config), "history", "--since", "1h", cwd=tmp_path).stdout
     assert f"Energy of the GPUs (EUR at the tariff of {config})" in text
     assert any(line.split()[:4] == ["desk", "GPU", "0", f"{sum(steps):.3f}"] for line in text.splitlines()), text
+
+
+def test_a_machine_without_gpus_shows_only_the_rest_it_used(tmp_path, monkeypatch):
+    """A laptop with no GPU, its idle_watts/busy_watts set: history gives its estimated energy, and says no GPU
+    reported power instead of an empty GPU table."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    config = tmp_path / "cluster.toml"
+    config.write_text('[cluster]\nprice_per_kwh = 0.30\ncurrency = "EUR"\n\n[[nodes]]\nname = "laptop"\n'
+                      'host = "10.0.0.9"\nidle_watts = 20\nbusy_watts = 60\n')
+    start = time.time() - 700
+    recorder = HistoryRecorder(history_path(load_cluster(config)), clock=lambda: start + 650)
+    for second in range(601):
+        stats = parse_agent_line(json.dumps({"v": 1, "t": start + second, "source": "none", "gpus": [], "cpu": 50}))
+        recorder.handle(NodeStatsUpdated("laptop", dataclasses.replace(stats, host_power=40.0), at=start + second))
+    recorder.close()
+    text = homegpu("--config", str(config), "history", "--since", "1h", cwd=tmp_path).stdout
+    assert "no GPU reported its power in this window" in text and "USER  KWH" not in text
+    (row,) = [line.split() for line in text.splitlines() if line.strip().startswith("laptop ")]
+    assert row == ["laptop", f"{40 * 600 / 3.6e6:.3f}", f"{40 * 600 / 3.6e6 * 0.30:.2f}", "estimated"]

@@ -114,6 +114,14 @@ class Report:
 
         def cost(value: float) -> str:
             return f"{value:.2f}" if priced else "-"
+        lines = self._gpu_lines(cost) if self.energy else ["  no GPU reported its power in this window"]
+        lines += self._host_lines(cost)
+        if not priced:
+            lines.append("  set price_per_kwh in [cluster] of cluster.toml for the cost")
+        return lines
+
+    def _gpu_lines(self, cost) -> list[str]:
+        """Each GPU's energy with its idle part, then per user and per run where processes used them."""
         rows = [(f"{e.node} GPU {e.gpu}", f"{e.energy_kwh:.3f}", cost(e.cost), f"{e.idle_kwh:.3f}", cost(e.idle_cost),
                  e.method) for e in self.energy]
         total = sum(e.energy_kwh for e in self.energy)
@@ -125,14 +133,12 @@ class Report:
             found = users.setdefault(owner.user or "(unknown)", [0.0, 0.0])
             found[0] += owner.energy_kwh
             found[1] += owner.cost
-        lines += [table(("USER", "KWH", "COST"), [(user, f"{kwh:.3f}", cost(money)) for user, (kwh, money) in
-                                                  sorted(users.items(), key=lambda item: -item[1][0])])]
+        if users:
+            lines += [table(("USER", "KWH", "COST"), [(user, f"{kwh:.3f}", cost(money)) for user, (kwh, money) in
+                                                      sorted(users.items(), key=lambda item: -item[1][0])])]
         runs = [(o.job, o.run_id, f"{o.energy_kwh:.3f}", cost(o.cost)) for o in self.owner_energy if o.run_id]
         if runs:
             lines += [table(("JOB", "RUN", "KWH", "COST"), runs)]
-        lines += self._host_lines(cost)
-        if not priced:
-            lines.append("  set price_per_kwh in [cluster] of cluster.toml for the cost")
         return lines
 
     def _host_lines(self, cost) -> list[str]:
