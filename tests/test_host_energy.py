@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,10 +19,12 @@ from homegpu.remote.config import ConfigError, parse_cluster
 from homegpu.remote.config.tariff import Tariff
 from homegpu.remote.history import HOST, HistoryReader, HistoryRecorder
 from homegpu.remote.node_side import host_power
-from homegpu.remote.nodes import NodeStatsUpdated, parse_agent_line
-from homegpu.remote.record.energy import ESTIMATED, RAPL, RunEnergy, host_energy, run_energy
+from homegpu.remote.nodes import NodeState, NodeStatsUpdated, parse_agent_line
+from homegpu.remote.record.energy import ESTIMATED, RAPL, Energy, RunEnergy, host_energy, run_energy
 from homegpu.remote.record.report import _energy
 from homegpu.remote.record.timeline_schema import NodeTimeline, Series, Timeline
+from homegpu.tui.view.render import node_detail
+from homegpu.tui.view.state import NodeView
 
 NODE_SIDE = Path(host_power.__file__).parent
 NODE = '[[nodes]]\nname = "box"\nhost = "10.0.0.1"\n'
@@ -152,7 +155,6 @@ def test_the_report_shows_each_part_and_gpu_only():
 
 
 def _energy_of(joules: float, method: str = "integrated from power samples"):
-    from homegpu.remote.record.energy import Energy
     return Energy(joules, 60.0, 0.0, joules / 3.6e6 * 0.5, method)
 
 
@@ -162,7 +164,6 @@ def stats(t: float, cpu: float, host_energy=None, host_power=None) -> NodeStatsU
     line = {"v": 1, "t": t, "source": "none", "gpus": [], "cpu": cpu, "host_energy": host_energy}
     parsed = parse_agent_line(json.dumps(line))
     if host_power is not None:
-        from dataclasses import replace
         parsed = replace(parsed, host_power=host_power)
     return NodeStatsUpdated("desk" if host_energy is not None else "closet", parsed, at=t)
 
@@ -186,3 +187,14 @@ def test_the_history_keeps_each_machines_rest_with_how_and_its_counter(tmp_path)
     assert {(node, gpu) for node, gpu, *_ in again.energy_totals()} == {("desk", HOST), ("closet", HOST)}
     again.close()
 
+
+
+# -- the TUI ------------------------------------------------------------------------------------------
+
+def test_the_node_detail_shows_the_estimated_draw_of_a_machine_without_gpus():
+    line = json.dumps({"v": 1, "t": 1.0, "source": "none", "gpus": [], "cpu": 50})
+    laptop = NodeView("laptop", "laptop.local", NodeState.ONLINE, stats=replace(parse_agent_line(line), host_power=40.0))
+    power = [row for row in node_detail(laptop, 80).plain.splitlines() if row.startswith("power ")]
+    assert power == ["power 40 W now (the machine, estimated)"]
+    laptop.stats = parse_agent_line(line)  # no estimate: nothing said about power
+    assert not [row for row in node_detail(laptop, 80).plain.splitlines() if row.startswith("power ")]

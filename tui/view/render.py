@@ -146,14 +146,20 @@ def _gpu_cells(node: NodeView, gpu, seconds: float | None, width: int,
 
 def _power_line(node: str, stats, lookback: Lookback | None) -> str:
     """`power 702 W now · today 3.41 kWh`: the GPUs' draw (and the rest of the machine's where idle_watts estimates
-    it), and the node's energy since midnight where serve records it."""
+    it), and the node's energy since midnight where serve records it; "" when neither is known."""
+    today = (f"today {lookback.today[node]:.2f} kWh (homegpu serve's history)"
+             if lookback is not None and node in lookback.today else "")
+    parts = [part for part in (_power_now(stats), today) if part]
+    return "\npower " + " · ".join(parts) if parts else ""
+
+
+def _power_now(stats) -> str:
+    host = "" if stats.host_power is NA else f"{stats.host_power:.0f} W"
+    if not stats.gpus:
+        return f"{host} now (the machine, estimated)" if host else ""
     watts = [gpu.power for gpu in stats.gpus if gpu.power is not NA]
-    line = f"\npower {sum(watts):.0f} W now" if watts else "\npower n/a (the GPUs do not report it)"
-    if stats.host_power is not NA:
-        line += f" + {stats.host_power:.0f} W rest of the machine (estimated)"
-    if lookback is not None and node in lookback.today:
-        line += f" · today {lookback.today[node]:.2f} kWh (homegpu serve's history)"
-    return line
+    gpus = f"{sum(watts):.0f} W now" if watts else "n/a (the GPUs do not report it)"
+    return gpus + (f" + {host} rest of the machine (estimated)" if host else "")
 
 
 def node_detail(node: NodeView | None, width: int = 40, run_id: str = "", window: int = 0,
@@ -182,6 +188,7 @@ def node_detail(node: NodeView | None, width: int = 40, run_id: str = "", window
                f"{gib(stats.mem_total)} GiB  disk free {gib(stats.disk_free)} GiB")
     if not stats.gpus:
         out.append("\nCPU only: no GPU found (it can still train on its CPU)", style="dim")
+        out.append(_power_line(node.name, stats, lookback))
         return out
     out.append(f"\nGPUs via {stats.source} · driver {stats.driver} · CUDA {stats.cuda}")
     out.append(_power_line(node.name, stats, lookback))
