@@ -214,6 +214,12 @@ def test_job_alerts_name_the_run_and_the_worker():
     (slow,) = evaluator.take(straggler("w1", 2, 10))
     assert (slow.worker, slow.job, slow.run_id, slow.value, slow.threshold) == ("w1", "train", "r1", 400, 1200)
     assert slow.message == "w1 is a straggler in train (run r1): 400 examples/s against 1200 for the others"
+    capped = ("GPU 0 power cap: clocks 1,400 of 1,980 MHz at its 250 W limit; raise the limit (nvidia-smi -pl) "
+              "or accept it")
+    (held,) = AlertEvaluator(ALL_JOB_RULES).take(dataclasses.replace(straggler("w1", 2, 10), held_back=(capped,)))
+    assert held.message == ("w1 is a straggler in train (run r1): 400 examples/s against 1200 for the others. "
+                            "Held back: GPU 0 power cap: clocks 1,400 of 1,980 MHz at its 250 W limit; raise the "
+                            "limit (nvidia-smi -pl) or accept it")
     (failed, cleared) = evaluator.take(state(JobState.FAILED, 20, "w1: exit 137 (killed)"))
     assert failed.message == "train (run r1) failed: w1: exit 137 (killed)"
     assert cleared.message == "train (run r1) failed" and cleared.key == slow.key

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,7 +23,9 @@ import pytest
 from homegpu.remote.node_side import gpu_health, stats_agent
 from homegpu.remote.node_side.gpu_nvml import NvmlReader, read_nvml
 from homegpu.remote.node_side.smi_parse import HEALTH_QUERY_OLDER, parse_nvidia_smi_health
-from homegpu.remote.nodes import GpuStats, ReasonTimer, StatsParseError, held_back, parse_agent_line
+from homegpu.remote.nodes import (
+    GpuHealth, GpuStats, NodeStats, ReasonTimer, StatsParseError, held_back, parse_agent_line,
+)
 from homegpu.remote.nodes.stats import NA, PcieLink
 from homegpu.tui.view.text import format_status, status_json
 from gpu_replay import FORMAT, HEALTH_QUERY
@@ -317,3 +320,36 @@ def test_status_text_says_what_holds_a_gpu_back_under_its_line() -> None:
     assert "\n        held back: GPU 1 runs PCIe 3.0 x1 of 4.0 x16" in text
     assert "held back" not in format_status([node_with((gpu(),))])
 
+
+
+# --- a node's GPUs judged line by line (the session's GpuHealth) ------------------------------------
+
+@pytest.fixture
+def utc(monkeypatch) -> None:
+    """Local time is UTC, so "since HH:MM" reads the same on every machine."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def stats_at(at: float, *gpus: GpuStats) -> NodeStats:
+    return replace(parse_agent_line(line()), timestamp=at, gpus=gpus)
+
+
+def test_a_nodes_health_says_since_when_a_held_reason_holds_each_gpu_back(utc) -> None:
+    """09:00:00 UTC is 1_795_338_000; GPU 1 hot from then on, GPU 0 beside it healthy."""
+    health, start = GpuHealth(), 1_795_338_000.0
+    cool, hot = replace(gpu(), index=0, uuid="GPU-0"), gpu(throttle=("hw_thermal",), temp=87, sm=1200, sm_max=1860)
+    assert health.causes() == []  # no line yet
+    health.take(stats_at(start, cool, hot))
+    assert health.causes() == []  # one reading: a moment
+    health.take(stats_at(start + 65, cool, hot))
+    assert health.causes() == [
+        "GPU 1 thermal slowdown at 87 °C since 09:00: clocks 1,200 of 1,860 MHz; improve the case's airflow"]
+    assert health.causes([0]) == [] and health.causes([1]) == health.causes()  # a worker's own GPUs only
+    health.take(stats_at(start + 70, cool, gpu()))
+    health.take(stats_at(start + 200, cool, hot))
+    health.take(stats_at(start + 210, cool, hot))
+    assert health.causes()[0].startswith("GPU 1 thermal slowdown at 87 °C since 09:03:")  # a break starts it again

@@ -65,6 +65,9 @@ def test_tensorflow_start_up_noise_is_not_shown_as_an_error():
 def test_a_straggler_in_steps_says_steps():
     assert printed([Straggler("demo", "r", "n2", 3.0, 9.0, unit="steps/s")]) == [
         "== straggler: n2 runs 3 steps/s, the others 9"]
+    riser = "GPU 1 runs PCIe 3.0 x1 of 4.0 x16: a riser or a card not fully seated; seat it in the slot itself"
+    assert printed([Straggler("demo", "r", "n2", 3.0, 9.0, unit="steps/s", held_back=(riser,))]) == [
+        f"== straggler: n2 runs 3 steps/s, the others 9. Held back: {riser}"]
 
 
 def test_keras_output_of_an_unmodified_script_is_progress_and_the_summary_has_it():

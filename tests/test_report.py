@@ -18,7 +18,7 @@ from helpers import homegpu
 from script_errors import VALUES, per_replica_error
 from homegpu.remote.logs.metric import WorkerMetric
 from homegpu.remote.logs.tracebacks import MESSAGE_LINES
-from homegpu.remote.nodes.events import JobState
+from homegpu.remote.nodes.events import JobState, Straggler
 from homegpu.remote.record.energy import energy_of
 from homegpu.remote.record.experiment import ExperimentLog, write_run_manifest
 from homegpu.remote.record.report import ReportError, write_report
@@ -267,3 +267,15 @@ def test_without_a_price_the_energy_is_shown_and_how_to_price_it_said(tmp_path):
     run_dir = make_run_dir(tmp_path / "experiments", scripted_run())
     _, summary = write_report(run_dir)
     assert summary.splitlines()[-1].endswith("; set price_per_kwh in [cluster] for its cost")
+
+
+def test_a_straggler_held_back_by_its_gpu_says_so_in_what_limited_the_run(tmp_path):
+    """The Straggler event's sentences (remote/nodes/health.py's, as the node's stats showed them) are kept
+    in the timeline and named with the straggler."""
+    cause = "GPU 0 thermal slowdown at 87 °C since 09:00: clocks 1,200 of 1,860 MHz; improve the case's airflow"
+    events = [replace(event, held_back=(cause,)) if isinstance(event, Straggler) else event
+              for event in scripted_run()]
+    _, summary = write_report(make_run_dir(tmp_path / "experiments", events))
+    limits = [line for line in summary.splitlines() if line.startswith("limited by: ")]
+    assert limits[0].startswith("limited by: gpu2 was a straggler: 410 examples/s against 1,221")
+    assert limits[0].endswith(f"at every step. Held back: {cause}.")

@@ -17,7 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from homegpu.remote.config import parse_cluster
 from homegpu.remote.logs import Metric, WorkerMetric
-from homegpu.remote.nodes import Cluster, JobState, JobStateChanged, NodeState, visible
+from homegpu.remote.node_side import PROTOCOL_VERSION, THROTTLE_REASONS
+from homegpu.remote.nodes import Cluster, JobState, JobStateChanged, NodeState, parse_agent_line, visible
 from homegpu.remote.serve import ClusterCollector, JobBoard
 
 # What a name on a shared box can carry: OSC 0 (retitle, ended by BEL), CSI 2J (clear), C1 CSI alone.
@@ -148,3 +149,31 @@ def test_energy_counters_come_from_the_history_and_sum_per_node(tmp_path):
     assert gpus == {("0", "GPU-806f"): 3600.5, ("1", "GPU-db6d"): 10.0}
     (node,) = samples(text, "homegpu_node_energy_joules_total")
     assert (node["node"], node["value"]) == ("gpubox", 3610.5)
+
+
+def test_what_holds_a_gpu_back_is_a_series_per_reason_and_figure_and_nothing_where_unknown():
+    """Issue 35: each clock event reason 1 or 0 (none where the node cannot read them: a 0 would say "not
+    held back"), the clocks with their maximums and the PCIe link against what card and slot can do. Built
+    from documented values (no recording of a throttling card exists): GPU 0 thermal-throttled on a riser,
+    GPU 1 from an agent older than the health keys."""
+    hot = {"index": 0, "name": "NVIDIA GeForce RTX 3090", "uuid": "GPU-0", "util": 97, "temp": 87,
+           "sm_clock": 1200, "throttle": ["hw_thermal", "sw_power_cap"], "sm_clock_max": 1860, "mem_clock": 9501,
+           "mem_clock_max": 9751, "pcie": {"gen": 3, "width": 1, "max_gen": 4, "max_width": 16, "gpu_max_gen": 4,
+                                           "gpu_max_width": None}}
+    older = {"index": 1, "name": "NVIDIA GeForce RTX 3090", "uuid": "GPU-1", "util": 97}
+    text = scrape(parse_agent_line(json.dumps({"v": PROTOCOL_VERSION, "t": 1.0, "source": "nvml",
+                                               "gpus": [hot, older]})))
+    reasons = {(s["gpu"], s["reason"]): s["value"] for s in samples(text, "homegpu_gpu_clock_event_reason_active")}
+    assert {reason for _, reason in reasons} == {name for _, name in THROTTLE_REASONS}
+    assert {key: value for key, value in reasons.items() if value} == {("0", "hw_thermal"): 1, ("0", "sw_power_cap"): 1}
+    assert reasons[("0", "gpu_idle")] == 0 and not any(gpu == "1" for gpu, _ in reasons)
+    figures = {name: {s["gpu"]: s["value"] for s in samples(text, name)} for name in (
+        "homegpu_gpu_sm_clock_mhz", "homegpu_gpu_sm_clock_max_mhz", "homegpu_gpu_memory_clock_mhz",
+        "homegpu_gpu_memory_clock_max_mhz", "homegpu_gpu_pcie_link_generation", "homegpu_gpu_pcie_link_width",
+        "homegpu_gpu_pcie_link_generation_max", "homegpu_gpu_pcie_link_width_max",
+        "homegpu_gpu_pcie_link_generation_gpu_max", "homegpu_gpu_pcie_link_width_gpu_max")}
+    assert [figure.get("0") for figure in figures.values()] == [1200, 1860, 9501, 9751, 3, 1, 4, 16, 4, None]
+    assert not any("1" in figure for figure in figures.values()), "a figure the older agent never sent"
+    (labels,) = [s for s in samples(text, "homegpu_gpu_pcie_link_width") if s["gpu"] == "0"]
+    assert (labels["cluster"], labels["node"], labels["model"], labels["uuid"]) == (
+        "lab", "gpubox", "NVIDIA GeForce RTX 3090", "GPU-0")

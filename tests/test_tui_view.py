@@ -25,7 +25,7 @@ from homegpu.tui.app.log_pane import clean, format_entries, matching, wrap_rows
 from homegpu.tui.app.main import left_running_note
 from homegpu.tui.view.plot import BRAILLE_BASE, braille_plot, progress_bar, sparkline
 from homegpu.tui.view.render import (
-    key_bar,
+    HELD_MARK, key_bar,
     age, bandwidth_summary, job_summary, level_style, node_cells, node_detail,
 )
 from homegpu.tui.view.state import JOB, LOGS, MAX_LINE, NODES, ClusterView, LogBuffers, LogEntry
@@ -260,6 +260,39 @@ def test_node_detail_shows_versions_history_and_processes(view: ClusterView) -> 
     assert "GPUs via nvidia-smi · driver 590.48.01 · CUDA 13.1" in text
     assert "pid 21198 ./gpu_burn (7.3 GiB)" in text
     assert " util " in text and " n/a" in text  # MIG hides utilisation: said, not guessed
+
+
+def hot_gpu_lines(view: ClusterView, seconds: range, throttle: tuple[str, ...] = ("hw_thermal",)) -> None:
+    """`big`'s recorded idle H100 NVLs, GPU 1 under load and throttled (documented values: no recording of a
+    throttling card exists), one line a second."""
+    stats = recorded("h100nvl_idle")
+    hot = replace(stats.gpus[1], util=97, temp=87, sm_clock=1200, sm_clock_max=1860, throttle=throttle)
+    for second in seconds:
+        view.apply(NodeStatsUpdated("big", replace(stats, timestamp=stats.timestamp + second,
+                                                   gpus=(stats.gpus[0], hot))))
+
+
+def test_a_node_with_a_gpu_held_back_is_marked_and_its_detail_says_why_under_that_gpu(view: ClusterView) -> None:
+    view.apply(NodeStateChanged("big", NodeState.ONLINE))
+    hot_gpu_lines(view, range(1))
+    assert node_cells(view.nodes["big"])[0][0].plain == "● big"  # one reading: a moment, nothing said
+    assert "held back" not in node_detail(view.nodes["big"], 80).plain
+    hot_gpu_lines(view, range(1, 11))
+    assert node_cells(view.nodes["big"])[0][0].plain == "● big" + HELD_MARK
+    lines = node_detail(view.nodes["big"], 80).plain.splitlines()
+    held = [i for i, line in enumerate(lines) if "held back" in line]
+    assert len(held) == 1 and lines[held[0] - 1] == "[1] NVIDIA H100 NVL"
+    assert lines[held[0]].startswith(" held back: GPU 1 thermal slowdown at 87 °C since ")
+    assert lines[held[0]].endswith(": clocks 1,200 of 1,860 MHz; improve the case's airflow")
+    view.apply(NodeStateChanged("big", NodeState.OFFLINE, reason="connection lost"))
+    assert node_cells(view.nodes["big"])[0][0].plain == "✗ big"  # greyed figures, nothing judged on them
+
+
+def test_a_reason_a_node_names_shows_its_control_characters_in_the_detail(view: ClusterView) -> None:
+    view.apply(NodeStateChanged("big", NodeState.ONLINE))
+    hot_gpu_lines(view, range(10), throttle=("\x1b]0;pwned\x07",))
+    text = node_detail(view.nodes["big"], 80).plain
+    assert "held back: GPU 1 clock event \\x1b]0;pwned\\x07" in text and "\x1b" not in text
 
 
 def test_host_key_unknown_says_how_to_trust(view: ClusterView) -> None:

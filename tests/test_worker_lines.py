@@ -4,13 +4,16 @@ WorkerMetric (never also as log text), and into the run's record."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
-from homegpu.remote.config import NodeSpec
+from homegpu.remote.config import NodeSpec, parse_cluster
+from homegpu.remote.jobs import JobRun
 from homegpu.remote.jobs.watch import WorkerTrack
 from homegpu.remote.jobs.worker_logs import WorkerLines
 from homegpu.remote.logs import LogLine, Metric, WorkerMetric, classify
-from homegpu.remote.nodes import EventHub, Straggler
+from homegpu.remote.nodes import NA, Cluster, EventHub, GpuStats, NodeStats, Straggler
 from homegpu.remote.plan import WorkerSlot
+from homegpu.remote.plan.device_plan import plan_devices
 from homegpu.remote.record import ExperimentLog
 from homegpu.trainer.metrics import format_metric
 
@@ -82,3 +85,47 @@ def test_a_slow_worker_is_a_straggler_once_every_worker_reported_the_epoch():
 
     stragglers = [e for e in published(hub, feed) if isinstance(e, Straggler)]
     assert [(s.worker, s.examples_per_sec, s.unit, s.epoch) for s in stragglers] == [("slow", 300.0, "examples/s", 2)]
+
+
+def test_a_straggler_says_what_holds_its_gpus_back_where_its_node_shows_something():
+    """The run's lookup (JobRun._held_back: the node's session's GpuHealth) is asked for the straggler only."""
+    hub, workers = EventHub(), tracks("fast", "slow", "mid")
+    asked: list[str] = []
+    cause = "GPU 0 thermal slowdown at 87 °C since 09:00: clocks 1,200 of 1,860 MHz; improve the case's airflow"
+
+    def held_back(worker: str) -> list[str]:
+        asked.append(worker)
+        return [cause] if worker == "slow" else []
+
+    lines = WorkerLines("demo", "run-1", hub, workers, None, held_back)
+    rates = {"fast": 1000.0, "mid": 980.0, "slow": 300.0}
+
+    def feed():
+        for seq, (worker, rate) in enumerate(rates.items(), 1):
+            lines._taker(workers[worker], 0)(line(worker, seq, format_metric(event="epoch", epoch=2,
+                                                                             examples_per_sec=rate)))
+
+    (straggler,) = [e for e in published(hub, feed) if isinstance(e, Straggler)]
+    assert (straggler.worker, straggler.held_back, asked) == ("slow", (cause,), ["slow"])
+    assert straggler.cause_text == f". Held back: {cause}"
+    assert Straggler("demo", "run-1", "slow", 300.0, 990.0).cause_text == ""  # nothing seen: the figures alone
+
+
+def test_the_runs_lookup_names_only_the_workers_own_gpus_as_its_nodes_session_judged_them(tmp_path):
+    """Two workers on one node, one per GPU: GPU 1 is hot, so box#1 is told of it and box of nothing."""
+    cluster = Cluster(parse_cluster('[[nodes]]\nname = "box"\nhost = "box"\n[jobs.demo]\nworkers_per_node = "per-gpu"\n'))
+    cool = GpuStats(index=0, name="NVIDIA GeForce RTX 3090", uuid="GPU-0", util=97, mem_used=NA, mem_total=NA,
+                    temp=70, power=NA, power_limit=NA, sm_clock=1860, throttle=(), sm_clock_max=1860)
+    hot = replace(cool, index=1, uuid="GPU-1", temp=87, sm_clock=1200, throttle=("hw_thermal",))
+    for at in (1000.0, 1010.0):
+        stats = NodeStats(at, "nvml", (cool, hot), "580", "13.0", NA, (NA, NA, NA), NA, NA, NA)
+        cluster.node("box").health.take(stats)
+    run = JobRun(cluster, cluster.spec.jobs["demo"], tmp_path)
+    run.plan = plan_devices({"box": stats}, "per-gpu", None)
+    slots = [WorkerSlot(index, cluster.spec.nodes[0], index, 23456 + index, "127.0.0.1") for index in (0, 1)]
+    run.tracks = {slot.label: WorkerTrack(slot, runtime=None) for slot in slots}
+    assert run._held_back("box") == []
+    [cause] = run._held_back("box#1")
+    assert cause.startswith("GPU 1 thermal slowdown at 87 °C since ") and cause.endswith("improve the case's airflow")
+    run.plan = None  # no plan (a numeric layout without stats): every GPU of the node is the worker's
+    assert run._held_back("box") == [cause]

@@ -257,7 +257,8 @@ class AlertEvaluator:
         epoch = event.epoch if event.epoch is not None else 0
         self._flagged[flag] = max(self._flagged.get(flag, epoch), epoch)
         message = (f"{event.worker} is a straggler in {event.job} (run {event.run_id}): "
-                   f"{event.examples_per_sec:.0f} {event.unit} against {event.others_median:.0f} for the others")
+                   f"{event.examples_per_sec:.0f} {event.unit} against {event.others_median:.0f} for the others"
+                   f"{event.cause_text}")
         return self._fire(Alert("straggler", AlertState.FIRING, message, worker=event.worker, job=event.job,
                                 run_id=event.run_id, value=event.examples_per_sec,
                                 threshold=event.others_median, at=event.at))

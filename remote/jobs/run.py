@@ -235,8 +235,15 @@ class JobRun:
         self._publish(JobState.RUNNING)
 
     def _follow_logs(self, recorded: dict[str, int] | None = None) -> None:
-        lines = WorkerLines(self.job.name, self.run_id, self.hub, self.tracks, self.experiment)
+        lines = WorkerLines(self.job.name, self.run_id, self.hub, self.tracks, self.experiment, self._held_back)
         lines.follow(self.generation, self.job.batch_size if self.job.uses_trainer else None, recorded)
+
+    def _held_back(self, worker: str) -> list[str]:
+        """What holds `worker`'s GPUs back now (all its node's where the plan does not say which it uses),
+        as the node's session judged its stats line by line."""
+        track = self.tracks[worker]
+        devices = next((w for w in self.plan.workers if w.label == worker), None) if self.plan else None
+        return self.cluster.node(track.slot.node.name).health.causes(devices.gpus if devices else None)
 
     # -- reattach ------------------------------------------------------------------------------
 

@@ -3,14 +3,15 @@
 Every line keeps its worker alive for the stall watchdog, is read for a traceback (the track keeps the
 last, for the script-error verdict) and goes to experiments/RUN-ID/logs/. It reaches the hub once: a
 log line as its LogLine, a metric line as a WorkerMetric (and into the run's latest figures); once
-every worker has reported an epoch their rates are compared for a straggler.
+every worker has reported an epoch their rates are compared for a straggler, which says what holds
+its GPUs back where its node's stats show something.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from homegpu.remote.jobs.watch import WorkerTrack
 from homegpu.remote.logs import RATE_UNITS, LogLine, TracebackReader, WorkerMetric
@@ -19,13 +20,16 @@ from homegpu.remote.record import ExperimentLog, find_stragglers
 
 LOG_DRAIN_SECONDS = 60.0  # to read an ended worker's log to its end (a flood of megabytes over SSH)
 
+HeldBack = Callable[[str], Iterable[str]]  # a worker -> what holds its GPUs back now, in sentences
+
 
 class WorkerLines:
     """Follows one generation of a run's workers, each line into its track, the experiment and the hub."""
 
     def __init__(self, job: str, run_id: str, hub: EventHub, tracks: dict[str, WorkerTrack],
-                 experiment: ExperimentLog | None) -> None:
+                 experiment: ExperimentLog | None, held_back: HeldBack | None = None) -> None:
         self.job, self.run_id, self.hub, self.tracks, self.experiment = job, run_id, hub, tracks, experiment
+        self.held_back = held_back
 
     def follow(self, generation: int, batch_size: int | None, recorded: Mapping[str, int] | None = None) -> None:
         """Start a tail of every worker's output (`batch_size`: the built-in trainer's, for examples/s).
@@ -70,8 +74,9 @@ class WorkerLines:
             rates = {label: rate for label, rate in rates.items() if rate is not None}
             if len(rates) == len(self.tracks):
                 for worker, median in find_stragglers(rates):
+                    causes = tuple(self.held_back(worker)) if self.held_back else ()
                     self.hub.publish(Straggler(self.job, self.run_id, worker, rates[worker], median, unit=unit,
-                                               epoch=epoch))
+                                               epoch=epoch, held_back=causes))
                 return
 
 

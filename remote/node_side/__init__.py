@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
+from homegpu.remote.node_side.gpu_health import THROTTLE_REASONS
 from homegpu.remote.node_side.process_owners import (
     LABEL_INDEX, LABEL_JOB, LABEL_RUN, MARKER_INDEX, MARKER_JOB, MARKER_RUN,
 )
@@ -20,7 +21,7 @@ from homegpu.remote.node_side.tree_sync import scan
 
 __all__ = [
     "AGENT_MODULES", "AGENT_SOURCES", "GPU_SOURCES", "LABEL_INDEX", "LABEL_JOB", "LABEL_RUN", "MARKER_INDEX",
-    "MARKER_JOB", "MARKER_RUN", "PROTOCOL_VERSION", "scan", "script", "script_bytes",
+    "MARKER_JOB", "MARKER_RUN", "PROTOCOL_VERSION", "THROTTLE_REASONS", "scan", "script", "script_bytes",
 ]
 
 

@@ -16,7 +16,7 @@ from homegpu.remote.nodes.events import (
     NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, QueueRunChanged, Straggler,
     Subscription, WorkerExited,
 )
-from homegpu.remote.nodes.health import ReasonTimer, held_back
+from homegpu.remote.nodes.health import GpuHealth, ReasonTimer, held_back
 from homegpu.remote.nodes.login_shell import SHELL_FIX, talking_shell
 from homegpu.remote.nodes.owners import FOREIGN_SHARE, foreign_memory_warnings, is_run_worker, owner_text
 from homegpu.remote.nodes.session import NODE_GONE, NodeOffline, NodeSession
@@ -31,7 +31,7 @@ from homegpu.remote.nodes.waiting import wait_set
 __all__ = [
     "FOREIGN_SHARE", "MIB_PER_GIB", "SHELL_FIX", "NA", "NODE_GONE", "RUN_ALERTS", "Alert", "AlertCommandFailed", "AlertState",
     "Cluster",
-    "CommandResult", "CommandTimeout", "EventHub", "GpuStats", "JobState", "JobStateChanged", "NodeError",
+    "CommandResult", "CommandTimeout", "EventHub", "GpuHealth", "GpuStats", "JobState", "JobStateChanged", "NodeError",
     "NodeOffline", "NodeSession", "NodeState", "NodeStateChanged", "NodeStats", "NodeStatsUnavailable",
     "NodeStatsUpdated", "OfferedKey", "PreflightResult", "QueueRunChanged", "ReasonTimer", "RemoteProcess", "SshTarget",
     "SshTransport",

@@ -124,7 +124,8 @@ class Straggler:
     """A worker clearly slower than the others (its rate against the median of the rest's).
 
     `examples_per_sec` and `others_median` are in `unit`: examples/s, or steps/s for a script whose
-    batch size homegpu does not know (Keras prints steps)."""
+    batch size homegpu does not know (Keras prints steps). `held_back`: what holds the worker's GPUs
+    back as its node's stats showed it then (nodes/health.py's sentences), where anything does."""
 
     job: str
     run_id: str
@@ -134,6 +135,12 @@ class Straggler:
     at: float = field(default_factory=time.time)
     unit: str = "examples/s"
     epoch: int | None = None  # the epoch whose rates showed it
+    held_back: tuple[str, ...] = ()
+
+    @property
+    def cause_text(self) -> str:
+        """". Held back: GPU 0 thermal slowdown ...", to follow its figures; "" where nothing was seen."""
+        return ". Held back: " + ". ".join(self.held_back) if self.held_back else ""
 
 
 class AlertState(str, enum.Enum):

@@ -6,14 +6,17 @@ airflow". Nothing is judged on an idle GPU: an idle card lowers its clocks and d
 generation to save power, which is not a fault. Under load a GPU is held back when a clock event
 reason other than idle is active (for ``HELD_FOR_S`` where :class:`ReasonTimer` says how long), when
 its SM clock is well below its maximum with no reason given, or when its link runs below what the
-card and the slot can do, or the slot below what the card can.
+card and the slot can do, or the slot below what the card can. :class:`GpuHealth` judges one node's
+GPUs line by line as its stats arrive, saying since when a reason holds a GPU back (the straggler
+alert uses it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+import time
+from collections.abc import Collection, Hashable, Mapping
 
-from homegpu.remote.nodes.stats import GpuStats
+from homegpu.remote.nodes.stats import GpuStats, NodeStats
 
 LOAD_UTIL = 30  # % utilisation from which a GPU is under load (a starved card on a x1 link shows ~40 %)
 SLOW_CLOCK_SHARE = 0.75  # an SM clock below this share of its maximum is "well below" it
@@ -45,7 +48,8 @@ def under_load(gpu: GpuStats) -> bool:
     return isinstance(gpu.util, (int, float)) and gpu.util >= LOAD_UTIL
 
 
-def held_back(gpu: GpuStats, active_s: Mapping[str, float] | None = None) -> list[str]:
+def held_back(gpu: GpuStats, active_s: Mapping[str, float] | None = None,
+              since: Mapping[str, str] | None = None) -> list[str]:
     """What holds ``gpu`` back now, one sentence per cause with its fix; [] when nothing does.
 
     Args:
@@ -53,13 +57,14 @@ def held_back(gpu: GpuStats, active_s: Mapping[str, float] | None = None) -> lis
         active_s: how long each active reason has been active (:class:`ReasonTimer`); a reason held
             for less than ``HELD_FOR_S`` is a moment and is not judged. None (one snapshot, as
             ``status`` has) judges every active reason.
+        since: a reason's start as its sentence says it ("00:41"), where known.
     """
     if not under_load(gpu):
         return []
-    reasons = [name for name in gpu.throttle or () if name != IDLE
-               and (active_s is None or active_s.get(name, 0.0) >= HELD_FOR_S)]
-    causes = [_reason_words(gpu, name) for name in reasons]
-    if not reasons and _well_below(gpu.sm_clock, gpu.sm_clock_max):
+    active = [name for name in gpu.throttle or () if name != IDLE]
+    reasons = [name for name in active if active_s is None or active_s.get(name, 0.0) >= HELD_FOR_S]
+    causes = [_reason_words(gpu, name, (since or {}).get(name)) for name in reasons]
+    if not active and _well_below(gpu.sm_clock, gpu.sm_clock_max):  # a reason's first moment is not "none"
         why = "with no reason given by its driver" if gpu.throttle is None else "with no clock event reason"
         causes.append(f"GPU {gpu.index} runs at {_clocks(gpu)} under load {why}; "
                       "look at its clocks (nvidia-smi -q -d PERFORMANCE,CLOCK)")
@@ -84,13 +89,53 @@ class ReasonTimer:
         return {name: at - start for name, start in since.items()}
 
 
+class GpuHealth:
+    """What holds one node's GPUs back now, judged from its stats lines as they arrive (:meth:`take`,
+    every line in order): a reason counts once held ``HELD_FOR_S``, and its sentence says since when
+    in local time. The node's session keeps one while it is online."""
+
+    def __init__(self) -> None:
+        self._timer = ReasonTimer()
+        self._latest: NodeStats | None = None
+        self._active_s: dict[Hashable, dict[str, float]] = {}
+
+    def take(self, stats: NodeStats) -> None:
+        """Note one stats line, by its own timestamp."""
+        self._latest = stats
+        self._active_s = {_gpu_key(gpu): self._timer.update(_gpu_key(gpu), gpu, stats.timestamp)
+                          for gpu in stats.gpus}
+
+    def causes(self, indices: Collection[int] | None = None) -> list[str]:
+        """:func:`held_back`'s sentences for the latest line's GPUs, or only those of ``indices``
+        (a worker's GPUs on the node); [] before any line."""
+        if self._latest is None:
+            return []
+        at, causes = self._latest.timestamp, []
+        for gpu in self._latest.gpus:
+            if indices is None or gpu.index in indices:
+                active_s = self._active_s.get(_gpu_key(gpu), {})
+                since = {name: _local_clock(at - seconds) for name, seconds in active_s.items()}
+                causes += held_back(gpu, active_s, since)
+        return causes
+
+
+def _gpu_key(gpu: GpuStats) -> Hashable:
+    return gpu.uuid or gpu.index  # the uuid stays with the card if the driver renumbers it
+
+
+def _local_clock(at: float) -> str:
+    return time.strftime("%H:%M", time.localtime(at))
+
+
 # --- the words -----------------------------------------------------------------------------------
 
-def _reason_words(gpu: GpuStats, name: str) -> str:
+def _reason_words(gpu: GpuStats, name: str, since: str | None = None) -> str:
     what, fix = REASONS.get(name, (f"clock event {name}", "see nvidia-smi -q -d PERFORMANCE"))
     where = ""
     if name in THERMAL and isinstance(gpu.temp, (int, float)):
         where = f" at {gpu.temp:.0f} °C"
+    if since:
+        where += f" since {since}"
     clocks = _clocks(gpu)
     if name == "sw_power_cap" and isinstance(gpu.power_limit, (int, float)):
         clocks = f"{clocks} at its {gpu.power_limit:.0f} W limit" if clocks else f"at its {gpu.power_limit:.0f} W limit"

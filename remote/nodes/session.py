@@ -23,6 +23,7 @@ from homegpu.remote.nodes.connect import (
 from homegpu.remote.nodes.events import (
     EventHub, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
 )
+from homegpu.remote.nodes.health import GpuHealth
 from homegpu.remote.nodes.stats import NodeStats, NotAvailable, StatsParseError, parse_agent_line
 from homegpu.remote.nodes.transport import CommandResult, NodeTransport, RemoteProcess, TransportError
 from homegpu.remote.nodes.waiting import wait_condition, wait_set
@@ -56,6 +57,7 @@ class NodeSession:
         self.reached: str | None = None  # the address the last SSH connection reached
         self._reached_how = ""  # where `reached` came from when not the connection's peer (ProxyJump)
         self.latest: NodeStats | None = None
+        self.health = GpuHealth()  # what holds its GPUs back, judged line by line
         self.transport: NodeTransport | None = None
         self._backoff = backoff or Backoff()
         self.streams_stats = stream_stats
@@ -203,7 +205,7 @@ class NodeSession:
     async def _set_state(self, state: NodeState, reason: str = "", fingerprint: str = "") -> None:
         self.state, self.reason, self.fingerprint = state, reason, fingerprint
         if state is not NodeState.ONLINE:
-            self.latest = None
+            self.latest, self.health = None, GpuHealth()  # a reason is not held across a gap
         self.hub.publish(NodeStateChanged(self.name, state, reason, fingerprint))
         await self._notify()
 
@@ -249,5 +251,6 @@ class NodeSession:
             return  # a stray line (a shell banner, say) must not stop the stream
         stats = self._with_host_power(stats)
         self.latest = stats
+        self.health.take(stats)
         self.hub.publish(NodeStatsUpdated(self.name, stats))
         await self._notify()

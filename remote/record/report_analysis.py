@@ -103,14 +103,22 @@ def run_figures(timeline: Timeline, workers: tuple[WorkerTimeline, ...]) -> RunF
 
 
 def _straggler_sentences(timeline: Timeline, rates: dict[str, float]) -> list[str]:
-    """Workers the run flagged as stragglers, and any whose steady rate shows it without a flag."""
-    found = {e.worker: (e.details.get("examples_per_sec"), e.details.get("others_median"))
+    """Workers the run flagged as stragglers (with what held their GPUs back, where the flag saw it), and
+    any whose steady rate shows it without a flag."""
+    found = {e.worker: (e.details.get("examples_per_sec"), e.details.get("others_median"), _held_back(e.details))
              for e in timeline.events_of("straggler")}
     for worker, median in find_stragglers(rates):
-        found.setdefault(worker, (rates[worker], median))
+        found.setdefault(worker, (rates[worker], median, ""))
     return [f"{worker} was a straggler: {rate:,.0f} examples/s against {others:,.0f} for the others, and "
-            "synchronous training waits for the slowest worker at every step."
-            for worker, (rate, others) in found.items() if rate is not None and others is not None]
+            f"synchronous training waits for the slowest worker at every step.{held}"
+            for worker, (rate, others, held) in found.items() if rate is not None and others is not None]
+
+
+def _held_back(details: dict) -> str:
+    """" Held back: GPU 0 thermal slowdown ...; improve the case's airflow." (the Straggler event's
+    sentences, as the timeline kept them), or "" where none were seen or the record lacks them."""
+    causes = [cause for cause in details.get("held_back") or () if isinstance(cause, str)]
+    return f" Held back: {'. '.join(causes)}." if causes else ""
 
 
 def human_duration(seconds: float) -> str:

@@ -234,9 +234,11 @@ class TimelineRecorder:
 
     def _straggler(self, event: Straggler) -> None:
         self.record_event("straggler", event.at,
-                          f"{event.examples_per_sec:.0f} examples/s against {event.others_median:.0f} for the others",
+                          f"{event.examples_per_sec:.0f} examples/s against {event.others_median:.0f} for the others"
+                          f"{event.cause_text}",
                           worker=event.worker, details={"examples_per_sec": event.examples_per_sec,
-                                                        "others_median": event.others_median})
+                                                        "others_median": event.others_median,
+                                                        "held_back": list(event.held_back)})
 
     def _node_state(self, event: NodeStateChanged) -> None:
         kind = {NodeState.OFFLINE: "node_offline", NodeState.ONLINE: "node_online"}.get(event.state, "node_state")

@@ -8,6 +8,11 @@ Every label value is shown as the terminal commands show node text (nodes.visibl
 its escape), since `curl .../metrics` in a terminal would otherwise run a GPU's or a process's name. A GPU's
 processes are one series per name and owner, never per pid: each new pid would be a new series that
 Prometheus keeps for its retention.
+
+What holds a GPU back (issue 35) is its figures, not the words: each clock event reason as a 0/1 series
+(0 for a known reason not active, none at all where the reasons are unknown), the clocks and their maximums,
+the PCIe link now, what card and slot can do together (``_max``) and the card alone (``_gpu_max``). A
+dashboard or an alert rule then judges them as `homegpu status` does (remote/nodes/health.py).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from homegpu.remote.history import HOST
+from homegpu.remote.node_side import THROTTLE_REASONS
 from homegpu.remote.nodes import NA, Cluster, GpuStats, NodeState, visible
 from homegpu.remote.serve.job_board import JobBoard
 
@@ -37,7 +43,23 @@ GPU_GAUGES = (
     ("homegpu_gpu_temperature_celsius", "GPU temperature", lambda g: g.temp),
     ("homegpu_gpu_power_watts", "GPU power draw", lambda g: g.power),
     ("homegpu_gpu_power_limit_watts", "GPU power limit", lambda g: g.power_limit),
+    ("homegpu_gpu_sm_clock_mhz", "GPU SM clock", lambda g: g.sm_clock),
+    ("homegpu_gpu_sm_clock_max_mhz", "GPU SM clock's maximum", lambda g: g.sm_clock_max),
+    ("homegpu_gpu_memory_clock_mhz", "GPU memory clock", lambda g: g.mem_clock),
+    ("homegpu_gpu_memory_clock_max_mhz", "GPU memory clock's maximum", lambda g: g.mem_clock_max),
+    ("homegpu_gpu_pcie_link_generation", "GPU PCIe link generation now (an idle card lowers it)",
+     lambda g: g.pcie.gen),
+    ("homegpu_gpu_pcie_link_width", "GPU PCIe link width (lanes) now", lambda g: g.pcie.width),
+    ("homegpu_gpu_pcie_link_generation_max", "the highest PCIe generation the GPU and its slot can do together",
+     lambda g: g.pcie.max_gen),
+    ("homegpu_gpu_pcie_link_width_max", "the widest PCIe link the GPU and its slot can do together",
+     lambda g: g.pcie.max_width),
+    ("homegpu_gpu_pcie_link_generation_gpu_max", "the highest PCIe generation the GPU alone can do",
+     lambda g: g.pcie.gpu_max_gen),
+    ("homegpu_gpu_pcie_link_width_gpu_max", "the widest PCIe link the GPU alone can do",
+     lambda g: g.pcie.gpu_max_width),
 )
+REASON_NAMES = tuple(name for _, name in THROTTLE_REASONS)  # NVML's documented clock event reasons
 # (name, help, Metric property)
 WORKER_GAUGES = (
     ("homegpu_job_epoch", "the last epoch the worker finished", "epoch"),
@@ -122,6 +144,10 @@ class ClusterCollector(Collector):
             "homegpu_gpu_process_memory_used_bytes",
             "GPU memory held by the GPU's processes of one name and owner (summed over their pids)",
             labels=(*GPU_LABELS, *OWNER_LABELS))
+        reasons = GaugeMetricFamily(
+            "homegpu_gpu_clock_event_reason_active",
+            "1 while the clock event reason holds the GPU's clocks down, else 0 (NVML's reasons, read every 5 s; "
+            "gpu_idle is no fault)", labels=(*GPU_LABELS, "reason"))
         for node in self.cluster.nodes.values():
             stats = node.latest if node.state is NodeState.ONLINE else None
             for gpu in stats.gpus if stats else ():
@@ -130,7 +156,9 @@ class ClusterCollector(Collector):
                     _add(family, labels, read(gpu))
                 for owner, mib in _memory_by_owner(gpu).items():
                     _add(processes, [*labels, *owner], _bytes(mib))
-        yield from (*families, processes)
+                for reason, active in _reasons(gpu).items():
+                    _add(reasons, [*labels, reason], active)
+        yield from (*families, processes, reasons)
 
     def _gpu_labels(self, node: str, gpu: GpuStats) -> list[str]:
         return [self.cluster.spec.name, node, _text(gpu.index), _text(gpu.name), _text(gpu.uuid)]
@@ -146,6 +174,14 @@ class ClusterCollector(Collector):
                 for family, (_, _, key) in zip(families, WORKER_GAUGES):
                     _add(family, [name, run.job, run.run_id, worker], getattr(metric, key))
         yield from (*families, restarts)
+
+
+def _reasons(gpu: GpuStats) -> dict[str, int]:
+    """Each clock event reason: 1 active, 0 not; a bit NVML had not documented only while active. None
+    known where the node cannot read them (an older agent or driver): a 0 there would say "not held back"."""
+    if gpu.throttle is None:
+        return {}
+    return {**dict.fromkeys(REASON_NAMES, 0), **dict.fromkeys(gpu.throttle, 1)}
 
 
 def _memory_by_owner(gpu: GpuStats) -> dict[tuple[str, ...], float]:

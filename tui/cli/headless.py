@@ -65,7 +65,7 @@ class LinePrinter:
             return f"== {event.worker} exited with status {event.exit_status}: {event.meaning}"
         if isinstance(event, Straggler):
             return (f"== straggler: {event.worker} runs {event.examples_per_sec:.0f} {event.unit}, "
-                    f"the others {event.others_median:.0f}")
+                    f"the others {event.others_median:.0f}{event.cause_text}")
         if isinstance(event, NodeStateChanged):
             return self._node_state(event)
         if isinstance(event, Alert):

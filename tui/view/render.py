@@ -1,7 +1,9 @@
 """Rich text for each panel, from the plain data in tui/view/state.py (pure: no widgets, no I/O).
 
 Thresholds colour what needs a glance: green is fine, yellow is busy or warm, red is full or hot.
-A node that is not online is drawn dim, with its last known figures, so it greys out in place.
+A node that is not online is drawn dim, with its last known figures, so it greys out in place. A node
+with a GPU held back (a clock event reason, a slow link: remote/nodes/health.py) has HELD_MARK by its
+name, and its detail says what and the fix under that GPU.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ ALERT_TONES = {
     "queued_run_started": ("▸ ", "bold", ""),
 }
 REASON_WIDTH = 24
+HELD_MARK = " ▼"  # by a node's name: a GPU of it is held back (its detail says why)
 NODE_COLUMNS = ("NODE", "GPU", "UTIL", "MEM", "TEMP", "POWER", "CPU", "RAM")
 
 
@@ -75,6 +78,8 @@ def node_cells(node: NodeView) -> tuple[list[Text], int]:
     grey = not node.online
     mark = Text(f"{STATE_MARKS.get(node.state.value, '?')} ", style=STATE_STYLES.get(node.state, ""))
     name = mark + Text(node.name, style="dim" if grey else "bold")
+    if node.health.causes():
+        name.append(HELD_MARK, style="bold yellow")
     stats = node.stats
     if stats is None:
         why = node.stats_problem or node.reason or ("waiting for stats" if node.online else node.state.value)
@@ -202,6 +207,8 @@ def node_detail(node: NodeView | None, width: int = 40, run_id: str = "", window
     for gpu in stats.gpus:
         util, mem = _gpu_cells(node, gpu, windows[window][1], spark, lookback if window >= len(TRAIL_WINDOWS) else None)
         out.append(f"\n[{gpu.index}] {gpu.name}", style="bold")
+        for cause in node.health.causes([gpu.index]):  # its stats were made visible on the way in
+            out.append(f"\n held back: {cause}", style="yellow")
         out.append(f"\n util {sparkline(util, spark)} ")
         out.append(pct(gpu.util), style=level_style(gpu.util, UTIL_LEVELS))
         out.append(f"\n mem  {sparkline(mem, spark)} ")

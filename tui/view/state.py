@@ -17,7 +17,7 @@ from homegpu.remote.config import ClusterSpec
 from homegpu.remote.logs import LogLine, Metric, TracebackFold, WorkerMetric
 from homegpu.remote.net import BandwidthMatrix, BandwidthMeasured, LinkResult
 from homegpu.remote.nodes import (
-    RUN_ALERTS, Alert, AlertCommandFailed, AlertState, GpuStats, JobState, JobStateChanged, NodeState,
+    RUN_ALERTS, Alert, AlertCommandFailed, AlertState, GpuHealth, GpuStats, JobState, JobStateChanged, NodeState,
     NodeStateChanged, NodeStats, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,
     visible, visible_fields,
 )
@@ -41,7 +41,8 @@ def trail_key(gpu: GpuStats) -> int:
 
 @dataclass
 class NodeView:
-    """One node as the screen knows it: state, latest stats and its GPUs' trail since the TUI opened."""
+    """One node as the screen knows it: state, latest stats, its GPUs' trail since the TUI opened and what
+    holds them back, judged line by line (a reason held a moment is not shown; remote/nodes/health.py)."""
 
     name: str
     host: str
@@ -51,6 +52,7 @@ class NodeView:
     stats: NodeStats | None = None
     stats_problem: str = ""
     trail: dict[int, GpuTrail] = field(default_factory=dict)  # by trail_key; bounded (tui/view/gpu_trail.py)
+    health: GpuHealth = field(default_factory=GpuHealth)
 
     @property
     def online(self) -> bool:
@@ -58,6 +60,7 @@ class NodeView:
 
     def take_stats(self, stats: NodeStats) -> None:
         self.stats, self.stats_problem = stats, ""
+        self.health.take(stats)
         for gpu in stats.gpus:
             self.trail.setdefault(trail_key(gpu), GpuTrail()).add(stats.timestamp, gpu.util, gpu.mem_percent)
 
@@ -266,6 +269,8 @@ class ClusterView:
             node.stats_problem = event.reason
         else:
             node.state, node.reason, node.fingerprint = event.state, event.reason, event.fingerprint
+            if not node.online:
+                node.health = GpuHealth()  # its figures stay, greyed; a reason is not held across the gap
         return {NODES}
 
     def _job_event(self, event: object) -> set[str]:
