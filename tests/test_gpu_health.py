@@ -29,23 +29,11 @@ from homegpu.remote.nodes import (
 from homegpu.remote.nodes.stats import NA, PcieLink
 from homegpu.tui.view.text import format_status, status_json
 from gpu_replay import FORMAT, HEALTH_QUERY
-from test_stats_agent import H100_NVL, FakeNvml, FakeNVMLError, SmiAgent
+import test_stats_agent
+from test_stats_agent import H100_NVL, FakeNvml, FakeNVMLError
 
+smi_agents = test_stats_agent.smi_agents  # the fixture that starts and closes streaming agents
 BUS_ID = "00000000:2D:00.0"  # NVML's and nvidia-smi's spelling; Linux's is 0000:2d:00.0
-
-
-@pytest.fixture
-def smi_agents():
-    """Start streaming agents on a replaying nvidia-smi (test_stats_agent's SmiAgent); all closed after."""
-    started: list[SmiAgent] = []
-
-    def start(*args, **kwargs) -> SmiAgent:
-        started.append(SmiAgent(*args, **kwargs))
-        return started[-1]
-
-    yield start
-    for agent in started:
-        agent.close()
 
 
 @pytest.fixture
