@@ -36,7 +36,7 @@ from typing import Callable
 
 from homegpu.remote.config import AlertRules, Tariff
 from homegpu.remote.logs import WorkerMetric
-from homegpu.remote.record import JOULES_PER_KWH, EnergySteps
+from homegpu.remote.record import JOULES_PER_KWH, EnergySteps, Step
 from homegpu.remote.nodes import (
     RUN_ALERTS, Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated,
     QueueRunChanged, Straggler,
@@ -142,18 +142,23 @@ class AlertEvaluator:
         alerts = self._new_day(event.at)
         host = self._steps.step((event.node, "host"), event.at, event.stats.host_power, event.stats.host_energy)
         if host is not None:
-            self._day = (self._day[0], self._day[1] + host.joules / JOULES_PER_KWH * self.tariff.price_at(host.middle))
+            self._add_to_day(host)
         for position, gpu in enumerate(event.stats.gpus):
             key = (event.node, int(gpu.index) if _is_number(gpu.index) else position)
             step = self._steps.step(key, event.at, gpu.power, gpu.energy)
             if step is None:
                 continue
-            cost = step.joules / JOULES_PER_KWH * self.tariff.price_at(step.middle)
-            self._day = (self._day[0], self._day[1] + cost)
+            cost = self._add_to_day(step)
             run_id = self._run[1]
             if run_id and any(_is_worker_of(process.owner, run_id) for process in gpu.processes):
                 self._run_cost[run_id] = self._run_cost.get(run_id, 0.0) + cost
         return alerts + self._over_budget(event.at)
+
+    def _add_to_day(self, step: Step) -> float:
+        """What `step` cost at its moment's price, added to the day's cost."""
+        cost = step.joules / JOULES_PER_KWH * self.tariff.price_at(step.middle)
+        self._day = (self._day[0], self._day[1] + cost)
+        return cost
 
     def _new_day(self, at: float) -> list[Alert]:
         """At local midnight the day's cost starts again from 0, and the day's budget alert clears."""

@@ -33,7 +33,7 @@ from homegpu.remote.history.schema import (
     HOST, HistoryError, cannot_write, open_writer, read_energy_totals, write_energy_totals,
 )
 from homegpu.remote.history.tiers import INSERT, Compactor
-from homegpu.remote.record import COUNTER, EnergySteps, Say, WriteTrouble, say_on_stderr, transaction
+from homegpu.remote.record import COUNTER, EnergySteps, Say, Step, WriteTrouble, say_on_stderr, transaction
 from homegpu.remote.nodes import NodeState, NodeStateChanged, NodeStatsUpdated
 
 FLUSH_SECONDS = 1.0
@@ -230,21 +230,15 @@ class HistoryRecorder:
         self._last_sample[node] = at
         credit_ms = 1000 * min(at - previous, self.max_gap) if previous is not None and at > previous else 0.0
         host = self._steps.step((node, HOST), at, stats.host_power, stats.host_energy)
-        if host is not None:
-            self._energy[(node, HOST)] = self._energy.get((node, HOST), 0.0) + host.joules
         self._node_rows.append((t, node, 1, whole(stats.cpu), whole(stats.mem_used), whole(stats.mem_total),
-                                None if host is None else round(host.joules * 1000),
-                                None if host is None else int(host.method == COUNTER)))
+                                *self._count((node, HOST), host)))
         gpu_rows = self._gpu_rows
         for position, gpu in enumerate(stats.gpus):
             index = gpu.index if type(gpu.index) is int else position
             step = self._steps.step((node, index), at, gpu.power, gpu.energy)
-            joules, counted = (None, None) if step is None else (step.joules, int(step.method == COUNTER))
-            if joules is not None:
-                self._energy[(node, index)] = self._energy.get((node, index), 0.0) + joules
-            millijoules = None if joules is None else round(joules * 1000)
+            joules = None if step is None else step.joules
             gpu_rows.append((t, node, index, 1, whole(gpu.util), whole(gpu.mem_used), whole(gpu.mem_total),
-                             whole(gpu.temp), whole(gpu.power), millijoules, counted))
+                             whole(gpu.temp), whole(gpu.power), *self._count((node, index), step)))
             names = self._gpus.get((node, index))
             if names is None or names[0] != gpu.name or names[1] != gpu.uuid:
                 self._gpu_name(node, index, gpu)
@@ -253,6 +247,14 @@ class HistoryRecorder:
                     owner_id = self._owners.get(owner) or self._owner(owner)
                     self._owner_rows.append((t, node, index, owner_id, 1, round(credit_ms * share), mem,
                                              None if joules is None else round(joules * 1000 * share)))
+
+    def _count(self, key: tuple[int, int], step: Step | None) -> tuple[int | None, int | None]:
+        """Add a GPU's (or, under HOST, the rest of a machine's) step to its total; its row's energy in whole
+        millijoules and whether a counter measured it (None, None: no step)."""
+        if step is None:
+            return None, None
+        self._energy[key] = self._energy.get(key, 0.0) + step.joules
+        return round(step.joules * 1000), int(step.method == COUNTER)
 
     def energy_totals(self) -> list[tuple[str, int, str, str, float]]:
         """(node, GPU index, GPU name, UUID, joules) of every GPU's energy recorded since the history began, and

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from homegpu.remote.record.energy import COUNTER, JOULES_PER_KWH, EnergySteps, RunEnergy, energy_of
+from homegpu.remote.record.energy import COUNTER, JOULES_PER_KWH, EnergySteps, RunEnergy, Step, energy_of
 from homegpu.remote.record.downsample import bucket_index, bucket_time, bucket_time_sql
 from homegpu.remote.record.experiment import ExperimentLog, find_stragglers
 from homegpu.remote.record.recorder import RunRecord
@@ -19,7 +19,7 @@ from homegpu.remote.record.write_trouble import Say, WriteTrouble, say_on_stderr
 from homegpu.remote.record.timeline_schema import NodeTimeline, Timeline, TimelineDamaged, WorkerTimeline, read_meta
 
 __all__ = [
-    "COUNTER", "JOULES_PER_KWH", "EnergySteps", "RunEnergy", "energy_of", "ExperimentLog", "NodeTimeline", "ReportError", "RunFolder", "RunRecord", "Timeline", "TimelineDamaged",
+    "COUNTER", "JOULES_PER_KWH", "EnergySteps", "RunEnergy", "Step", "energy_of", "ExperimentLog", "NodeTimeline", "ReportError", "RunFolder", "RunRecord", "Timeline", "TimelineDamaged",
     "WorkerTimeline", "bucket_index", "bucket_time", "bucket_time_sql", "find_stragglers", "load_timeline",
     "check_store", "create_atomically", "errors_as_damage", "open_for_writing", "read_meta", "room_left", "Say", "say_on_stderr", "timelines", "WriteTrouble", "transaction", "write_report",
 ]
