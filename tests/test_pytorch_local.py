@@ -3,6 +3,7 @@ homegpu.trainer.report's one line."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 from helpers import homegpu, local_cluster_toml, read_metrics
@@ -40,3 +41,8 @@ def test_a_script_tells_its_epochs_in_one_line_each(pytorch, tmp_path):
     (run_dir,) = (code / "experiments").iterdir()
     epochs = [m["epoch"] for m in read_metrics(run_dir) if m.get("event") == "epoch"]
     assert epochs == [1, 2, 3]
+    manifest = json.loads((run_dir / "run.json").read_text())  # what the node ran, not a TF_CONFIG
+    assert manifest["tf_configs"] == {}
+    (line,) = manifest["torchrun"].values()
+    assert line.startswith("torchrun --nnodes=1 --nproc-per-node=1 --node-rank=0 --master-addr=") and line.endswith("ddp.py"), line
+    assert "torchrun per node" in (run_dir / "report.html").read_text()

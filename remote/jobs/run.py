@@ -113,6 +113,13 @@ class JobRun:
                                            self.job.python).code_dir
             self.tracks.setdefault(slot.label, WorkerTrack(slot, runtime, code_dir=seen_as))
 
+    def _launch_lines(self) -> dict[str, str]:
+        """Worker label -> its TF_CONFIG, or for a PyTorch job its node's torchrun line (run.json)."""
+        if not self.job.is_pytorch:
+            return {s.label: tf_config_json(self.slots, s.index) for s in self.slots}
+        layout = JobLayout(tuple(self.slots), self.plan)
+        return {s.label: layout.launch_line(self.job, s) for s in self.slots}
+
     def _layout(self) -> JobLayout:
         """The job's workers from the nodes' latest stats. The plan may be missing (every worker sees
         its node's GPUs) only for a numeric layout on a cluster that streams no stats.
@@ -149,8 +156,7 @@ class JobRun:
             if len(self.slots) != workers:  # "per-gpu" knows its workers only now
                 self._refuse_keras3()
             self._refuse(nccl_on_cpu_problem(self.job, self.cluster.spec.source, self.plan))
-            cache_problem = self.record.describe_setup(
-                self.job, {s.label: tf_config_json(self.slots, s.index) for s in self.slots})
+            cache_problem = self.record.describe_setup(self.job, self._launch_lines())
             if cache_problem:
                 self._publish(JobState.PREFLIGHT, cache_problem)
             await self._preflight()

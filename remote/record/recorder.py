@@ -41,8 +41,9 @@ class RunRecord:
         self._task = asyncio.create_task(self.recorder.run(self.cluster.subscribe()), name="timeline")
         return self
 
-    def describe_setup(self, job: JobSpec, tf_configs: Mapping[str, str]) -> str:
-        """run.json: the job's settings, each worker's TF_CONFIG and the latest bandwidth matrix.
+    def describe_setup(self, job: JobSpec, launches: Mapping[str, str]) -> str:
+        """run.json: the job's settings, what each worker was given (its TF_CONFIG, or for a PyTorch job
+        its node's torchrun line) and the latest bandwidth matrix.
 
         Returns:
             "" or one line naming the saved matrix, damaged and left out (bandwidth_store.read).
@@ -50,8 +51,9 @@ class RunRecord:
         matrix, problem = bandwidth_store.read(self.cluster.spec)
         bandwidth = {"at": matrix.at, "links": bandwidth_store.links_json(matrix)} if matrix else None
         settings = {field.name: getattr(job, field.name) for field in dataclasses.fields(job)}
-        write_run_manifest(self.run_dir, {**settings, "env": dict(job.env)}, dict(tf_configs), bandwidth,
-                           self.cluster.spec.tariff.as_dict())
+        tf_configs, torchrun = ({}, dict(launches)) if job.is_pytorch else (dict(launches), None)
+        write_run_manifest(self.run_dir, {**settings, "env": dict(job.env)}, tf_configs, bandwidth,
+                           self.cluster.spec.tariff.as_dict(), torchrun)
         return problem
 
     async def close(self, report: bool = True) -> tuple[Path | None, str]:
