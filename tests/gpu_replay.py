@@ -36,6 +36,13 @@ HEALTH_QUERY = (
     "pcie.link.gen.current,pcie.link.width.current,pcie.link.gen.max,pcie.link.width.max,pcie.link.gen.gpumax"
 )
 FORMAT = "--format=csv,noheader,nounits"
+# An answer to HEALTH_QUERY for the H100 recorded under load (h100-80gb-hbm3/gpus_load.csv's uuid), built
+# from nvidia-smi's documented fields since no throttling card was recorded: HW thermal slowdown (bit 0x40),
+# its link at PCIe 3.0 x1 of the 5.0 x16 that card and slot allow (a riser).
+# uuid, pci.bus_id, clocks_event_reasons.active, clocks.mem, clocks.max.sm, clocks.max.memory,
+# pcie.link.gen.current, pcie.link.width.current, pcie.link.gen.max, pcie.link.width.max, pcie.link.gen.gpumax
+HOT_ON_A_RISER = ("GPU-ca8fe467-fe37-ae67-8b9e-505cc8110be1, 00000000:1B:00.0, 0x0000000000000040, 2619, 1980, "
+                  "2619, 3, 1, 5, 16, 5\n")
 
 # exit code: nvidia-smi's own codes for the garbage fixtures, so the agent sees a real failure.
 _EXIT_CODES = {"garbage_no_devices.txt": 6, "garbage_no_driver.txt": 9}

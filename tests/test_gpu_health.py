@@ -28,7 +28,7 @@ from homegpu.remote.nodes import (
 )
 from homegpu.remote.nodes.stats import NA, PcieLink
 from homegpu.tui.view.text import format_status, status_json
-from gpu_replay import FORMAT, HEALTH_QUERY
+from gpu_replay import FORMAT, HEALTH_QUERY, is_loop, replay_calls
 import test_stats_agent
 from test_stats_agent import H100_NVL, FakeNvml, FakeNVMLError
 
@@ -177,8 +177,22 @@ def test_the_stream_carries_the_health_nvidia_smi_answers(tmp_path: Path, smi_ag
         riser, geforce = stats.gpus
         assert riser.throttle == ("sw_power_cap", "hw_thermal") and geforce.throttle is None
         assert (riser.pcie.gen, riser.pcie.width, riser.mem_clock, riser.sm_clock_max) == (3, 1, 2619, 1785)
-    asked = len(agent.runs((HEALTH_QUERY, FORMAT)))
-    assert 2 <= asked <= 4, asked  # lines 1, 6, 11 (the one being read may be a line ahead)
+    assert len(agent.runs((HEALTH_QUERY, FORMAT))) == 1  # the first line's, which finds the spelling...
+    loops = [run for _, run in replay_calls(agent.log) if run[:2] == (HEALTH_QUERY, FORMAT) and is_loop(run)]
+    assert loops == [(HEALTH_QUERY, FORMAT, "--loop-ms=500")]  # ...then one loop child at the health period
+
+
+def test_the_health_loop_child_follows_the_card(tmp_path: Path, smi_agents) -> None:
+    """The loop child of the health query (not more one-shots) brings the next reading: the riser's card
+    cools down and its reasons clear within a few health periods."""
+    health = tmp_path / "health.csv"
+    health.write_text(HEALTH_CSV)
+    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--health-interval", "0.3",
+                       health_fixture=health, reread=True)
+    assert agent.lines(1)[0].gpus[0].throttle == ("sw_power_cap", "hw_thermal")
+    health.write_text(HEALTH_CSV.replace("0x0000000000000044", "0x0000000000000000"))
+    agent.lines_until(lambda seen: seen and seen[-1].gpus[0].throttle == ())
+    assert len(agent.runs((HEALTH_QUERY, FORMAT))) == 1
 
 
 # --- the controller's parser ----------------------------------------------------------------------

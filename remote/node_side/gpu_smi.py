@@ -143,11 +143,13 @@ class SmiLoop:
     safe across threads).
     """
 
-    def __init__(self, path, loop_ms, expected=None):
-        query = smi_parse.query_arg("--query-gpu=", smi_parse.GPU_QUERY)
+    def __init__(self, path, loop_ms, expected=None, fields=smi_parse.GPU_QUERY, convert=None,
+                 name="nvidia-smi loop"):
+        query = smi_parse.query_arg("--query-gpu=", fields)
         self.argv = [path, query, smi_parse.SMI_FORMAT, f"--loop-ms={loop_ms}"]
+        self.name = name  # how its errors begin
         self.quiet = min(QUIET_MAX_S, loop_ms / 2000.0)
-        self.iterations = smi_parse.LoopIterations(expected)
+        self.iterations = smi_parse.LoopIterations(expected, fields, convert)
         self.latest = None  # (time.monotonic(), [gpu dicts]) of the newest complete iteration
         self.errors = collections.deque(maxlen=MAX_PENDING_ERRORS)
         self.runs = 0  # children that have ended
@@ -156,14 +158,15 @@ class SmiLoop:
         self.last_output = time.monotonic()
         self.settled = threading.Event()  # set at the first complete iteration or the first child's end
         self._stop = threading.Event()
-        threading.Thread(target=self._run, name="nvidia-smi-loop", daemon=True).start()
+        threading.Thread(target=self._run, name=name.replace(" ", "-"), daemon=True).start()
 
     def fresh(self, max_age):
-        """The newest complete iteration, if it is at most ``max_age`` seconds old; else None."""
+        """The newest complete iteration, if it is at most ``max_age`` seconds old; else None.
+        It is the loop's own: a caller that changes it copies it first."""
         latest = self.latest
         if latest is None or time.monotonic() - latest[0] > max_age:
             return None
-        return [dict(gpu) for gpu in latest[1]]
+        return latest[1]
 
     def drain_errors(self):
         """What went wrong in the child since the last call, oldest first."""
@@ -176,7 +179,7 @@ class SmiLoop:
         """Kill a child that printed nothing for ``limit`` s (hung in the driver); it is restarted."""
         proc = self.proc
         if proc is not None and proc.returncode is None and time.monotonic() - self.last_output > limit:
-            self.errors.append(f"nvidia-smi loop: silent for {limit:g} s, restarting it")
+            self.errors.append(f"{self.name}: silent for {limit:g} s, restarting it")
             self.last_output = time.monotonic()  # one kill per silence, not one per interval
             with contextlib.suppress(OSError):
                 proc.kill()
@@ -199,9 +202,7 @@ class SmiLoop:
                 pause = RESTART_MIN_S
             if self._stop.is_set():
                 break
-            self.errors.append(
-                f"nvidia-smi loop: exit {code} after {completed} samples, restarting in {pause:g} s"
-            )
+            self.errors.append(f"{self.name}: exit {code} after {completed} samples, restarting in {pause:g} s")
             if self._stop.wait(pause):
                 break
             pause = min(2 * pause, RESTART_MAX_S)
@@ -267,8 +268,8 @@ class SmiReader:
     loop child keeps ending without ever looping (an nvidia-smi without ``--loop-ms``) the reader
     stays with one-shot queries. Without an ``interval`` (``--once``) every read is one-shot.
     Compute processes change slowly and cost a fork each, so they are asked for on every
-    ``apps_every``-th read only; health (``gpu_health.py``) by a query of its own on every
-    ``health_every``-th read, its figures kept between.
+    ``apps_every``-th read only; health (``gpu_health.py``) by a query of its own, new every
+    ``health_every``-th read (``SmiHealth``: a second loop child at that period), kept between.
     """
 
     source = "nvidia-smi"
@@ -276,8 +277,8 @@ class SmiReader:
     def __init__(self, path, interval=None, apps_every=1, owners=None, health_every=1):
         self.path = path
         self.owners = owners
-        self.health = SmiHealth(self._run, health_every)
         self.loop_ms = max(1, int(round(interval * 1000))) if interval else None
+        self.health = SmiHealth(path, self._run, health_every, self.loop_ms)
         self.max_age = 2 * interval + STALE_GRACE_S if interval else 0.0
         self.silent_limit = max(SILENT_MIN_S, 10 * interval) if interval else 0.0
         self.apps_every = max(1, apps_every)
@@ -309,7 +310,7 @@ class SmiReader:
         """Return (gpus, driver, cuda) for one sample."""
         gpus = self._gpus(errors)
         apps = self._processes(errors) if gpus else {}
-        health = self.health.read() if gpus else {}
+        health = self.health.read(errors) if gpus else {}
         drivers = [gpu.pop("driver") for gpu in gpus]
         for gpu in gpus:
             gpu["processes"] = apps.get(gpu["uuid"], [])
@@ -321,6 +322,7 @@ class SmiReader:
         if self.loop is not None and self.loop.latest is None:
             self.loop.settled.wait(max(0.0, self.first_deadline - time.monotonic()))
         gpus = self.loop.fresh(self.max_age) if self.loop is not None else None
+        gpus = [dict(gpu) for gpu in gpus] if gpus is not None else None  # the loop's are kept as they are
         if gpus is None:
             out = self._query("--query-gpu=", smi_parse.GPU_QUERY, errors)
             gpus = smi_parse.parse_nvidia_smi_gpus(out or "", errors)
@@ -355,26 +357,41 @@ class SmiReader:
 
 
 class SmiHealth:
-    """Each GPU's health (``gpu_health.py``) from a one-shot query on every ``every``-th read, kept between.
+    """Each GPU's health (``gpu_health.py``) from nvidia-smi's health query, new every ``every``-th read.
 
     The query is run apart from the GPU rows' so that those stay as they are (and as recorded) on
-    every driver. Where nvidia-smi refuses it (a driver that lacks a field, a stand-in that does not
-    know it) the older spelling is tried; where both are refused the figures are null, said by
-    nothing else, and the query waits ``HEALTH_RETRY_READS`` periods before it is tried again.
+    every driver. Its first read asks once, trying the older spelling where nvidia-smi refuses the
+    newer. A streaming agent (``loop_ms``: the GPU rows' period) then keeps a loop child of its own
+    on the spelling that worked, at the slower period: a one-shot nvidia-smi loads NVML each time,
+    far more CPU than a loop iteration. While that loop has nothing fresh, one-shot queries stand in
+    at the same cadence. Where both spellings are refused the figures are null, said by nothing
+    else, and the query waits ``HEALTH_RETRY_READS`` periods before it is tried again.
     """
 
-    def __init__(self, run, every=1):
+    def __init__(self, path, run, every=1, loop_ms=None):
+        self.path = path
         self.run = run  # SmiReader._run: (exit code, stdout, stderr) of one nvidia-smi
         self.every = max(1, every)
+        self.loop_ms = loop_ms * self.every if loop_ms else None
+        self.max_age = 2 * self.loop_ms / 1000.0 + STALE_GRACE_S if loop_ms else 0.0
+        self.loop = None
+        self.loop_failed = False
         self.query = 0  # index in smi_parse.HEALTH_QUERIES of the spelling that last worked
-        self.reads_left = 0  # reads until the next query
+        self.reads_left = 0  # reads until the next one-shot query
         self.latest = {}
 
-    def read(self):
-        """Health keys by GPU uuid: from a query now when one is due, else the last ones."""
+    def read(self, errors):
+        """Health keys by GPU uuid: the loop's newest, else from a one-shot query when one is due,
+        else the last ones."""
+        fresh = self._from_loop(errors)
+        if fresh is not None:
+            self.latest, self.reads_left = fresh, self.every
+            return fresh
         if self.reads_left <= 0:
             self.latest = self._ask()
             self.reads_left = self.every * (1 if self.latest else HEALTH_RETRY_READS)
+            if self.latest:
+                self._start_loop()
         self.reads_left -= 1
         return self.latest
 
@@ -386,3 +403,23 @@ class SmiHealth:
                 self.query = index
                 return smi_parse.parse_nvidia_smi_health(out, queries[index], None, gpu_health.card_max_width)
         return {}
+
+    def _start_loop(self):
+        if self.loop_ms is None or self.loop is not None or self.loop_failed:
+            return
+        fields = smi_parse.HEALTH_QUERIES[self.query]
+        self.loop = SmiLoop(self.path, self.loop_ms, expected=len(self.latest), fields=fields,
+                            convert=lambda rows: smi_parse.health_by_uuid(rows, fields, gpu_health.card_max_width),
+                            name="nvidia-smi health loop")
+
+    def _from_loop(self, errors):
+        """The loop's newest iteration when it is fresh; a loop that never loops is given up."""
+        if self.loop is None:
+            return None
+        errors.extend(self.loop.drain_errors())
+        self.loop.kill_if_silent(max(SILENT_MIN_S, 10 * self.loop_ms / 1000.0))
+        if self.loop.runs >= LOOP_TRIES and not self.loop.looped:
+            self.loop.stop()
+            self.loop, self.loop_failed = None, True
+            return None
+        return self.loop.fresh(self.max_age)

@@ -149,8 +149,13 @@ def parse_nvidia_smi_health(csv_text, query=HEALTH_QUERY, errors=None, card_max_
     The keys are ``gpu_health.py``'s; ``card_max_width(bus_id)`` gives the card's own link width,
     which nvidia-smi does not report (``gpu_health.card_max_width`` on a node: sysfs).
     """
+    return health_by_uuid(_rows(csv_text, len(query), errors), query, card_max_width)
+
+
+def health_by_uuid(rows, query=HEALTH_QUERY, card_max_width=lambda bus_id: None):
+    """Health keys by GPU uuid from a health query's rows (lists of cells), as parse_nvidia_smi_health."""
     found = {}
-    for row in _rows(csv_text, len(query), errors):
+    for row in rows:
         cells = {key: cell for (_, key), cell in zip(query, row)}
         health = gpu_health.no_health()
         health["throttle"] = gpu_health.throttle_names(hex_mask(cells["throttle"]))
@@ -170,17 +175,11 @@ def parse_nvidia_smi_version(text):
     return None
 
 
-# Cells that tell one GPU's row from another's: a row whose index and uuid already appeared in the
-# iteration being read belongs to the next one.
-_KEY_COLUMNS = tuple(i for i, (_, key) in enumerate(GPU_QUERY) if key in ("index", "uuid"))
-
-
-def _gpu_key(row):
-    return tuple(row[i].strip() for i in _KEY_COLUMNS)
-
-
 class LoopIterations:
     """Cut the output of ``nvidia-smi --query-gpu ... --loop-ms=N`` into one GPU list per iteration.
+
+    ``fields`` is the query (GPU_QUERY, or a health query whose rows ``convert`` turns into what an
+    iteration gives: by default each row as a dict of the query's keys).
 
     In loop mode nvidia-smi prints every GPU's row again each iteration with nothing in between, so
     where one iteration ends has to be inferred. Two rules do it: an iteration is complete as soon
@@ -194,17 +193,20 @@ class LoopIterations:
     an iteration's rows together, iterations a loop period apart.
     """
 
-    def __init__(self, expected=None):
+    def __init__(self, expected=None, fields=GPU_QUERY, convert=None):
         self.expected = expected
+        self.fields = fields
+        self.convert = convert or (lambda rows: [_typed(row, fields) for row in rows])
+        self.key_columns = tuple(i for i, (_, key) in enumerate(fields) if key in ("index", "uuid"))
         self.rows = []
         self.published = 0  # how many of ``rows`` were already returned as a complete iteration
 
     def feed(self, line, errors):
         """Take one line; return the GPU dicts of the iteration it completes, else None."""
         complete = None
-        for row in _rows(line, len(GPU_QUERY), errors):
+        for row in _rows(line, len(self.fields), errors):
             complete = self._add(row) or complete
-        return [_typed(row, GPU_QUERY) for row in complete] if complete else None
+        return self.convert(complete) if complete else None
 
     def counting(self):
         """Rows of the first iteration are in and how many make one is not known yet."""
@@ -213,11 +215,11 @@ class LoopIterations:
     def close(self):
         """The output went quiet after the pending rows: return them as a complete iteration."""
         self.expected = self.published = len(self.rows)
-        return [_typed(row, GPU_QUERY) for row in self.rows]
+        return self.convert(self.rows)
 
     def _add(self, row):
         complete = None
-        if _gpu_key(row) in [_gpu_key(seen) for seen in self.rows]:
+        if self._key(row) in [self._key(seen) for seen in self.rows]:
             if len(self.rows) != self.published:  # it did not reach ``expected``: it is done now
                 complete = self.rows
             self.expected = len(self.rows)
@@ -226,3 +228,7 @@ class LoopIterations:
         if len(self.rows) == self.expected:
             complete, self.published = list(self.rows), len(self.rows)
         return complete
+
+    def _key(self, row):
+        """What tells one GPU's row from another's: its index and uuid, as far as the query has them."""
+        return tuple(row[i].strip() for i in self.key_columns)
