@@ -157,6 +157,7 @@ def parse_nvidia_smi_health(csv_text, query=HEALTH_QUERY, errors=None, card_max_
         health.update((key, number(cells[key])) for key in gpu_health.CLOCK_KEYS)
         health["pcie"].update((key, number(cells[key])) for key in gpu_health.PCIE_KEYS if key in cells)
         health["pcie"]["gpu_max_width"] = card_max_width(clean(cells["bus_id"]))
+        health["bus_id"] = clean(cells["bus_id"])
         found[clean(cells["uuid"])] = health
     return found
 
