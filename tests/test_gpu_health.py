@@ -5,7 +5,8 @@ No recording of throttling hardware exists (the H100 recordings in tests/fixture
 predate these fields), so every figure below is built from documented values: NVML's
 nvmlClocksEventReason* bits (checked against pynvml's own constants), the functions' documented
 meanings (nvmlDeviceGetMaxPcieLinkWidth: "possible with this device and system"), and the CSV that
-nvidia-smi's documented --help-query-gpu fields give with --format=csv,noheader,nounits.
+nvidia-smi's documented --help-query-gpu fields give with --format=csv,noheader,nounits. PCIe traffic is
+nvmlDeviceGetPcieThroughput's documented KB/s, which nvidia-smi's --query-gpu does not have.
 """
 
 from __future__ import annotations
@@ -73,9 +74,11 @@ def test_a_bitmask_reads_as_names_in_bit_order_unknown_bits_by_value() -> None:
 # --- NVML -----------------------------------------------------------------------------------------
 
 def throttled(base: dict, **health) -> dict:
-    """A fake GPU with health readings: a card of PCIe 4.0 in a 4.0 x16 slot running 4.0 x16."""
+    """A fake GPU with health readings: a card of PCIe 4.0 in a 4.0 x16 slot running 4.0 x16, sending 1.25 GB/s
+    and receiving 24.5 MB/s (NVML's KB/s)."""
     return {**base, **dict(reasons=0x4, mem_clock=2619, sm_max=1785, mem_max=2619, gen=4, width=16, max_gen=4,
-                           max_width=16, gpu_max_gen=4, pci=SimpleNamespace(busId=BUS_ID.encode())), **health}
+                           max_width=16, gpu_max_gen=4, pci=SimpleNamespace(busId=BUS_ID.encode()),
+                           pcie_tx=1_250_000, pcie_rx=24_500), **health}
 
 
 def test_nvml_health_of_a_power_capped_gpu(sysfs) -> None:
@@ -84,16 +87,19 @@ def test_nvml_health_of_a_power_capped_gpu(sysfs) -> None:
     assert (gpu["throttle"], gpu["mem_clock"], gpu["sm_clock_max"], gpu["mem_clock_max"]) == (
         ["sw_power_cap"], 2619, 1785, 2619)
     assert gpu["pcie"] == {"gen": 4, "width": 16, "max_gen": 4, "max_width": 16, "gpu_max_gen": 4,
-                           "gpu_max_width": 16}
+                           "gpu_max_width": 16, "tx_mbs": 1250.0, "rx_mbs": 24.5}
+    assert gpu["bus_id"] == BUS_ID  # what the agent matches the kernel log's XIDs to
     assert errors == []
 
 
 def test_nvml_health_readings_a_card_lacks_are_null_alone(sysfs) -> None:
-    """NVMLError_NotSupported (here a GeForce without the GPU's own generation or max clocks)."""
-    card = throttled(H100_NVL[0], gpu_max_gen=FakeNVMLError("Not Supported"), sm_max=FakeNVMLError("x"))
+    """NVMLError_NotSupported (here a GeForce without the GPU's own generation, max clocks or PCIe traffic)."""
+    card = throttled(H100_NVL[0], gpu_max_gen=FakeNVMLError("Not Supported"), sm_max=FakeNVMLError("x"),
+                     pcie_tx=FakeNVMLError("Not Supported"))
     errors: list[str] = []
     [gpu] = read_nvml(FakeNvml([card], "550.54.14", 12040), errors)
     assert gpu["pcie"]["gpu_max_gen"] is None and gpu["sm_clock_max"] is None
+    assert gpu["pcie"]["tx_mbs"] is None and gpu["pcie"]["rx_mbs"] == 24.5
     assert gpu["pcie"]["gen"] == 4 and gpu["throttle"] == ["sw_power_cap"] and errors == []
 
 
@@ -119,6 +125,7 @@ def test_nvml_health_is_asked_every_nth_read_and_carried_between(sysfs) -> None:
     reader = NvmlReader(nvml, health_every=5)
     lines = [reader.read([])[0] for _ in range(12)]
     assert nvml.calls["nvmlDeviceGetCurrPcieLinkGeneration"] == 3  # reads 1, 6 and 11
+    assert nvml.calls["nvmlDeviceGetPcieThroughput"] == 6  # 20 ms each: both ways on the same reads only
     assert nvml.calls["nvmlDeviceGetMaxPcieLinkWidth"] == 1  # what the card and slot can do: once
     assert all(gpus[0]["pcie"]["gen"] == 4 for gpus in lines)
     nvml.devices[0]["gen"] = 1  # the card went idle and dropped its link
@@ -143,7 +150,9 @@ def test_smi_health_rows_read_as_nvmls(sysfs) -> None:
     riser, geforce = found[H100_NVL[0]["uuid"]], found[H100_NVL[1]["uuid"]]
     assert riser == {"throttle": ["sw_power_cap", "hw_thermal"], "mem_clock": 2619, "sm_clock_max": 1785,
                      "mem_clock_max": 2619, "pcie": {"gen": 3, "width": 1, "max_gen": 4, "max_width": 16,
-                                                     "gpu_max_gen": 4, "gpu_max_width": 16}}
+                                                     "gpu_max_gen": 4, "gpu_max_width": 16, "tx_mbs": None,
+                                                     "rx_mbs": None},  # no --query-gpu field for the traffic
+                     "bus_id": "00000000:2D:00.0"}
     assert (geforce["throttle"], geforce["sm_clock_max"], geforce["pcie"]["gpu_max_gen"]) == (None, None, None)
     assert geforce["pcie"]["gpu_max_width"] is None  # 0000:41:00.0 is not in this sysfs
     assert errors == []
@@ -308,7 +317,7 @@ def test_status_json_gives_throttle_clocks_pcie_and_held_back() -> None:
     assert first["throttle"] == ["sw_power_cap"]
     assert first["clocks"] == {"sm": 1400, "sm_max": 1980, "mem": 9501, "mem_max": 9751}
     assert first["pcie"] == {"gen": 3, "width": 1, "max_gen": 4, "max_width": 16, "gpu_max_gen": 4,
-                             "gpu_max_width": 16}
+                             "gpu_max_width": 16, "tx_mbs": None, "rx_mbs": None}
     assert [cause.split(":")[0] for cause in first["held_back"]] == [
         "GPU 1 power cap", "GPU 1 runs PCIe 3.0 x1 of 4.0 x16"]
     assert second["throttle"] is None and second["held_back"] == []

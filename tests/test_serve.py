@@ -177,3 +177,23 @@ def test_what_holds_a_gpu_back_is_a_series_per_reason_and_figure_and_nothing_whe
     (labels,) = [s for s in samples(text, "homegpu_gpu_pcie_link_width") if s["gpu"] == "0"]
     assert (labels["cluster"], labels["node"], labels["model"], labels["uuid"]) == (
         "lab", "gpubox", "NVIDIA GeForce RTX 3090", "GPU-0")
+
+
+def test_pcie_traffic_is_a_series_per_direction_and_xids_a_count_and_a_code():
+    """Issue 35: NVML's PCIe throughput (MB/s in the line, bytes/s here) and the XIDs the driver logged since
+    boot with the last one's code (tests/test_gpu_xid.py). GPU 1 read by nvidia-smi (no traffic figure) on a node
+    whose user cannot read the kernel log (xid null); GPU 2 with no XID yet: a count of 0 and no code."""
+    busy = {"index": 0, "name": "NVIDIA H100 NVL", "uuid": "GPU-0", "util": 97,
+            "pcie": {"gen": 5, "width": 16, "tx_mbs": 1250.0, "rx_mbs": 24.5},
+            "xid": {"count": 3, "last": 79, "last_at": 1_795_338_000.0}}
+    smi = {"index": 1, "name": "NVIDIA H100 NVL", "uuid": "GPU-1", "util": 97,
+           "pcie": {"gen": 5, "width": 16, "tx_mbs": None, "rx_mbs": None}, "xid": None}
+    clean = {"index": 2, "name": "NVIDIA H100 NVL", "uuid": "GPU-2", "util": 0,
+             "xid": {"count": 0, "last": None, "last_at": None}}
+    text = scrape(parse_agent_line(json.dumps({"v": PROTOCOL_VERSION, "t": 1.0, "source": "nvml",
+                                               "gpus": [busy, smi, clean]})))
+    traffic = {(s["gpu"], s["direction"]): s["value"]
+               for s in samples(text, "homegpu_gpu_pcie_throughput_bytes_per_second")}
+    assert traffic == {("0", "tx"): 1_250_000_000, ("0", "rx"): 24_500_000}
+    assert {s["gpu"]: s["value"] for s in samples(text, "homegpu_gpu_xid_errors")} == {"0": 3, "2": 0}
+    assert {s["gpu"]: s["value"] for s in samples(text, "homegpu_gpu_last_xid")} == {"0": 79}

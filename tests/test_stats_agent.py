@@ -115,6 +115,8 @@ DEVICE_GETTERS = {
     "nvmlDeviceGetGpuMaxPcieLinkGeneration": ("gpu_max_gen", ()),
     "nvmlDeviceGetPciInfo": ("pci", ()),
 }
+# nvmlDeviceGetPcieThroughput's counter (NVML_PCIE_UTIL_TX_BYTES, _RX_BYTES) -> key in the device dict: KB/s
+PCIE_COUNTERS = {0: "pcie_tx", 1: "pcie_rx"}
 # (function, NVML_CLOCK_SM or NVML_CLOCK_MEM) -> key in the device dict; counted as "function" for
 # the SM clock, "function_mem" for the memory clock.
 CLOCK_GETTERS = {
@@ -134,6 +136,8 @@ class FakeNvml:
     NVML_TEMPERATURE_GPU = 0
     NVML_CLOCK_SM = 1
     NVML_CLOCK_MEM = 2
+    NVML_PCIE_UTIL_TX_BYTES = 0
+    NVML_PCIE_UTIL_RX_BYTES = 1
 
     def __init__(self, devices, driver, cuda, names=None, init_error=None):
         self.devices, self.driver, self.cuda = devices, driver, cuda
@@ -165,6 +169,10 @@ class FakeNvml:
 
     def nvmlDeviceGetMaxClockInfo(self, handle, clock):
         return self._clock("nvmlDeviceGetMaxClockInfo", handle, clock)
+
+    def nvmlDeviceGetPcieThroughput(self, handle, counter):
+        self.calls["nvmlDeviceGetPcieThroughput"] += 1
+        return _value(handle.get(PCIE_COUNTERS[counter], FakeNotSupported("nvmlDeviceGetPcieThroughput")))
 
     def _clock(self, name, handle, clock):
         self.calls[name + ("_mem" if clock == self.NVML_CLOCK_MEM else "")] += 1
@@ -205,7 +213,8 @@ MIG_NAMES = {21180: "/root/tools/memhog", 21181: "/root/tools/memhog", 21198: ".
 
 # A GPU whose health NVML does not report (the recordings these come from did not read it).
 NO_HEALTH = {"throttle": None, "mem_clock": None, "sm_clock_max": None, "mem_clock_max": None,
-             "pcie": dict.fromkeys(("gen", "width", "max_gen", "max_width", "gpu_max_gen", "gpu_max_width"))}
+             "pcie": dict.fromkeys(("gen", "width", "max_gen", "max_width", "gpu_max_gen", "gpu_max_width", "tx_mbs",
+                                    "rx_mbs")), "bus_id": None}
 
 
 def gpu_json(index, name, uuid, util, used, total, temp, power, limit, sm, processes=(), reserved=None, energy=None):

@@ -1,16 +1,20 @@
-"""What holds a GPU back, as both GPU sources read it: clock event reasons, clocks, the PCIe link.
+"""What holds a GPU back, as both GPU sources read it: clock event reasons, clocks, the PCIe link and its traffic.
 
 Standard library only, Python 3.8+: it runs on the nodes with the agent (see ``stats_agent.py``).
 ``gpu_nvml.py`` and ``smi_parse.py`` read the figures; this module names the reasons and gives a
 GPU's health keys one shape, whichever source filled them (``null`` where a card or driver has none):
 
     "throttle": ["sw_power_cap", ...] | null,  "mem_clock", "sm_clock_max", "mem_clock_max": MHz,
-    "pcie": {"gen", "width", "max_gen", "max_width", "gpu_max_gen", "gpu_max_width"}
+    "pcie": {"gen", "width", "max_gen", "max_width", "gpu_max_gen", "gpu_max_width", "tx_mbs", "rx_mbs"},
+    "bus_id": "00000000:2D:00.0" | null
 
 ``max_gen`` and ``max_width`` are what the card *and* its slot can do (NVML's and nvidia-smi's
 "possible with this device and system"); ``gpu_max_gen`` (NVML, nvidia-smi's ``pcie.link.gen.gpumax``)
 and ``gpu_max_width`` (Linux's own reading of the card's link capability in sysfs) are the card's
-alone, so a x16 card in a x4 slot is told apart from a x4 card.
+alone, so a x16 card in a x4 slot is told apart from a x4 card. ``tx_mbs`` and ``rx_mbs`` are the MB/s the
+GPU sends and receives over the link (NVML's nvmlDeviceGetPcieThroughput, KB/s over 20 ms, divided by
+1000); nvidia-smi's --query-gpu has no such field, so they are null from it. ``bus_id`` is the GPU's PCI
+address as NVML and nvidia-smi spell it: the agent matches the kernel log's XIDs to it (``gpu_xid.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ THROTTLE_REASONS = (
     (0x400, "reliability"),
 )
 _KNOWN_BITS = sum(bit for bit, _ in THROTTLE_REASONS)
-PCIE_KEYS = ("gen", "width", "max_gen", "max_width", "gpu_max_gen", "gpu_max_width")
+PCIE_KEYS = ("gen", "width", "max_gen", "max_width", "gpu_max_gen", "gpu_max_width", "tx_mbs", "rx_mbs")
 CLOCK_KEYS = ("mem_clock", "sm_clock_max", "mem_clock_max")
 SYSFS_PCI = "/sys/bus/pci/devices"
 
@@ -55,6 +59,7 @@ def no_health():
     health = {"throttle": None}
     health.update((key, None) for key in CLOCK_KEYS)
     health["pcie"] = {key: None for key in PCIE_KEYS}
+    health["bus_id"] = None
     return health
 
 

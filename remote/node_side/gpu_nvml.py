@@ -23,6 +23,8 @@ else:
 STATIC_REFRESH_S = 60.0  # how long NVML names, UUIDs and power limits are kept before asking again
 # NVML's documented nvmlClockType_t values, for a pynvml-like module that lacks the constants.
 NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
+# A direction -> its nvmlPcieUtilCounter_t constant and documented value: what the GPU sends (tx), receives (rx).
+PCIE_COUNTERS = {"tx": ("NVML_PCIE_UTIL_TX_BYTES", 0), "rx": ("NVML_PCIE_UTIL_RX_BYTES", 1)}
 
 
 # --- readings ------------------------------------------------------------------------------------
@@ -125,14 +127,24 @@ def _link_caps(nvml, handle, call):
     ``_nvml_health`` asks for them once (again after ``STATIC_REFRESH_S``, as for names)."""
     sm, mem = getattr(nvml, "NVML_CLOCK_SM", NVML_CLOCK_SM), getattr(nvml, "NVML_CLOCK_MEM", NVML_CLOCK_MEM)
     pci = _ask(call, "pci_info", nvml, ("nvmlDeviceGetPciInfo",), handle)
+    bus_id = _text(getattr(pci, "busId", None))
     return {
+        "bus_id": bus_id,
         "sm_clock_max": _ask(call, "sm_clock_max", nvml, ("nvmlDeviceGetMaxClockInfo",), handle, sm),
         "mem_clock_max": _ask(call, "mem_clock_max", nvml, ("nvmlDeviceGetMaxClockInfo",), handle, mem),
         "max_gen": _ask(call, "pcie_max_gen", nvml, ("nvmlDeviceGetMaxPcieLinkGeneration",), handle),
         "max_width": _ask(call, "pcie_max_width", nvml, ("nvmlDeviceGetMaxPcieLinkWidth",), handle),
         "gpu_max_gen": _ask(call, "pcie_gpu_max_gen", nvml, ("nvmlDeviceGetGpuMaxPcieLinkGeneration",), handle),
-        "gpu_max_width": gpu_health.card_max_width(_text(getattr(pci, "busId", None))),
+        "gpu_max_width": gpu_health.card_max_width(bus_id),
     }
+
+
+def _pcie_mbs(nvml, handle, call, direction):
+    """MB/s over the PCIe link, ``direction`` "tx" or "rx": nvmlDeviceGetPcieThroughput's KB/s (it measures
+    20 ms, so each call takes about as long: only at the health cadence)."""
+    name, value = PCIE_COUNTERS[direction]
+    counter = getattr(nvml, name, value)
+    return _scaled(_ask(call, f"pcie_{direction}", nvml, ("nvmlDeviceGetPcieThroughput",), handle, counter), 1000)
 
 
 def _nvml_health(nvml, handle, call, device):
@@ -150,7 +162,9 @@ def _nvml_health(nvml, handle, call, device):
             "gen": _ask(call, "pcie_gen", nvml, ("nvmlDeviceGetCurrPcieLinkGeneration",), handle),
             "width": _ask(call, "pcie_width", nvml, ("nvmlDeviceGetCurrPcieLinkWidth",), handle),
             **{key: caps[key] for key in ("max_gen", "max_width", "gpu_max_gen", "gpu_max_width")},
+            **{f"{direction}_mbs": _pcie_mbs(nvml, handle, call, direction) for direction in PCIE_COUNTERS},
         },
+        "bus_id": caps["bus_id"],
     }
 
 
@@ -233,7 +247,7 @@ class NvmlReader:
     ``STATIC_REFRESH_S`` so a limit changed with ``nvidia-smi -pl`` shows within a minute. Compute
     processes change slowly and cost a call per GPU and one per process (its name), so as with
     ``SmiReader`` they are asked for on every ``apps_every``-th read only; health (``gpu_health.py``:
-    eight calls a GPU, some of them slow on some cards) on every ``health_every``-th.
+    ten calls a GPU, some of them slow on some cards) on every ``health_every``-th.
     """
 
     source = "nvml"

@@ -162,6 +162,7 @@ def health_by_uuid(rows, query=HEALTH_QUERY, card_max_width=lambda bus_id: None)
         health.update((key, number(cells[key])) for key in gpu_health.CLOCK_KEYS)
         health["pcie"].update((key, number(cells[key])) for key in gpu_health.PCIE_KEYS if key in cells)
         health["pcie"]["gpu_max_width"] = card_max_width(clean(cells["bus_id"]))
+        health["bus_id"] = clean(cells["bus_id"])
         found[clean(cells["uuid"])] = health
     return found
 

@@ -17,9 +17,11 @@ wrong while measuring stops the stream, it lands in ``errors``.
 
 Each GPU also carries its health, read every ``HEALTH_INTERVAL_S`` (some of its NVML calls are slow)
 and repeated on the lines between: ``throttle`` (the active clock event reasons by name, see
-``gpu_health.THROTTLE_REASONS``), ``mem_clock``, ``sm_clock_max``, ``mem_clock_max`` and ``pcie``
-(``{"gen","width","max_gen","max_width","gpu_max_gen","gpu_max_width"}``); ``gpu_health.py`` says
-what each means. They are optional keys of protocol version 1: a controller that predates them
+``gpu_health.THROTTLE_REASONS``), ``mem_clock``, ``sm_clock_max``, ``mem_clock_max``, ``pcie``
+(``{"gen","width","max_gen","max_width","gpu_max_gen","gpu_max_width","tx_mbs","rx_mbs"}``) and
+``bus_id``; ``gpu_health.py`` says what each means. At the same cadence ``gpu_xid.py`` reads the kernel
+log for both sources and gives each GPU ``xid`` (``{"count","last","last_at"}``: the XIDs the driver
+logged for it since boot). They are optional keys of protocol version 1: a controller that predates them
 ignores them (``nodes/stats.py`` reads the keys it knows), and one that knows them reads their
 absence from an older agent as "not available".
 
@@ -29,8 +31,9 @@ also kills the long-lived one (see ``gpu_smi.SmiLoop``) if the agent itself is k
 
 This file is the stream and its wiring; what it measures is in modules of their own (``MODULES``):
 ``gpu_nvml`` (NVML), ``smi_parse`` and ``gpu_smi`` (nvidia-smi), ``gpu_health`` (both sources'
-health keys), ``host_proc`` (CPU, memory, load, disk), ``host_power`` (RAPL), ``agent_common`` (what
-they share) and ``process_owners`` (who owns a GPU process; without it processes have no ``owner``).
+health keys), ``gpu_xid`` (XIDs from the kernel log), ``host_proc`` (CPU, memory, load, disk),
+``host_power`` (RAPL), ``agent_common`` (what they share) and ``process_owners`` (who owns a GPU
+process; without it processes have no ``owner``).
 They import each other relatively on the controller and by plain name on a node::
 
     if __package__:  # imported as homegpu.remote.node_side.X: the controller and the tests
@@ -55,11 +58,12 @@ import threading
 import time
 
 if __package__:
-    from . import gpu_nvml, gpu_smi, host_power, host_proc, process_owners
+    from . import gpu_nvml, gpu_smi, gpu_xid, host_power, host_proc, process_owners
     from .agent_common import describe
 else:
     import gpu_nvml
     import gpu_smi
+    import gpu_xid
     import host_power
     import host_proc
     from agent_common import describe
@@ -73,7 +77,7 @@ PROTOCOL_VERSION = 1
 GPU_SOURCES = ("nvml", "nvidia-smi", "none")  # what a line's "source" says
 SOURCES = ("auto", *GPU_SOURCES)  # what --source takes: "auto" tries them in order
 # The node_side modules the agent runs with, each after those it imports (the bundle ships them so).
-MODULES = ("agent_common", "gpu_health", "smi_parse", "gpu_smi", "gpu_nvml", "host_proc", "host_power",
+MODULES = ("agent_common", "gpu_health", "smi_parse", "gpu_smi", "gpu_nvml", "gpu_xid", "host_proc", "host_power",
            "process_owners")
 # The controller's pynvml source, put here by the bundle's bootstrap (nodes/agent_bundle.py); else the node's own.
 SHIPPED_PYNVML = globals().get("SHIPPED_PYNVML", b"")
@@ -122,11 +126,13 @@ def open_reader(source, nvml, smi_path, interval=None, apps_every=1, owners=None
 
 # --- the stream ----------------------------------------------------------------------------------
 
-def sample(reader, cpu_before, work_dir, rapl=None):
+def sample(reader, cpu_before, work_dir, rapl=None, xids=None):
     """Measure once; return (the JSON-ready record, the CPU counters to diff against next time). ``rapl``: a
-    ``host_power.RaplCounter`` (None: no host energy)."""
+    ``host_power.RaplCounter`` (None: no host energy); ``xids``: a ``gpu_xid.XidLog`` (None: no ``xid`` keys)."""
     errors = []
     gpus, driver, cuda = reader.read(errors)
+    if xids is not None:
+        xids.annotate(gpus, errors)
     cpu_after = host_proc.read_cpu(errors)
     memory = host_proc.read_memory(errors)
     record = {
@@ -240,12 +246,13 @@ def stream(args):
     rapl = host_power.RaplCounter()
     if rapl.problem:
         notes.append(rapl.problem)
+    xids = gpu_xid.XidLog(every=health_every)
     cpu_before = host_proc.read_cpu([])
     # The first line comes after a short CPU window, the next ones on the interval's beat from it.
     due = time.monotonic() + min(args.interval, FIRST_WINDOW_S)
     while True:
         time.sleep(max(0.0, due - time.monotonic()))
-        record, cpu_before = sample(reader, cpu_before, args.work_dir, rapl)
+        record, cpu_before = sample(reader, cpu_before, args.work_dir, rapl, xids)
         if notes:  # why a GPU source was skipped, said once
             record["errors"] = notes + record.get("errors", [])
             notes = []

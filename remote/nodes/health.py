@@ -2,13 +2,14 @@
 
 Pure: a :class:`GpuStats` in (its health as the agent read it, node_side/gpu_health.py), sentences
 out, such as "GPU 1 thermal slowdown at 87 °C: clocks 1,200 of 1,860 MHz; improve the case's
-airflow". Nothing is judged on an idle GPU: an idle card lowers its clocks and drops its PCIe link
-generation to save power, which is not a fault. Under load a GPU is held back when a clock event
-reason other than idle is active (for ``HELD_FOR_S`` where :class:`ReasonTimer` says how long), when
-its SM clock is well below its maximum with no reason given, or when its link runs below what the
-card and the slot can do, or the slot below what the card can. :class:`GpuHealth` judges one node's
-GPUs line by line as its stats arrive, saying since when a reason holds a GPU back (the straggler
-alert uses it).
+airflow". An XID the driver logged within ``XID_RECENT_S`` is named whatever the load, with what it
+means and its fix for the common codes. Nothing else is judged on an idle GPU: an idle card lowers its
+clocks and drops its PCIe link generation to save power, which is not a fault. Under load a GPU is held
+back when a clock event reason other than idle is active (for ``HELD_FOR_S`` where :class:`ReasonTimer`
+says how long), when its SM clock is well below its maximum with no reason given, or when its link runs
+below what the card and the slot can do, or the slot below what the card can. :class:`GpuHealth` judges
+one node's GPUs line by line as its stats arrive, saying since when a reason holds a GPU back (the
+straggler alert uses it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ SLOW_CLOCK_SHARE = 0.75  # an SM clock below this share of its maximum is "well 
 # held this long was seen by two readings at least, not one moment.
 HELD_FOR_S = 8.0
 IDLE = "gpu_idle"
+XID_RECENT_S = 3600.0  # an XID logged this long before the line is news; older ones stay in the figures only
 
 # A reason's name (node_side/gpu_health.py) -> (what it is, the fix).
 REASONS = {
@@ -41,6 +43,22 @@ REASONS = {
                                          "change here"),
 }
 THERMAL = ("hw_thermal", "sw_thermal")
+# An XID's code -> (what it is, the fix), after NVIDIA's "Xid Errors" catalogue; other codes point there.
+XIDS = {
+    79: ("fallen off the bus", "reseat the card and its riser, and check its power cables"),
+    48: ("double-bit ECC error", "reset the GPU (nvidia-smi -r) or reboot; if it comes back, the card needs service"),
+    13: ("graphics engine exception", "usually the program: check its log"),
+    31: ("memory page fault", "usually the program (a bad address): check its log"),
+    43: ("stopped processing", "usually the program, which the driver stopped: check its log"),
+    63: ("ECC row remapping pending", "reset the GPU (nvidia-smi -r) or reboot to apply it"),
+    64: ("ECC row remapping failed", "reset the GPU or reboot; if it comes back, the card needs service"),
+    92: ("high single-bit ECC error rate", "if it keeps rising, the card needs service"),
+    94: ("contained ECC error", "the program using that memory was stopped; reset the GPU when you can"),
+    95: ("uncontained ECC error", "reset the GPU (nvidia-smi -r) or reboot"),
+    119: ("GSP firmware timeout", "reset the GPU or reboot; update the driver if it comes back"),
+    120: ("GSP firmware error", "reset the GPU or reboot; update the driver if it comes back"),
+}
+XID_CATALOGUE = "see NVIDIA's XID catalogue (docs.nvidia.com/deploy/xid-errors)"
 
 
 def under_load(gpu: GpuStats) -> bool:
@@ -49,7 +67,7 @@ def under_load(gpu: GpuStats) -> bool:
 
 
 def held_back(gpu: GpuStats, active_s: Mapping[str, float] | None = None,
-              since: Mapping[str, str] | None = None) -> list[str]:
+              since: Mapping[str, str] | None = None, at: float | None = None) -> list[str]:
     """What holds ``gpu`` back now, one sentence per cause with its fix; [] when nothing does.
 
     Args:
@@ -58,9 +76,11 @@ def held_back(gpu: GpuStats, active_s: Mapping[str, float] | None = None,
             for less than ``HELD_FOR_S`` is a moment and is not judged. None (one snapshot, as
             ``status`` has) judges every active reason.
         since: a reason's start as its sentence says it ("00:41"), where known.
+        at: the unix time of ``gpu``'s line, against which an XID is recent (None: now).
     """
+    xid = _xid_words(gpu, time.time() if at is None else at)
     if not under_load(gpu):
-        return []
+        return xid
     active = [name for name in gpu.throttle or () if name != IDLE]
     reasons = [name for name in active if active_s is None or active_s.get(name, 0.0) >= HELD_FOR_S]
     causes = [_reason_words(gpu, name, (since or {}).get(name)) for name in reasons]
@@ -68,7 +88,7 @@ def held_back(gpu: GpuStats, active_s: Mapping[str, float] | None = None,
         why = "with no reason given by its driver" if gpu.throttle is None else "with no clock event reason"
         causes.append(f"GPU {gpu.index} runs at {_clocks(gpu)} under load {why}; "
                       "look at its clocks (nvidia-smi -q -d PERFORMANCE,CLOCK)")
-    return causes + _link_words(gpu)
+    return xid + causes + _link_words(gpu)
 
 
 class ReasonTimer:
@@ -115,7 +135,7 @@ class GpuHealth:
             if indices is None or gpu.index in indices:
                 active_s = self._active_s.get(_gpu_key(gpu), {})
                 since = {name: _local_clock(at - seconds) for name, seconds in active_s.items()}
-                causes += held_back(gpu, active_s, since)
+                causes += held_back(gpu, active_s, since, at)
         return causes
 
 
@@ -167,6 +187,16 @@ def _link_words(gpu: GpuStats) -> list[str]:
                      f"card's {_link(link.gpu_max_gen, link.gpu_max_width)}: the board's second slot or "
                      "an older board; move it to the first x16 slot")
     return words
+
+
+def _xid_words(gpu: GpuStats, at: float) -> list[str]:
+    """The last XID, where it was logged within ``XID_RECENT_S`` of ``at``: its code, what it means and the fix."""
+    xid = gpu.xid
+    if xid is None or not _known(xid.last) or not _known(xid.last_at) or at - xid.last_at > XID_RECENT_S:
+        return []
+    what, fix = XIDS.get(int(xid.last), (None, XID_CATALOGUE))
+    name = f"XID {xid.last:.0f}" + (f" ({what})" if what else "")
+    return [f"GPU {gpu.index} {name} at {_local_clock(xid.last_at)}, {xid.count:.0f} since boot; {fix}"]
 
 
 def _link(gen, width) -> str:

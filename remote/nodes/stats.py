@@ -126,8 +126,9 @@ class GpuProcess:
 @dataclass(frozen=True)
 class PcieLink:
     """A GPU's PCIe link: its generation and width now, what the card and its slot can do together
-    (``max_gen``, ``max_width``) and what the card alone can (``gpu_max_gen``, ``gpu_max_width``);
-    NA where the node cannot tell (node_side/gpu_health.py)."""
+    (``max_gen``, ``max_width``), what the card alone can (``gpu_max_gen``, ``gpu_max_width``), and the
+    MB/s the GPU sends and receives over it (``tx_mbs``, ``rx_mbs``: NVML only); NA where the node cannot
+    tell (node_side/gpu_health.py)."""
 
     gen: Number = NA
     width: Number = NA
@@ -135,6 +136,18 @@ class PcieLink:
     max_width: Number = NA
     gpu_max_gen: Number = NA
     gpu_max_width: Number = NA
+    tx_mbs: Number = NA
+    rx_mbs: Number = NA
+
+
+@dataclass(frozen=True)
+class XidErrors:
+    """The XID errors the NVIDIA driver logged for a GPU since boot (node_side/gpu_xid.py): how many, the last
+    one's code and its unix time (NA while there is none)."""
+
+    count: Number
+    last: Number = NA
+    last_at: Number = NA
 
 
 @dataclass(frozen=True)
@@ -145,7 +158,9 @@ class GpuStats:
     ``mem_reserved`` is that reservation where the node's NVML reports it (NA otherwise).
     Its health, read every few seconds by the agent: ``throttle`` names the clock event reasons
     active now (node_side/gpu_health.py's names; None where unknown, () for none), the memory
-    clock and both maximum clocks in MHz, and its PCIe link (``remote/nodes/health.py`` judges them).
+    clock and both maximum clocks in MHz, and its PCIe link (``remote/nodes/health.py`` judges them);
+    ``xid`` its XIDs since boot, None where the node cannot read its kernel log (or the agent predates it),
+    and ``bus_id`` its PCI address (``00000000:2D:00.0``).
     """
 
     index: Number
@@ -166,6 +181,8 @@ class GpuStats:
     sm_clock_max: Number = NA
     mem_clock_max: Number = NA
     pcie: PcieLink = PcieLink()
+    xid: XidErrors | None = None
+    bus_id: Text = NA
 
     @property
     def mem_percent(self) -> float | NotAvailable:
@@ -264,6 +281,16 @@ def _pcie(value: Any, where: str) -> PcieLink:
     return PcieLink(**{key: _number(obj, key, where + ".") for key in PCIE_KEYS})
 
 
+def _xid(value: Any, where: str) -> XidErrors | None:
+    if value is None:
+        return None
+    obj = _object(value, where)
+    count = _number(obj, "count", where + ".")
+    if count is NA:
+        raise _fail(where + ".count", "a number", None)
+    return XidErrors(count, _number(obj, "last", where + "."), _number(obj, "last_at", where + "."))
+
+
 def _owner(value: Any, where: str) -> ProcessOwner | None:
     if value is None:
         return None
@@ -297,7 +324,8 @@ def _gpu(value: Any, where: str) -> GpuStats:
     )
     return GpuStats(
         name=_text(obj, "name", dot), uuid=_text(obj, "uuid", dot), processes=processes,
-        throttle=_throttle(obj, dot), pcie=_pcie(obj.get("pcie"), dot + "pcie"), **numbers
+        throttle=_throttle(obj, dot), pcie=_pcie(obj.get("pcie"), dot + "pcie"), xid=_xid(obj.get("xid"), dot + "xid"),
+        bus_id=_text(obj, "bus_id", dot), **numbers
     )
 
 

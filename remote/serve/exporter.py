@@ -11,8 +11,9 @@ Prometheus keeps for its retention.
 
 What holds a GPU back (issue 35) is its figures, not the words: each clock event reason as a 0/1 series
 (0 for a known reason not active, none at all where the reasons are unknown), the clocks and their maximums,
-the PCIe link now, what card and slot can do together (``_max``) and the card alone (``_gpu_max``). A
-dashboard or an alert rule then judges them as `homegpu status` does (remote/nodes/health.py).
+the PCIe link now, what card and slot can do together (``_max``) and the card alone (``_gpu_max``), the
+link's traffic each way (a ``direction`` label, NVML only), and the XIDs the driver logged since boot with the
+last one's code. A dashboard or an alert rule then judges them as `homegpu status` does (remote/nodes/health.py).
 """
 
 from __future__ import annotations
@@ -58,7 +59,14 @@ GPU_GAUGES = (
      lambda g: g.pcie.gpu_max_gen),
     ("homegpu_gpu_pcie_link_width_gpu_max", "the widest PCIe link the GPU alone can do",
      lambda g: g.pcie.gpu_max_width),
+    ("homegpu_gpu_xid_errors", "XID errors the NVIDIA driver logged for the GPU since boot (the node's kernel log; "
+     "none where its user cannot read it)", lambda g: g.xid.count if g.xid else NA),
+    ("homegpu_gpu_last_xid", "the code of the last XID error the NVIDIA driver logged for the GPU",
+     lambda g: g.xid.last if g.xid else NA),
 )
+# direction label -> the PcieLink field: MB/s the GPU sends (tx) and receives (rx)
+PCIE_DIRECTIONS = (("tx", "tx_mbs"), ("rx", "rx_mbs"))
+MB = 1000 * 1000
 REASON_NAMES = tuple(name for _, name in THROTTLE_REASONS)  # NVML's documented clock event reasons
 # (name, help, Metric property)
 WORKER_GAUGES = (
@@ -148,6 +156,10 @@ class ClusterCollector(Collector):
             "homegpu_gpu_clock_event_reason_active",
             "1 while the clock event reason holds the GPU's clocks down, else 0 (NVML's reasons, read every 5 s; "
             "gpu_idle is no fault)", labels=(*GPU_LABELS, "reason"))
+        traffic = GaugeMetricFamily(
+            "homegpu_gpu_pcie_throughput_bytes_per_second",
+            "bytes a second over the GPU's PCIe link, sent (tx) or received (rx) by the GPU (NVML's 20 ms sample, "
+            "read every 5 s)", labels=(*GPU_LABELS, "direction"))
         for node in self.cluster.nodes.values():
             stats = node.latest if node.state is NodeState.ONLINE else None
             for gpu in stats.gpus if stats else ():
@@ -158,7 +170,9 @@ class ClusterCollector(Collector):
                     _add(processes, [*labels, *owner], _bytes(mib))
                 for reason, active in _reasons(gpu).items():
                     _add(reasons, [*labels, reason], active)
-        yield from (*families, processes, reasons)
+                for direction, field in PCIE_DIRECTIONS:
+                    _add(traffic, [*labels, direction], getattr(gpu.pcie, field) * MB)
+        yield from (*families, processes, reasons, traffic)
 
     def _gpu_labels(self, node: str, gpu: GpuStats) -> list[str]:
         return [self.cluster.spec.name, node, _text(gpu.index), _text(gpu.name), _text(gpu.uuid)]

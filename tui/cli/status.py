@@ -28,15 +28,20 @@ JSON_HELP = """\
                                          "throttle": null | [REASON, ...],
                                          "clocks": {"sm", "sm_max", "mem", "mem_max"}: MHz,
                                          "pcie": {"gen", "width", "max_gen", "max_width",
-                                                  "gpu_max_gen", "gpu_max_width"},
+                                                  "gpu_max_gen", "gpu_max_width", "tx_mbs", "rx_mbs"},
+                                         "xid": null | {"count", "last", "last_at"},
+                                         "bus_id",
                                          "held_back": [SENTENCE, ...],
                                          "processes": [{"pid", "name", "mem": MiB,
                                                         "owner": null | OWNER}]}]}}]}
 REASON is an active clock event reason: gpu_idle, applications_clocks, sw_power_cap, hw_slowdown,
 sync_boost, sw_thermal, hw_thermal, hw_power_brake, display_clocks, board_limit, reliability
 (throttle null: not known; [] none). pcie's max_gen and max_width are what the card and its slot
-can do together, gpu_max_gen and gpu_max_width the card alone; held_back says, under load, what
-slows the GPU down and the fix (empty when nothing does, or the GPU is idle).
+can do together, gpu_max_gen and gpu_max_width the card alone, tx_mbs and rx_mbs the MB/s the GPU
+sends and receives over it (NVML only). xid is the XID errors the NVIDIA driver logged for the GPU
+since boot, the last one's code and unix time (null where the node's user cannot read the kernel
+log). held_back says, under load, what slows the GPU down and the fix, and names an XID logged in
+the last hour whatever the load (empty when nothing does).
 OWNER is who the process belongs to, as the node's agent found out:
   {"kind": "worker", "run_id", "job", "index", "user", "uid"}     a homegpu worker (or its child)
   {"kind": "container", "container", "container_name", "user", "uid"}  another container

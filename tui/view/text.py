@@ -216,7 +216,7 @@ def _node_block(node) -> str:
     lines = [head, f"    GPUs via {stats.source}, driver {stats.driver}, CUDA {stats.cuda}"]
     for gpu in stats.gpus:
         lines.append(_gpu_line(gpu))
-        lines += [f"        held back: {cause}" for cause in held_back(gpu)]
+        lines += [f"        held back: {cause}" for cause in held_back(gpu, at=stats.timestamp)]
         lines += [_process_line(process) for process in gpu.processes]
     return "\n".join(lines)
 
@@ -260,7 +260,7 @@ def _stats_json(stats) -> dict:
     for gpu, gpu_obj in zip(stats.gpus, obj["gpus"]):
         sm_max, mem, mem_max = (gpu_obj.pop(key) for key in ("sm_clock_max", "mem_clock", "mem_clock_max"))
         gpu_obj["clocks"] = {"sm": gpu_obj["sm_clock"], "sm_max": sm_max, "mem": mem, "mem_max": mem_max}
-        gpu_obj["held_back"] = held_back(gpu)
+        gpu_obj["held_back"] = held_back(gpu, at=stats.timestamp)
     return obj
 
 
