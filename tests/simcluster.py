@@ -10,7 +10,7 @@ with no `address`, as users write it. Real SSH handshakes, strict host key check
 processes: nothing here is mocked.
 
 The rest of the filesystem is this machine's, shared: an extra directory on a node's PATH is how
-tests give one node a fake `nvidia-smi`.
+tests give one node a fake `nvidia-smi`, and one on its LD_LIBRARY_PATH a fake `libcuda.so.1`.
 
 Used by tests/conftest.py; importable on its own (no pytest needed).
 """
@@ -249,12 +249,14 @@ class SimNode:
         self._sshd_dir = self._dir / "sshd"
         self._work_dir = self._dir / "work"
         self._extra_path = self._dir / "bin" if extra_path else None
+        # A node with fake GPU tools on its PATH gets a folder for the driver's libraries too.
+        self._extra_lib = self._dir / "lib" if extra_path else None
         self._authorized_keys = authorized_keys
         self._marker = f"{name}-{uuid.uuid4().hex[:12]}"
         self._proc: subprocess.Popen | None = None
         # An engine of the node's own (tests/simdocker.py), or None: the node uses this machine's.
         self.engine: Any = None
-        for folder in (self._sshd_dir, self._work_dir, self._extra_path):
+        for folder in (self._sshd_dir, self._work_dir, self._extra_path, self._extra_lib):
             if folder is not None:
                 folder.mkdir(parents=True, exist_ok=True)
         generate_ed25519_key(self.host_key_path, f"simnode-{name}")
@@ -305,6 +307,12 @@ class SimNode:
     def extra_path(self) -> Path | None:
         """A directory put first in PATH by sshd for this node's sessions, or None."""
         return self._extra_path
+
+    @property
+    def extra_lib(self) -> Path | None:
+        """A directory sshd puts in LD_LIBRARY_PATH for this node's sessions (a node with extra_path), or None:
+        where a test puts a fake libcuda.so.1 (tests/fake_libcuda.py) that only this node's programs load."""
+        return self._extra_lib
 
     @property
     def session_path(self) -> str:
@@ -433,6 +441,7 @@ class SimNode:
             # with every node sharing two cores, that cost would be paid N times over serially.
             # A node with a login banner has a ~/.bashrc of its own, which bash does read.
             "SetEnv": f"PATH={self.session_path} {'' if self.login_banner is not None else 'SHLVL=1 '}"
+                      f"{f'LD_LIBRARY_PATH={self._extra_lib} ' if self._extra_lib else ''}"
                       f"{MARKER_VAR}={self._marker}",
         }
         self.config_path.write_text("".join(f"{key} {value}\n" for key, value in options.items()))

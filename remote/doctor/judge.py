@@ -2,7 +2,8 @@
 
 remote/doctor/probe.py probes the node and gathers the facts; every judgement here (versions, Docker and its
 NVIDIA runtime, iperf3, disk, clock skew, the job port, whether the address is public) is a function
-of them alone, so each is table-tested without a node. The GPU rows are remote/doctor/gpus.py's.
+of them alone, so each is table-tested without a node. The GPU rows are remote/doctor/gpus.py's, the
+PCIe link under load remote/doctor/link.py's.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from homegpu.remote.doctor.check import Check
 from homegpu.remote.doctor.gpus import container_runtime_check, gpu_check
+from homegpu.remote.doctor.link import LoadFacts, link_check
 from homegpu.remote.net import parse_probe
 from homegpu.remote.nodes import (
     MIB_PER_GIB, SHELL_FIX, CommandResult, NodeStats, StatsParseError, gib, parse_agent_line, talking_shell,
@@ -26,7 +28,7 @@ NO_ANSWER = -2  # pseudo exit statuses for a command that timed out / could not 
 NOT_SENT = -3
 
 CHECK_NAMES = ("ssh", "host key", "login shell", "python3", "tensorflow", "docker", "nvidia container runtime", "gpus",
-               "iperf3", "disk", "clock", "job port", "address", "reachable")
+               "pcie link", "iperf3", "disk", "clock", "job port", "address", "reachable")
 TF_INSTALL = "'tensorflow==2.21.*' 'tf-keras==2.21.*'"
 
 
@@ -48,6 +50,7 @@ class NodeFacts:
     clock: tuple[float, CommandResult, float]
     port_probe: CommandResult
     tensorflow: CommandResult | None = None  # process nodes only: docker workers use the job's image
+    load: LoadFacts | None = None  # GPU nodes only: the links read under a load of doctor's own
 
 
 def node_checks(facts: NodeFacts, alone: bool = False) -> list[Check]:
@@ -60,8 +63,9 @@ def node_checks(facts: NodeFacts, alone: bool = False) -> list[Check]:
         python,
         tensorflow_check(facts, python_ok),
         docker_check(facts),
-        container_runtime_check(facts.name, facts.runtime, _docker_info(facts), _gpu_count(facts)),
+        container_runtime_check(facts.name, facts.runtime, _docker_info(facts), gpu_count(facts)),
         gpus,
+        link_check(facts.name, gpu_count(facts), facts.load, _load_reading(facts), python_ok),
         iperf3_check(facts, alone),
         disk_check(facts, python_ok),
         clock_check(facts, python_ok),
@@ -184,9 +188,15 @@ def _agent_stats(result: CommandResult) -> NodeStats | str:
     return _failure(result)
 
 
-def _gpu_count(facts: NodeFacts) -> int:
+def gpu_count(facts: NodeFacts) -> int:
+    """The GPUs the stats agent saw, by whichever source saw more."""
     counts = [len(s.gpus) for s in map(_agent_stats, (facts.nvml, facts.smi)) if isinstance(s, NodeStats)]
     return max(counts, default=0)
+
+
+def _load_reading(facts: NodeFacts) -> NodeStats | str | None:
+    """The agent's reading taken under the load, as stats or why there is none; None without one."""
+    return None if facts.load is None or facts.load.reading is None else _agent_stats(facts.load.reading)
 
 
 # -- tools, disk, clock, port, address ------------------------------------------------------------------

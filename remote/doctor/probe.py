@@ -5,7 +5,9 @@ a slow node costs only its own timeouts. Per node the probes run concurrently to
 facts (:class:`~homegpu.remote.doctor.judge.NodeFacts`), and the pure functions of
 remote/doctor/judge.py turn them into :class:`Check` rows in a fixed order; the ssh and host key rows
 come from the session's state (here), the reachable row from remote/doctor/network.py. GPUs are read
-twice with the stats agent, once through NVML and once through `nvidia-smi` (see remote/doctor/gpus.py).
+twice with the stats agent, once through NVML and once through `nvidia-smi` (see remote/doctor/gpus.py),
+and on a node with GPUs a third time once the other probes are done, under a load of doctor's own
+(node_side/gpu_load.py: an idle link is never judged, see remote/doctor/link.py).
 
 Every command is an argv list; the transport quotes it with shlex.join, so config values never reach
 a shell unquoted.
@@ -15,11 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import Sequence
 
 from homegpu.remote.config import DEFAULT_JOB_PORT, NodeSpec
 from homegpu.remote.doctor.check import Check
-from homegpu.remote.doctor.judge import CHECK_NAMES, NO_ANSWER, NOT_SENT, NodeFacts, node_checks, shell_check
+from homegpu.remote.doctor.judge import (
+    CHECK_NAMES, NO_ANSWER, NOT_SENT, NodeFacts, gpu_count, node_checks, shell_check,
+)
+from homegpu.remote.doctor.link_probe import probe_under_load
 from homegpu.remote.doctor.network import reach_checks
 from homegpu.remote.net import probe_argv
 from homegpu.remote.node_side import script
@@ -149,14 +155,11 @@ async def _ping_clock(session: NodeSession, python: str) -> tuple[float, Command
 
 
 async def gather_facts(session: NodeSession, job_port: int) -> NodeFacts:
-    """Probe one online node. The clock goes first, alone, so the other probes cannot load its round trips."""
+    """Probe one online node. The clock goes first, alone, so the other probes cannot load its round trips;
+    the GPUs' load goes last, alone too, on a node where the agent saw GPUs."""
     spec, cluster = session.spec, session.cluster
     python, work_dir = spec.python, cluster.work_dir_of(spec)
     clock = await probe_clock(session, python)
-
-    def agent(source: str):
-        argv = agent_command(python=python, interval=0.1, work_dir=work_dir, source=source) + ["--once"]
-        return _run(session, argv, input=agent_payload(), timeout=AGENT_TIMEOUT_S)
 
     docker_argv = ["docker", "info", "--format", "{{json .}}"]
     docker = _run(session, docker_argv) if spec.runtime == "docker" else _none()
@@ -164,14 +167,24 @@ async def gather_facts(session: NodeSession, job_port: int) -> NodeFacts:
     version, tf_versions, nvml, smi, iperf3, port, docker_info = await asyncio.gather(
         _run(session, [python, "-c", PYTHON_VERSION_SCRIPT]),
         tensorflow,
-        agent("nvml"),
-        agent("nvidia-smi"),
+        _agent(session, python, work_dir, "nvml"),
+        _agent(session, python, work_dir, "nvidia-smi"),
         _run(session, ["iperf3", "--version"]),
         _run(session, probe_argv(python, session.address, [job_port])),
         docker,
     )
-    return NodeFacts(spec.name, spec.runtime, python, work_dir, session.address, job_port,
-                     version, docker_info, nvml, smi, iperf3, clock, port, tf_versions)
+    facts = NodeFacts(spec.name, spec.runtime, python, work_dir, session.address, job_port,
+                      version, docker_info, nvml, smi, iperf3, clock, port, tf_versions)
+    if gpu_count(facts) == 0:
+        return facts
+    load = await probe_under_load(session, python, lambda: _agent(session, python, work_dir, "auto"))
+    return replace(facts, load=load)
+
+
+def _agent(session: NodeSession, python: str, work_dir: str, source: str):
+    """The stats agent's one reading of the node with `source`, as a result."""
+    argv = agent_command(python=python, interval=0.1, work_dir=work_dir, source=source) + ["--once"]
+    return _run(session, argv, input=agent_payload(), timeout=AGENT_TIMEOUT_S)
 
 
 async def _none() -> None:

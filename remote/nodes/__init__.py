@@ -16,7 +16,7 @@ from homegpu.remote.nodes.events import (
     NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, QueueRunChanged, Straggler,
     Subscription, WorkerExited,
 )
-from homegpu.remote.nodes.health import GpuHealth, ReasonTimer, held_back
+from homegpu.remote.nodes.health import GpuHealth, ReasonTimer, held_back, link_causes, link_text
 from homegpu.remote.nodes.login_shell import SHELL_FIX, talking_shell
 from homegpu.remote.nodes.owners import FOREIGN_SHARE, foreign_memory_warnings, is_run_worker, owner_text
 from homegpu.remote.nodes.session import NODE_GONE, NodeOffline, NodeSession
@@ -37,7 +37,7 @@ __all__ = [
     "SshTransport",
     "StatsParseError", "Straggler", "Subscription", "TransportError", "WorkerExited", "agent_command", "agent_payload",
     "cause", "connect_wait", "describe_gpus", "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib",
-    "held_back",
+    "held_back", "link_causes", "link_text",
     "hostkeys", "is_run_worker", "jump_hostname_address", "owner_text", "parse_agent_line", "ssh_target", "talking_shell", "tied_to_session",
     "visible",
     "visible_fields", "wait_set",

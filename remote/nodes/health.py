@@ -9,7 +9,8 @@ back when a clock event reason other than idle is active (for ``HELD_FOR_S`` whe
 says how long), when its SM clock is well below its maximum with no reason given, or when its link runs
 below what the card and the slot can do, or the slot below what the card can. :class:`GpuHealth` judges
 one node's GPUs line by line as its stats arrive, saying since when a reason holds a GPU back (the
-straggler alert uses it).
+straggler alert uses it). :func:`link_causes` gives the link's causes in parts for doctor's "pcie link"
+row, which judges a link under a load of doctor's own (remote/doctor/link.py).
 """
 
 from __future__ import annotations
@@ -176,17 +177,24 @@ def _well_below(value, maximum) -> bool:
 
 
 def _link_words(gpu: GpuStats) -> list[str]:
-    """The link against what the card and slot can do together, and the slot against the card."""
-    link, words = gpu.pcie, []
+    return [f"{what}: {why}; {fix}" for what, why, fix in link_causes(gpu)]
+
+
+def link_causes(gpu: GpuStats) -> list[tuple[str, str, str]]:
+    """The link against what the card and slot can do together, and the slot against the card, as
+    (what, its likely cause, the fix): ``("GPU 0 runs PCIe 3.0 x1 of 4.0 x16", "a riser or a card not
+    fully seated", "seat it in the slot itself")``. Judged whatever the load: the caller knows the GPU
+    is at work (its utilisation, or a load of its own as doctor's)."""
+    link, causes = gpu.pcie, []
     if _below(link.gen, link.max_gen) or _below(link.width, link.max_width):
-        words.append(f"GPU {gpu.index} runs PCIe {_link(link.gen, link.width)} of "
-                     f"{_link(link.max_gen, link.max_width)}: a riser or a card not fully seated; "
-                     "seat it in the slot itself")
+        causes.append((f"GPU {gpu.index} runs PCIe {link_text(link.gen, link.width)} of "
+                       f"{link_text(link.max_gen, link.max_width)}", "a riser or a card not fully seated",
+                       "seat it in the slot itself"))
     if _below(link.max_gen, link.gpu_max_gen) or _below(link.max_width, link.gpu_max_width):
-        words.append(f"GPU {gpu.index}'s slot allows PCIe {_link(link.max_gen, link.max_width)} of the "
-                     f"card's {_link(link.gpu_max_gen, link.gpu_max_width)}: the board's second slot or "
-                     "an older board; move it to the first x16 slot")
-    return words
+        causes.append((f"GPU {gpu.index}'s slot allows PCIe {link_text(link.max_gen, link.max_width)} of the "
+                       f"card's {link_text(link.gpu_max_gen, link.gpu_max_width)}",
+                       "the board's second slot or an older board", "move it to the first x16 slot"))
+    return causes
 
 
 def _xid_words(gpu: GpuStats, at: float) -> list[str]:
@@ -199,8 +207,8 @@ def _xid_words(gpu: GpuStats, at: float) -> list[str]:
     return [f"GPU {gpu.index} {name} at {_local_clock(xid.last_at)}, {xid.count:.0f} since boot; {fix}"]
 
 
-def _link(gen, width) -> str:
-    """``3.0 x16``: generation and width, as much as is known."""
+def link_text(gen, width) -> str:
+    """``3.0 x16``: generation and width, as much as is known; "unknown" when neither is."""
     parts = ([f"{gen:.0f}.0"] if _known(gen) else []) + ([f"x{width:.0f}"] if _known(width) else [])
     return " ".join(parts) or "unknown"
 

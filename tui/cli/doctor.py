@@ -5,28 +5,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import textwrap
 from typing import Sequence
 
 from homegpu.remote.config import DEFAULT_JOB_PORT, ClusterSpec
-from homegpu.remote.doctor import Check, diagnose
+from homegpu.remote.doctor import CHECK_NAMES, Check, diagnose
 from homegpu.remote.nodes import Cluster
 from homegpu.tui.cli.common import load_spec
 from homegpu.tui.view.text import format_report
 
-JSON_HELP = """\
+JSON_HELP = f"""\
 --json prints one JSON object:
-  {"cluster": NAME, "ok": true|false,
-   "checks": [{"node", "name", "ok": true|false|null, "detail", "fix"}]}
+  {{"cluster": NAME, "ok": true|false,
+   "checks": [{{"node", "name", "ok": true|false|null, "detail", "fix"}}]}}
 ok null means not applicable (or skipped because the node is not reachable).
-Checks per node, in order: ssh, host key, python3, docker, nvidia container runtime, gpus, iperf3,
-disk, clock, job port, address."""
+{textwrap.fill(f"Checks per node, in order: {', '.join(CHECK_NAMES)}.", 100)}"""
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     doctor = commands.add_parser(
         "doctor", help="check every node for what training needs, with fixes",
         description="Connect to every node in parallel and check SSH, host key, Python, Docker and the "
-                    "NVIDIA container runtime, GPUs (NVML against nvidia-smi), iperf3, free disk, clock "
+                    "NVIDIA container runtime, GPUs (NVML against nvidia-smi), each GPU's PCIe link under a "
+                    "short load of its own, iperf3, free disk, clock "
                     "skew, the job port and whether the node's address is public. Each problem comes with "
                     "one sentence saying how to fix it. Exit status 1 when any check fails.",
         epilog=JSON_HELP,
