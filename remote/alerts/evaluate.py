@@ -194,6 +194,9 @@ class AlertEvaluator:
             since, _ = self._offline.pop(node, (event.at, ""))
             return self._clear(_key("node_offline", node=node), event.at,
                                f"{node} is back online after {_duration(event.at - since)}", event.at - since)
+        if event.state is NodeState.ASLEEP:  # put to sleep: not a fault, and no offline alert while it sleeps
+            since, _ = self._offline.pop(node, (event.at, ""))
+            return self._clear(_key("node_offline", node=node), event.at, f"{node} is asleep", event.at - since)
         if node not in self._online_once:
             return []
         since, why = self._offline.get(node, (event.at, ""))

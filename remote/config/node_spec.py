@@ -8,13 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from homegpu.remote.config.checks import NAME_RE, Validator, show
+from homegpu.remote.config.node_power import POWER_KEYS, NodePower, check_wake_via, parse_power
 
 LOCAL_HOST = "local"
 RUNTIMES = ("docker", "process")
 
 NODE_KEYS = {
     "name", "host", "port", "user", "identity_file", "address", "runtime", "python", "tags", "work_dir",
-    "docker_socket", "idle_watts", "busy_watts",
+    "docker_socket", "idle_watts", "busy_watts", *POWER_KEYS,
 }
 MAX_WATTS = 10_000.0  # a machine's draw besides its GPUs: a home or lab box, not a rack
 
@@ -36,6 +37,7 @@ class NodeSpec:
     docker_socket: str = "/var/run/docker.sock"
     idle_watts: float | None = None  # the machine's draw besides its GPUs, idle and with every CPU busy:
     busy_watts: float | None = None  # where RAPL cannot be read, the rest of the machine is estimated from them
+    power: NodePower = NodePower()  # how it is woken and put to sleep (node_power.py)
 
     def host_watts(self, cpu_percent: float) -> float | None:
         """The machine's draw besides its GPUs at `cpu_percent` busy, by idle_watts and busy_watts (linear
@@ -69,6 +71,7 @@ def parse_nodes(v: Validator, data: dict) -> tuple[NodeSpec, ...]:
         raise v.fail(("nodes",), "no nodes are defined", "add at least one [[nodes]] table")
     nodes = tuple(_parse_node(v, item, index) for index, item in enumerate(raw))
     _check_unique(v, nodes)
+    check_wake_via(v, [node.name for node in nodes], [node.power for node in nodes])
     return nodes
 
 
@@ -97,6 +100,7 @@ def _parse_node(v: Validator, item: dict, index: int) -> NodeSpec:
         work_dir=get("work_dir", str, "", v.check_path),
         docker_socket=get("docker_socket", str, NodeSpec.docker_socket, v.check_path),
         **_host_watts(v, item, path),
+        power=parse_power(v, item, path, name),
     )
 
 

@@ -12,6 +12,7 @@ from homegpu.remote.config.cluster_spec import (
     DEFAULT_CLUSTER_NAME, DEMO_JOB, LOCAL_HOST, AlertRules, ClusterSpec, NodeSpec, SshDefaults,
 )
 from homegpu.remote.config.job_spec import JobSpec
+from homegpu.remote.config.node_power import NodePower
 
 STARTER_HEADER = """\
 # homegpu cluster file, written by `homegpu init`.
@@ -35,6 +36,12 @@ PRICE_EXAMPLE = """\
 WATTS_EXAMPLE = """\
 # idle_watts = 45      # W the machine draws besides its GPUs doing nothing (a plug meter says), and
 # busy_watts = 150     # with every CPU busy: its CPUs' energy is estimated where RAPL cannot be read
+"""
+
+# Written commented out in a remote node's table without a mac: how homegpu wakes it and lets it sleep.
+WAKE_EXAMPLE = """\
+# mac = "a8:a1:59:0c:22:7e"   # its wired NIC's (`ip link`): `homegpu wake` and queued work wake it (Wake-on-LAN)
+# sleep_after = "30m"         # homegpu serve puts it to sleep when idle this long ("Machines that sleep")
 """
 
 # Written commented out when a cluster has no [alerts]: what the table looks like, ready to enable.
@@ -104,7 +111,7 @@ def cluster_to_toml(spec: ClusterSpec, header: str = STARTER_HEADER) -> str:
     alerts = document.pop("alerts", {})
     parts = [tomli_w.dumps(document) + ("" if spec.tariff.priced else PRICE_EXAMPLE)]
     parts += [f"[[nodes]]\n{tomli_w.dumps(table)}" + ("" if node.idle_watts is not None else WATTS_EXAMPLE)
-              for table, node in zip(nodes, spec.nodes)]
+              + ("" if node.power.wakeable or node.is_local else WAKE_EXAMPLE) for table, node in zip(nodes, spec.nodes)]
     if jobs:
         parts.append(tomli_w.dumps({"jobs": jobs}))
     parts.append(tomli_w.dumps({"alerts": alerts}) if alerts else ALERTS_EXAMPLE)
@@ -114,6 +121,8 @@ def cluster_to_toml(spec: ClusterSpec, header: str = STARTER_HEADER) -> str:
 def _node_dict(node: NodeSpec) -> dict[str, Any]:
     table = {"name": node.name, "host": node.host}
     table.update(_non_default(node, NodeSpec(name=node.name, host=node.host)))
+    table.pop("power", None)  # its keys are the node's own
+    table.update(_non_default(node.power, NodePower()))
     return table
 
 

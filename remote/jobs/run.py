@@ -36,7 +36,8 @@ from homegpu.remote.jobs.watch import (
 )
 from homegpu.remote.jobs.worker_logs import WorkerLines, finish_tails, stop_tails
 from homegpu.remote.logs import Metric
-from homegpu.remote.nodes import Cluster, JobState, JobStateChanged, NodeSession, cause, wait_set
+from homegpu.remote.nodes import Cluster, JobState, JobStateChanged, NodeSession, cause, connect_wait, wait_set
+from homegpu.remote.power import WakeFailed, wake_asleep
 from homegpu.remote.plan import (
     DevicePlan, JobLayout, WorkerSlot, job_nodes, last_timeline, lay_out, tf_config_json, worker_slots,
 )
@@ -113,6 +114,19 @@ class JobRun:
                                            self.job.python).code_dir
             self.tracks.setdefault(slot.label, WorkerTrack(slot, runtime, code_dir=seen_as))
 
+    async def _wake_asleep_nodes(self) -> None:
+        """Wake the job's nodes that homegpu put to sleep, saying so (nodes/asleep.py, power/waking.py).
+
+        Raises:
+            LaunchError: a node did not wake, naming it and the likely causes.
+        """
+        names = [node.name for node in job_nodes(self.cluster.spec, self.job)]
+        await self.cluster.wait_settled(connect_wait(self.cluster.spec, 2), names)  # an asleep node is known by then
+        try:
+            await wake_asleep(self.cluster, names, lambda line: self._publish(JobState.PREFLIGHT, line))
+        except WakeFailed as exc:
+            raise LaunchError(str(exc)) from None
+
     def _launch_lines(self) -> dict[str, str]:
         """Worker label -> its TF_CONFIG, or for a PyTorch job its node's torchrun line (run.json)."""
         if not self.job.is_pytorch:
@@ -152,6 +166,7 @@ class JobRun:
         self._start_record()
         try:
             self._publish(JobState.PREFLIGHT)
+            await self._wake_asleep_nodes()
             await self.prepare()
             if len(self.slots) != workers:  # "per-gpu" knows its workers only now
                 self._refuse_keras3()

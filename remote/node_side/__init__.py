@@ -18,10 +18,12 @@ from homegpu.remote.node_side.stats_agent import (
     GPU_SOURCES, MODULES as AGENT_MODULES, PROTOCOL_VERSION, SOURCES as AGENT_SOURCES,
 )
 from homegpu.remote.node_side.tree_sync import scan
+from homegpu.remote.node_side.wake_packet import send as send_wake_packet
 
 __all__ = [
     "AGENT_MODULES", "AGENT_SOURCES", "GPU_SOURCES", "LABEL_INDEX", "LABEL_JOB", "LABEL_RUN", "MARKER_INDEX",
     "MARKER_JOB", "MARKER_RUN", "PROTOCOL_VERSION", "THROTTLE_REASONS", "scan", "script", "script_bytes",
+    "send_wake_packet",
 ]
 
 

@@ -93,16 +93,27 @@ class XidLog:
         self._told = False  # the log's being unreadable is said once
         self._partial = b""  # a record cut by the read's end (a regular file gives many records a read)
         self._by_bus = {}  # kernel bus id -> [count, last code, last usec]
+        self._buses = {}  # a GPU's bus id -> its kernel bus id
+        self._shown = {}  # kernel bus id -> the figures given since the last read
 
     def annotate(self, gpus, errors):
         """Give each of ``gpus`` (the reader's dicts) its ``xid`` key; problems go to ``errors``, once."""
         due = self._calls_since >= self.every
         self._calls_since = 1 if due else self._calls_since + 1
-        buses = [kernel_bus_id(gpu.get("bus_id")) for gpu in gpus]
+        buses = [self._bus(gpu.get("bus_id")) for gpu in gpus]
         if due and any(buses):  # no bus id, nothing to match: the log is not opened
             self._read(errors)
+            self._shown = {}
         for gpu, bus in zip(gpus, buses):
-            gpu["xid"] = self._figures(bus)
+            if bus not in self._shown:  # the same figures until the next read: made once, not every line
+                self._shown[bus] = self._figures(bus)
+            gpu["xid"] = self._shown[bus]
+
+    def _bus(self, bus_id):
+        """kernel_bus_id, remembered: the agent asks for the same few on every line."""
+        if bus_id not in self._buses:
+            self._buses[bus_id] = kernel_bus_id(bus_id)
+        return self._buses[bus_id]
 
     def close(self):
         if self._fd is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from homegpu.remote.nodes import hostkeys
 from homegpu.remote.nodes.agent_bundle import agent_command, agent_payload
+from homegpu.remote.nodes.asleep import AsleepNodes
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.nodes.connect import (
     NodeError, OfferedKey, SshTarget, connect_wait, fetch_offered_key, jump_hostname_address, ssh_target,
@@ -30,7 +31,7 @@ from homegpu.remote.nodes.waiting import wait_set
 
 __all__ = [
     "FOREIGN_SHARE", "MIB_PER_GIB", "SHELL_FIX", "NA", "NODE_GONE", "RUN_ALERTS", "Alert", "AlertCommandFailed", "AlertState",
-    "Cluster",
+    "AsleepNodes", "Cluster",
     "CommandResult", "CommandTimeout", "EventHub", "GpuHealth", "GpuStats", "JobState", "JobStateChanged", "NodeError",
     "NodeOffline", "NodeSession", "NodeState", "NodeStateChanged", "NodeStats", "NodeStatsUnavailable",
     "NodeStatsUpdated", "OfferedKey", "PreflightResult", "QueueRunChanged", "ReasonTimer", "RemoteProcess", "SshTarget",

@@ -22,6 +22,7 @@ class NodeState(str, enum.Enum):
     AUTH_FAILED = "auth failed"
     HOST_KEY_UNKNOWN = "host key unknown"
     HOST_KEY_CHANGED = "host key changed"
+    ASLEEP = "asleep"  # homegpu put it to sleep (nodes/asleep.py): not a fault, woken when work needs it
 
     @property
     def needs_user(self) -> bool:

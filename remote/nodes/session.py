@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 from homegpu.remote.config import ClusterSpec, NodeSpec
 from homegpu.remote.nodes.agent_bundle import agent_command, agent_payload
+from homegpu.remote.nodes.asleep import AsleepNodes
 from homegpu.remote.nodes.backoff import Backoff
 from homegpu.remote.nodes.connect import (
     AuthFailed, HostKeyChanged, HostKeyUnknown, NodeError, address_behind_jump, open_transport,
@@ -29,6 +31,7 @@ from homegpu.remote.nodes.transport import CommandResult, NodeTransport, RemoteP
 from homegpu.remote.nodes.waiting import wait_condition, wait_set
 
 AGENT_RETRY_SECONDS = 5.0
+ASLEEP_RETRY_SECONDS = 60.0  # a node homegpu put to sleep is tried this rarely (a wake asks at once)
 
 _ERROR_STATES = {
     HostKeyUnknown: NodeState.HOST_KEY_UNKNOWN,
@@ -60,6 +63,7 @@ class NodeSession:
         self.health = GpuHealth()  # what holds its GPUs back, judged line by line
         self.transport: NodeTransport | None = None
         self._backoff = backoff or Backoff()
+        self._asleep = AsleepNodes(cluster)
         self.streams_stats = stream_stats
         self._wake = asyncio.Event()
         self._changed = asyncio.Condition()
@@ -157,6 +161,9 @@ class NodeSession:
                 transport = await open_transport(self.cluster, self.spec)
             except NodeError as exc:
                 state = _ERROR_STATES.get(type(exc), NodeState.OFFLINE)
+                if state is NodeState.OFFLINE and await self._note_asleep():
+                    await self._pause(ASLEEP_RETRY_SECONDS)
+                    continue
                 offered = getattr(exc, "offered", None)
                 await self._set_state(state, str(exc), offered.fingerprint if offered else "")
                 await self._pause(None if state.needs_user else self._backoff.next_delay())
@@ -164,11 +171,22 @@ class NodeSession:
             self.transport = transport
             await self._learn_address(transport)
             self._backoff.reset()
+            self._asleep.clear(self.name)  # reached: awake, however it woke
             await self._set_state(NodeState.ONLINE)
             reason = await self._serve(transport)
             self._drop_transport()
-            await self._set_state(NodeState.OFFLINE, reason)
+            if not await self._note_asleep():
+                await self._set_state(NodeState.OFFLINE, reason)
             await self._pause(self._backoff.next_delay())
+
+    async def _note_asleep(self) -> bool:
+        """Say the node is asleep when homegpu put it to sleep (nodes/asleep.py); whether it did."""
+        since = self._asleep.since(self.name) if self.spec.power.wakeable else None
+        if since is None:
+            return False
+        at = time.strftime("%H:%M", time.localtime(since))
+        await self._set_state(NodeState.ASLEEP, f"put to sleep by homegpu at {at}")
+        return True
 
     async def _learn_address(self, transport: NodeTransport) -> None:
         """Where the connection went: its socket's peer, or for a node behind a ProxyJump gateway (no

@@ -241,7 +241,8 @@ class TimelineRecorder:
                                                         "held_back": list(event.held_back)})
 
     def _node_state(self, event: NodeStateChanged) -> None:
-        kind = {NodeState.OFFLINE: "node_offline", NodeState.ONLINE: "node_online"}.get(event.state, "node_state")
+        kind = {NodeState.OFFLINE: "node_offline", NodeState.ONLINE: "node_online",
+                NodeState.ASLEEP: "node_asleep"}.get(event.state, "node_state")
         self.record_event(kind, event.at, event.state.value + (f": {event.reason}" if event.reason else ""),
                           node=event.node, details={"state": event.state.value, "reason": event.reason})
 

@@ -1,9 +1,10 @@
 """The stats agent's own CPU per 1 s sample, for both GPU sources, against the agent of another checkout.
 
-    .venv/bin/python tests/benchmarks/bench_agent.py [SECONDS] [--against CHECKOUT]
+    .venv/bin/python tests/benchmarks/bench_agent.py [SECONDS [ROUNDS]] [--against CHECKOUT]
 
-SECONDS: how long each agent is measured after its start-up (default 30). `--against CHECKOUT` runs the
-agent of another checkout of homegpu the same way, alternating with this one (twice each): e.g. the commit
+SECONDS: how long each agent is measured after its start-up (default 30); ROUNDS: how many times each
+(default 2; the median is shown). `--against CHECKOUT` runs the agent of another checkout of homegpu the
+same way, alternating with this one: e.g. the commit
 before GPU health was sampled (`git worktree add /tmp/before c56dcb9^`), for the agent's cost with health on
 and before it. Prints figures and ratios; asserts nothing.
 
@@ -39,7 +40,6 @@ from helpers import wait_for  # noqa: E402
 
 
 H100 = FIXTURES / "h100-80gb-hbm3"
-ROUNDS = 2
 
 # The agent's own main() with the fake pynvml fed from the H100 recordings, from the package at argv[2].
 NVML_RUNNER = """
@@ -148,9 +148,10 @@ def main() -> None:
     against = Path(args.pop(args.index("--against") + 1)) if "--against" in args else None
     args = [arg for arg in args if arg != "--against"]
     seconds = float(args[0]) if args else 30.0
+    rounds = int(args[1]) if len(args) > 1 else 2
     here = TESTS.parent  # this checkout: the repository is the homegpu package
     print(f"stats agent CPU per 1 s sample, {platform.node()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}, "
-          f"{seconds:g} s each, {ROUNDS} rounds, median\n")
+          f"{seconds:g} s each, {rounds} rounds, median\n")
     root = Path(tempfile.mkdtemp(prefix="homegpu-bench-agent-"))
     health = root / "health.csv"
     health.write_text(HOT_ON_A_RISER)
@@ -159,7 +160,7 @@ def main() -> None:
     checkouts = {"this checkout": here, **({str(against): against} if against else {})}
     for source in ("nvidia-smi", "nvml"):
         results: dict[str, list[float]] = {name: [] for name in checkouts}
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             for name, checkout in checkouts.items():
                 results[name].append(measure(source, checkout, root, seconds, replay))
         print(f"--source {source}")

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from dataclasses import asdict
 from typing import TextIO
 
-from homegpu.remote.config import ClusterSpec
+from homegpu.remote.config import ClusterSpec, duration_seconds
 from homegpu.remote.history import (
     GpuEnergy, GpuSeries, HistoryReader, HostEnergy, NodeOffline, OwnerEnergy, history_path,
 )
@@ -23,8 +22,6 @@ from homegpu.tui.view.text import table
 
 POINTS = 48  # sparkline cells
 RECORDING_SLACK = 30.0  # seconds: a history whose newest sample is older than this is not being recorded
-_SINCE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 START_SERVE = "start `homegpu serve` to record it (README.md, \"Always on\")"
 
 
@@ -42,10 +39,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def since_seconds(text: str) -> float:
-    match = _SINCE.fullmatch(text.strip())
-    if not match or float(match[1]) <= 0:
+    seconds = duration_seconds(text)
+    if not seconds:
         raise argparse.ArgumentTypeError(f"{text!r} is not an age: write a number and s, m, h, d or w (2h, 1d, 7d)")
-    return float(match[1]) * _UNIT_SECONDS[match[2]]
+    return seconds
 
 
 def run_history(args: argparse.Namespace, out: TextIO | None = None) -> int:

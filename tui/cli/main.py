@@ -12,7 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Callable, Sequence
 
 from homegpu.remote.config import ConfigError
-from homegpu.tui.cli import bandwidth, config, doctor, history, image, jobs, queue, report, serve, status, trust
+from homegpu.tui.cli import bandwidth, config, doctor, history, image, jobs, power, queue, report, serve, status, trust
 from homegpu.tui.cli.common import EXIT_USAGE, EXPERIMENTS, UserError, load_spec
 from homegpu.tui.cli.terminal import visible_output
 
@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.register(commands)
     status.register(commands)
     trust.register(commands)
+    power.register(commands)
     doctor.register(commands)
     bandwidth.register(commands)
     jobs.register(commands)

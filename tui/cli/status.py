@@ -48,7 +48,8 @@ OWNER is who the process belongs to, as the node's agent found out:
   {"kind": "process", "user", "uid"}                               any other user's process
   {"kind": "unknown"}                                              not visible to the agent
 (keys it could not find are null). A value the node cannot report is null. state is one of:
-connecting, online, offline, auth failed, host key unknown, host key changed."""
+connecting, online, offline, auth failed, host key unknown, host key changed, asleep (homegpu put it
+to sleep: `homegpu wake NODE`, or work that needs it, wakes it)."""
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -56,7 +57,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "status", help="show every node's state, GPUs, CPU and memory",
         description="Connect to every node in parallel and show its state, each GPU's utilisation, "
                     "memory, temperature and power, and CPU and memory. Exit status 1 when a node is "
-                    "not online.",
+                    "not online (one homegpu put to sleep is no fault).",
         epilog=JSON_HELP,
     )
     status.add_argument("--json", action="store_true", help="print JSON for scripts (format below)")
@@ -76,7 +77,7 @@ async def _status(spec, as_json: bool, watch: bool) -> int:
             nodes = list(cluster.nodes.values())
             _show(spec.name, nodes, as_json, watch)
             if not watch:
-                return 0 if all(node.state is NodeState.ONLINE for node in nodes) else 1
+                return 0 if all(node.state in (NodeState.ONLINE, NodeState.ASLEEP) for node in nodes) else 1
             await asyncio.sleep(spec.stats_interval)
 
 

@@ -30,7 +30,7 @@ POWER_LEVELS = (80.0, 95.0)
 STATE_STYLES = {
     NodeState.ONLINE: "green", NodeState.CONNECTING: "yellow", NodeState.OFFLINE: "red",
     NodeState.AUTH_FAILED: "bold red", NodeState.HOST_KEY_UNKNOWN: "bold yellow",
-    NodeState.HOST_KEY_CHANGED: "bold red",
+    NodeState.HOST_KEY_CHANGED: "bold red", NodeState.ASLEEP: "blue",
 }
 JOB_STYLES = {
     JobState.RUNNING: "green", JobState.SUCCEEDED: "bold green", JobState.FAILED: "bold red",

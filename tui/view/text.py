@@ -235,7 +235,7 @@ def _process_line(process) -> str:
 
 STATE_MARKS = {
     "online": "●", "connecting": "…", "offline": "✗", "auth failed": "!", "host key unknown": "?",
-    "host key changed": "!",
+    "host key changed": "!", "asleep": "☾",
 }
 
 
