@@ -9,6 +9,9 @@ it as it reads a user's ~/.ssh/config (HOMEGPU_SSH_CONFIG); cluster.toml names t
 with no `address`, as users write it. Real SSH handshakes, strict host key checking, real remote
 processes: nothing here is mocked.
 
+A node can sleep and wake on LAN for a `with node.sleepy()` block (tests/simsleep.py): its sleep command
+kills all of it but a wake listener in its namespace, whose magic packet starts its sshd again.
+
 The rest of the filesystem is this machine's, shared: an extra directory on a node's PATH is how
 tests give one node a fake `nvidia-smi`, and one on its LD_LIBRARY_PATH a fake `libcuda.so.1`.
 
@@ -34,11 +37,12 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import AbstractSet, Any, Iterable, Iterator, Mapping
 
 import tomli_w
 
 import simnet
+import simsleep
 import tiers
 
 SSHD = "/usr/sbin/sshd"
@@ -269,6 +273,14 @@ class SimNode:
         return self._address
 
     @property
+    def mac(self) -> str:
+        """The MAC address of the node's eth0 ("aa:bb:cc:dd:ee:ff"), what Wake-on-LAN names; the same from
+        start() to close() (restarts and sleep included), a new one for a node started again after close()."""
+        if self._namespace is None:
+            raise SimClusterError(f"{self.name} has no network interface: it is not started")
+        return simsleep.mac_of(self._namespace)
+
+    @property
     def port(self) -> int:
         """The SSH port: 22, as on a real machine, unless the node was made with another."""
         return self._port
@@ -472,15 +484,15 @@ class SimNode:
         found = _descendants(roots, table) | _descendants(marked | inside, table)
         return {pid for pid in found if table[pid][1] != "Z"}
 
-    def freeze(self) -> set[int]:
-        """Make the node silent: SIGSTOP all its processes and return their pids.
+    def freeze(self, *, keep: AbstractSet[int] = frozenset()) -> set[int]:
+        """Make the node silent: SIGSTOP all its processes (but those in `keep`) and return their pids.
 
         TCP connections stay open but nothing answers, so only timeouts and SSH keepalives can
         notice, as with an unplugged or hung machine. Repeats until no new process shows up: a
         stopped process cannot fork, so the returned set is complete.
         """
         frozen: set[int] = set()
-        while new := self.pids() - frozen:
+        while new := self.pids() - frozen - keep:
             _signal_all(new, signal.SIGSTOP)
             frozen |= new
         return frozen
@@ -501,15 +513,16 @@ class SimNode:
         _wait_gone(pids, grace)
         self.kill()
 
-    def kill(self) -> None:
-        """Crash the node: SIGKILL the listener, every connection and every session at once.
+    def kill(self, *, keep: AbstractSet[int] = frozenset()) -> None:
+        """Crash the node: SIGKILL the listener, every connection and every session at once (all
+        but the processes in `keep`: a sleeping node's wake listener).
 
         Killing only the listener would not simulate a dead machine: existing connections live in
         their own setsid'd sshd processes and would keep working. Here the kernel closes their
         sockets, so clients see the connection drop at once. For a machine that goes silent
         instead (unplugged cable, kernel hang) use freeze().
         """
-        while pids := self.freeze():
+        while pids := self.freeze(keep=keep):
             _signal_all(pids, signal.SIGKILL)
             _wait_gone(pids, 5.0)
         if self._proc is not None:
@@ -557,6 +570,26 @@ class SimNode:
             yield
         finally:
             subprocess.run(self.in_namespace(["iptables", "-D", *rule]), check=False)
+
+    def sleepy(self, *, wakes: bool = True, returns: bool = False) -> simsleep.Sleeper:
+        """Make the running node a machine that sleeps and wakes on LAN, for a `with` block (tests/simsleep.py):
+        the Sleeper gives its sleep command, counts sleeps and wakes, records the wake packets and waits. At
+        the block's end its listener stops and a node left asleep wakes. `wakes=False`: a magic packet never
+        wakes it; `returns=True`: the sleep command exits 0 before the node sleeps (else its connection drops)."""
+        if not self.is_running:
+            raise SimClusterError(f"{self.name} must run before it can sleep")
+        return simsleep.Sleeper(self, self._sshd_dir, wakes=wakes, returns=returns,
+                                sleep=lambda keep: self.kill(keep=keep), wake=self.start).start()
+
+    def drop_wake_packets_from(self, address: str = simnet.BRIDGE_ADDRESS) -> contextlib.AbstractContextManager:
+        """For a `with` block the node drops UDP to its wake ports (9, 7) from `address` (by default the
+        controller's, this machine's bridge address) in its own iptables: Wake-on-LAN only through another node."""
+        return simsleep.dropping_wake_packets(self, address)
+
+    def limited_broadcast_route(self) -> contextlib.AbstractContextManager:
+        """For a `with` block the node's packets to 255.255.255.255 go out its eth0 (a node has no default
+        route, so they fail otherwise): a relay that wakes others with `wakeonlan`'s default address."""
+        return simsleep.limited_broadcast_route(self)
 
     def in_namespace(self, argv: list[str]) -> list[str]:
         """argv that runs `argv` in the node's network namespace (e.g. its own iptables)."""
