@@ -153,7 +153,10 @@ class Sleeper:
         `returns=True`: then it exits 0 at once, as `systemctl suspend --no-block` does, and sleep follows."""
         path = shlex.quote(str(self._request))
         ask = f'echo "$HOMEGPU_SIMNODE" > {path}.tmp && mv {path}.tmp {path}'
-        return ask if self._returns else f"{ask} && sleep 30"
+        script = self._request.with_name("suspend")  # a program, as `systemctl suspend` is: run without a shell
+        script.write_text(f"#!/bin/sh\n{ask}" + ("" if self._returns else " && sleep 30") + "\n")
+        script.chmod(0o755)
+        return str(script)
 
     @property
     def cluster_keys(self) -> dict[str, str]:

@@ -100,9 +100,11 @@ class JobRun:
         runtime for each node (once).
 
         Raises:
-            LaunchError: a node is not reached, or the plan refuses the layout (before anything starts).
+            LaunchError: a node is not reached (an asleep one is woken first), or the plan refuses the layout
+                (before anything starts).
         """
         if self.nodes is None:
+            await self._wake_asleep_nodes()
             nodes = await JobNodes.open(self.cluster, self.job, timeout)
             layout = self._layout()  # now connected: the nodes' addresses and GPUs are known
             self.plan, self.slots = layout.plan, layout.slots
@@ -166,7 +168,6 @@ class JobRun:
         self._start_record()
         try:
             self._publish(JobState.PREFLIGHT)
-            await self._wake_asleep_nodes()
             await self.prepare()
             if len(self.slots) != workers:  # "per-gpu" knows its workers only now
                 self._refuse_keras3()

@@ -21,7 +21,7 @@ import sys
 
 PORTS = (9, 7)
 LIMITED_BROADCAST = "255.255.255.255"
-_SIOCGIFFLAGS, _SIOCGIFBRDADDR = 0x8913, 0x8919  # Linux's ioctls: an interface's flags, its broadcast address
+_SIOCGIFFLAGS, _SIOCGIFADDR, _SIOCGIFNETMASK = 0x8913, 0x8915, 0x891B  # Linux's ioctls: flags, address, netmask
 _IFF_UP, _IFF_BROADCAST, _IFF_LOOPBACK = 0x1, 0x2, 0x8
 
 
@@ -34,8 +34,9 @@ def magic_packet(mac):
 
 
 def broadcast_addresses():
-    """Each up, broadcast-capable, non-loopback IPv4 interface's broadcast address (Linux), then
-    255.255.255.255; elsewhere, or where the interfaces cannot be asked, the last alone."""
+    """Each up, broadcast-capable, non-loopback IPv4 interface's broadcast address (Linux: its address with
+    the host bits set, as not every interface has its broadcast address configured), then 255.255.255.255;
+    elsewhere, or where the interfaces cannot be asked, the last alone."""
     found = []
     try:
         import fcntl
@@ -50,9 +51,11 @@ def broadcast_addresses():
                 flags = struct.unpack("H", fcntl.ioctl(probe.fileno(), _SIOCGIFFLAGS, request)[16:18])[0]
                 if flags & _IFF_LOOPBACK or not flags & _IFF_UP or not flags & _IFF_BROADCAST:
                     continue
-                address = socket.inet_ntoa(fcntl.ioctl(probe.fileno(), _SIOCGIFBRDADDR, request)[20:24])
+                own = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, request)[20:24]
+                mask = fcntl.ioctl(probe.fileno(), _SIOCGIFNETMASK, request)[20:24]
             except OSError:  # no IPv4 address on it
                 continue
+            address = socket.inet_ntoa(bytes(a | (~m & 0xFF) for a, m in zip(own, mask)))
             if address not in found and address != "0.0.0.0":
                 found.append(address)
     return found + [LIMITED_BROADCAST]

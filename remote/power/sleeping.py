@@ -2,8 +2,9 @@
 nothing would be cut short, and marked asleep (nodes/asleep.py) so every homegpu process says so.
 
 Idle means: online; no homegpu worker running there; no process of anyone on its GPUs; nobody logged in
-(`who`); its CPUs mostly idle. A suspend takes the SSH connection with it, so a command that never
-answers is the expected end; one that answers with a failure leaves the node awake and says why.
+(`who`); and, for a sleep nobody asked for (serve's), its CPUs mostly idle. A suspend takes the SSH
+connection with it, so a command that never answers is the expected end; one that answers with a failure
+leaves the node awake and says why.
 """
 
 from __future__ import annotations
@@ -28,26 +29,26 @@ class SleepFailed(Exception):
     """The sleep command failed or the node stayed up; the message says why. The node is awake."""
 
 
-async def idle_problems(cluster: Cluster, node: NodeSession) -> list[str]:
-    """What keeps `node` from sleeping now, each a few words ([] when it is idle)."""
+async def idle_problems(cluster: Cluster, node: NodeSession, cpu: bool = False) -> list[str]:
+    """What keeps `node` from sleeping now, each a few words ([] when it is idle); with `cpu`, busy CPUs too."""
     if node.state is not NodeState.ONLINE:
         return [f"it is {node.state.value}"]
-    problems = _gpu_users(node) + _busy_cpu(node)
+    problems = _gpu_users(node) + (_busy_cpu(node) if cpu else [])
     checks = await asyncio.gather(_workers(cluster, node), _logged_in(node), return_exceptions=True)
     for found in checks:
         problems += [f"cannot tell whether it is idle ({cause(found)})"] if isinstance(found, BaseException) else found
     return problems
 
 
-async def put_to_sleep(cluster: Cluster, name: str) -> None:
-    """Run `name`'s sleep command once it is idle, and see it go.
+async def put_to_sleep(cluster: Cluster, name: str, cpu: bool = False) -> None:
+    """Run `name`'s sleep command once it is idle (`cpu`: its CPUs too), and see it go.
 
     Raises:
         NotIdle: what keeps it up (nothing was run).
         SleepFailed: the command failed, or the node was still up GONE_TIMEOUT_S after it.
     """
     node = cluster.node(name)
-    problems = await idle_problems(cluster, node)
+    problems = await idle_problems(cluster, node, cpu)
     if problems:
         raise NotIdle(f"{name} is not idle: {'; '.join(problems)}; nothing was done")
     argv = node.spec.power.sleep_argv(as_root=await _is_root(node))
@@ -57,6 +58,8 @@ async def put_to_sleep(cluster: Cluster, name: str) -> None:
         result = await node.run(argv, timeout=COMMAND_TIMEOUT_S)
     except (*NODE_GONE, CommandTimeout):
         result = None  # the suspend took the connection with it
+    if result is not None and result.exit_status < 0:
+        result = None  # no exit status: the connection went before the command could end
     if result is not None and not result.ok:
         asleep.clear(name)
         said = (result.stderr.strip() or result.stdout.strip() or f"exit status {result.exit_status}").splitlines()[-1]

@@ -13,7 +13,7 @@ import time
 from typing import Callable, Iterable
 
 from homegpu.remote.node_side import script, send_wake_packet
-from homegpu.remote.nodes import NODE_GONE, Cluster, CommandTimeout, NodeSession, NodeState
+from homegpu.remote.nodes import NODE_GONE, Cluster, CommandTimeout, NodeSession, NodeState, cause
 
 PROBE_SECONDS = 3.0  # how often a booting node's SSH is tried
 PROGRESS_SECONDS = 5.0  # how often the wait says how long it has waited
@@ -66,7 +66,7 @@ async def _wake_one(cluster: Cluster, node: NodeSession, progress: Progress) -> 
         waited = time.monotonic() - start
         if waited >= power.wake_timeout:
             raise WakeFailed(f"{node.name} did not wake within {power.wake_timeout:g} s of its magic packet "
-                             f"({sent_from}): {WOL_HELP}{_reach_hint(node)}")
+                             f"(sent {sent_from}): {WOL_HELP}{_reach_hint(node)}")
         if time.monotonic() - said >= PROGRESS_SECONDS:
             progress(f"waking {node.name}: {waited:.0f} s of up to {power.wake_timeout:g} s")
             said = time.monotonic()
@@ -88,9 +88,11 @@ async def _send(cluster: Cluster, node: NodeSession) -> str:
         return "from here to " + ", ".join(dict.fromkeys(address.rsplit(":", 1)[0] for address in sent))
     via = cluster.node(via_name)
     try:
+        await via.wait_online(SEND_TIMEOUT_S)
         result = await via.run([via.spec.python, "-c", script("wake_packet"), mac], timeout=SEND_TIMEOUT_S)
-    except (*NODE_GONE, CommandTimeout) as exc:
-        raise WakeFailed(f"{node.name}: its wake_via node {via.name} could not send the magic packet ({exc}); "
+    except (*NODE_GONE, CommandTimeout, asyncio.TimeoutError) as exc:
+        why = cause(exc) if not isinstance(exc, asyncio.TimeoutError) else f"{via.name} is {via.state.value}"
+        raise WakeFailed(f"{node.name}: its wake_via node {via.name} could not send the magic packet ({why}); "
                          f"{via.name} must be online") from None
     said = (result.stdout.strip().splitlines() or ["{}"])[-1]
     try:

@@ -24,7 +24,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     sleeping = commands.add_parser(
         "sleep", help="put idle nodes to sleep (their sleep_command, systemctl suspend by default)",
         description="Run each NODE's sleep_command (through `sudo -n` when its SSH user is not root) once it is "
-                    "idle: no homegpu worker, no process on its GPUs, nobody logged in, its CPUs mostly idle. "
+                    "idle: no homegpu worker, no process on its GPUs, nobody logged in. "
                     "A node in use is left alone with the reason. The node then shows as asleep, and "
                     "`homegpu wake`, `homegpu run` and serve's queue wake it when work needs it.")
     sleeping.add_argument("nodes", metavar="NODE", nargs="+", help="node names from cluster.toml")
