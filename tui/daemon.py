@@ -22,8 +22,10 @@ from homegpu.remote.alerts import AlertWatcher
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.history import DEFAULT_MAX_BYTES, HistoryError, HistoryRecorder, history_path
 from homegpu.remote.nodes import Cluster
+from homegpu.remote.plan import job_nodes
+from homegpu.remote.power import IdleSleeper
 from homegpu.remote.queue import (
-    QueueError, QueueRunner, QueueServer, QueueStore, ServeClaim, queue_path, socket_path,
+    EntryState, QueueError, QueueRunner, QueueServer, QueueStore, ServeClaim, queue_path, socket_path,
 )
 from homegpu.remote.serve import ClusterCollector, JobBoard, MetricsEndpoint, RunFollower
 from homegpu.tui.errors import UserError
@@ -84,6 +86,9 @@ async def serve(spec: ClusterSpec, options: ServeOptions, out: TextIO | None = N
         runner = QueueRunner(cluster, store, options.experiments, say=say)
         services.push_async_callback(runner.close)
         runner.start()  # before the follower: a run of the queue's is resumed, never followed as a stranger's
+        sleeper = IdleSleeper(cluster, lambda: nodes_in_use(spec, board, store), say)
+        services.push_async_callback(sleeper.close)
+        sleeper.start()
         follower = RunFollower(cluster, ours=runner.owns)  # the jobs of the cluster file as it is at each look
         services.push_async_callback(follower.close)
         follower.start()
@@ -166,3 +171,17 @@ async def _feed(events, board: JobBoard) -> None:
     with contextlib.suppress(asyncio.CancelledError):
         async for event in events:
             board.handle(event)
+
+
+def nodes_in_use(spec: ClusterSpec, board: JobBoard, store: QueueStore) -> dict[str, str]:
+    """node -> why work still needs it: a run that is on (it may restart there) or a queue entry not ended."""
+    needed: dict[str, str] = {}
+    jobs = spec.jobs
+    uses = [(run.job, f"run {run.run_id} of {run.job} is on") for run in board.runs.values()]
+    uses += [(entry.job, f"{entry.id} ({entry.job}) is {entry.state.value}")
+             for entry in store.entries((EntryState.WAITING, EntryState.STARTING, EntryState.RUNNING))]
+    for job_name, why in uses:
+        job = jobs.get(job_name)
+        for node in job_nodes(spec, job) if job else spec.nodes:  # a job gone from the file: every node, to be safe
+            needed.setdefault(node.name, why)
+    return needed

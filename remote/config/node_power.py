@@ -23,7 +23,7 @@ DEFAULT_WAKE_TIMEOUT_S = 120.0
 _MAC_RE = re.compile(r"[0-9A-Fa-f]{2}([:-])[0-9A-Fa-f]{2}(?:\1[0-9A-Fa-f]{2}){4}")
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-SLEEP_AFTER_LIMITS = (60.0, 7 * 86_400.0)  # a minute to a week of idleness
+SLEEP_AFTER_LIMITS = (10.0, 7 * 86_400.0)  # ten seconds to a week of idleness
 WAKE_TIMEOUT_LIMITS = (5.0, 3600.0)
 
 
@@ -98,9 +98,15 @@ def _duration(v: Validator, item: dict, path: tuple, key: str, limits: tuple[flo
                      f'write it like {key} = "30m" (s, m, h, d or w), or a number of seconds')
     lowest, highest = limits
     if not lowest <= seconds <= highest:
-        raise v.fail(path + (key,), f"{show(value)} is out of range",
-                     f"use {lowest:g} s to {highest / 3600:g} h")
+        raise v.fail(path + (key,), f"{show(value)} is out of range", f"use {_span(lowest)} to {_span(highest)}")
     return seconds
+
+
+def _span(seconds: float) -> str:
+    """10 s, 2 min, 1 h, 7 d: in the largest unit that divides it."""
+    unit = next(unit for unit in ("w", "d", "h", "m", "s") if seconds % _UNIT_SECONDS[unit] == 0)
+    names = {"w": "w", "d": "d", "h": "h", "m": "min", "s": "s"}
+    return f"{seconds / _UNIT_SECONDS[unit]:g} {names[unit]}"
 
 
 def _check_mac(v: Validator):

@@ -5,7 +5,8 @@ nodes/asleep.py remembers which sleep, so every homegpu process tells them from 
 
 from __future__ import annotations
 
+from homegpu.remote.power.idle_sleep import IdleSleeper
 from homegpu.remote.power.sleeping import NotIdle, SleepFailed, idle_problems, put_to_sleep
 from homegpu.remote.power.waking import WakeFailed, wake, wake_asleep
 
-__all__ = ["NotIdle", "SleepFailed", "WakeFailed", "idle_problems", "put_to_sleep", "wake", "wake_asleep"]
+__all__ = ["IdleSleeper", "NotIdle", "SleepFailed", "WakeFailed", "idle_problems", "put_to_sleep", "wake", "wake_asleep"]

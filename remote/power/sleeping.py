@@ -14,7 +14,7 @@ import asyncio
 from homegpu.remote.nodes import NODE_GONE, AsleepNodes, Cluster, CommandTimeout, NodeSession, NodeState, cause
 from homegpu.remote.runtimes import RuntimeError_, expand_path, make_runtime
 
-BUSY_CPU_PERCENT = 25.0  # a node busier than this is doing someone's work
+BUSY_CPU_PERCENT = 50.0  # a node busier than this is doing someone's work
 COMMAND_TIMEOUT_S = 15.0  # for `who`, `id -u` and the workers' list
 GONE_TIMEOUT_S = 30.0  # for the node to drop off once its sleep command said it would sleep
 SUDO_HELP = ("let its SSH user run the command without a password: a sudoers line such as "

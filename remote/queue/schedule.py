@@ -145,12 +145,15 @@ def _first_block(wanted: tuple[str, ...], nodes: Mapping[str, NodeView], taken: 
     """What keeps a run on `wanted` from starting now, the most lasting first; None: nothing."""
     for node in wanted:
         view = nodes.get(node)
+        if view is not None and view.state is NodeState.ASLEEP:
+            continue  # its GPUs are free: the run wakes it first (JobRun.prepare)
         if view is None or view.state is not NodeState.ONLINE:
             state = view.state.value if view is not None else NodeState.OFFLINE.value
             return _Block(f"node {node} {state}", ours=False)
         if view.stats is None:
             return _Block(f"node {node} has sent no stats yet", ours=False)
-    foreign = next((line for node in wanted for line in _busy_gpus(node, nodes[node].stats, own_runs, share)), None)
+    awake = [node for node in wanted if nodes[node].stats is not None]
+    foreign = next((line for node in awake for line in _busy_gpus(node, nodes[node].stats, own_runs, share)), None)
     if foreign:
         return _Block(foreign, ours=False)
     for node in wanted:

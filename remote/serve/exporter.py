@@ -135,16 +135,19 @@ class ClusterCollector(Collector):
         cpu = GaugeMetricFamily("homegpu_node_cpu_percent", "the node's CPU use", labels=NODE_LABELS)
         used = GaugeMetricFamily("homegpu_node_memory_used_bytes", "the node's memory in use", labels=NODE_LABELS)
         total = GaugeMetricFamily("homegpu_node_memory_total_bytes", "the node's memory in all", labels=NODE_LABELS)
+        asleep = GaugeMetricFamily("homegpu_node_asleep", "1 while the node sleeps because homegpu put it to sleep "
+                                   "(not a fault: work that needs it wakes it), else 0", labels=NODE_LABELS)
         for node in self.cluster.nodes.values():
             labels = [name, node.name]
             online = node.state is NodeState.ONLINE
             _add(up, labels, 1.0 if online else 0.0)
+            _add(asleep, labels, 1.0 if node.state is NodeState.ASLEEP else 0.0)
             stats = node.latest if online else None
             if stats is not None:
                 _add(cpu, labels, stats.cpu)
                 _add(used, labels, _bytes(stats.mem_used))
                 _add(total, labels, _bytes(stats.mem_total))
-        yield from (up, cpu, used, total)
+        yield from (up, asleep, cpu, used, total)
 
     def _gpus(self) -> Iterator[GaugeMetricFamily]:
         families = [GaugeMetricFamily(name, text, labels=GPU_LABELS) for name, text, _ in GPU_GAUGES]

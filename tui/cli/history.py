@@ -99,7 +99,7 @@ class Report:
         lines += ["", "Energy of the GPUs" + (f" ({self.spec.tariff.currency or 'cost'} at the tariff of "
                                                  f"{self.spec.source})" if self.spec.tariff.priced else "")]
         lines += self._energy_lines()
-        lines += ["", "Offline"]
+        lines += ["", "Offline and asleep"]
         lines += [self._offline_line(node) for node in self.offline] or ["  no node known yet"]
         return "\n".join(lines)
 
@@ -174,13 +174,35 @@ class Report:
         return (f"  {gpu.node} GPU {gpu.gpu} {gpu.name}\n    util {sparkline(gpu.util, POINTS)}  {util_figure}\n"
                 f"    mem  {sparkline(mem_share, POINTS)}  {mem_figure}")
 
-    @staticmethod
-    def _offline_line(node: NodeOffline) -> str:
+    def _offline_line(self, node: NodeOffline) -> str:
+        """Its offline spells, then those it slept (homegpu put it to sleep) and what they saved."""
         if not node.intervals:
             return f"  {node.node}: online throughout"
+        asleep = [i for i in node.intervals if i.state == "asleep"]
+        down = [i for i in node.intervals if i.state != "asleep"]
+        parts = [self._spells("offline", down), self._spells("asleep", asleep) + self._saved(node.node, asleep)]
+        return f"  {node.node}: " + "; ".join(part for part in parts if part)
+
+    def _spells(self, what: str, intervals: list) -> str:
+        if not intervals:
+            return ""
         spans = ", ".join(f"{_clock(i.start)}–{'now' if i.ongoing else _clock(i.stop)} ({i.state}"
-                          f"{': ' + i.reason if i.reason else ''})" for i in node.intervals)
-        return f"  {node.node}: offline {_age(node.seconds)} in {len(node.intervals)} interval(s): {spans}"
+                          f"{': ' + i.reason if i.reason else ''})" for i in intervals)
+        return f"{what} {_age(self._inside(intervals))} in {len(intervals)} interval(s): {spans}"
+
+    def _saved(self, name: str, asleep: list) -> str:
+        """What sleeping saved, at the machine's idle_watts (its GPUs' idle draw not counted: at least this)."""
+        watts = next((n.idle_watts for n in self.spec.nodes if n.name == name), None)
+        if not asleep or not watts:
+            return ""
+        kwh = watts * self._inside(asleep) / 3_600_000
+        cost = f", {kwh * self.spec.tariff.price_at(time.time()):.2f} {self.spec.tariff.currency}".rstrip() \
+            if self.spec.tariff.priced else ""
+        return f", saving at least {kwh:.3f} kWh{cost} (its idle_watts {watts:g} W)"
+
+    def _inside(self, intervals: list) -> float:
+        """Seconds of `intervals` inside the window."""
+        return sum(max(0.0, min(i.stop, self.until) - max(i.start, self.since)) for i in intervals)
 
     def as_json(self) -> dict:
         return {"cluster": self.spec.name, "node": self.node, "since": self.since, "until": self.until,
