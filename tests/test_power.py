@@ -6,6 +6,8 @@ sleep spells. tests/test_power_lan.py wakes and sleeps real sshd nodes.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
 import stat
 from types import SimpleNamespace
@@ -15,9 +17,10 @@ import pytest
 from homegpu.remote.alerts.evaluate import AlertEvaluator
 from homegpu.remote.config import ConfigError, cluster_to_toml, parse_cluster
 from homegpu.remote.config.alert_rules import AlertRules
+from homegpu.remote.doctor.power import PowerFacts, power_check, power_facts
 from homegpu.remote.history.queries import NodeOffline, OfflineInterval
 from homegpu.remote.node_side import wake_packet
-from homegpu.remote.nodes import AsleepNodes, NodeState, NodeStateChanged
+from homegpu.remote.nodes import AsleepNodes, CommandResult, NodeState, NodeStateChanged
 from homegpu.remote.queue import EntryState, NodeView, QueueEntry, decide
 from homegpu.tui.cli.history import Report
 from homegpu.tui.daemon import nodes_in_use
@@ -169,3 +172,36 @@ def test_the_history_tells_sleep_spells_from_offline_ones_and_what_sleep_saved()
     assert line.startswith("  desktop: offline 30 s in 1 interval(s): ")
     assert "; asleep 8 h in 1 interval(s): " in line and "(asleep: put to sleep by homegpu at 22:00)" in line
     assert line.endswith(", saving at least 0.360 kWh (its idle_watts 45 W)")
+
+
+# --- doctor's row -----------------------------------------------------------------------------------------
+
+def nics_answer(root: bool) -> CommandResult:
+    return CommandResult(0, json.dumps({"nics": {"lo": "00:00:00:00:00:00", "enp3s0": MAC}, "root": root}), "")
+
+
+def test_doctor_finds_the_mac_among_the_nics_and_asks_sudo_without_sleeping() -> None:
+    spec = parse_cluster(cluster(f'mac = "{MAC}"')).node("desktop")
+    asked: list[list[str]] = []
+
+    async def run(argv):
+        asked.append(list(argv))
+        return nics_answer(root=False) if argv[1] == "-c" else CommandResult(0, "/usr/bin/systemctl suspend\n", "")
+
+    facts = asyncio.run(power_facts(spec, "alice", "python3", run))
+    assert asked[1] == ["sudo", "-n", "-l", "systemctl", "suspend"]  # lists, never runs
+    check = power_check("desktop", facts)
+    assert check.ok is True
+    assert check.detail == "mac is enp3s0's; `systemctl suspend` would run through sudo -n, allowed (not run by doctor)"
+
+
+def test_doctor_names_a_wrong_mac_and_a_sudo_that_asks_for_a_password() -> None:
+    wrong = PowerFacts("02:00:00:00:00:01", "systemctl suspend", "alice", nics_answer(root=True))
+    check = power_check("desktop", wrong)
+    assert check.ok is False and check.detail == f"mac 02:00:00:00:00:01 is none of its NICs' (enp3s0 {MAC})"
+    refused = PowerFacts(MAC, "systemctl suspend", "alice", nics_answer(root=False),
+                         CommandResult(1, "", "sudo: a password is required\n"))
+    check = power_check("desktop", refused)
+    assert check.ok is False and "sudo does not let alice run `systemctl suspend` without a password" in check.detail
+    assert "`alice ALL=(root) NOPASSWD: systemctl suspend`" in check.fix
+    assert power_check("closet", None).ok is None

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpu_replay import FIXTURES, write_replay_nvidia_smi
-from helpers import homegpu, job_table
+import test_tui_tmux
+from helpers import homegpu, homegpu_argv, job_table, wait_for
 from simcluster import SimCluster, alive
+from test_queue_lan import serving, submit, wait_state
 
 H100 = FIXTURES / "h100-80gb-hbm3"
+terminal_factory = test_tui_tmux.terminal_factory  # the fixture that opens and closes tmux terminals
 
 
 @pytest.fixture
@@ -59,6 +63,9 @@ def test_sleep_then_wake_a_node_and_status_says_asleep_between(house: SimCluster
         assert code == 0 and nodes["node2"]["state"] == "online"  # asleep is no fault
         text = homegpu("--config", str(path), "status", cwd=tmp_path).stdout
         assert re.search(r"☾ node1 .*asleep", text), text
+        doctor = json.loads(homegpu("--config", str(path), "doctor", "--json", cwd=tmp_path, timeout=180).stdout)
+        ssh_row = next(row for row in doctor["checks"] if row["node"] == "node1" and row["name"] == "ssh")
+        assert ssh_row["detail"].startswith("asleep (put to sleep by homegpu at ") and "homegpu wake node1" in ssh_row["detail"]
 
         woke = homegpu("--config", str(path), "wake", "node1", cwd=tmp_path, timeout=180)
         assert woke.returncode == 0, woke.stdout + woke.stderr
@@ -68,6 +75,12 @@ def test_sleep_then_wake_a_node_and_status_says_asleep_between(house: SimCluster
         assert {packet.mac for packet in sleeper.packets} == {node1.mac}
         code, nodes = states(path, tmp_path)
         assert code == 0 and nodes["node1"]["state"] == "online"
+        doctor = json.loads(homegpu("--config", str(path), "doctor", "--json", cwd=tmp_path, timeout=180).stdout)
+        rows = {(row["node"], row["name"]): row for row in doctor["checks"]}
+        assert rows["node1", "wake and sleep"]["ok"] is True
+        assert rows["node1", "wake and sleep"]["detail"].startswith("mac is eth0's; `") and "would run as root" in \
+            rows["node1", "wake and sleep"]["detail"]
+        assert rows["node2", "wake and sleep"]["ok"] is None  # no mac
 
 
 def test_a_node_in_use_is_left_awake_with_the_reason(house: SimCluster, tmp_path):
@@ -123,3 +136,31 @@ def test_a_node_that_never_wakes_is_named_with_the_causes(house: SimCluster, tmp
         (line,) = failed.stderr.strip().splitlines()
         assert line.startswith("homegpu: node1 did not wake within 8 s of its magic packet"), line
         assert "Wake-on-LAN must be on in its BIOS/UEFI and on its NIC" in line and "ethtool -s NIC wol g" in line
+
+
+def test_serve_sleeps_an_idle_node_not_one_in_use_and_its_queue_wakes_it(house: SimCluster, tmp_path,
+                                                                         terminal_factory):
+    node1, node3 = house.node("node1"), house.node("node3")
+    with node1.sleepy() as sleeper1, node3.sleepy() as sleeper3:
+        path = config(house, tmp_path, jobs={"demo": job_table(nodes=["node1"])},
+                      node1=sleeper1.cluster_keys | {"sleep_after": "10s", "idle_watts": 40},
+                      node3=sleeper3.cluster_keys | {"sleep_after": "10s"})  # python3 holds its GPU
+        log = tmp_path / "serve.log"
+        with serving(path, log, tmp_path / "experiments"):
+            sleeper1.wait_asleep(timeout=90)
+            wait_for(lambda: "node1 put to sleep after 1" in log.read_text(), 10, "serve to say so")
+            assert re.search(r"node1 put to sleep after 1\d s idle \(its sleep_after\)", log.read_text())
+            code, nodes = states(path, tmp_path)
+            assert nodes["node1"]["state"] == "asleep" and nodes["node3"]["state"] == "online"
+            assert sleeper3.sleeps == 0  # someone's process is on its GPU
+            term = terminal_factory(shlex.join(homegpu_argv("--config", str(path))), tmp_path, size=(80, 24))
+            term.wait_for("☾ node1", 60)
+            term.close()
+
+            entry = submit(path, "demo", "--set", "epochs=1")  # the queue wakes node1 and runs there
+            done = wait_state(path, entry, "succeeded", timeout=300)
+            assert sleeper1.wakes == 1, done
+            sleeper1.wait_asleep(timeout=90)  # idle again after the run: back to sleep
+        history = homegpu("--config", str(path), "history", "--since", "1h", cwd=tmp_path)
+        line = next(line for line in history.stdout.splitlines() if line.startswith("  node1:"))
+        assert "asleep " in line and "(asleep: put to sleep by homegpu at " in line and "saving at least" in line, line

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from homegpu.remote.doctor.check import Check
 from homegpu.remote.doctor.gpus import container_runtime_check, gpu_check
 from homegpu.remote.doctor.link import LoadFacts, link_check
+from homegpu.remote.doctor.power import PowerFacts, power_check
 from homegpu.remote.net import parse_probe
 from homegpu.remote.nodes import (
     MIB_PER_GIB, SHELL_FIX, CommandResult, NodeStats, StatsParseError, gib, parse_agent_line, talking_shell,
@@ -28,7 +29,7 @@ NO_ANSWER = -2  # pseudo exit statuses for a command that timed out / could not 
 NOT_SENT = -3
 
 CHECK_NAMES = ("ssh", "host key", "login shell", "python3", "tensorflow", "docker", "nvidia container runtime", "gpus",
-               "pcie link", "iperf3", "disk", "clock", "job port", "address", "reachable")
+               "pcie link", "iperf3", "disk", "clock", "job port", "address", "wake and sleep", "reachable")
 TF_INSTALL = "'tensorflow==2.21.*' 'tf-keras==2.21.*'"
 
 
@@ -51,6 +52,7 @@ class NodeFacts:
     port_probe: CommandResult
     tensorflow: CommandResult | None = None  # process nodes only: docker workers use the job's image
     load: LoadFacts | None = None  # GPU nodes only: the links read under a load of doctor's own
+    power: PowerFacts | None = None  # nodes with a mac: their NICs, and whether sudo allows their sleep
 
 
 def node_checks(facts: NodeFacts, alone: bool = False) -> list[Check]:
@@ -71,6 +73,7 @@ def node_checks(facts: NodeFacts, alone: bool = False) -> list[Check]:
         clock_check(facts, python_ok),
         port_check(facts, python_ok),
         address_check(facts),
+        power_check(facts.name, facts.power),
     ]
 
 

@@ -27,11 +27,12 @@ from homegpu.remote.doctor.judge import (
 )
 from homegpu.remote.doctor.link_probe import probe_under_load
 from homegpu.remote.doctor.network import reach_checks
+from homegpu.remote.doctor.power import power_facts
 from homegpu.remote.net import probe_argv
 from homegpu.remote.node_side import script
 from homegpu.remote.nodes import (
     Cluster, CommandResult, CommandTimeout, NodeOffline, NodeSession, NodeState, TransportError, agent_command,
-    agent_payload, cause, connect_wait,
+    agent_payload, cause, connect_wait, ssh_target,
 )
 
 COMMAND_TIMEOUT_S = 15.0
@@ -173,8 +174,9 @@ async def gather_facts(session: NodeSession, job_port: int) -> NodeFacts:
         _run(session, probe_argv(python, session.address, [job_port])),
         docker,
     )
+    power = await power_facts(spec, ssh_target(cluster, spec).user, python, lambda argv: _run(session, argv))
     facts = NodeFacts(spec.name, spec.runtime, python, work_dir, session.address, job_port,
-                      version, docker_info, nvml, smi, iperf3, clock, port, tf_versions)
+                      version, docker_info, nvml, smi, iperf3, clock, port, tf_versions, power=power)
     if gpu_count(facts) == 0:
         return facts
     load = await probe_under_load(session, python, lambda: _agent(session, python, work_dir, "auto"))
@@ -223,6 +225,9 @@ def connection_checks(node: str, spec: NodeSpec, known_hosts: str, state: NodeSt
     if state is NodeState.AUTH_FAILED:
         return [Check(node, "ssh", False, reason, _AUTH_FIX.format(host=spec.host)),
                 Check(node, "host key", True, f"verified against {known_hosts}")]
+    if state is NodeState.ASLEEP:
+        return [Check(node, "ssh", None, f"asleep ({reason}): `homegpu wake {node}`, then doctor again"),
+                Check(node, "host key", None, NOT_REACHABLE)]
     detail = reason or f"still connecting to {where}"
     return [Check(node, "ssh", False, detail, _OFFLINE_FIX.format(node=node)),
             Check(node, "host key", None, NOT_REACHABLE)]
