@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Protocol
+from typing import Callable, Protocol
 
 from homegpu.remote.config import JobSpec
 from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError
@@ -62,16 +62,18 @@ class Startable(Protocol):
     job: JobSpec
     nodes: JobNodes | None
 
-    async def prepare(self) -> None: ...
+    async def prepare(self, timeout: float | None = None, waking: Callable[[str], None] | None = None) -> None: ...
+    def say_waking(self, line: str) -> None: ...
     def adopt(self, run_id: str, generation: int) -> None: ...
     async def take_lock(self) -> LockHolder | None: ...
     async def release_lock(self) -> None: ...
     async def launch(self) -> None: ...
 
 
-async def attach_if_running(run: Startable) -> bool:
-    """Attach `run` to its job if that already runs on its nodes; True when it did. Raises LaunchError."""
-    await run.prepare()
+async def attach_if_running(run: Startable, wake: bool = False) -> bool:
+    """Attach `run` to its job if that already runs on its nodes; True when it did. Raises LaunchError.
+    `wake`: the job is to run: its asleep nodes are woken first (only looking wakes nothing)."""
+    await run.prepare(waking=run.say_waking if wake else None)
     active = await run.nodes.find()
     if active:
         run.adopt(*active)
@@ -83,7 +85,7 @@ async def launch_or_attach(run: Startable) -> bool:
 
     Returns True when it attached (nothing new was started). Raises LaunchError.
     """
-    if await attach_if_running(run):
+    if await attach_if_running(run, wake=True):
         return True
     holder = await run.take_lock()
     if holder is not None:

@@ -16,6 +16,7 @@ import asyncio
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 from homegpu.remote.config import PER_GPU, JobSpec
 from homegpu.remote.jobs.code_filter import CodeFilter
@@ -95,16 +96,19 @@ class JobRun:
         """The job's synced code on `node` (after prepare())."""
         return f"{self.nodes.work_dirs[node]}/code/{self.job.name}"
 
-    async def prepare(self, timeout: float | None = None) -> None:
+    async def prepare(self, timeout: float | None = None, waking: Callable[[str], None] | None = None) -> None:
         """Wait for the job's nodes, lay its workers out on their GPUs (the device plan) and make a
-        runtime for each node (once).
+        runtime for each node (once). With `waking` (work is to start), the job's asleep nodes are woken
+        first, each step of it said to `waking` (say_waking: the run's preflight lines); without it an
+        asleep node is a node not reached: looking for a run must not wake a machine.
 
         Raises:
-            LaunchError: a node is not reached (an asleep one is woken first), or the plan refuses the layout
-                (before anything starts).
+            LaunchError: a node is not reached (or not woken), or the plan refuses the layout (before anything
+                starts).
         """
         if self.nodes is None:
-            await self._wake_asleep_nodes()
+            if waking is not None:
+                await self._wake_asleep_nodes(waking)
             nodes = await JobNodes.open(self.cluster, self.job, timeout)
             layout = self._layout()  # now connected: the nodes' addresses and GPUs are known
             self.plan, self.slots = layout.plan, layout.slots
@@ -116,7 +120,11 @@ class JobRun:
                                            self.job.python).code_dir
             self.tracks.setdefault(slot.label, WorkerTrack(slot, runtime, code_dir=seen_as))
 
-    async def _wake_asleep_nodes(self) -> None:
+    def say_waking(self, line: str) -> None:
+        """A step of waking the run's nodes, as a preflight line."""
+        self._publish(JobState.PREFLIGHT, line)
+
+    async def _wake_asleep_nodes(self, waking: Callable[[str], None]) -> None:
         """Wake the job's nodes that homegpu put to sleep, saying so (nodes/asleep.py, power/waking.py).
 
         Raises:
@@ -125,7 +133,7 @@ class JobRun:
         names = [node.name for node in job_nodes(self.cluster.spec, self.job)]
         await self.cluster.wait_settled(connect_wait(self.cluster.spec, 2), names)  # an asleep node is known by then
         try:
-            await wake_asleep(self.cluster, names, lambda line: self._publish(JobState.PREFLIGHT, line))
+            await wake_asleep(self.cluster, names, waking)
         except WakeFailed as exc:
             raise LaunchError(str(exc)) from None
 
@@ -168,7 +176,7 @@ class JobRun:
         self._start_record()
         try:
             self._publish(JobState.PREFLIGHT)
-            await self.prepare()
+            await self.prepare(waking=self.say_waking)
             if len(self.slots) != workers:  # "per-gpu" knows its workers only now
                 self._refuse_keras3()
             self._refuse(nccl_on_cpu_problem(self.job, self.cluster.spec.source, self.plan))

@@ -17,6 +17,7 @@ from homegpu.remote.nodes import NODE_GONE, Cluster, CommandTimeout, NodeSession
 
 PROBE_SECONDS = 3.0  # how often a booting node's SSH is tried
 PROGRESS_SECONDS = 5.0  # how often the wait says how long it has waited
+RESEND_SECONDS = 15.0  # a UDP packet may be lost: sent again this often while the node has not answered
 SEND_TIMEOUT_S = 20.0  # for a wake_via node to send the packet
 WOL_HELP = ("Wake-on-LAN must be on in its BIOS/UEFI and on its NIC (on it, `ethtool NIC | grep Wake-on` should "
             "say g; `sudo ethtool -s NIC wol g` turns it on: README, Machines that sleep)")
@@ -61,9 +62,12 @@ async def _wake_one(cluster: Cluster, node: NodeSession, progress: Progress) -> 
     start = time.monotonic()
     sent_from = await _send(cluster, node)
     progress(f"waking {node.name}: magic packet for {power.mac} sent {sent_from}")
-    said = start
+    said = sent = start
     while node.state is not NodeState.ONLINE:
         waited = time.monotonic() - start
+        if time.monotonic() - sent >= RESEND_SECONDS:
+            await _send(cluster, node)
+            sent = time.monotonic()
         if waited >= power.wake_timeout:
             raise WakeFailed(f"{node.name} did not wake within {power.wake_timeout:g} s of its magic packet "
                              f"(sent {sent_from}): {WOL_HELP}{_reach_hint(node)}")

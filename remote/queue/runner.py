@@ -163,7 +163,7 @@ class QueueRunner:
         run = JobRun(self.cluster, job, self.experiments)
         decided = self._samples(entry)
         try:
-            await run.prepare()
+            await run.prepare(waking=lambda line: self._wait(entry, line))  # "waking n2: 25 s of up to 120 s"
             other = await run.nodes.find(running_only=True)
             if other is not None:
                 return self._wait(entry, f"job {job.name} already runs as run {other[0]}, started outside the "

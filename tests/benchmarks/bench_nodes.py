@@ -3,7 +3,8 @@ with its own sshd on 10.213.0.N:22, links shaped to 1 Gbit/s). Prints figures an
 nothing.
 
 Run as root (it starts sshd servers):  .venv/bin/python tests/benchmarks/bench_nodes.py [PART ...]
-with PART among bandwidth, snapshot, steady, agent (default: all).
+with PART among bandwidth, snapshot, steady (default: all). The agent's own CPU per sample is
+bench_agent.py's.
 
 1. bandwidth: `homegpu bandwidth` over 4 nodes (iperf3 between every ordered pair), the matrix and
    the all-reduce advice for the demo's CNN and for ResNet-50.
@@ -16,9 +17,6 @@ with PART among bandwidth, snapshot, steady, agent (default: all).
    running `ssh ALIAS nvidia-smi ...` every second (a replaying nvidia-smi on the nodes' PATH,
    recorded on real GPUs, stands in for the driver's; a real one costs more CPU, so the baseline is
    flattering).
-4. agent: the agent's own CPU per 1 s sample with `--source nvml`, NVML answered by the H100 80GB
-   HBM3 recordings (tests/test_stats_agent.py's fake pynvml: its calls cost next to nothing, so
-   this is the agent's Python, not the driver's), from /proc/PID/task/*/schedstat (ns).
 """
 
 from __future__ import annotations
@@ -42,7 +40,7 @@ from gpu_replay import FORMAT, GPU_QUERY, write_replay_nvidia_smi  # noqa: E402
 import simnet  # noqa: E402
 from simcluster import SimCluster  # noqa: E402
 
-from helpers import homegpu_argv, wait_for  # noqa: E402
+from helpers import homegpu_argv  # noqa: E402
 
 from homegpu.remote.node_side import stats_agent  # noqa: E402
 from homegpu.remote.config.cluster_spec import load_cluster  # noqa: E402
@@ -55,27 +53,6 @@ SIZES = (1, 4, 8, 16)
 STEADY_SECONDS = 10.0
 BANDWIDTH_NODES = 4
 DEMO_PARAMS = 545_098  # the built-in small_cnn on 32×32×3 images, 10 classes (trainer/models.py)
-AGENT_SAMPLES = 20  # at 1 s: a cold wake-up each time, as on a node
-
-# Runs the agent's own main() with the fake pynvml fed from the H100 recordings.
-AGENT_RUNNER = """
-import sys
-from types import SimpleNamespace
-sys.path.insert(0, sys.argv[1])
-import test_stats_agent as t
-from homegpu.remote.node_side import gpu_nvml, stats_agent
-gpu = t.recorded_gpu("status_load.json")
-[process] = gpu["processes"]
-handle = t.device(gpu["name"], gpu["uuid"], gpu["util"], gpu["mem_used"], gpu["mem_total"], gpu["temp"],
-                  round(gpu["power"] * 1000), round(gpu["power_limit"] * 1000), gpu["sm_clock"],
-                  procs=[(process["pid"], process["mem"])])
-handle["memory_v2"] = SimpleNamespace(used=20085 * t.MIB, reserved=480 * t.MIB, total=81559 * t.MIB, free=0)
-nvml = t.FakeNvmlV2([handle], "580.159.04", 13000, names={process["pid"]: process["name"]})
-gpu_nvml.load_pynvml = lambda shipped=b"": nvml
-sys.argv = ["-c"]  # as under the bundle, whose stdin watch runs
-stats_agent.main(["--interval", "1", "--source", "nvml", "--work-dir", "/tmp"])
-"""
-
 
 def cluster_cpu_seconds(sim: SimCluster) -> float:
     """CPU seconds so far of this controller (and the children it reaped: ssh clients) and of
@@ -145,35 +122,6 @@ def steady_polling(sim: SimCluster) -> float:
     return cluster_cpu_seconds(sim) - machine
 
 
-def task_cpu_ns(pid: int) -> int:
-    """CPU time of every thread of `pid` so far, in ns (schedstat: exact, where /proc/PID/stat
-    counts 10 ms ticks)."""
-    return sum(int((task / "schedstat").read_text().split()[0]) for task in Path(f"/proc/{pid}/task").iterdir())
-
-
-def line_count(path: Path) -> int:
-    return path.read_bytes().count(b"\n")
-
-
-def agent_benchmark(root: Path) -> None:
-    lines = root / "agent.jsonl"
-    with open(lines, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-c", AGENT_RUNNER, str(TESTS)], stdin=subprocess.PIPE,
-                                stdout=out)
-        try:
-            wait_for(lambda: line_count(lines) >= 2, 60, "the agent's first two lines")  # start-up is over
-            before, first = task_cpu_ns(proc.pid), line_count(lines)
-            time.sleep(AGENT_SAMPLES)
-            spent, count = task_cpu_ns(proc.pid) - before, line_count(lines) - first
-        finally:
-            proc.kill()
-            proc.wait()
-    assert first > 0 and count > 0, "the agent wrote no line"
-    print(f"agent CPU per sample, --source nvml on the H100 recordings, 1 s interval, {count} samples")
-    print(f"  {spent / count / 1e6:.3f} ms (the NVML calls themselves: about 0.06 ms more on the H100, "
-          f"README of tests/fixtures/gpu/h100-80gb-hbm3)\n")
-
-
 def bandwidth_benchmark(sim: SimCluster, root: Path) -> None:
     """`homegpu bandwidth --json` as a user runs it, on the first BANDWIDTH_NODES nodes."""
     data = sim.cluster_dict()
@@ -213,14 +161,10 @@ def steady_benchmark(sim: SimCluster, config: Path) -> None:
 
 
 def main() -> None:
-    parts = sys.argv[1:] or ["bandwidth", "snapshot", "steady", "agent"]
+    parts = sys.argv[1:] or ["bandwidth", "snapshot", "steady"]
     print(f"homegpu node benchmarks, {platform.node()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}, "
           f"namespaced nodes on a {simnet.DEFAULT_MBIT} Mbit/s shaped bridge\n")
     root = Path(tempfile.mkdtemp(prefix="homegpu-bench-nodes-"))
-    if "agent" in parts:
-        agent_benchmark(root)
-    if not {"bandwidth", "snapshot", "steady"} & set(parts):
-        return
     biggest = max(SIZES)
     replay = [f"node{i}" for i in range(1, biggest + 1)]
     with SimCluster(biggest, first_host=160, extra_path_nodes=replay) as sim:
