@@ -93,12 +93,6 @@ def _needs_python(facts: NodeFacts, name: str) -> Check:
     return Check(facts.name, name, None, f"skipped: needs a working {facts.python}")
 
 
-def _failure(result: CommandResult) -> str:
-    """The most telling line of a failed command."""
-    lines = (result.stderr.strip() or result.stdout.strip()).splitlines()
-    return lines[-1] if lines else f"exit status {result.exit_status}"
-
-
 def _timeout_fix(argv: str) -> str:
     return f"Log in to the node and run `{argv}` by hand to see why it hangs."
 
@@ -110,10 +104,10 @@ def python_check(facts: NodeFacts) -> Check:
     if result.exit_status == NOT_FOUND:
         return Check(facts.name, name, False, f"{facts.python} not found on the node", fix)
     if result.exit_status == NO_ANSWER:
-        return Check(facts.name, name, False, _failure(result), _timeout_fix(f"{facts.python} --version"))
+        return Check(facts.name, name, False, result.telling_line, _timeout_fix(f"{facts.python} --version"))
     version = parse_version(result.stdout) if result.ok else None
     if version is None:
-        return Check(facts.name, name, False, f"{facts.python} failed: {_failure(result)}", fix)
+        return Check(facts.name, name, False, f"{facts.python} failed: {result.telling_line}", fix)
     text = ".".join(map(str, version))
     if version[:2] < MIN_PYTHON:
         return Check(facts.name, name, False, f"{facts.python} is Python {text}, too old", fix)
@@ -129,7 +123,7 @@ def tensorflow_check(facts: NodeFacts, python_ok: bool) -> Check:
     try:
         found = json.loads(facts.tensorflow.stdout)
     except (AttributeError, ValueError):
-        return Check(facts.name, name, False, f"cannot ask {facts.python}: {_failure(facts.tensorflow)}",
+        return Check(facts.name, name, False, f"cannot ask {facts.python}: {facts.tensorflow.telling_line}",
                      _timeout_fix(f"{facts.python} -m pip show tensorflow"))
     missing = [label for key, label in (("tensorflow", "TensorFlow"), ("tf_keras", "tf-keras")) if not found.get(key)]
     if missing:
@@ -172,8 +166,8 @@ def docker_check(facts: NodeFacts) -> Check:
                      "Install Docker Engine (https://docs.docker.com/engine/install/), "
                      f'or set runtime = "process" for {facts.name} in cluster.toml.')
     if result.exit_status == NO_ANSWER:
-        return Check(facts.name, name, False, f"docker info: {_failure(result)}", _timeout_fix("docker info"))
-    problem = _failure(result)
+        return Check(facts.name, name, False, f"docker info: {result.telling_line}", _timeout_fix("docker info"))
+    problem = result.telling_line
     if "permission denied" in problem.lower():
         fix = "Add the SSH user to the docker group (sudo usermod -aG docker $USER) and log in again."
     else:
@@ -188,7 +182,7 @@ def _agent_stats(result: CommandResult) -> NodeStats | str:
             return parse_agent_line(line)
         except StatsParseError:
             continue
-    return _failure(result)
+    return result.telling_line
 
 
 def gpu_count(facts: NodeFacts) -> int:
@@ -213,8 +207,8 @@ def iperf3_check(facts: NodeFacts, alone: bool = False) -> Check:
     if first.startswith("iperf 3"):  # some builds exit 1 after printing the version
         return Check(facts.name, name, True, first.split(" (")[0])
     if result.exit_status == NO_ANSWER:
-        return Check(facts.name, name, False, _failure(result), _timeout_fix("iperf3 --version"))
-    detail = "iperf3 not found on the node" if result.exit_status == NOT_FOUND else f"iperf3: {_failure(result)}"
+        return Check(facts.name, name, False, result.telling_line, _timeout_fix("iperf3 --version"))
+    detail = "iperf3 not found on the node" if result.exit_status == NOT_FOUND else f"iperf3: {result.telling_line}"
     if alone:
         return Check(facts.name, name, None, f"{detail}; not needed on a one-node cluster (no link to measure): "
                      "install it (sudo apt install iperf3) before adding nodes")
@@ -253,7 +247,7 @@ def clock_check(facts: NodeFacts, python_ok: bool) -> Check:
     except ValueError:
         if not python_ok:
             return _needs_python(facts, "clock")
-        return Check(facts.name, "clock", False, f"could not read the node's clock: {_failure(result)}",
+        return Check(facts.name, "clock", False, f"could not read the node's clock: {result.telling_line}",
                      _timeout_fix(f"{facts.python} -c 'import time; print(time.time())'"))
     skew, error = clock_skew(sent, remote, received)
     # ✗ only when the node is surely more than the limit off, however the round trip split.
@@ -282,7 +276,7 @@ def port_check(facts: NodeFacts, python_ok: bool) -> Check:
                      f"Set address for {facts.name} in cluster.toml to the node's LAN IP.")
     if not python_ok:
         return _needs_python(facts, "job port")
-    problem = error or _failure(facts.port_probe)
+    problem = error or facts.port_probe.telling_line
     return Check(facts.name, "job port", False, f"cannot bind {where}: {problem}",
                  "Use a job port above 1024 that no firewall or other program holds.")
 

@@ -60,7 +60,7 @@ def power_check(node: str, facts: PowerFacts | None) -> Check:
     try:
         nics: dict = dict(_answer(facts.nics)["nics"])
     except (KeyError, TypeError, ValueError):
-        return Check(node, NAME, None, f"could not list its NICs ({_said(facts.nics)})")
+        return Check(node, NAME, None, f"could not list its NICs ({facts.nics.telling_line})")
     mac = facts.mac
     owner = next((name for name, address in nics.items() if address == mac), None)
     if owner is None:
@@ -70,7 +70,7 @@ def power_check(node: str, facts: PowerFacts | None) -> Check:
     command = facts.sleep_command
     if facts.sudo is not None and not facts.sudo.ok:
         return Check(node, NAME, False, f"mac is {owner}'s; but sudo does not let {facts.user} run `{command}` "
-                     f"without a password ({_said(facts.sudo)}), so homegpu cannot put it to sleep",
+                     f"without a password ({facts.sudo.telling_line}), so homegpu cannot put it to sleep",
                      SUDOERS_FIX.format(user=facts.user, command=" ".join(shlex.split(command))))
     how = "as root" if facts.sudo is None else "through sudo -n, allowed"
     return Check(node, NAME, True, f"mac is {owner}'s; `{command}` would run {how} (not run by doctor)")
@@ -83,8 +83,3 @@ def _answer(result: CommandResult) -> dict:
     except ValueError:
         return {}
     return found if result.ok and isinstance(found, dict) else {}
-
-
-def _said(result: CommandResult) -> str:
-    lines = (result.stderr.strip() or result.stdout.strip()).splitlines()
-    return lines[-1] if lines else f"exit status {result.exit_status}"

@@ -43,6 +43,12 @@ class CommandResult:
     def ok(self) -> bool:
         return self.exit_status == 0
 
+    @property
+    def telling_line(self) -> str:
+        """The most telling line of what it said: stderr's last, else stdout's, else its exit status."""
+        lines = (self.stderr.strip() or self.stdout.strip()).splitlines()
+        return lines[-1] if lines else f"exit status {self.exit_status}"
+
 
 class RemoteProcess(abc.ABC):
     """A long-running command on a node: write stdin, read stdout lines, stop it."""

@@ -13,7 +13,7 @@ import contextlib
 import time
 from typing import Callable, Mapping
 
-from homegpu.remote.nodes import Cluster, NodeSession, NodeState
+from homegpu.remote.nodes import Cluster, NodeSession
 from homegpu.remote.power.sleeping import NotIdle, SleepFailed, idle_problems, put_to_sleep
 
 CHECK_SECONDS = 10.0
@@ -52,7 +52,7 @@ class IdleSleeper:
 
     async def _look(self, node: NodeSession, needed_for: str | None) -> None:
         busy = [needed_for] if needed_for else await idle_problems(self.cluster, node, cpu=True)
-        if busy or node.state is not NodeState.ONLINE:
+        if busy:  # idle_problems says "it is offline" for a node that is not online
             self.idle_since.pop(node.name, None)
             return
         since = self.idle_since.setdefault(node.name, self.clock())

@@ -62,7 +62,7 @@ async def put_to_sleep(cluster: Cluster, name: str, cpu: bool = False) -> None:
         result = None  # no exit status: the connection went before the command could end
     if result is not None and not result.ok:
         asleep.clear(name)
-        said = (result.stderr.strip() or result.stdout.strip() or f"exit status {result.exit_status}").splitlines()[-1]
+        said = result.telling_line
         help_ = f"; {SUDO_HELP.replace('USER', node.spec.user or 'USER')}" if argv[0] == "sudo" else ""
         raise SleepFailed(f"{name}: `{' '.join(argv)}` failed: {said}{help_}")
     try:
