@@ -273,6 +273,16 @@ class SimNode:
         return self._address
 
     @property
+    def system_bus_socket(self) -> Path:
+        """The node's own system bus socket (tests/simlogind.py); nothing listens there unless a test starts one."""
+        return self._dir / "system_bus_socket"
+
+    @property
+    def system_bus_address(self) -> str:
+        """What the node's sessions get as $DBUS_SYSTEM_BUS_ADDRESS: its own bus, never this machine's."""
+        return f"unix:path={self.system_bus_socket}"
+
+    @property
     def mac(self) -> str:
         """The MAC address of the node's eth0 ("aa:bb:cc:dd:ee:ff"), what Wake-on-LAN names; the same from
         start() to close() (restarts and sleep included), a new one for a node started again after close()."""
@@ -454,7 +464,7 @@ class SimNode:
             # A node with a login banner has a ~/.bashrc of its own, which bash does read.
             "SetEnv": f"PATH={self.session_path} {'' if self.login_banner is not None else 'SHLVL=1 '}"
                       f"{f'LD_LIBRARY_PATH={self._extra_lib} ' if self._extra_lib else ''}"
-                      f"{MARKER_VAR}={self._marker}",
+                      f"DBUS_SYSTEM_BUS_ADDRESS={self.system_bus_address} {MARKER_VAR}={self._marker}",
         }
         self.config_path.write_text("".join(f"{key} {value}\n" for key, value in options.items()))
 

@@ -5,7 +5,8 @@ A sleepy node (`with node.sleepy() as sleeper:`, SimNode.sleepy) stands in for a
 
 - `sleeper.command` is the node's sleep command (cluster.toml's `sleep_command`). Run on the node over
   SSH, it leaves a request (the session's $HOMEGPU_SIMNODE) in a file of the node's own, and the
-  harness puts the node to sleep: every process of it is killed at once (sshd's listener, every
+  harness puts the node to sleep: its logind says PrepareForSleep(true) on the node's system bus
+  (tests/simlogind.py), and SUSPEND_S later every process of it is killed at once (sshd's listener, every
   connection, the stats agent, workers, detached ones), as the network goes away under a real suspend,
   so the command's own SSH connection drops too. Only the wake listener is left.
 - The wake listener is the network card: a Python of the standard library in the node's own network
@@ -31,10 +32,12 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
 import simnet
+from simlogind import Logind
 
 if TYPE_CHECKING:
     from simcluster import SimNode
@@ -43,6 +46,7 @@ WAKE_PORTS = (9, 7)  # discard and echo: where wakeonlan, etherwake -b and NICs'
 SYNC = b"\xff" * 6
 BROADCAST = f"{simnet.SUBNET}.255"  # the test LAN's broadcast address, where the controller's packets go
 POLL_S = 0.05
+SUSPEND_S = 0.5  # from logind's PrepareForSleep(true) to the node's sleep
 
 # The wake listener: every datagram to UDP 9 or 7 of any address of the namespace, as one JSON line.
 _LISTENER = r"""
@@ -143,6 +147,7 @@ class Sleeper:
         self.wakes = 0  # times a magic packet woke it
         self.ignored_requests: list[str] = []  # sleep requests from another node's session (its marker)
         self.errors: list[BaseException] = []  # what failed in the thread (raised again at the block's end)
+        self.logind: Logind | None = None  # the node's system bus, with logind's word before and after each sleep
 
     # -- what a test uses --
 
@@ -172,7 +177,8 @@ class Sleeper:
         return self._listener.pid if self._listener is not None and self._listener.poll() is None else None
 
     def sleep_now(self) -> None:
-        """Put the node to sleep from the test (as its sleep command would), and return once it sleeps."""
+        """Put the node to sleep from the test, as the machine does by itself (an idle timer, a closed lid) or its
+        sleep command would, and return once it sleeps."""
         self._request.with_name(self._request.name + ".tmp").write_text(self.node.marker + "\n")
         os.replace(self._request.with_name(self._request.name + ".tmp"), self._request)
         self.wait_asleep()
@@ -202,6 +208,7 @@ class Sleeper:
     def start(self) -> Sleeper:
         """Start the wake listener in the node's namespace and the thread; return once the listener listens."""
         self._request.unlink(missing_ok=True)
+        self.logind = Logind(self.node.system_bus_socket)
         self._listener = subprocess.Popen(
             self.node.in_namespace([sys.executable, "-u", "-c", _LISTENER, *map(str, WAKE_PORTS)]),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
@@ -229,6 +236,8 @@ class Sleeper:
         if left_asleep:
             self._wake()
             self._asleep = False
+        if self.logind is not None:
+            self.logind.close()
 
     def __enter__(self) -> Sleeper:
         return self
@@ -266,6 +275,10 @@ class Sleeper:
             self.ignored_requests.append(marker)
             return
         if not self._asleep:
+            # Logind says it first, whoever asked (a sleep command, an idle timer, a lid), and the machine
+            # takes a moment to freeze its processes.
+            self.logind.prepare_for_sleep(True)
+            time.sleep(SUSPEND_S)
             self._sleep({self._listener.pid})
             with self._cond:
                 self._asleep = True
@@ -277,6 +290,7 @@ class Sleeper:
         woke = self._asleep and self.wakes_on_lan and mac == self.mac
         if woke:
             self._wake()
+            self.logind.prepare_for_sleep(False)
         with self._cond:  # the packet, the count and the state change together for the test's waits
             self.packets.append(WakePacket(message["sender"], message["port"], mac, woke))
             if woke:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 import socket
 import stat
 from types import SimpleNamespace
@@ -176,8 +177,9 @@ def test_the_history_tells_sleep_spells_from_offline_ones_and_what_sleep_saved()
 
 # --- doctor's row -----------------------------------------------------------------------------------------
 
-def nics_answer(root: bool) -> CommandResult:
-    return CommandResult(0, json.dumps({"nics": {"lo": "00:00:00:00:00:00", "enp3s0": MAC}, "root": root}), "")
+def nics_answer(root: bool, gdbus: bool = True) -> CommandResult:
+    nics = {"lo": "00:00:00:00:00:00", "enp3s0": MAC}
+    return CommandResult(0, json.dumps({"nics": nics, "root": root, "gdbus": gdbus}), "")
 
 
 def test_doctor_finds_the_mac_among_the_nics_and_asks_sudo_without_sleeping() -> None:
@@ -193,6 +195,9 @@ def test_doctor_finds_the_mac_among_the_nics_and_asks_sudo_without_sleeping() ->
     check = power_check("desktop", facts)
     assert check.ok is True
     assert check.detail == "mac is enp3s0's; `systemctl suspend` would run through sudo -n, allowed (not run by doctor)"
+    deaf = power_check("desktop", replace(facts, nics=nics_answer(root=False, gdbus=False)))
+    assert deaf.ok is True and deaf.detail.endswith("; without gdbus (libglib2.0-bin) a sleep of its own (a lid, "
+                                                    "its idle timer) will read as offline")
 
 
 def test_doctor_names_a_wrong_mac_and_a_sudo_that_asks_for_a_password() -> None:

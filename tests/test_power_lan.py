@@ -83,6 +83,29 @@ def test_sleep_then_wake_a_node_and_status_says_asleep_between(house: SimCluster
         assert rows["node2", "wake and sleep"]["ok"] is None  # no mac
 
 
+def test_a_node_that_sleeps_by_itself_is_asleep_not_offline(house: SimCluster, tmp_path):
+    """Its logind says PrepareForSleep on its own system bus (tests/simlogind.py), its agent passes that on to
+    the session serve holds, and the dropped connection reads as sleep; a node without a mac stays offline."""
+    node1, node2 = house.node("node1"), house.node("node2")
+    with node1.sleepy() as sleeper1, node2.sleepy() as sleeper2:
+        path = config(house, tmp_path, node1={"mac": sleeper1.mac})  # node2 has no mac: it could not be woken
+        log = tmp_path / "serve.log"
+        with serving(path, log, tmp_path / "experiments"):
+            wait_for(lambda: states(path, tmp_path)[1]["node1"]["state"] == "online", 60, "node1 online")
+            sleeper1.sleep_now()
+            sleeper2.sleep_now()
+            code, nodes = states(path, tmp_path)
+            assert nodes["node1"]["state"] == "asleep", nodes["node1"]
+            assert re.fullmatch(r"went to sleep by itself at \d\d:\d\d", nodes["node1"]["reason"]), nodes["node1"]
+            assert nodes["node2"]["state"] == "offline" and code != 0
+            woke = homegpu("--config", str(path), "wake", "node1", cwd=tmp_path, timeout=180)
+            assert woke.returncode == 0 and sleeper1.wakes == 1, woke.stdout + woke.stderr
+            wait_for(lambda: states(path, tmp_path)[1]["node1"]["state"] == "online", 60, "node1 online again")
+        history = homegpu("--config", str(path), "history", "--since", "1h", cwd=tmp_path).stdout
+        line = next(line for line in history.splitlines() if line.startswith("  node1:"))
+        assert "(asleep: went to sleep by itself at " in line and "offline" not in line, line
+
+
 def test_a_node_in_use_is_left_awake_with_the_reason(house: SimCluster, tmp_path):
     node3 = house.node("node3")
     with node3.sleepy() as sleeper:

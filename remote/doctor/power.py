@@ -1,6 +1,7 @@
-"""The doctor's "wake and sleep" row, for a node with a `mac`: that the MAC is one of its NICs', and that its
+"""The doctor's "wake and sleep" row, for a node with a `mac`: that the MAC is one of its NICs', that its
 SSH user may run its sleep command without a password (asked of sudo with `sudo -n -l`, which lists a
-command it would allow and runs nothing: the node is never put to sleep by doctor).
+command it would allow and runs nothing: the node is never put to sleep by doctor), and whether a sleep of
+its own will be heard (gdbus, node_side/sleep_watch.py).
 
 The probe is `power_facts`; `power_check` is pure.
 """
@@ -17,9 +18,9 @@ from homegpu.remote.doctor.check import Check
 from homegpu.remote.nodes import CommandResult
 
 NAME = "wake and sleep"
-# The node's NICs and their MACs, and whether it runs as root: one small read of sysfs.
+# The node's NICs and their MACs, whether it runs as root and has gdbus: one small read of sysfs and PATH.
 NICS_SCRIPT = """\
-import json, os
+import json, os, shutil
 nics = {}
 for name in sorted(os.listdir("/sys/class/net")):
     try:
@@ -27,7 +28,7 @@ for name in sorted(os.listdir("/sys/class/net")):
             nics[name] = handle.read().strip().lower()
     except OSError:
         pass
-print(json.dumps({"nics": nics, "root": os.geteuid() == 0}))
+print(json.dumps({"nics": nics, "root": os.geteuid() == 0, "gdbus": bool(shutil.which("gdbus"))}))
 """
 SUDOERS_FIX = ("Let {user} run it without a password: `sudo visudo -f /etc/sudoers.d/homegpu-suspend` with "
                "`{user} ALL=(root) NOPASSWD: {command}` (README, Machines that sleep).")
@@ -73,7 +74,9 @@ def power_check(node: str, facts: PowerFacts | None) -> Check:
                      f"without a password ({facts.sudo.telling_line}), so homegpu cannot put it to sleep",
                      SUDOERS_FIX.format(user=facts.user, command=" ".join(shlex.split(command))))
     how = "as root" if facts.sudo is None else "through sudo -n, allowed"
-    return Check(node, NAME, True, f"mac is {owner}'s; `{command}` would run {how} (not run by doctor)")
+    heard = ("" if _answer(facts.nics).get("gdbus", True) else "; without gdbus (libglib2.0-bin) a sleep of its "
+             "own (a lid, its idle timer) will read as offline")
+    return Check(node, NAME, True, f"mac is {owner}'s; `{command}` would run {how} (not run by doctor){heard}")
 
 
 def _answer(result: CommandResult) -> dict:

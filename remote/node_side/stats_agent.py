@@ -23,7 +23,8 @@ and repeated on the lines between: ``throttle`` (the active clock event reasons 
 log for both sources and gives each GPU ``xid`` (``{"count","last","last_at"}``: the XIDs the driver
 logged for it since boot). They are optional keys of protocol version 1: a controller that predates them
 ignores them (``nodes/stats.py`` reads the keys it knows), and one that knows them reads their
-absence from an older agent as "not available".
+absence from an older agent as "not available". So is ``"sleeping": true``, on a line written at once when
+logind says the machine is about to sleep (``sleep_watch.py``), and on every line until it says it woke.
 
 The agent exits when its stdin reaches EOF (the SSH session closed), on SIGTERM/SIGHUP/SIGINT and
 when stdout is gone (SIGPIPE), and kills its ``nvidia-smi`` children first; on Linux the kernel
@@ -32,8 +33,8 @@ also kills the long-lived one (see ``gpu_smi.SmiLoop``) if the agent itself is k
 This file is the stream and its wiring; what it measures is in modules of their own (``MODULES``):
 ``gpu_nvml`` (NVML), ``smi_parse`` and ``gpu_smi`` (nvidia-smi), ``gpu_health`` (both sources'
 health keys), ``gpu_xid`` (XIDs from the kernel log), ``host_proc`` (CPU, memory, load, disk),
-``host_power`` (RAPL), ``agent_common`` (what they share) and ``process_owners`` (who owns a GPU
-process; without it processes have no ``owner``).
+``host_power`` (RAPL), ``sleep_watch`` (logind's word that the machine is about to sleep), ``agent_common``
+(what they share) and ``process_owners`` (who owns a GPU process; without it processes have no ``owner``).
 They import each other relatively on the controller and by plain name on a node::
 
     if __package__:  # imported as homegpu.remote.node_side.X: the controller and the tests
@@ -58,7 +59,7 @@ import threading
 import time
 
 if __package__:
-    from . import gpu_nvml, gpu_smi, gpu_xid, host_power, host_proc, process_owners
+    from . import gpu_nvml, gpu_smi, gpu_xid, host_power, host_proc, process_owners, sleep_watch
     from .agent_common import describe
 else:
     import gpu_nvml
@@ -66,6 +67,7 @@ else:
     import gpu_xid
     import host_power
     import host_proc
+    import sleep_watch
     from agent_common import describe
 
     try:
@@ -78,7 +80,7 @@ GPU_SOURCES = ("nvml", "nvidia-smi", "none")  # what a line's "source" says
 SOURCES = ("auto", *GPU_SOURCES)  # what --source takes: "auto" tries them in order
 # The node_side modules the agent runs with, each after those it imports (the bundle ships them so).
 MODULES = ("agent_common", "gpu_health", "smi_parse", "gpu_smi", "gpu_nvml", "gpu_xid", "host_proc", "host_power",
-           "process_owners")
+           "process_owners", "sleep_watch")
 # The controller's pynvml source, put here by the bundle's bootstrap (nodes/agent_bundle.py); else the node's own.
 SHIPPED_PYNVML = globals().get("SHIPPED_PYNVML", b"")
 APPS_INTERVAL_S = 5.0  # how often compute processes are asked for (both GPU sources)
@@ -248,11 +250,18 @@ def stream(args):
         notes.append(rapl.problem)
     xids = gpu_xid.XidLog(every=health_every)
     cpu_before = host_proc.read_cpu([])
+    sleep = sleep_watch.SleepWatch()
+    if not args.once:
+        sleep.start()
     # The first line comes after a short CPU window, the next ones on the interval's beat from it.
     due = time.monotonic() + min(args.interval, FIRST_WINDOW_S)
     while True:
-        time.sleep(max(0.0, due - time.monotonic()))
+        # logind's "about to sleep" is said at once: the machine may be gone before the next beat.
+        if sleep.changed.wait(max(0.0, due - time.monotonic())):
+            sleep.changed.clear()
         record, cpu_before = sample(reader, cpu_before, args.work_dir, rapl, xids)
+        if sleep.going:
+            record["sleeping"] = True
         if notes:  # why a GPU source was skipped, said once
             record["errors"] = notes + record.get("errors", [])
             notes = []

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
@@ -64,6 +63,7 @@ class NodeSession:
         self.transport: NodeTransport | None = None
         self._backoff = backoff or Backoff()
         self._asleep = AsleepNodes(cluster)
+        self._said_sleeping = False  # what the agent's last line said of logind's "about to sleep"
         self.streams_stats = stream_stats
         self._wake = asyncio.Event()
         self._changed = asyncio.Condition()
@@ -172,6 +172,7 @@ class NodeSession:
             await self._learn_address(transport)
             self._backoff.reset()
             self._asleep.clear(self.name)  # reached: awake, however it woke
+            self._said_sleeping = False
             await self._set_state(NodeState.ONLINE)
             reason = await self._serve(transport)
             self._drop_transport()
@@ -180,13 +181,25 @@ class NodeSession:
             await self._pause(self._backoff.next_delay())
 
     async def _note_asleep(self) -> bool:
-        """Say the node is asleep when homegpu put it to sleep (nodes/asleep.py); whether it did."""
-        since = self._asleep.since(self.name) if self.spec.power.wakeable else None
-        if since is None:
+        """Say the node is asleep when it is marked so (nodes/asleep.py); whether it is."""
+        spell = self._asleep.spell(self.name) if self.spec.power.wakeable else None
+        if spell is None:
             return False
-        at = time.strftime("%H:%M", time.localtime(since))
-        await self._set_state(NodeState.ASLEEP, f"put to sleep by homegpu at {at}")
+        await self._set_state(NodeState.ASLEEP, spell.reason())
         return True
+
+    def _note_sleeping(self, stats: NodeStats) -> None:
+        """Mark the node asleep when its agent says logind is putting it to sleep, so the connection that drops
+        next reads as sleep, not a fault; unmark it when it says so no more (a suspend that was called off, or a
+        session that lived through it). Only a node with a `mac`: without one it could not be woken."""
+        if not self.spec.power.wakeable or stats.sleeping == self._said_sleeping:
+            return
+        self._said_sleeping = stats.sleeping
+        if stats.sleeping:
+            if self._asleep.spell(self.name) is None:  # homegpu's own `sleep` marked it already
+                self._asleep.mark(self.name, by_itself=True)
+        else:
+            self._asleep.clear(self.name)
 
     async def _learn_address(self, transport: NodeTransport) -> None:
         """Where the connection went: its socket's peer, or for a node behind a ProxyJump gateway (no
@@ -268,6 +281,7 @@ class NodeSession:
         except StatsParseError:
             return  # a stray line (a shell banner, say) must not stop the stream
         stats = self._with_host_power(stats)
+        self._note_sleeping(stats)
         self.latest = stats
         self.health.take(stats)
         self.hub.publish(NodeStatsUpdated(self.name, stats))

@@ -210,6 +210,7 @@ class NodeStats:
     errors: tuple[str, ...] = ()
     host_energy: Number = NA  # the CPUs' and memory's joules by RAPL since the agent began (node_side/host_power.py)
     host_power: Number = NA  # without RAPL: the draw besides the GPUs estimated from `cpu` (NodeSpec.host_watts)
+    sleeping: bool = False  # logind said the machine is about to sleep (node_side/sleep_watch.py)
 
     @property
     def mem_percent(self) -> float | NotAvailable:
@@ -383,6 +384,7 @@ def parse_agent_line(line: str) -> NodeStats:
         disk_free=_number(obj, "disk_free", ""),
         errors=tuple(errors),
         host_energy=_number(obj, "host_energy", ""),
+        sleeping=obj.get("sleeping") is True,
     )
 
 
