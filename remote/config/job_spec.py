@@ -23,6 +23,7 @@ DEFAULT_IMAGE = "homegpu/tensorflow:2.21"
 DEFAULT_IMAGES = {"tensorflow": DEFAULT_IMAGE, "pytorch": "homegpu/pytorch:2.14"}
 DEFAULT_JOB_PORT = 23456
 RESTART_POLICIES = ("never", "on-failure")
+KEEP_GLOBAL_BATCH, KEEP_WORKER_BATCH = "keep-global-batch", "keep-worker-batch"  # on_fewer_workers (jobs/fewer.py)
 FRAMEWORKS = ("tensorflow", "pytorch")  # pytorch: the script runs under torchrun, one per node
 KERAS_CHOICES = ("keras", "tf-keras")  # what a script's `import keras` gives: the python's own keras, or tf-keras
 
@@ -36,6 +37,7 @@ LIMITS: Limits = {
     "max_restarts": (0, 1000, ""),
     "stall_timeout": (1.0, 604_800.0, " seconds (a week)"),
     "reconnect_timeout": (1.0, 604_800.0, " seconds (a week)"),
+    "min_workers": (1, 1024, " workers"),
 }
 
 _IMAGE_RE = re.compile(r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?")
@@ -45,7 +47,7 @@ _DATA_RE = re.compile(r"synthetic|(npz|dir):.+")
 _JOB_KEYS = {
     "image", "python", "script", "code_dir", "args", "data", "model", "data_dir", "env", "nodes",
     "workers_per_node", "share_gpus", "port", "epochs", "batch_size", "steps_per_epoch", "restart",
-    "max_restarts", "stall_timeout", "reconnect_timeout", "keras", "framework",
+    "max_restarts", "stall_timeout", "reconnect_timeout", "keras", "framework", "min_workers", "on_fewer_workers",
 }
 TRAINER_KEYS = ("epochs", "batch_size", "steps_per_epoch", "data", "model")  # the built-in trainer's alone
 PER_GPU = "per-gpu"  # workers_per_node: one worker per GPU of each node (one on a node without GPUs)
@@ -80,6 +82,8 @@ class JobSpec:
     reconnect_timeout: float = 300.0  # how long a restart waits for a node that is away (rebooting)
     keras: str = "keras"  # "tf-keras": a script's `import keras` gets tf-keras (Keras 3 cannot train under MWMS)
     framework: str = "tensorflow"  # or "pytorch": torchrun on each node, a process per GPU
+    min_workers: int = 0  # how few workers a run goes on with when machines leave for good (0: every one)
+    on_fewer_workers: str = KEEP_GLOBAL_BATCH  # or KEEP_WORKER_BATCH: the built-in trainer's batch then
 
     @property
     def is_pytorch(self) -> bool:
@@ -153,11 +157,25 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...])
         keras=get("keras", str, "keras", v.choice(KERAS_CHOICES, 'use "keras" (what `import keras` gives on the '
                                                            'node) or "tf-keras" (tf-keras in its place)')),
         framework=framework,
+        min_workers=get("min_workers", int, 0),
+        on_fewer_workers=get("on_fewer_workers", str, KEEP_GLOBAL_BATCH,
+                             v.choice((KEEP_GLOBAL_BATCH, KEEP_WORKER_BATCH))),
     )
     _check_worker_ports(v, job)
+    _check_min_workers(v, path, job, node_names)
     _check_pytorch(v, table, path, job)
     _refuse_trainer_keys(v, table, path, job)
     return job
+
+
+def _check_min_workers(v: Validator, path: tuple, job: JobSpec, node_names: tuple[str, ...]) -> None:
+    """min_workers can be met by the job's layout: at most its nodes × workers_per_node (per-gpu: known at launch)."""
+    if not job.min_workers or job.workers_per_node == PER_GPU:
+        return
+    most = len(job.nodes or node_names) * int(job.workers_per_node)
+    if job.min_workers > most:
+        raise v.fail(path + ("min_workers",), f"{job.min_workers} is more than the job's {most} workers",
+                     f"set it to at most {most}, the fewest workers the run may go on with")
 
 
 def parse_job_table(name: str, table: dict, node_names: tuple[str, ...], file: str) -> JobSpec:

@@ -81,6 +81,11 @@ class JobNodes:
         return cls(job, layout.slots, {node.name: r[0] for node, r in zip(nodes, results)},
                    {node.name: r[1] for node, r in zip(nodes, results)})
 
+    def keep(self, job: JobSpec, slots: Sequence[WorkerSlot]) -> None:
+        """Hold only `job`'s nodes and `slots` from now on: a run that went on without some (jobs/fewer.py)."""
+        self.job, self.slots = job, list(slots)
+        self.runtimes = {name: runtime for name, runtime in self.runtimes.items() if name in job.nodes}
+
     def runtime(self, slot: WorkerSlot) -> Runtime:
         return self.runtimes[slot.node.name]
 

@@ -5,7 +5,8 @@ starts, and if one start fails the workers that did start are stopped again. Whi
 each worker's log is followed (remote/jobs/worker_logs.py) and its state is polled on the node
 (remote/jobs/watch.py). A worker that fails or stalls makes the whole run restart with the same
 TF_CONFIG and the next generation (the trainer's BackupAndRestore resumes the epoch), unless it is a
-script error (remote/jobs/failure.py). The run holds its job's run lock (remote/jobs/guard.py, which also
+script error (remote/jobs/failure.py); a node that does not come back goes on without it where the job's
+min_workers allows (remote/jobs/fewer.py). The run holds its job's run lock (remote/jobs/guard.py, which also
 launches or attaches to a run) while it lives; at the end every log is read to its end and the
 chief's outputs come home.
 """
@@ -23,6 +24,7 @@ from homegpu.remote.jobs.code_filter import CodeFilter
 from homegpu.remote.jobs.codesync import SyncError, read_tree, shipping_line, sync_trees
 from homegpu.remote.jobs.disk import full_disks
 from homegpu.remote.jobs.failure import Verdict, judge, might_be_script_error
+from homegpu.remote.jobs.fewer import FewerWorkersRefused, batch_for, check_enough, going_on_line, job_without
 from homegpu.remote.jobs.guard import RunGuard
 from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError
 from homegpu.remote.jobs.launch_plan import (
@@ -62,6 +64,7 @@ class RunOutcome:
     outputs: FetchedOutputs = FetchedOutputs()
     report: tuple[Path | None, str] = (None, "")  # report.html and its summary, or why there is none
     energy: RunEnergy | None = None  # the GPUs' energy and its cost, when any GPU reported its power
+    left: tuple[str, ...] = ()  # "WORKER: where its full log is" for each worker of a node the run went on without
 
 
 class JobRun:
@@ -78,6 +81,8 @@ class JobRun:
         self.restarts = 0
         self.state = JobState.PREFLIGHT
         self.tracks: dict[str, WorkerTrack] = {}
+        self.lost_tracks: list[WorkerTrack] = []  # the workers of nodes the run went on without (_go_on_without)
+        self._first_batch, self._first_workers = job.batch_size, 0  # the first generation's, for a smaller one
         self.nodes: JobNodes | None = None  # the job's runtimes, once prepare() reached its nodes
         self.plan: DevicePlan | None = None  # every worker's devices, once prepare() saw the nodes' GPUs
         self.experiment: ExperimentLog | None = None
@@ -114,7 +119,15 @@ class JobRun:
             self.plan, self.slots = layout.plan, layout.slots
             nodes.slots = list(self.slots)
             self.nodes = nodes
+            self._first_workers = len(self.slots)
+        self._track_slots()
+
+    def _track_slots(self) -> None:
+        """A WorkerTrack for each slot (a slot's track kept across generations, told its new place)."""
         for slot in self.slots:
+            if slot.label in self.tracks:
+                self.tracks[slot.label].slot = slot
+                continue
             runtime = self.nodes.runtime(slot)
             seen_as = runtime.worker_paths(self.run_id, slot.label, self.code_dir(slot.node.name), self.job.data_dir,
                                            self.job.python).code_dir
@@ -144,17 +157,18 @@ class JobRun:
         layout = JobLayout(tuple(self.slots), self.plan)
         return {s.label: layout.launch_line(self.job, s) for s in self.slots}
 
-    def _layout(self) -> JobLayout:
-        """The job's workers from the nodes' latest stats. The plan may be missing (every worker sees
-        its node's GPUs) only for a numeric layout on a cluster that streams no stats.
+    def _layout(self, job: JobSpec | None = None) -> JobLayout:
+        """The workers of `job` (by default the run's) from the nodes' latest stats. The plan may be missing
+        (every worker sees its node's GPUs) only for a numeric layout on a cluster that streams no stats.
 
         Raises:
             LaunchError: the plan's one line refusing the layout.
         """
-        sessions = [self.cluster.node(node.name) for node in job_nodes(self.cluster.spec, self.job)]
-        need_plan = self.job.workers_per_node == PER_GPU or all(s.streams_stats for s in sessions)
-        layout = lay_out(self.cluster.spec, self.job, {s.name: s.latest for s in sessions}, self.cluster.addresses(),
-                         last_timeline(self.experiments_root, self.job.name), need_plan)
+        job = job or self.job
+        sessions = [self.cluster.node(node.name) for node in job_nodes(self.cluster.spec, job)]
+        need_plan = job.workers_per_node == PER_GPU or all(s.streams_stats for s in sessions)
+        layout = lay_out(self.cluster.spec, job, {s.name: s.latest for s in sessions}, self.cluster.addresses(),
+                         last_timeline(self.experiments_root, job.name), need_plan)
         if layout.refusal:
             raise LaunchError(layout.refusal)
         return layout
@@ -391,7 +405,10 @@ class JobRun:
             await self._remove_workers()
             await self._sleep(min(2.0 ** (self.restarts - 1), MAX_BACKOFF_SECONDS))
             if gone := await self._wait_for_nodes():
-                return f"restart failed: {gone}"
+                try:
+                    await self._go_on_without(gone)
+                except FewerWorkersRefused as exc:
+                    return f"restart failed: {exc}"
             if self._stop_requested.is_set():
                 return None  # watch() stops what is left
             problems = await restart_port_problems(self.slots, self.nodes.runtime)
@@ -413,6 +430,38 @@ class JobRun:
             self._publish(JobState.RESTARTING, f"waiting up to {self.job.reconnect_timeout:g} s for "
                           f"{', '.join(node.name for node in away)} to come back ({away[0].state.value})")
         return await self.nodes.wait_back(self.job.reconnect_timeout, self._stop_requested)
+
+    async def _go_on_without(self, gone: str) -> None:
+        """Go on with the nodes left where the job's min_workers allows (jobs/fewer.py): the run's job, layout and
+        tracks become theirs, the first of them the chief (its run lock moves there), and a line says so.
+
+        Raises:
+            FewerWorkersRefused: why the run cannot go on (too few left, a batch that does not split, the plan).
+        """
+        lost = [(node.name, node.state.value) for node in self.nodes.away()]
+        every = [node.name for node in job_nodes(self.cluster.spec, self.job)]
+        job = job_without(self.job, every, [name for name, _ in lost])
+        try:
+            layout = self._layout(job) if job.nodes else None
+            check_enough(job, len(layout.slots) if layout else 0, self._first_workers, gone)
+            batch, words = batch_for(job, self._first_batch, self._first_workers, len(layout.slots))
+            if batch != job.batch_size:
+                job = replace(job, batch_size=batch)
+                layout = self._layout(job)
+        except LaunchError as exc:
+            raise FewerWorkersRefused(f"{gone}; the nodes left cannot take the run: {exc}") from None
+        epochs = max((t.last_metric.epoch or 0 for t in self.tracks.values() if t.slot.node.name in job.nodes),
+                     default=0) if job.uses_trainer else None
+        chief = self.slots[0].node.name
+        self.job, self.plan, self.slots = job, layout.plan, list(layout.slots)
+        self.nodes.keep(job, self.slots)
+        self.lost_tracks += [self.tracks.pop(label) for label in list(self.tracks)
+                             if label not in {slot.label for slot in self.slots}]
+        self._track_slots()
+        self.restarts -= 1  # a machine that left is no fault of the run's: it spends no restart
+        self._publish(JobState.RESTARTING, going_on_line(lost, self.job.reconnect_timeout, job.nodes, epochs, words))
+        if self._guard is not None and self.slots[0].node.name != chief:
+            await self.take_lock()
 
     async def _stop_workers(self) -> None:
         tracks = list(self.tracks.values())
@@ -441,8 +490,11 @@ class JobRun:
     def _finish(self, state: JobState, detail: str, incomplete: tuple[str, ...] = (),
                 outputs: FetchedOutputs = FetchedOutputs()) -> RunOutcome:
         self._publish(state, detail)
-        return RunOutcome(state, detail, tuple((t.label, t.status, t.last_metric) for t in self.tracks.values()),
-                          incomplete, outputs)
+        tracks = [*self.tracks.values(), *self.lost_tracks]
+        left = tuple(f"{t.label}: its full log is on {t.slot.node.name} in {t.runtime.run_dir(self.run_id)}"
+                     for t in self.lost_tracks)
+        return RunOutcome(state, detail, tuple((t.label, t.status, t.last_metric) for t in tracks), incomplete, outputs,
+                          left=left)
 
     def _publish(self, state: JobState, detail: str = "") -> None:
         self.state = state

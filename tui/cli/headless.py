@@ -196,6 +196,8 @@ async def _drive(run: JobRun, detach: bool, out: TextIO, flush: Callable[[], Non
         print(record_line(run.experiment.folder.path, outcome), file=out, flush=True)
     for note in outcome.incomplete_logs:
         print(f"homegpu: incomplete log of {note}", file=out, flush=True)
+    for note in outcome.left:
+        print(f"homegpu: the run went on without {note}", file=out, flush=True)
     if outcome.state is JobState.SUCCEEDED and outcome.incomplete_logs:
         return EXIT_LOG_INCOMPLETE
     return {JobState.SUCCEEDED: EXIT_OK, JobState.STOPPED: EXIT_INTERRUPTED}.get(outcome.state, EXIT_FAILED)
