@@ -48,7 +48,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                     "line prefixed with its worker; -f keeps following them. The full logs of runs started "
                     "from this machine are also in experiments/RUN-ID/logs/.")
     logs.add_argument("job", metavar="JOB", help="job name from cluster.toml")
-    logs.add_argument("--node", help="only this node's worker")
+    logs.add_argument("--node", metavar="NODE", help="only this node's worker")
     logs.add_argument("-f", "--follow", action="store_true", help="keep following until Ctrl-C")
     logs.set_defaults(handler=show_logs)
 
