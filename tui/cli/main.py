@@ -32,6 +32,12 @@ examples:
   homegpu check
   homegpu --config ~/lab/cluster.toml check"""
 
+# The order `homegpu --help` lists the commands in: what a newcomer needs first, then day-to-day use,
+# then the always-on serve and its queue, then the rarer ones. A command missing here is listed last.
+HELP_ORDER = (
+    "init", "check", "doctor", "run", "status", "logs", "stop", "jobs", "report", "tfconfig", "trust",
+    "bandwidth", "image", "serve", "submit", "queue", "cancel", "history", "wake", "sleep",
+)
 SHELLS = ("bash", "zsh", "fish")
 
 
@@ -51,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     parser = argparse.ArgumentParser(
-        prog="homegpu", description=DESCRIPTION, epilog=EPILOG, formatter_class=ParagraphFormatter,
+        prog="homegpu", description=DESCRIPTION, epilog=EPILOG, formatter_class=MainFormatter,
     )
     parser.add_argument("--version", action="version", version=f"homegpu {package_version()}")
     parser.add_argument("--print-completion", choices=SHELLS, metavar="SHELL", action=PrintCompletion,
@@ -70,7 +76,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.register(commands)
     history.register(commands)
     queue.register(commands)
+    list_in_help_order(commands)
     return parser
+
+
+def list_in_help_order(commands: argparse._SubParsersAction) -> None:
+    """Reorder the commands as HELP_ORDER says: in --help, in a mistyped command's error and in completion.
+    The modules register them by family (config.py adds both check and init), not in that order."""
+    def rank(name: str) -> int:
+        return HELP_ORDER.index(name) if name in HELP_ORDER else len(HELP_ORDER)
+
+    commands._choices_actions.sort(key=lambda action: rank(action.dest))
+    for name in sorted(commands.choices, key=rank):
+        commands.choices[name] = commands.choices.pop(name)
 
 
 class PrintCompletion(argparse.Action):
@@ -107,6 +125,14 @@ class ParagraphFormatter(argparse.HelpFormatter):
             else:
                 out.append(super()._fill_text(paragraph, width, indent))
         return "\n\n".join(out)
+
+
+class MainFormatter(ParagraphFormatter):
+    """`homegpu --help`'s: the one-line help of each command starts where --config FILE's does, so at 80
+    columns each fits its line; a longer option (--print-completion SHELL) puts its help below instead."""
+
+    def __init__(self, prog: str, **kwargs) -> None:
+        super().__init__(prog, **{**kwargs, "max_help_position": 17})
 
 
 class CommandParser(argparse.ArgumentParser):
