@@ -3,6 +3,7 @@ lists for them, a real bash completing a line, and the commands' order in the he
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shlex
@@ -14,6 +15,8 @@ from pathlib import Path
 import pytest
 from helpers import wait_for
 
+from homegpu.remote.config import load_cluster
+from homegpu.remote.queue import QueueClient, QueueDesk, QueueServer, QueueStore, socket_path
 from homegpu.tui.cli.main import HELP_ORDER, build_parser
 
 CLUSTER = """\
@@ -109,6 +112,27 @@ def test_complete_lists_nothing_and_says_nothing_for_a_broken_file_or_an_unknown
 def test_complete_lists_no_queue_ids_without_a_serve(tmp_path):
     (tmp_path / "cluster.toml").write_text(CLUSTER)
     assert names("queue-ids", cwd=tmp_path) == []
+
+
+async def test_complete_lists_the_queue_ids_that_have_not_finished(tmp_path):
+    """What `cancel` and `submit --after` take, asked of the serve of the cluster file on the line."""
+    (tmp_path / "cluster.toml").write_text(CLUSTER)
+    spec = load_cluster(tmp_path / "cluster.toml")
+    store = QueueStore(tmp_path / "queue.sqlite")
+    server = await QueueServer(socket_path(spec), QueueDesk(spec, store)).start()
+    try:
+        client = QueueClient(server.path)
+        waiting, cancelled = await client.submit("resnet"), await client.submit("bert")
+        await client.cancel(cancelled.id)
+        process = await asyncio.create_subprocess_exec(  # serve answers on this loop meanwhile
+            sys.executable, "-m", "homegpu.tui.cli.main", "--complete", "queue-ids", "--config",
+            str(tmp_path / "cluster.toml"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+        assert (out.decode().splitlines(), err) == ([waiting.id], b"")
+    finally:
+        await server.close()
+        store.close()
+        shutil.rmtree(socket_path(spec).parent, ignore_errors=True)
 
 
 def test_help_and_complete_load_only_what_they_need(tmp_path):
