@@ -27,7 +27,7 @@ START_SERVE = "start `homegpu serve` to record it (README.md, \"Always on\")"
 
 def register(commands: argparse._SubParsersAction) -> None:
     history = commands.add_parser(
-        "history", help="what the cluster did: GPU use, GPU-hours per user and job, nodes offline",
+        "history", help="what the cluster did: GPU use, GPU-hours per user and job",
         description="Read the history `homegpu serve` records for this cluster file: each GPU's utilisation and "
                     "memory over the window, GPU-hours per user and per job run, and when each node was offline.",
     )

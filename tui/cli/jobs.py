@@ -21,7 +21,7 @@ from homegpu.tui.view.text import table
 
 def register(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser(
-        "run", help="train a job across its nodes (or attach to it if it already runs)",
+        "run", help="train a job across its nodes, or attach to it if it runs",
         description="Preflight every node of JOB, ship the code, start one TensorFlow worker per node with "
                     "its TF_CONFIG, and follow the run: per-node log lines, a progress line per epoch, and a "
                     "summary. A failed or stalled worker restarts the whole job (restart, max_restarts). "
@@ -48,7 +48,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                     "line prefixed with its worker; -f keeps following them. The full logs of runs started "
                     "from this machine are also in experiments/RUN-ID/logs/.")
     logs.add_argument("job", metavar="JOB", help="job name from cluster.toml")
-    logs.add_argument("--node", help="only this node's worker")
+    logs.add_argument("--node", metavar="NODE", help="only this node's worker")
     logs.add_argument("-f", "--follow", action="store_true", help="keep following until Ctrl-C")
     logs.set_defaults(handler=show_logs)
 
@@ -60,7 +60,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     stop.set_defaults(handler=stop_job)
 
     tfconfig = commands.add_parser(
-        "tfconfig", help="print the device plan and the TF_CONFIG each worker of a job gets",
+        "tfconfig", help="print a job's device plan and each worker's TF_CONFIG",
         description="Ask JOB's nodes for their address and GPUs, then print the device plan as `homegpu run` "
                     "would lay it out: each worker's node, index, address and devices, the collective, the "
                     "batch and who sets the pace; then the TF_CONFIG environment variable each worker gets. "

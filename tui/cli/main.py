@@ -8,13 +8,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from typing import Callable, Sequence
 
 from homegpu.remote.config import ConfigError
-from homegpu.tui.cli import bandwidth, config, doctor, history, image, jobs, power, queue, report, serve, status, trust
 from homegpu.tui.cli.common import EXIT_USAGE, EXPERIMENTS, UserError, load_spec
-from homegpu.tui.cli.terminal import visible_output
+from homegpu.tui.cli.completion_names import COMPLETE_OPTION, print_names
 
 DESCRIPTION = """\
 Train TensorFlow across the GPU machines in your home or lab from one terminal.
@@ -34,8 +32,18 @@ examples:
   homegpu check
   homegpu --config ~/lab/cluster.toml check"""
 
+# The order `homegpu --help` lists the commands in: what a newcomer needs first, then day-to-day use,
+# then the always-on serve and its queue, then the rarer ones. A command missing here is listed last.
+HELP_ORDER = (
+    "init", "check", "doctor", "run", "status", "logs", "stop", "jobs", "report", "tfconfig", "trust",
+    "bandwidth", "image", "serve", "submit", "queue", "cancel", "history", "wake", "sleep",
+)
+SHELLS = ("bash", "zsh", "fish")
+
 
 def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # not loaded for a Tab press (main)
+
     try:
         return version("homegpu")
     except PackageNotFoundError:  # running from a source tree that was never installed
@@ -43,10 +51,17 @@ def package_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # Imported here, not above: a Tab press runs `homegpu --complete` (main), which needs none of them.
+    from homegpu.tui.cli import (
+        bandwidth, config, doctor, history, image, jobs, power, queue, report, serve, status, trust,
+    )
+
     parser = argparse.ArgumentParser(
-        prog="homegpu", description=DESCRIPTION, epilog=EPILOG, formatter_class=ParagraphFormatter,
+        prog="homegpu", description=DESCRIPTION, epilog=EPILOG, formatter_class=MainFormatter,
     )
     parser.add_argument("--version", action="version", version=f"homegpu {package_version()}")
+    parser.add_argument("--print-completion", choices=SHELLS, metavar="SHELL", action=PrintCompletion,
+                        help="print the tab-completion script for bash, zsh or fish (docs/completion.md)")
     add_cluster_options(parser, default=None)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     config.register(commands)
@@ -61,7 +76,30 @@ def build_parser() -> argparse.ArgumentParser:
     serve.register(commands)
     history.register(commands)
     queue.register(commands)
+    list_in_help_order(commands)
     return parser
+
+
+def list_in_help_order(commands: argparse._SubParsersAction) -> None:
+    """Reorder the commands as HELP_ORDER says: in --help, in a mistyped command's error and in completion.
+    The modules register them by family (config.py adds both check and init), not in that order."""
+    def rank(name: str) -> int:
+        return HELP_ORDER.index(name) if name in HELP_ORDER else len(HELP_ORDER)
+
+    commands._choices_actions.sort(key=lambda action: rank(action.dest))
+    for name in sorted(commands.choices, key=rank):
+        commands.choices[name] = commands.choices.pop(name)
+
+
+class PrintCompletion(argparse.Action):
+    """--print-completion SHELL: prints the script and exits, as --version does. shtab loads only here,
+    so every other command starts no slower for it."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from homegpu.tui.cli.completion import completion_script
+
+        print(completion_script(parser, values))
+        parser.exit()
 
 
 def add_cluster_options(parser: argparse.ArgumentParser, default: object) -> None:
@@ -89,6 +127,14 @@ class ParagraphFormatter(argparse.HelpFormatter):
         return "\n\n".join(out)
 
 
+class MainFormatter(ParagraphFormatter):
+    """`homegpu --help`'s: the one-line help of each command starts where --config FILE's does, so at 80
+    columns each fits its line; a longer option (--print-completion SHELL) puts its help below instead."""
+
+    def __init__(self, prog: str, **kwargs) -> None:
+        super().__init__(prog, **{**kwargs, "max_help_position": 17})
+
+
 class CommandParser(argparse.ArgumentParser):
     """A command's parser: wraps its help like the main one and takes --config and --local too."""
 
@@ -105,7 +151,13 @@ def open_tui(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The `homegpu` command. What it prints passes a filter: text from a node is shown, its control
-    sequences are never sent to the terminal (tui/cli/terminal.py)."""
+    sequences are never sent to the terminal (tui/cli/terminal.py). `homegpu --complete KIND` (what
+    the completion scripts run on Tab) answers before any command module loads."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == [COMPLETE_OPTION]:
+        return print_names(argv[1:])
+    from homegpu.tui.cli.terminal import visible_output  # it loads remote/nodes: not for a Tab press
+
     with visible_output():
         return _command(argv)
 

@@ -15,14 +15,14 @@ SETTLE_S = 10.0  # how long the nodes get to answer (or be found asleep) before 
 
 def register(commands: argparse._SubParsersAction) -> None:
     waking = commands.add_parser(
-        "wake", help="wake sleeping nodes with Wake-on-LAN and wait until they answer",
+        "wake", help="wake sleeping nodes (Wake-on-LAN) and wait until they answer",
         description="Send each NODE's magic packet (its mac in cluster.toml, to every LAN this machine is on, or "
                     "through its wake_via node) and wait for its SSH, up to its wake_timeout. Says how long each "
                     "took to boot. Exit status 1 when one did not wake.")
     waking.add_argument("nodes", metavar="NODE", nargs="+", help="node names from cluster.toml")
     waking.set_defaults(handler=run_wake)
     sleeping = commands.add_parser(
-        "sleep", help="put idle nodes to sleep (their sleep_command, systemctl suspend by default)",
+        "sleep", help="put idle nodes to sleep with their sleep_command",
         description="Run each NODE's sleep_command (through `sudo -n` when its SSH user is not root) once it is "
                     "idle: no homegpu worker, no process on its GPUs, nobody logged in. "
                     "A node in use is left alone with the reason. The node then shows as asleep, and "

@@ -20,7 +20,7 @@ from homegpu.tui.view.text import serve_command
 
 def register(commands: argparse._SubParsersAction) -> None:
     submit = commands.add_parser(
-        "submit", help="queue a run of a job: serve starts it when its nodes' GPUs are free",
+        "submit", help="queue a run: serve starts it once its nodes' GPUs are free",
         description="Add a run of JOB (a job of the cluster file) to the queue that `homegpu serve` runs. It starts "
                     "when every node of the job is online and its GPUs are free (no other user's process holds "
                     "more than 10% of one, no other queued run uses it), in priority then submission order. "

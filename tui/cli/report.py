@@ -11,7 +11,7 @@ from homegpu.tui.cli.common import EXPERIMENTS, UserError
 
 def register(commands: argparse._SubParsersAction) -> None:
     report = commands.add_parser(
-        "report", help="write a run's report (plots of loss, speed, GPUs and events) and summarise it",
+        "report", help="write and summarise a run's report: loss, speed, GPUs, events",
         description="Write experiments/RUN-ID/report.html for a run from what it recorded (its timeline, "
                     "metrics and logs): loss and accuracy, throughput per worker, each node's GPUs and CPU "
                     "over time with the events marked, the job's settings and what limited the run. One "

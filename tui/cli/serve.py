@@ -24,7 +24,7 @@ LOOPBACK = "127.0.0.1"
 
 def register(commands: argparse._SubParsersAction) -> None:
     serve = commands.add_parser(
-        "serve", help="stay on: Prometheus metrics, runs followed, alerts, the queue (and the UI in a browser)",
+        "serve", help="stay on: metrics, alerts, the queue, the UI in a browser",
         description="Keep a session to every node and serve what it sees: Prometheus metrics at /metrics "
                     "(every GPU's utilisation, memory, temperature and power, every node's state, CPU and "
                     "memory, and each running job's epoch, rate, loss and restarts, wherever it was started), and "
