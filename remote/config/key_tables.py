@@ -34,7 +34,7 @@ CLUSTER = Section("[cluster]", (
 ))
 
 NODES = Section("[[nodes]]", (
-    Key("name", "string", "required", "unique; letters, digits, `-`, `_`, `.`", 'name = "desktop"'),
+    Key("name", "string", "required", "unique; letters, digits, `-`, `_`, `.`", 'name = "closet"'),
     Key("host", "string", "required", 'an address, an `~/.ssh/config` alias, or `"local"` for this machine',
         'host = "192.168.1.20"'),
     Key("port", "1–65535", "`~/.ssh/config`, else 22", "SSH port", "port = 2222"),
