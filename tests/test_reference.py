@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from homegpu.remote.config import ConfigError, parse_cluster
+from homegpu.remote.config import ConfigError, duration_seconds, parse_cluster
 from homegpu.remote.config.checks import Validator
 from homegpu.remote.config.key_tables import SECTIONS
 from homegpu.remote.config.keys import REFERENCE_PAGE
@@ -85,3 +85,35 @@ def test_an_unknown_key_points_at_the_reference():
         parse_cluster(tomli_w.dumps(data))
     assert str(error.value).endswith(f"unknown key 'gpus'; see the [[nodes]] reference in {REFERENCE_PAGE}")
     assert PAGE.is_file()
+
+
+def _default_literal(text: str) -> tuple[bool, object]:
+    """(True, value) for a default the reference writes as one TOML value in backticks (`3`, `"docker"`)."""
+    if not re.fullmatch(r"`[^`]+`", text):
+        return False, None
+    try:
+        return True, tomllib.loads(f"value = {text.strip('`')}")["value"]
+    except tomllib.TOMLDecodeError:
+        return False, None
+
+
+def test_each_default_the_reference_gives_is_what_a_left_out_key_becomes():
+    spec = parse_cluster(tomli_w.dumps(BASE))
+    node, job = spec.nodes[0], spec.jobs["train"]  # desktop and train set none of their keys
+    holders = {"[cluster]": (spec, spec.ssh, spec.tariff), "[[nodes]]": (node, node.power), "[jobs.NAME]": (job,),
+               "[alerts]": (spec.alerts,)}
+    checked = 0
+    for section in SECTIONS:
+        set_in_base = set(BASE["cluster"]) | set(BASE["alerts"]) if section.header in ("[cluster]", "[alerts]") else set()
+        for key in section.keys:
+            literal, value = _default_literal(key.default)
+            if not literal or key.name in set_in_base:
+                continue
+            holder = next(h for h in holders[section.header] if hasattr(h, key.name))
+            actual = getattr(holder, key.name)
+            if key.name == "wake_timeout":
+                value = duration_seconds(value)
+            assert actual == (tuple(value) if isinstance(value, list) else dict(value) if isinstance(value, dict)
+                              else value), f"{section.header} {key.name}: the reference says {key.default}, it is {actual!r}"
+            checked += 1
+    assert checked >= 30, f"only {checked} defaults checked: the rest are not one TOML value"
