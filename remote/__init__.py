@@ -1,2 +1,2 @@
 """homegpu.remote: everything that is not a front end, in one folder per concern; the folders import
-each other in one order (README, "Architecture"; tests/test_import_graph.py holds it). No UI imports here."""
+each other in one order (ARCHITECTURE.md; tests/test_import_graph.py holds it). No UI imports here."""

@@ -6,8 +6,8 @@
 # the test images, tmux for the TUI tests, chromium to render the run report and to open the web view
 # (driven by playwright, a dev extra from pip that uses this chromium, never a download of its own),
 # rsync for the sync benchmark, gcc for the fake libcuda.so.1 of tests/fake_libcuda.py, dbus-daemon and
-# gdbus for a node's logind in tests/simlogind.py), builds .venv with the package and its dev extras, then
-# runs pytest.
+# gdbus for a node's logind in tests/simlogind.py), builds .venv with the package and its dev, docs
+# (mkdocs-material: the docs/ site is built by a test) and framework extras, then runs pytest.
 # Reruns skip the slow steps.
 # The Docker engine is started (and stopped again) by the docker_engine fixture, not here.
 set -euo pipefail
@@ -60,7 +60,7 @@ fi
 stamp=.venv/.homegpu-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
-    .venv/bin/python -m pip install -q -e '.[dev,tensorflow,pytorch]'
+    .venv/bin/python -m pip install -q -e '.[dev,docs,tensorflow,pytorch]'
     echo "$want" > "$stamp"
 fi
 

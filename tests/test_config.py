@@ -367,11 +367,11 @@ def test_check_shows_the_alert_rules_and_whether_the_command_is_found(tmp_path, 
     assert "Alerts: none" in capsys.readouterr().out
 
 
-def test_the_readmes_alert_examples_are_valid():
+def test_the_references_alert_examples_are_valid():
     import re
 
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### `[alerts]`"):readme.index("### Mixed clusters")]
+    reference = (REPO / "docs" / "reference.md").read_text(encoding="utf-8")
+    section = reference[reference.index("## `[alerts]`"):reference.index("## Mixed clusters")]
     blocks = re.findall(r"```toml\n(.*?)```", section, re.S)
     assert len(blocks) == 2
     commands = [parse_cluster(NODE + block).alerts.command[0] for block in blocks]

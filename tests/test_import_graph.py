@@ -32,7 +32,7 @@ def contract(name: str) -> dict:
     return next(c for c in contracts if c["name"].startswith(name))
 
 
-# remote/'s groups, lowest first, and tui/'s rooms (README, "Architecture"): read from the contracts.
+# remote/'s groups, lowest first, and tui/'s rooms (ARCHITECTURE.md): read from the contracts.
 GROUP_ORDER = tuple(reversed(contract("remote/'s groups")["layers"]))
 TUI_ROOMS = {part.strip() for layer in contract("tui/'s rooms")["layers"] for part in layer.split("|")}
 NODE_SIDE = "node_side"

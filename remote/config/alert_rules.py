@@ -11,6 +11,7 @@ import string
 from dataclasses import dataclass
 
 from homegpu.remote.config.checks import Check, Limits, Validator, show
+from homegpu.remote.config.key_tables import ALERTS
 
 # (lowest, highest, unit) of each number
 LIMITS: Limits = {
@@ -27,7 +28,6 @@ SWITCHES = ("job_failed", "job_stalled", "straggler", "job_succeeded", "queued_r
 QUEUED_RUN_KINDS = ("queued_run_started", "queued_run_succeeded", "queued_run_failed", "queued_run_cancelled")
 KINDS = ("gpu_temperature", "gpu_memory", "node_offline", "job_failed", "job_stalled", "straggler", "job_succeeded",
          *QUEUED_RUN_KINDS, *BUDGETS)
-ALERT_KEYS = {*LIMITS, *SWITCHES, "command"}
 MAX_ARGS = 100
 
 # What `{name}` in a command argument becomes (remote/alerts/command.py fills them in).
@@ -94,7 +94,7 @@ def parse_alerts(v: Validator, data: dict) -> AlertRules:
     """The `[alerts]` table of the parsed file, validated (AlertRules() when there is none). Raises ConfigError."""
     path = ("alerts",)
     table = v.table(data, path)
-    v.unknown_keys(table, path, ALERT_KEYS, "see the [alerts] reference in README.md")
+    v.unknown_keys(table, path, ALERTS.names, ALERTS.hint)
     get = v.getter(table, path, LIMITS)
     return AlertRules(
         gpu_temperature=get("gpu_temperature", float, None),

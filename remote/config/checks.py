@@ -60,7 +60,7 @@ class Validator:
                             f"write it as a {display(path)} table")
         return value
 
-    def unknown_keys(self, table: dict, path: tuple, allowed: set[str], hint: str) -> None:
+    def unknown_keys(self, table: dict, path: tuple, allowed: frozenset[str], hint: str) -> None:
         for key in table:
             if key not in allowed:
                 close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.6)

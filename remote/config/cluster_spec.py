@@ -20,7 +20,8 @@ from homegpu.remote.config.alert_rules import BUDGETS, AlertRules, parse_alerts
 from homegpu.remote.config.checks import TOP_KEYS, ConfigError, Limits, Validator, display, show
 from homegpu.remote.config.job_spec import JobSpec, parse_jobs
 from homegpu.remote.config.node_spec import LOCAL_HOST, RUNTIMES, NodeSpec, parse_nodes
-from homegpu.remote.config.tariff import TARIFF_KEYS, Tariff, parse_tariff
+from homegpu.remote.config.key_tables import CLUSTER
+from homegpu.remote.config.tariff import Tariff, parse_tariff
 from homegpu.remote.config.toml_lines import LineIndex
 
 __all__ = [
@@ -203,9 +204,6 @@ def _check_depth(v: Validator, data: dict) -> None:
             stack.extend((path + (index,), item) for index, item in enumerate(value))
 
 
-_CLUSTER_KEYS = {"name", "user", "identity_file", "known_hosts", "work_dir", *LIMITS, *TARIFF_KEYS}
-
-
 def _check_top_keys(v: Validator, data: dict) -> None:
     for key in data:
         if key not in TOP_KEYS:
@@ -216,7 +214,7 @@ def _check_top_keys(v: Validator, data: dict) -> None:
 def _cluster(v: Validator, data: dict) -> ClusterSpec:
     """The whole file: [cluster], then [[nodes]], then [jobs.NAME], then [alerts]. Raises ConfigError."""
     table = v.table(data, ("cluster",))
-    v.unknown_keys(table, ("cluster",), _CLUSTER_KEYS, "see the cluster.toml reference in README.md")
+    v.unknown_keys(table, ("cluster",), CLUSTER.names, CLUSTER.hint)
     get = v.getter(table, ("cluster",), LIMITS)
     ssh = SshDefaults(
         user=get("user", str, None, v.check_name_like),

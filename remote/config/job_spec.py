@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from homegpu.remote.config.checks import MAX_PORT, NAME_RE, Check, Limits, Validator, show
+from homegpu.remote.config.key_tables import JOBS
 from homegpu.remote.config.node_spec import NodeSpec
 from homegpu.remote.config.toml_lines import LineIndex
 from homegpu.trainer import MODELS
@@ -44,11 +45,6 @@ _IMAGE_RE = re.compile(r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-
 _ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DATA_RE = re.compile(r"synthetic|(npz|dir):.+")
 
-_JOB_KEYS = {
-    "image", "python", "script", "code_dir", "args", "data", "model", "data_dir", "env", "nodes",
-    "workers_per_node", "share_gpus", "port", "epochs", "batch_size", "steps_per_epoch", "restart",
-    "max_restarts", "stall_timeout", "reconnect_timeout", "keras", "framework", "min_workers", "on_fewer_workers",
-}
 TRAINER_KEYS = ("epochs", "batch_size", "steps_per_epoch", "data", "model")  # the built-in trainer's alone
 PER_GPU = "per-gpu"  # workers_per_node: one worker per GPU of each node (one on a node without GPUs)
 MAX_GPUS_PER_NODE = 16  # the ports a "per-gpu" job may need on one node
@@ -118,7 +114,7 @@ def parse_jobs(v: Validator, data: dict, node_names: tuple[str, ...]) -> Mapping
 def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...]) -> JobSpec:
     """Validate one [jobs.NAME] table. Raises ConfigError."""
     path = ("jobs", name)
-    v.unknown_keys(table, path, _JOB_KEYS, "see the [jobs.NAME] reference in README.md")
+    v.unknown_keys(table, path, JOBS.names, JOBS.hint)
     get = v.getter(table, path, LIMITS)
 
     def check_nodes(key_path: tuple, value: list) -> None:

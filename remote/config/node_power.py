@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from homegpu.remote.config.checks import Validator, show
 
-POWER_KEYS = {"mac", "wake_via", "sleep_after", "sleep_command", "wake_timeout"}
 DEFAULT_SLEEP_COMMAND = "systemctl suspend"
 DEFAULT_WAKE_TIMEOUT_S = 120.0
 _MAC_RE = re.compile(r"[0-9A-Fa-f]{2}([:-])[0-9A-Fa-f]{2}(?:\1[0-9A-Fa-f]{2}){4}")

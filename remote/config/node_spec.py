@@ -8,15 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from homegpu.remote.config.checks import NAME_RE, Validator, show
-from homegpu.remote.config.node_power import POWER_KEYS, NodePower, check_wake_via, parse_power
+from homegpu.remote.config.key_tables import NODES
+from homegpu.remote.config.node_power import NodePower, check_wake_via, parse_power
 
 LOCAL_HOST = "local"
 RUNTIMES = ("docker", "process")
 
-NODE_KEYS = {
-    "name", "host", "port", "user", "identity_file", "address", "runtime", "python", "tags", "work_dir",
-    "docker_socket", "idle_watts", "busy_watts", *POWER_KEYS,
-}
 MAX_WATTS = 10_000.0  # a machine's draw besides its GPUs: a home or lab box, not a rack
 
 
@@ -77,7 +74,7 @@ def parse_nodes(v: Validator, data: dict) -> tuple[NodeSpec, ...]:
 
 def _parse_node(v: Validator, item: dict, index: int) -> NodeSpec:
     path = ("nodes", index)
-    v.unknown_keys(item, path, NODE_KEYS, "see the [[nodes]] reference in README.md")
+    v.unknown_keys(item, path, NODES.names, NODES.hint)
     get = v.getter(item, path)
     name = get("name", str, None, v.check_name)
     if name is None:

@@ -20,7 +20,6 @@ from homegpu.remote.config.checks import Validator, show
 MAX_PRICE = 1000.0  # per kWh, in any currency: only a typo gets near it
 _PERIOD = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]|24):([0-5]\d)$")
 _CURRENCY = re.compile(r"^[^\x00-\x1f\x7f]{1,8}$")
-TARIFF_KEYS = ("price_per_kwh", "currency", "tariffs")
 
 
 @dataclass(frozen=True)

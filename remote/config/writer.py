@@ -21,7 +21,7 @@ STARTER_HEADER = """\
 # runtime is "docker" (containers, GPUs passed through) or "process" (plain python on the node).
 # [jobs.demo] trains the built-in model on synthetic data across every node: `homegpu run demo`
 # (framework = "pytorch": the PyTorch demo, DDP under torchrun on each node).
-# Check it with `homegpu check`, then `homegpu doctor`; the full reference is in README.md.
+# Check it with `homegpu check`, then `homegpu doctor`; the full reference is docs/reference.md.
 
 """
 
@@ -46,7 +46,7 @@ WAKE_EXAMPLE = """\
 
 # Written commented out when a cluster has no [alerts]: what the table looks like, ready to enable.
 ALERTS_EXAMPLE = """\
-# Alerts (see "[alerts]" in README.md): uncomment to be told when something needs you. Each fires once
+# Alerts (see "[alerts]" in docs/reference.md): uncomment to be told when something needs you. Each fires once
 # and says "cleared" when its condition is over. The command runs here, without a shell, with the alert
 # in HOMEGPU_ALERT* variables and its {placeholders} filled in.
 # [alerts]

@@ -31,7 +31,7 @@ for name in sorted(os.listdir("/sys/class/net")):
 print(json.dumps({"nics": nics, "root": os.geteuid() == 0, "gdbus": bool(shutil.which("gdbus"))}))
 """
 SUDOERS_FIX = ("Let {user} run it without a password: `sudo visudo -f /etc/sudoers.d/homegpu-suspend` with "
-               "`{user} ALL=(root) NOPASSWD: {command}` (README, Machines that sleep).")
+               "`{user} ALL=(root) NOPASSWD: {command}` (docs/sleep.md).")
 
 
 @dataclass(frozen=True)

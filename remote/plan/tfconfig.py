@@ -55,7 +55,7 @@ def find_job(cluster: ClusterSpec, name: str | None) -> JobSpec:
         if len(cluster.jobs) == 1:
             return next(iter(cluster.jobs.values()))
         if not cluster.jobs:
-            raise JobConfigError(f"{cluster.source} defines no jobs; add a [jobs.NAME] table (see README.md)")
+            raise JobConfigError(f"{cluster.source} defines no jobs; add a [jobs.NAME] table (see docs/reference.md)")
         raise JobConfigError(f"{cluster.source} defines several jobs ({', '.join(cluster.jobs)}); name one")
     if name not in cluster.jobs:
         known = ", ".join(cluster.jobs) or "none"

@@ -18,7 +18,7 @@ BUSY_CPU_PERCENT = 50.0  # a node busier than this is doing someone's work
 COMMAND_TIMEOUT_S = 15.0  # for `who`, `id -u` and the workers' list
 GONE_TIMEOUT_S = 30.0  # for the node to drop off once its sleep command said it would sleep
 SUDO_HELP = ("let its SSH user run the command without a password: a sudoers line such as "
-             "`USER ALL=(root) NOPASSWD: /usr/bin/systemctl suspend` (README, Machines that sleep)")
+             "`USER ALL=(root) NOPASSWD: /usr/bin/systemctl suspend` (docs/sleep.md)")
 
 
 class NotIdle(Exception):

@@ -20,7 +20,7 @@ PROGRESS_SECONDS = 5.0  # how often the wait says how long it has waited
 RESEND_SECONDS = 15.0  # a UDP packet may be lost: sent again this often while the node has not answered
 SEND_TIMEOUT_S = 20.0  # for a wake_via node to send the packet
 WOL_HELP = ("Wake-on-LAN must be on in its BIOS/UEFI and on its NIC (on it, `ethtool NIC | grep Wake-on` should "
-            "say g; `sudo ethtool -s NIC wol g` turns it on: README, Machines that sleep)")
+            "say g; `sudo ethtool -s NIC wol g` turns it on: docs/sleep.md)")
 
 Progress = Callable[[str], None]
 

@@ -46,7 +46,7 @@ class QueueClient:
             reader, writer = await asyncio.open_unix_connection(str(self.path), limit=MAX_LINE)
         except (FileNotFoundError, ConnectionRefusedError):
             raise NoServe(f"no homegpu serve runs this cluster's queue (nothing answers at {self.path}); start "
-                          f"one with `{self.serve_command}` (README.md, \"Always on\"), then try again") from None
+                          f"one with `{self.serve_command}` (docs/always-on.md), then try again") from None
         except PermissionError:
             owner = owner_of(self.path.parent)
             whose = f"{owner}'s" if owner else "another user's"

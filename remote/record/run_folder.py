@@ -1,6 +1,6 @@
 """A run's folder, experiments/RUN-ID/: the one place where its files are named.
 
-README ("What a run leaves") describes them: logs/WORKER.log, metrics.jsonl, output/, run.json,
+docs/jobs.md ("What a run leaves") describes them: logs/WORKER.log, metrics.jsonl, output/, run.json,
 timeline.sqlite and report.html. Everything that writes or reads a run's record asks here.
 """
 

@@ -61,7 +61,7 @@ DAY = 86400
 FULL_RATE_TAIL = 25 * 3600  # the last day and an hour: what the store keeps at 1 s and 10 s
 THIN_EVERY = 10  # seconds between samples before that
 ROUNDS = 3
-WHOLE_CONTROLLER_SECONDS_PER_LINE = 0.0006  # README, bench_nodes: 0.06 % of a core per node at 1 Hz
+WHOLE_CONTROLLER_SECONDS_PER_LINE = 0.0006  # tests/benchmarks/README.md, bench_nodes: 0.06 % of a core per node at 1 Hz
 
 
 class Clock:
@@ -186,7 +186,7 @@ def bench_write_cost(seconds: int) -> None:
     print(f"   the timeline recorder adds {timeline_cost * 1e6:.1f} µs per line; the history store adds "
           f"{history_cost * 1e6:.1f} µs: history / timeline = {history_cost / timeline_cost:.2f}×")
     print(f"   with the history store, in-process handling: {history_s / base_s:.3f}× of without; against the "
-          f"whole controller ({WHOLE_CONTROLLER_SECONDS_PER_LINE * 1e6:.0f} µs per line, README): "
+          f"whole controller ({WHOLE_CONTROLLER_SECONDS_PER_LINE * 1e6:.0f} µs per line, tests/benchmarks/README.md): "
           f"{(WHOLE_CONTROLLER_SECONDS_PER_LINE + history_cost) / WHOLE_CONTROLLER_SECONDS_PER_LINE:.3f}×")
     print(f"   at 1 Hz that is {history_cost * NODES * 100:.3f} % of a core for {NODES} nodes; "
           f"files: timeline {sizes[0] / 2**20:.1f} MiB, history {sizes[1] / 2**20:.1f} MiB")

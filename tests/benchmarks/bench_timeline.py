@@ -11,7 +11,7 @@ Run:  .venv/bin/python tests/benchmarks/bench_timeline.py [--seconds 600]
    without a second of idle in between; their times advance 1 s per round, so the recorder flushes
    once per second of run time as it would live. Target: ≤ 1.05×.
    This in-process baseline leaves out what the real controller also spends per line (SSH, asyncio
-   wake-ups); the README's bench_nodes figure for that (0.06 % of a core per node at 1 Hz) gives a
+   wake-ups); the bench_nodes figure in tests/benchmarks/README.md for that (0.06 % of a core per node at 1 Hz) gives a
    second ratio against the whole controller.
    With --live, it also runs the real controller (Cluster) against 16 simulated sshd nodes
    streaming the stats agent at 1 Hz (a replaying nvidia-smi recorded on real GPUs) and measures
@@ -52,7 +52,7 @@ NODES = 16
 LIVE_SECONDS = 20.0
 LIVE_ROUNDS = 3
 ROUNDS = 5
-WHOLE_CONTROLLER_SECONDS_PER_LINE = 0.0006  # README, bench_nodes: 0.06 % of a core per node at 1 Hz
+WHOLE_CONTROLLER_SECONDS_PER_LINE = 0.0006  # tests/benchmarks/README.md, bench_nodes: 0.06 % of a core per node at 1 Hz
 T0 = 1_795_316_000.0
 
 
@@ -109,7 +109,7 @@ def bench_recording(seconds: int) -> None:
     print(f"   recorder on: {on_s * 1e6 / len(lines):.1f} µs per line; the recorder adds {per_line * 1e6:.1f} µs")
     print(f"   ratio on/off, in-process event handling: {on_s / off_s:.3f}×")
     whole = WHOLE_CONTROLLER_SECONDS_PER_LINE
-    print(f"   ratio against the whole controller ({whole * 1e6:.0f} µs per line, README): "
+    print(f"   ratio against the whole controller ({whole * 1e6:.0f} µs per line, tests/benchmarks/README.md): "
           f"{(whole + per_line) / whole:.3f}×")
     print(f"   timeline file: {size / 1e6:.1f} MB for {seconds} s of {NODES} nodes")
 

@@ -22,7 +22,7 @@ from homegpu.tui.view.text import table
 
 POINTS = 48  # sparkline cells
 RECORDING_SLACK = 30.0  # seconds: a history whose newest sample is older than this is not being recorded
-START_SERVE = "start `homegpu serve` to record it (README.md, \"Always on\")"
+START_SERVE = "start `homegpu serve` to record it (docs/always-on.md)"
 
 
 def register(commands: argparse._SubParsersAction) -> None:

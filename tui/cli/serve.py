@@ -1,7 +1,7 @@
 """`homegpu serve`: homegpu that stays on. One process keeps a session to every node, answers Prometheus
 at /metrics, follows the runs of the cluster's jobs wherever they were started, raises the [alerts], runs
 the queue (`homegpu submit`), and (with --web) shows the terminal UI in a browser. It prints one line per
-URL it serves, then runs until Ctrl-C or SIGTERM (a systemd unit: README.md, "Always on").
+URL it serves, then runs until Ctrl-C or SIGTERM (a systemd unit: docs/always-on.md).
 
 This module is the command's options; the services and their wiring are tui/daemon.py.
 """
@@ -29,7 +29,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                     "(every GPU's utilisation, memory, temperature and power, every node's state, CPU and "
                     "memory, and each running job's epoch, rate, loss and restarts, wherever it was started), and "
                     "run the queue: the runs `homegpu submit` adds start when their nodes' GPUs are free. "
-                    "Runs until Ctrl-C or SIGTERM; made to run under systemd (README.md, \"Always on\").",
+                    "Runs until Ctrl-C or SIGTERM; made to run under systemd (docs/always-on.md).",
     )
     serve.add_argument("--metrics-port", type=_port, default=DEFAULT_METRICS_PORT, metavar="PORT",
                        help=f"port of /metrics (default {DEFAULT_METRICS_PORT}; 0: any free port)")
@@ -41,7 +41,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--experiments", type=Path, default=EXPERIMENTS, metavar="DIR",
                        help="where the queue's runs are recorded (default: ./experiments)")
     serve.add_argument("--web", action="store_true",
-                       help="also serve the terminal UI to browsers, behind a token (README.md, \"In a browser\")")
+                       help="also serve the terminal UI to browsers, behind a token (docs/tui.md, \"In a browser\")")
     serve.add_argument("--web-port", type=_port, default=DEFAULT_WEB_PORT, metavar="PORT",
                        help=f"port of the web view (default {DEFAULT_WEB_PORT}; 0: any free port)")
     serve.set_defaults(handler=run_serve)

@@ -119,7 +119,7 @@ def _host_watts_text(nodes) -> str:
 def format_alerts(rules: AlertRules, which: Callable[[str], str | None] = shutil.which) -> list[str]:
     """The [alerts] rules as `check` shows them, and whether the command's program is found here."""
     if not rules.enabled and not rules.command:
-        return ["Alerts: none ([alerts] in README.md: a GPU too hot, a node offline, a job that failed ...)."]
+        return ["Alerts: none ([alerts] in docs/reference.md: a GPU too hot, a node offline, a job that failed ...)."]
     on = []
     if rules.gpu_temperature is not None:
         on.append(f"GPU at {rules.gpu_temperature:g} °C or more")
@@ -144,7 +144,7 @@ def _format_jobs(spec: ClusterSpec) -> list[str]:
     if not spec.jobs:
         first = spec.nodes[0].name if spec.nodes else "NODE"
         return [f"No job yet: add one, e.g. a [jobs.demo] table with nodes = [\"{first}\"] trains the built-in "
-                "demo there (README.md, \"cluster.toml reference\")."]
+                "demo there (docs/reference.md)."]
     rows = [(job.name, runs_what(job), ", ".join(job.nodes) if job.nodes else "every node", job.workers_per_node,
              job.port) for job in spec.jobs.values()]
     refusals = [f"✗ {job.name}: {problem}" for job in spec.jobs.values()
