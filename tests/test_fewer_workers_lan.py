@@ -7,7 +7,10 @@ the same backup on its own disk); fewer than min_workers left fails the run with
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
+from pathlib import Path
+from typing import Callable
 
 from helpers import homegpu_argv, job_table, read_metrics, worker_processes
 from simcluster import SimCluster
@@ -16,34 +19,43 @@ EPOCHS = 5
 THREE = ["node1", "node2", "node3"]
 
 
-def run_losing(sim: SimCluster, tmp_path, lost: str, **job) -> tuple[int, str]:
-    """`homegpu run demo --no-tui` on the three nodes; at `lost`'s epoch 2 line its machine is switched off, and
-    it is started again only once the run has ended. Returns (exit status, output)."""
-    table = job_table(nodes=THREE, epochs=EPOCHS, steps_per_epoch=20, reconnect_timeout=8.0, **job)
-    config = sim.write_cluster_toml(tmp_path / "cluster.toml", jobs={"demo": table})
-    node = sim.node(lost)
-    process = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=tmp_path,
+def run_losing(sim: SimCluster, tmp_path, lost: str, job: str = "demo", then: tuple[str, Callable[[], None]] | None = None,
+               **table) -> tuple[int, str]:
+    """`homegpu run JOB --no-tui` on the three nodes (the built-in trainer, else `table`'s script); at `lost`'s
+    epoch 2 line its machine is switched off, and at the first line with `then`'s cue after that, `then` runs;
+    a node still off is started again once the run has ended. Returns (exit status, output)."""
+    schedule = {} if "script" in table else {"epochs": EPOCHS, "steps_per_epoch": 20}
+    table = job_table(nodes=THREE, reconnect_timeout=8.0, **schedule, **table)
+    config = sim.write_cluster_toml(tmp_path / "cluster.toml", jobs={job: table})
+    process = subprocess.Popen(homegpu_argv("--config", str(config), "run", job, "--no-tui"), cwd=tmp_path,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output, switched_off = [], False
+    cues = [(re.compile(rf"^{lost} \* epoch 2/\d+ "), sim.node(lost).kill)]
+    if then is not None:
+        cues.append((re.compile(re.escape(then[0])), then[1]))
+    output = []
     try:
         for line in process.stdout:
             output.append(line)
-            if not switched_off and f"{lost} * epoch 2/{EPOCHS}" in line:
-                node.kill()
-                switched_off = True
+            if cues and cues[0][0].search(line):
+                cues.pop(0)[1]()
         process.wait(timeout=600)
     finally:
         process.kill()
-        if not node.is_running:
-            node.start()
+        for node in sim.nodes:
+            if not node.is_running:
+                node.start()
     text = "".join(output)
     print(text)  # the run as a user saw it (pytest -s)
-    assert switched_off, f"the run ended before {lost} was switched off:\n{text}"
+    assert len(cues) == 0, f"the run ended before every step of the test was taken:\n{text}"
     return process.returncode, text
 
 
 def finished_epochs(run_dir, worker: str) -> list[int]:
     return [m["epoch"] for m in read_metrics(run_dir) if m.get("event") == "epoch" and m["worker_label"] == worker]
+
+
+def starts(run_dir, worker: str) -> list[dict]:
+    return [m for m in read_metrics(run_dir) if m.get("event") == "start" and m["worker_label"] == worker]
 
 
 def test_a_node_switched_off_for_good_and_the_run_goes_on_with_the_others(sim_cluster, tmp_path):
@@ -79,4 +91,40 @@ def test_fewer_than_min_workers_left_fails_the_run_with_the_line(sim_cluster, tm
     assert status != 0, text
     assert re.search(r"restart failed: node2 did not come back within 8 s \(offline: .*\); 2 of 3 workers left, "
                      r"fewer than the job's min_workers = 3", text), text
+    assert not worker_processes(sim_cluster)
+
+
+def test_a_lost_node_that_is_back_rejoins_at_the_end_of_the_epoch(sim_cluster, tmp_path):
+    node3 = sim_cluster.node("node3")
+    status, text = run_losing(sim_cluster, tmp_path, "node3", then=("node3 lost (offline 8 s)", node3.start),
+                              min_workers=2, epochs=7)
+    assert status == 0, text
+    assert re.search(r"node3 back: rejoining with node1, node2, node3 from epoch \d \(global batch 96 as at the "
+                     r"start: 32 per worker\)", text), text
+    (run_dir,) = (tmp_path / "experiments").iterdir()
+    back = starts(run_dir, "node3")[-1]
+    assert back["initial_epoch"] >= 3, back  # from the backup homegpu put there, not its own stale one (epoch 2)
+    assert finished_epochs(run_dir, "node3")[-1] == 7 and (run_dir / "output" / "model").is_dir()
+    assert "restarts 0): every worker succeeded" in text and not worker_processes(sim_cluster)
+
+
+TUTORIAL_SCRIPT = Path(__file__).parent / "fixtures" / "scripts" / "tf_tutorial_backup.py"
+
+
+def test_a_tutorial_script_with_backup_and_restore_goes_on_from_the_chiefs_copied_backup(sim_cluster, tmp_path):
+    """Stock BackupAndRestore saves on the chief only; the chief's machine leaves, and node2 (now the chief) and
+    node3 resume from the copy homegpu kept off node1, not from epoch 1."""
+    (tmp_path / "tutorial").mkdir()
+    shutil.copy(TUTORIAL_SCRIPT, tmp_path / "tutorial" / "train.py")
+    status, text = run_losing(sim_cluster, tmp_path, "node1", job="tutorial", script="tutorial/train.py",
+                              args=["6"], min_workers=2)
+    assert status == 0, text
+    line = re.search(r"node1 lost \(offline 8 s\): going on with node2, node3 from epoch (\d) \(the script's own "
+                     r"batch\)", text)
+    assert line and int(line[1]) >= 2, text
+    (run_dir,) = (tmp_path / "experiments").iterdir()
+    log = (run_dir / "logs" / "node2.log").read_text()
+    second = log[log.index("generation 2 starting"):]
+    first_epoch = re.search(r"^Epoch (\d+)/6$", second, re.M)
+    assert first_epoch and int(first_epoch[1]) == int(line[1]), second[:3000]  # resumed, as the line said
     assert not worker_processes(sim_cluster)

@@ -22,7 +22,8 @@ STDERR_KEPT = 2_000  # bytes of the command's stderr kept to say why it failed
 TITLES = {
     "gpu_temperature": "GPU too hot", "gpu_memory": "GPU memory nearly full", "node_offline": "node offline",
     "job_failed": "job failed", "job_stalled": "job stalled", "straggler": "straggler",
-    "job_succeeded": "job succeeded", "queued_run_started": "queued run started",
+    "job_succeeded": "job succeeded", "run_shrunk": "a run went on with fewer machines",
+    "queued_run_started": "queued run started",
     "queued_run_succeeded": "queued run succeeded", "queued_run_failed": "queued run failed",
     "queued_run_cancelled": "queued run cancelled", "budget_per_day": "the day's electricity budget crossed",
     "budget_per_run": "a run's electricity budget crossed",

@@ -23,10 +23,11 @@ LIMITS: Limits = {
     "budget_per_run": (0.0, 1e6, " (in [cluster].currency)"),
 }
 BUDGETS = ("budget_per_day", "budget_per_run")  # what the electricity may cost; need [cluster].price_per_kwh
-SWITCHES = ("job_failed", "job_stalled", "straggler", "job_succeeded", "queued_runs")
+SWITCHES = ("job_failed", "job_stalled", "straggler", "job_succeeded", "run_shrunk", "queued_runs")
 # What the rules raise (an alert's kind): queued_runs raises one kind per state of a queued run.
 QUEUED_RUN_KINDS = ("queued_run_started", "queued_run_succeeded", "queued_run_failed", "queued_run_cancelled")
 KINDS = ("gpu_temperature", "gpu_memory", "node_offline", "job_failed", "job_stalled", "straggler", "job_succeeded",
+         "run_shrunk",
          *QUEUED_RUN_KINDS, *BUDGETS)
 MAX_ARGS = 100
 
@@ -60,6 +61,7 @@ class AlertRules:
     job_stalled: bool = False
     straggler: bool = False
     job_succeeded: bool = False
+    run_shrunk: bool = False  # a run went on without a machine that left (its job's min_workers)
     queued_runs: bool = False  # each run of `homegpu serve`'s queue: started, succeeded, failed, cancelled
     command: tuple[str, ...] = ()
     command_timeout: float = 30.0

@@ -80,6 +80,7 @@ class JobSpec:
     framework: str = "tensorflow"  # or "pytorch": torchrun on each node, a process per GPU
     min_workers: int = 0  # how few workers a run goes on with when machines leave for good (0: every one)
     on_fewer_workers: str = KEEP_GLOBAL_BATCH  # or KEEP_WORKER_BATCH: the built-in trainer's batch then
+    rejoin: bool = True  # a lost node back rejoins at the end of an epoch (False: at the next restart only)
 
     @property
     def is_pytorch(self) -> bool:
@@ -156,6 +157,7 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...])
         min_workers=get("min_workers", int, 0),
         on_fewer_workers=get("on_fewer_workers", str, KEEP_GLOBAL_BATCH,
                              v.choice((KEEP_GLOBAL_BATCH, KEEP_WORKER_BATCH))),
+        rejoin=get("rejoin", bool, True),
     )
     _check_worker_ports(v, job)
     _check_min_workers(v, path, job, node_names)

@@ -144,6 +144,10 @@ JOBS = Section("[jobs.NAME]", (
         "the built-in trainer's batch once workers left: the same global batch, each worker's share larger "
         "(refused when it does not split evenly), or each worker's batch as it was, the global one smaller (the "
         "learning rate may need to follow)", 'on_fewer_workers = "keep-worker-batch"'),
+    Key("rejoin", "boolean", "`true`",
+        "a node the run went on without that is back (online) rejoins: at the end of the epoch it came back in, "
+        "everyone restarting with it from the chief's backup (`false`: at the run's next restart only)",
+        "rejoin = false"),
 ))
 
 ALERTS = Section("[alerts]", (
@@ -167,6 +171,9 @@ ALERTS = Section("[alerts]", (
         "[Why a GPU is slow](slow-gpu.md)); clears when the next epoch passes without it being flagged",
         "straggler = true"),
     Key("job_succeeded", "boolean", "`false`", "the run finished: every worker succeeded", "job_succeeded = true"),
+    Key("run_shrunk", "boolean", "`false`",
+        "the run went on without a machine that left for good (the job's `min_workers`), naming it and who goes on",
+        "run_shrunk = true"),
     Key("queued_runs", "boolean", "`false`",
         "a run of `homegpu serve`'s queue, named with its `--set` values (`q-12 (train epochs=20) started as run "
         "…`): `queued_run_started` (with its run id), `queued_run_succeeded`, `queued_run_failed` and "

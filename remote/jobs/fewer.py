@@ -5,7 +5,8 @@ refusing homegpu until someone acts) is handled as torchrun's `--nnodes=MIN:MAX`
 worker left restarts, fewer, from the last finished epoch. Nothing has to be copied for that: every worker of the
 built-in trainer keeps the same backup on its own disk (trainer/backup.py), so losing the chief's machine loses no
 epoch; the first node left in the job's order becomes the chief. The job's `min_workers` (0: every worker) says
-how few may go on; `on_fewer_workers` what happens to the batch.
+how few may go on; `on_fewer_workers` what happens to the batch. A lost node that is back rejoins the same way
+(`rejoin`: at the end of the epoch it came back in, else at the next restart).
 
 Pure: JobRun (run.py) lays the new job out and restarts it.
 """
@@ -27,6 +28,11 @@ def job_without(job: JobSpec, every_node: Sequence[str], lost: Sequence[str]) ->
     return replace(job, nodes=tuple(name for name in every_node if name not in lost))
 
 
+def job_with(job: JobSpec, every_node: Sequence[str], back: Sequence[str]) -> JobSpec:
+    """`job` with the nodes in `back` again, every node in `every_node`'s order (the chief is the first again)."""
+    return replace(job, nodes=tuple(name for name in every_node if name in job.nodes or name in back))
+
+
 def check_enough(job: JobSpec, workers: int, first_workers: int, gone: str) -> None:
     """Raises FewerWorkersRefused when `workers` is fewer than the job's min_workers (or it has none)."""
     if not job.min_workers:
@@ -37,7 +43,7 @@ def check_enough(job: JobSpec, workers: int, first_workers: int, gone: str) -> N
 
 
 def batch_for(job: JobSpec, first_batch: int, first_workers: int, workers: int) -> tuple[int, str]:
-    """The per-worker batch_size for `workers` workers, and the words for it.
+    """The per-worker batch_size for `workers` workers (fewer than at the start, or as many again), and the words.
 
     keep-global-batch: the first generation's global batch, each worker's share larger; keep-worker-batch: each
     worker's batch as it was, the global one smaller. A script's batch is its own: unchanged.
@@ -48,6 +54,8 @@ def batch_for(job: JobSpec, first_batch: int, first_workers: int, workers: int) 
     if not job.uses_trainer:
         return job.batch_size, "the script's own batch"
     global_batch = first_batch * first_workers
+    if workers == first_workers:
+        return first_batch, f"global batch {global_batch} as at the start: {first_batch} per worker"
     if job.on_fewer_workers != KEEP_GLOBAL_BATCH:
         return first_batch, (f"global batch {first_batch * workers} of {global_batch}: {first_batch} per worker; "
                              "the learning rate may need to follow")
@@ -69,6 +77,15 @@ def going_on_line(lost: Sequence[tuple[str, str]], waited: float, left: Sequence
             checkpoint if it keeps one).
     """
     gone = ", ".join(f"{name} lost ({state} {waited:g} s)" for name, state in lost)
-    start = (f"from epoch {epochs_done + 1}" if epochs_done is not None
-             else "from the script's own checkpoint if it keeps one, else from its start")
-    return f"{gone}: going on with {', '.join(left)} {start} ({batch})"
+    return f"{gone}: going on with {', '.join(left)} {_resuming(epochs_done)} ({batch})"
+
+
+def rejoining_line(back: Sequence[str], members: Sequence[str], epochs_done: int | None, batch: str) -> str:
+    """`node3 back: rejoining with node1, node2, node3 from epoch 5 (global batch 96 kept: 32 per worker)`."""
+    return f"{', '.join(back)} back: rejoining with {', '.join(members)} {_resuming(epochs_done)} ({batch})"
+
+
+def _resuming(epochs_done: int | None) -> str:
+    if epochs_done is None:
+        return "from the script's own checkpoint if it keeps one, else from its start"
+    return f"from epoch {epochs_done + 1}"

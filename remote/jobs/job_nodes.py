@@ -86,6 +86,11 @@ class JobNodes:
         self.job, self.slots = job, list(slots)
         self.runtimes = {name: runtime for name, runtime in self.runtimes.items() if name in job.nodes}
 
+    def add(self, opened: dict[str, tuple[Runtime, str]]) -> None:
+        """Hold these nodes' (runtime, work dir) too (open_runtime's): nodes that rejoin a run."""
+        for name, (runtime, work_dir) in opened.items():
+            self.runtimes[name], self.work_dirs[name] = runtime, work_dir
+
     def runtime(self, slot: WorkerSlot) -> Runtime:
         return self.runtimes[slot.node.name]
 

@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 from typing import Sequence
 
 from homegpu.remote.config import EMBEDDED_DEFAULT, JobSpec
+from homegpu.remote.jobs.backup_copy import BACKUP_DIR
 from homegpu.remote.node_side import MARKER_INDEX, MARKER_JOB, MARKER_RUN
 from homegpu.remote.plan import (
     TORCH_DEMO_MODULE, DevicePlan, WorkerSlot, docker_device_ids, tf_config_json, torchrun_argv,
@@ -72,9 +73,10 @@ def _data_arg(data: str, paths: NodePaths) -> str:
 def worker_env(job: JobSpec, paths: NodePaths) -> dict[str, str]:
     """Environment for a worker: the job's env, the shipped trainer package first on PYTHONPATH (a
     user's script gets the job's PYTHONPATH back from user_script.py), legacy Keras (`tf.keras` is
-    tf-keras), and the job's `keras` choice for a script's own `import keras`."""
+    tf-keras), the job's `keras` choice for a script's own `import keras`, and where a script's
+    BackupAndRestore keeps what homegpu copies off the chief (jobs/backup_copy.py)."""
     env = {"TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1", "HOMEGPU_OUTPUT_DIR": paths.output_dir,
-           **job.env}
+           "HOMEGPU_BACKUP_DIR": posixpath.join(paths.output_dir, BACKUP_DIR), **job.env}
     shipped = posixpath.join(paths.code_dir, TRAINER_PACKAGE_DIR)
     env["PYTHONPATH"] = shipped if job.uses_trainer else ":".join(filter(None, (shipped, job.env.get("PYTHONPATH"))))
     if not job.uses_trainer and job.keras == "tf-keras":

@@ -20,13 +20,16 @@ from pathlib import Path
 from typing import Callable
 
 from homegpu.remote.config import PER_GPU, JobSpec
+from homegpu.remote.jobs.backup_copy import BackupCopy, BackupKeeper, backup_dir
 from homegpu.remote.jobs.code_filter import CodeFilter
 from homegpu.remote.jobs.codesync import SyncError, read_tree, shipping_line, sync_trees
 from homegpu.remote.jobs.disk import full_disks
 from homegpu.remote.jobs.failure import Verdict, judge, might_be_script_error
-from homegpu.remote.jobs.fewer import FewerWorkersRefused, batch_for, check_enough, going_on_line, job_without
+from homegpu.remote.jobs.fewer import (
+    FewerWorkersRefused, batch_for, check_enough, going_on_line, job_with, job_without, rejoining_line,
+)
 from homegpu.remote.jobs.guard import RunGuard
-from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError
+from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError, open_runtime
 from homegpu.remote.jobs.launch_plan import (
     TRAINER_PACKAGE_DIR, local_code, new_run_id, script_rel, trainer_package, worker_launch,
 )
@@ -39,7 +42,9 @@ from homegpu.remote.jobs.watch import (
 )
 from homegpu.remote.jobs.worker_logs import WorkerLines, finish_tails, stop_tails
 from homegpu.remote.logs import Metric
-from homegpu.remote.nodes import Cluster, JobState, JobStateChanged, NodeSession, cause, connect_wait, wait_set
+from homegpu.remote.nodes import (
+    Cluster, JobState, JobStateChanged, NodeSession, NodeState, cause, connect_wait, wait_set,
+)
 from homegpu.remote.power import WakeFailed, wake_asleep
 from homegpu.remote.plan import (
     DevicePlan, JobLayout, WorkerSlot, job_nodes, last_timeline, lay_out, tf_config_json, worker_slots,
@@ -83,6 +88,9 @@ class JobRun:
         self.tracks: dict[str, WorkerTrack] = {}
         self.lost_tracks: list[WorkerTrack] = []  # the workers of nodes the run went on without (_go_on_without)
         self._first_batch, self._first_workers = job.batch_size, 0  # the first generation's, for a smaller one
+        self._every_node = [node.name for node in job_nodes(cluster.spec, job)]  # the job's, in TF_CONFIG order
+        self._back_since_epoch: int | None = None  # the chief's epoch when a lost node was first seen back
+        self.backup: BackupKeeper | None = None  # the chief's backup kept off the chief (TensorFlow jobs)
         self.nodes: JobNodes | None = None  # the job's runtimes, once prepare() reached its nodes
         self.plan: DevicePlan | None = None  # every worker's devices, once prepare() saw the nodes' GPUs
         self.experiment: ExperimentLog | None = None
@@ -200,6 +208,7 @@ class JobRun:
             await self._preflight()
             await self._sync_code()
             self.experiment = ExperimentLog(self.experiments_root, self.run_id)
+            self._keep_backup_copies()
             try:
                 await self._start_generation()
             except LaunchError:
@@ -295,6 +304,7 @@ class JobRun:
         """Take over a run started by another homegpu process: follow it, never start it twice."""
         self.run_id, self.generation = run_id, generation
         self.experiment = ExperimentLog(self.experiments_root, run_id)
+        self._keep_backup_copies()
         self._start_record()
         self._follow_logs({label: self.experiment.recorded_lines(label, generation) for label in self.tracks})
         self._publish(JobState.RUNNING, "attached to a running job")
@@ -307,12 +317,18 @@ class JobRun:
         try:
             state, detail = await self._follow_to_end()
         except BaseException:
+            if self.backup is not None:
+                await self.backup.stop()
             await stop_tails(self.tracks.values())
             self._close_experiment()
             await self._close_record(report=False)
             raise
         incomplete = await finish_tails(self.tracks.values(), self.run_id)
         outputs = await self._fetch_outputs("" if state is JobState.SUCCEEDED else f"the run {state.value}: {detail}")
+        if self.backup is not None:
+            await self.backup.stop()
+            if state is JobState.SUCCEEDED:
+                self.backup.copy.discard()
         if state is JobState.SUCCEEDED and self.job.uses_trainer and not outputs.error:
             await remove_backups([(t.runtime.node, t.runtime.out_dir(self.run_id, t.label))
                                   for t in self.tracks.values()])
@@ -332,6 +348,10 @@ class JobRun:
             if failure is None:
                 if all_succeeded(self.tracks.values()):
                     return JobState.SUCCEEDED, "every worker succeeded"
+                if self.backup is not None:
+                    self.backup.after_epoch()
+                if (failure := await self._rejoin_at_epoch_end()) is not None:
+                    return JobState.FAILED, failure
             elif await self.nodes.stop_marked(self.run_id, ended_runtimes(self.tracks.values())):
                 await self._stop_workers()
                 return JobState.STOPPED, "stopped with `homegpu stop`"
@@ -400,29 +420,34 @@ class JobRun:
                 return failure
             self.restarts += 1
             self._publish(JobState.RESTARTING, failure)
-            await self._stop_workers()
-            await finish_tails(self.tracks.values(), self.run_id)  # the failed generation's whole log, first
-            await self._remove_workers()
+            await self._end_generation()
             await self._sleep(min(2.0 ** (self.restarts - 1), MAX_BACKOFF_SECONDS))
             if gone := await self._wait_for_nodes():
                 try:
                     await self._go_on_without(gone)
                 except FewerWorkersRefused as exc:
                     return f"restart failed: {exc}"
+            elif (back := self._returned()) and (problem := await self._take_back(back)):
+                self._publish(JobState.RESTARTING, problem)
             if self._stop_requested.is_set():
                 return None  # watch() stops what is left
-            problems = await restart_port_problems(self.slots, self.nodes.runtime)
-            if problems:
-                failure = f"restart failed: {'; '.join(problems)}"
-                continue
-            self.generation += 1
-            for track in self.tracks.values():
-                track.status, track.last_activity, track.progressed = None, time.monotonic(), False
-            try:
-                await self._start_generation()
+            if (problem := await self._start_next_generation()) is None:
                 return None
-            except LaunchError as exc:
-                failure = f"restart failed: {exc}"
+            failure = f"restart failed: {problem}"
+
+    async def _start_next_generation(self) -> str | None:
+        """Start the next generation of the stopped run, every worker from the same backup; why it could not."""
+        problems = await restart_port_problems(self.slots, self.nodes.runtime) or await self._restore_backup()
+        if problems:
+            return "; ".join(problems)
+        self.generation += 1
+        for track in self.tracks.values():
+            track.status, track.last_activity, track.progressed = None, time.monotonic(), False
+        try:
+            await self._start_generation()
+        except LaunchError as exc:
+            return str(exc)
+        return None
 
     async def _wait_for_nodes(self) -> str:
         """Before a restart, wait for the job's nodes that are away, saying so; why they did not come back."""
@@ -439,29 +464,122 @@ class JobRun:
             FewerWorkersRefused: why the run cannot go on (too few left, a batch that does not split, the plan).
         """
         lost = [(node.name, node.state.value) for node in self.nodes.away()]
-        every = [node.name for node in job_nodes(self.cluster.spec, self.job)]
-        job = job_without(self.job, every, [name for name, _ in lost])
+        job = job_without(self.job, self._every_node, [name for name, _ in lost])
         try:
-            layout = self._layout(job) if job.nodes else None
-            check_enough(job, len(layout.slots) if layout else 0, self._first_workers, gone)
-            batch, words = batch_for(job, self._first_batch, self._first_workers, len(layout.slots))
-            if batch != job.batch_size:
-                job = replace(job, batch_size=batch)
-                layout = self._layout(job)
+            words = await self._regroup(job, gone)
         except LaunchError as exc:
             raise FewerWorkersRefused(f"{gone}; the nodes left cannot take the run: {exc}") from None
-        epochs = max((t.last_metric.epoch or 0 for t in self.tracks.values() if t.slot.node.name in job.nodes),
-                     default=0) if job.uses_trainer else None
+        self.restarts -= 1  # a machine that left is no fault of the run's: it spends no restart
+        self._publish(JobState.RESTARTING,
+                      going_on_line(lost, self.job.reconnect_timeout, job.nodes, self._resume_epoch(), words))
+
+    def _returned(self) -> list[str]:
+        """The nodes the run went on without that are online again, in the job's order."""
+        lost = {track.slot.node.name for track in self.lost_tracks}
+        return [name for name in self._every_node
+                if name in lost and self.cluster.node(name).state is NodeState.ONLINE]
+
+    async def _take_back(self, back: list[str]) -> str | None:
+        """Lay the run out again with the nodes in `back` (their runtimes opened afresh, their tracks back), saying
+        so; why they cannot rejoin (the run goes on without them then)."""
+        try:
+            opened = {name: await open_runtime(self.cluster, self.cluster.node(name), connect_wait(self.cluster.spec, 1))
+                      for name in back}
+            self.nodes.add(opened)
+            job = job_with(self.job, self._every_node, back)
+            words = await self._regroup(job, "")
+        except (LaunchError, FewerWorkersRefused) as exc:
+            return f"{', '.join(back)} cannot rejoin: {exc}"
+        await self.nodes.stop(self.run_id, [slot for slot in self.slots if slot.node.name in back])  # a cut-off
+        # node's worker may still run
+        self._publish(JobState.RESTARTING, rejoining_line(back, job.nodes, self._resume_epoch(), words))
+        return None
+
+    async def _rejoin_at_epoch_end(self) -> str | None:
+        """With `rejoin` (the default), restart everyone with the lost nodes that are back once the chief finishes
+        the epoch it was in when they came back; why the run failed, when the restart could not start again."""
+        back = self._returned() if self.job.rejoin else []
+        epoch = self.tracks[self.slots[0].label].last_metric.epoch or 0
+        if not back:
+            self._back_since_epoch = None
+            return None
+        if self._back_since_epoch is None:
+            self._back_since_epoch = epoch
+        if epoch <= self._back_since_epoch:
+            return None
+        self._back_since_epoch = None
+        await self._end_generation()
+        if problem := await self._take_back(back):
+            self._publish(JobState.RESTARTING, problem)
+        problem = await self._start_next_generation()
+        return None if problem is None else await self._restart(f"restart failed: {problem}")
+
+    async def _regroup(self, job: JobSpec, gone: str) -> str:
+        """Make `job` (the run's on other nodes) the run's: its layout, batch (on_fewer_workers), tracks and run lock
+        on its chief; the batch in words. `gone`: why nodes are missing, for a refusal.
+
+        Raises:
+            FewerWorkersRefused: too few workers, or a batch that does not split.
+            LaunchError: the plan refuses the layout.
+        """
+        layout = self._layout(job) if job.nodes else None
+        check_enough(job, len(layout.slots) if layout else 0, self._first_workers, gone)
+        batch, words = batch_for(job, self._first_batch, self._first_workers, len(layout.slots))
+        if batch != job.batch_size:
+            job = replace(job, batch_size=batch)
+            layout = self._layout(job)
         chief = self.slots[0].node.name
         self.job, self.plan, self.slots = job, layout.plan, list(layout.slots)
         self.nodes.keep(job, self.slots)
-        self.lost_tracks += [self.tracks.pop(label) for label in list(self.tracks)
-                             if label not in {slot.label for slot in self.slots}]
+        labels = {slot.label for slot in self.slots}
+        returning = [track for track in self.lost_tracks if track.label in labels]
+        leaving = [self.tracks.pop(label) for label in list(self.tracks) if label not in labels]
+        self.lost_tracks = [track for track in self.lost_tracks if track not in returning] + leaving
+        self.tracks.update((track.label, track) for track in returning)
         self._track_slots()
-        self.restarts -= 1  # a machine that left is no fault of the run's: it spends no restart
-        self._publish(JobState.RESTARTING, going_on_line(lost, self.job.reconnect_timeout, job.nodes, epochs, words))
         if self._guard is not None and self.slots[0].node.name != chief:
             await self.take_lock()
+        return words
+
+    # -- the chief's backup, off the chief (jobs/backup_copy.py) ---------------------------------
+
+    def _keep_backup_copies(self) -> None:
+        if not self.job.is_pytorch and self.backup is None:
+            copy = BackupCopy(self.experiment.folder.path / "chief-backup")
+            self.backup = BackupKeeper(copy, self._chief_backup, lambda line: self._publish(self.state, line))
+
+    def _chief_backup(self) -> tuple[NodeSession, str, int] | None:
+        """(the chief's node, its backup dir, the epochs it finished), when its node is online and it finished one."""
+        chief = self.tracks[self.slots[0].label]
+        epoch = chief.last_metric.epoch
+        if not epoch or chief.runtime.node.state is not NodeState.ONLINE:
+            return None
+        return chief.runtime.node, backup_dir(chief.runtime.out_dir(self.run_id, chief.label)), epoch
+
+    async def _restore_backup(self) -> list[str]:
+        """Put the copy of the chief's backup onto every worker, so that all resume from the same epoch."""
+        if self.backup is None:
+            return []
+        return await self.backup.put([(t.runtime.node, backup_dir(t.runtime.out_dir(self.run_id, t.label)))
+                                      for t in self.tracks.values()])
+
+    def _resume_epoch(self) -> int | None:
+        """The epochs the next generation resumes after: the copy's, else the built-in trainer's workers' (each has
+        its own backup); None for a script without a backup (it starts over, unless it resumes by itself)."""
+        if self.backup is not None and self.backup.epoch is not None:
+            return self.backup.epoch
+        if not self.job.uses_trainer:
+            return None
+        return max((t.last_metric.epoch or 0 for t in self.tracks.values()), default=0)
+
+    async def _end_generation(self) -> None:
+        """Stop every worker, read their logs to the end, remove what they left and take the chief's last backup
+        (before the chief may change)."""
+        await self._stop_workers()
+        await finish_tails(self.tracks.values(), self.run_id)  # the ended generation's whole log, first
+        await self._remove_workers()
+        if self.backup is not None:
+            await self.backup.refresh()
 
     async def _stop_workers(self) -> None:
         tracks = list(self.tracks.values())

@@ -151,7 +151,7 @@ class AlertState(str, enum.Enum):
 
 # Alerts about a run: the run is part of what they are about (others are about a node or a GPU). A queued
 # run's alerts are about its queue entry too (Alert.queue_id; its run_id is "" when cancelled before it started).
-RUN_ALERTS = ("job_failed", "job_stalled", "straggler", "job_succeeded", "queued_run_started", "queued_run_succeeded",
+RUN_ALERTS = ("job_failed", "job_stalled", "straggler", "job_succeeded", "run_shrunk", "queued_run_started", "queued_run_succeeded",
               "queued_run_failed", "queued_run_cancelled", "budget_per_run")
 
 
@@ -160,7 +160,7 @@ class Alert:
     """A rule of [alerts] met (FIRING), or no longer met (CLEARED); remote/alerts/evaluate.py decides.
 
     `kind` names the rule (gpu_temperature, gpu_memory, node_offline, job_failed, job_stalled,
-    straggler, job_succeeded, queued_run_started, queued_run_succeeded, queued_run_failed,
+    straggler, job_succeeded, run_shrunk, queued_run_started, queued_run_succeeded, queued_run_failed,
     queued_run_cancelled); `value` and `threshold` are in its unit (°C, %, seconds).
     `job` and `run_id` name the run it is about, or for node and GPU alerts the run going on;
     `queue_id` the entry of serve's queue a queued_run_* alert is about ("q-12"), else ""."""

@@ -37,7 +37,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     submit.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="this run's own setting of a job key: epochs, batch_size, steps_per_epoch, args, "
                              "env.NAME, data, model, data_dir, restart, max_restarts, stall_timeout, "
-                             "reconnect_timeout, keras, min_workers, on_fewer_workers; repeatable (VALUE as in TOML: args=[\"--lr\", \"0.01\"])")
+                             "reconnect_timeout, keras, min_workers, on_fewer_workers, rejoin; repeatable (VALUE as in TOML: args=[\"--lr\", \"0.01\"])")
     submit.set_defaults(handler=run_submit)
 
     queue = commands.add_parser(

@@ -1,0 +1,148 @@
+"""The chief's last finished backup, kept off the chief: the run goes on from it when the chief's machine leaves.
+
+Every worker resumes from `backup/` in its output dir ($HOMEGPU_BACKUP_DIR): the built-in trainer's
+NodeLocalBackup, and a script's `BackupAndRestore(os.environ["HOMEGPU_BACKUP_DIR"])`. Stock BackupAndRestore
+saves only on the chief, into `backup/chief/`, and every worker restores from its own `backup/chief/`: on
+machines with their own disks a non-chief worker finds nothing, and a chief that leaves takes the only copy.
+So homegpu keeps one on the controller (experiments/RUN-ID/chief-backup/): taken from the chief after each
+epoch it finishes (the epoch line follows the save), bounded in size, and put onto every worker before each
+new generation (refreshed from the chief first where its machine is still there), so that all of them,
+a new chief or a machine that rejoins included, resume from the same epoch.
+
+A copy is taken whole into a folder beside it and then put in its place, so a copy cut off half-way (the chief
+gone mid-transfer) leaves the previous one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import posixpath
+import re
+import shutil
+from pathlib import Path
+from typing import Callable, Sequence
+
+from homegpu.remote.jobs.codesync import SyncError, read_tree, sync_trees
+from homegpu.remote.nodes import NODE_GONE, NodeSession, cause, format_bytes
+
+BACKUP_DIR = "backup"  # in a worker's output dir
+# A TensorFlow checkpoint dir's index file names the newest checkpoint: model_checkpoint_path: "ckpt-3"
+NEWEST_CHECKPOINT = re.compile(r'^model_checkpoint_path: "([^"/]+)"$', re.M)
+COPY_CAP_BYTES = 2 << 30  # 2 GiB: past that, copying it every epoch would cost more than the epoch is worth
+
+
+def backup_dir(output_dir: str) -> str:
+    """A worker's backup dir on its node, from its output dir."""
+    return posixpath.join(output_dir, BACKUP_DIR)
+
+
+def complete(folder: Path) -> bool:
+    """Whether every TensorFlow checkpoint dir in `folder` holds the checkpoint its index file names (its .index
+    and a data shard): a copy taken while the chief was saving may hold the new index and not yet its files."""
+    for index in folder.rglob("checkpoint"):
+        match = NEWEST_CHECKPOINT.search(index.read_text(errors="replace"))
+        if match and not ((index.parent / f"{match[1]}.index").exists()
+                          and any(index.parent.glob(f"{match[1]}.data-*"))):
+            return False
+    return True
+
+
+class BackupCopy:
+    """The copy of one run's chief backup in `folder`; `epoch`: the epoch it holds (None: no copy yet)."""
+
+    def __init__(self, folder: Path, cap: int = COPY_CAP_BYTES) -> None:
+        self.folder, self.cap = folder, cap
+        self.epoch: int | None = None
+        self.refused = ""  # why copies stopped (too large), said once
+
+    async def take(self, node: NodeSession, remote_dir: str, epoch: int) -> str:
+        """Copy `remote_dir` from `node` as the backup of `epoch`; why not ("" when copied, or when there is no
+        backup to copy: a script that keeps none)."""
+        try:
+            listing = await node.list_tree(remote_dir, frozenset())
+        except NODE_GONE:
+            return ""  # no backup there (a script without one), or the node is gone: the last copy stands
+        size = sum(size for size, _ in listing.values())
+        if not listing or self.refused:
+            return ""
+        if size > self.cap:
+            self.refused = (f"the chief's backup is {format_bytes(size)}, past the {format_bytes(self.cap)} homegpu "
+                            "copies off the chief; if its machine leaves, the run cannot go on from it")
+            return self.refused
+        partial = self.folder.with_name(self.folder.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        try:
+            await node.get_tree(remote_dir, partial)
+        except NODE_GONE as exc:
+            shutil.rmtree(partial, ignore_errors=True)
+            return f"{node.name}: could not copy its backup: {cause(exc)}"
+        if not complete(partial):  # copied while the chief saved: the next epoch's copy will do
+            shutil.rmtree(partial, ignore_errors=True)
+            return ""
+        shutil.rmtree(self.folder, ignore_errors=True)
+        partial.rename(self.folder)
+        self.epoch = epoch
+        return ""
+
+    async def put(self, targets: Sequence[tuple[NodeSession, str]]) -> list[str]:
+        """Make each (node, backup dir) the copy, as `rsync --delete` would; "NODE: why" for each that failed."""
+        if self.epoch is None:
+            return []
+        try:
+            tree = await read_tree(self.folder)
+        except SyncError as exc:
+            return [f"the copy of the chief's backup: {exc}"]
+        return await sync_trees(tree, targets)
+
+    def discard(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+# Where the chief's backup is now: (its node, its backup dir, the epochs it finished), or None (its node is away,
+# or it finished none yet).
+ChiefBackup = Callable[[], "tuple[NodeSession, str, int] | None"]
+
+
+class BackupKeeper:
+    """Keeps a run's BackupCopy up to date: a copy in the background after each epoch the chief finishes, and a
+    fresh one before the copy is put onto the workers of a new generation. `say`: a line for the run (the cap)."""
+
+    def __init__(self, copy: BackupCopy, chief: ChiefBackup, say: Callable[[str], None]) -> None:
+        self.copy, self._chief, self._say = copy, chief, say
+        self._copying: asyncio.Task | None = None
+
+    @property
+    def epoch(self) -> int | None:
+        return self.copy.epoch
+
+    def after_epoch(self) -> None:
+        """Start a copy when the chief finished an epoch the copy does not hold (one copy at a time)."""
+        if self._copying is not None and not self._copying.done():
+            return
+        found = self._chief()
+        if found is not None and found[2] != self.copy.epoch:
+            self._copying = asyncio.create_task(self._take(*found))
+
+    async def refresh(self) -> None:
+        """The copy from the chief as it is now, where its node is there. Only the chief of the generation that
+        just ran has the newest backup (a script's stock BackupAndRestore saves on it alone): refresh before the
+        run's chief changes, never after."""
+        if self._copying is not None:
+            await asyncio.gather(self._copying, return_exceptions=True)
+        if (found := self._chief()) is not None:
+            await self._take(*found)
+
+    async def put(self, targets: Sequence[tuple[NodeSession, str]]) -> list[str]:
+        """Put the copy onto every (node, backup dir); "NODE: why" for each that could not take it."""
+        return await self.copy.put(targets)
+
+    async def stop(self) -> None:
+        if self._copying is not None:
+            self._copying.cancel()
+            await asyncio.gather(self._copying, return_exceptions=True)
+
+    async def _take(self, node: NodeSession, remote_dir: str, epoch: int) -> None:
+        said = self.copy.refused
+        problem = await self.copy.take(node, remote_dir, epoch)
+        if problem and problem != said and self.copy.refused:
+            self._say(problem)  # the cap, said once; a copy cut short waits for the next epoch

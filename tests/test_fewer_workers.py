@@ -1,0 +1,101 @@
+"""A run that goes on with fewer machines, and one that takes a machine back (issue 37): the job on the nodes left,
+its batch, the lines that say so (remote/jobs/fewer.py), and the chief's backup kept off the chief and put onto
+every worker (remote/jobs/backup_copy.py, through the local node's real file transfer and sync). On the LAN:
+tests/test_fewer_workers_lan.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from homegpu.remote.config import JobSpec, embedded_default
+from homegpu.remote.jobs.backup_copy import BackupCopy, complete
+from homegpu.remote.jobs.fewer import (
+    FewerWorkersRefused, batch_for, check_enough, going_on_line, job_with, job_without, rejoining_line,
+)
+from homegpu.remote.nodes import Cluster
+
+EVERY = ["desktop", "laptop", "closet"]
+
+
+def test_the_job_on_the_nodes_left_keeps_their_order_and_takes_them_back_in_it() -> None:
+    job = JobSpec(name="demo", nodes=tuple(EVERY), min_workers=2)
+    left = job_without(job, EVERY, ["desktop"])
+    assert left.nodes == ("laptop", "closet")  # laptop is the chief now
+    assert job_with(left, EVERY, ["desktop"]).nodes == tuple(EVERY)  # desktop the chief again
+
+
+@pytest.mark.parametrize("policy, workers, expected", [
+    ("keep-global-batch", 2, (96, "global batch 192 kept: 96 per worker")),
+    ("keep-worker-batch", 2, (64, "global batch 128 of 192: 64 per worker; the learning rate may need to follow")),
+    ("keep-global-batch", 3, (64, "global batch 192 as at the start: 64 per worker")),
+])
+def test_the_batch_follows_on_fewer_workers(policy, workers, expected) -> None:
+    job = JobSpec(name="demo", batch_size=64, on_fewer_workers=policy)
+    assert batch_for(job, 64, 3, workers) == expected
+
+
+def test_a_global_batch_that_does_not_split_is_refused_with_the_fix() -> None:
+    with pytest.raises(FewerWorkersRefused, match='the global batch 100 does not split evenly over 3 workers; set '
+                                                 'batch_size so that it does, or on_fewer_workers = "keep-worker-batch"'):
+        batch_for(JobSpec(name="demo", batch_size=25), 25, 4, 3)
+    script = JobSpec(name="mine", script="train.py")
+    assert batch_for(script, 64, 3, 2) == (64, "the script's own batch")
+
+
+def test_too_few_left_or_no_min_workers_fails_with_why_the_node_is_gone() -> None:
+    gone = "closet did not come back within 300 s (offline: no route to host)"
+    with pytest.raises(FewerWorkersRefused) as refused:
+        check_enough(JobSpec(name="demo"), 2, 3, gone)
+    assert str(refused.value) == gone  # today's behaviour: the run fails on the node
+    with pytest.raises(FewerWorkersRefused) as refused:
+        check_enough(JobSpec(name="demo", min_workers=3), 2, 3, gone)
+    assert str(refused.value) == f"{gone}; 2 of 3 workers left, fewer than the job's min_workers = 3"
+    check_enough(JobSpec(name="demo", min_workers=2), 2, 3, gone)
+
+
+def test_the_lines_say_who_left_who_goes_on_from_which_epoch_and_the_batch() -> None:
+    assert going_on_line([("closet", "offline")], 300, ["desktop", "laptop"], 3,
+                         "global batch 192 kept: 96 per worker") == (
+        "closet lost (offline 300 s): going on with desktop, laptop from epoch 4 (global batch 192 kept: 96 per worker)")
+    assert rejoining_line(["closet"], EVERY, None, "the script's own batch") == (
+        "closet back: rejoining with desktop, laptop, closet from the script's own checkpoint if it keeps one, else "
+        "from its start (the script's own batch)")
+
+
+def write_checkpoint(folder, number: int, data: bool = True) -> None:
+    """A TensorFlow checkpoint dir as BackupAndRestore leaves it (the file names tf.train.CheckpointManager uses)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "checkpoint").write_text(f'model_checkpoint_path: "ckpt-{number}"\n'
+                                       f'all_model_checkpoint_paths: "ckpt-{number}"\n')
+    (folder / f"ckpt-{number}.index").write_bytes(b"index")
+    if data:
+        (folder / f"ckpt-{number}.data-00000-of-00001").write_bytes(b"weights" * 100)
+
+
+def test_a_copy_taken_mid_save_is_not_complete(tmp_path) -> None:
+    write_checkpoint(tmp_path / "saved" / "chief", 3)
+    assert complete(tmp_path / "saved")
+    write_checkpoint(tmp_path / "mid-save" / "chief", 4, data=False)  # the index written, its data not yet
+    assert not complete(tmp_path / "mid-save")
+
+
+async def test_the_chiefs_backup_is_copied_off_it_and_put_onto_every_worker(tmp_path) -> None:
+    chief, other = tmp_path / "node1" / "backup", tmp_path / "node2" / "backup"
+    write_checkpoint(chief / "chief", 2)
+    (chief / "last_epoch.json").write_text('{"epoch": 2}')
+    write_checkpoint(other / "chief", 1)  # an older one, as a worker that missed a save has
+    copy = BackupCopy(tmp_path / "experiments" / "run" / "chief-backup")
+    async with Cluster(embedded_default(), stream_stats=False) as cluster:
+        node = cluster.node("local")
+        await node.wait_online(60)
+        assert await copy.put([(node, str(other))]) == []  # no copy yet: nothing is put
+        assert await copy.take(node, str(chief), 2) == "" and copy.epoch == 2
+        assert await copy.take(node, str(tmp_path / "no-backup"), 3) == "" and copy.epoch == 2  # a script with none
+        assert await copy.put([(node, str(other)), (node, str(tmp_path / "node3" / "backup"))]) == []
+        small = BackupCopy(tmp_path / "small", cap=100)
+        refused = await small.take(node, str(chief), 2)
+    for worker in (other, tmp_path / "node3" / "backup"):
+        assert sorted(p.relative_to(worker).as_posix() for p in worker.rglob("*") if p.is_file()) == [
+            "chief/checkpoint", "chief/ckpt-2.data-00000-of-00001", "chief/ckpt-2.index", "last_epoch.json"]
+    assert refused.startswith("the chief's backup is ") and ", past the 100 B homegpu copies off the chief" in refused
+    assert small.epoch is None
