@@ -151,6 +151,18 @@ def test_reasons_are_kept_for_waiting_entries_only(path: Path) -> None:
         assert (store.get(a).reason, store.get(b).reason) == ("node closet offline", "")
 
 
+def test_a_running_entry_keeps_what_became_of_its_run(path: Path) -> None:
+    """A run that went on with fewer machines says so in `homegpu queue` (remote/jobs/fewer.py's line)."""
+    line = "closet lost (offline 300 s): going on with desktop from epoch 3 (global batch 128 kept: 128 per worker)"
+    with QueueStore(path) as store:
+        a, b = submit(store), submit(store)
+        store.mark_starting(a, "r", T0)
+        store.mark_running(a)
+        assert store.note_reasons({a: line, b: "ignored"}, EntryState.RUNNING) == 1
+    with QueueStore(path) as store:
+        assert (store.get(a).reason, store.get(b).reason) == (line, "")
+
+
 def test_ids_as_people_write_them() -> None:
     assert entry_number("q-12") == entry_number("12") == 12
     for bad in ("q12", "q-0", "x", "", "q--1", "1" * 30):

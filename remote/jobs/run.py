@@ -91,6 +91,7 @@ class JobRun:
         self._every_node = [node.name for node in job_nodes(cluster.spec, job)]  # the job's, in TF_CONFIG order
         self._back_since_epoch: int | None = None  # the chief's epoch when a lost node was first seen back
         self.backup: BackupKeeper | None = None  # the chief's backup kept off the chief (TensorFlow jobs)
+        self.on_regroup: Callable[[str], None] | None = None  # told each line of the run going on with other nodes
         self.nodes: JobNodes | None = None  # the job's runtimes, once prepare() reached its nodes
         self.plan: DevicePlan | None = None  # every worker's devices, once prepare() saw the nodes' GPUs
         self.experiment: ExperimentLog | None = None
@@ -470,8 +471,7 @@ class JobRun:
         except LaunchError as exc:
             raise FewerWorkersRefused(f"{gone}; the nodes left cannot take the run: {exc}") from None
         self.restarts -= 1  # a machine that left is no fault of the run's: it spends no restart
-        self._publish(JobState.RESTARTING,
-                      going_on_line(lost, self.job.reconnect_timeout, job.nodes, self._resume_epoch(), words))
+        self._say_regroup(going_on_line(lost, self.job.reconnect_timeout, job.nodes, self._resume_epoch(), words))
 
     def _returned(self) -> list[str]:
         """The nodes the run went on without that are online again, in the job's order."""
@@ -492,7 +492,7 @@ class JobRun:
             return f"{', '.join(back)} cannot rejoin: {exc}"
         await self.nodes.stop(self.run_id, [slot for slot in self.slots if slot.node.name in back])  # a cut-off
         # node's worker may still run
-        self._publish(JobState.RESTARTING, rejoining_line(back, job.nodes, self._resume_epoch(), words))
+        self._say_regroup(rejoining_line(back, job.nodes, self._resume_epoch(), words))
         return None
 
     async def _rejoin_at_epoch_end(self) -> str | None:
@@ -513,6 +513,11 @@ class JobRun:
             self._publish(JobState.RESTARTING, problem)
         problem = await self._start_next_generation()
         return None if problem is None else await self._restart(f"restart failed: {problem}")
+
+    def _say_regroup(self, line: str) -> None:
+        self._publish(JobState.RESTARTING, line)
+        if self.on_regroup is not None:
+            self.on_regroup(line)
 
     async def _regroup(self, job: JobSpec, gone: str) -> str:
         """Make `job` (the run's on other nodes) the run's: its layout, batch (on_fewer_workers), tracks and run lock

@@ -204,9 +204,9 @@ class QueueRunner:
         self._note_reasons({entry.id: reason})
         return None
 
-    def _note_reasons(self, reasons: dict[str, str]) -> None:
+    def _note_reasons(self, reasons: dict[str, str], state: EntryState = EntryState.WAITING) -> None:
         try:
-            changed = self.store.note_reasons(reasons)
+            changed = self.store.note_reasons(reasons, state)
         except QueueWriteError as exc:
             self.trouble.failed(str(exc), "why entries wait is not kept until it can write again")
             return
@@ -270,6 +270,7 @@ class QueueRunner:
 
     def _follow(self, entry: QueueEntry, run: JobRun) -> None:
         self._runs[entry.id] = run
+        run.on_regroup = lambda line: self._note_reasons({entry.id: line}, EntryState.RUNNING)
         if entry.id in self._cancelled_by:
             run.stop()
         self._spawn(self._watch(entry, run), f"queue run {entry.id}")

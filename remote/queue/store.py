@@ -134,10 +134,11 @@ class QueueStore:
             raise QueueError(f"{entry.id} has already {_ended_words(entry.state)}: there is nothing to cancel")
         return entry
 
-    def note_reasons(self, reasons: Mapping[str, str]) -> int:
-        """Keep why each waiting entry waits (the scheduler's latest word), so `homegpu queue` can say it.
-        Entries no longer waiting, or whose reason is the same, are left alone. How many changed."""
-        rows = [(reason, entry_number(id_), EntryState.WAITING.value, reason) for id_, reason in reasons.items()]
+    def note_reasons(self, reasons: Mapping[str, str], state: EntryState = EntryState.WAITING) -> int:
+        """Keep why each waiting entry waits (the scheduler's latest word), or for a running one what became of its
+        run (it went on with fewer machines), so `homegpu queue` can say it. Entries no longer in `state`, or whose
+        reason is the same, are left alone. How many changed."""
+        rows = [(reason, entry_number(id_), state.value, reason) for id_, reason in reasons.items()]
         if not rows:
             return 0
         with self._write() as db:
