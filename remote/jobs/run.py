@@ -474,7 +474,10 @@ class JobRun:
         self._say_regroup(going_on_line(lost, self.job.reconnect_timeout, job.nodes, self._resume_epoch(), words))
 
     def _returned(self) -> list[str]:
-        """The nodes the run went on without that are online again, in the job's order."""
+        """The nodes the run went on without that are online again, in the job's order. Not for a PyTorch job: its
+        script's snapshot is its own, kept on each node, and a node back would resume from its stale one."""
+        if self.job.is_pytorch:
+            return []
         lost = {track.slot.node.name for track in self.lost_tracks}
         return [name for name in self._every_node
                 if name in lost and self.cluster.node(name).state is NodeState.ONLINE]
