@@ -143,3 +143,18 @@ def test_a_slurm_cluster_is_written_back_as_it_was_read():
     again = parse_cluster(cluster_to_toml(spec), "cluster.toml")
     assert again == spec
     assert 'scheduler = "slurm"' in cluster_to_toml(spec) and 'time_limit = "1:30:00"' in cluster_to_toml(spec)
+
+
+async def test_a_run_on_a_slurm_cluster_is_refused_before_anything_starts(tmp_path):
+    """Runs through sbatch are not wired yet: starting workers over SSH would go past the lab's Slurm."""
+    from homegpu.remote.jobs import JobRun, LaunchError
+    from homegpu.remote.nodes import Cluster
+
+    cluster = Cluster(parse_cluster(slurm_job('partition = "gpu"'), "lab.toml"))
+    with pytest.raises(LaunchError) as error:
+        await JobRun(cluster, cluster.spec.jobs["train"], tmp_path).launch()
+    assert str(error.value) == (
+        'lab.toml: scheduler = "slurm", and homegpu cannot run jobs through Slurm yet (docs/slurm.md says what '
+        "works): starting the workers over SSH would go past Slurm; set scheduler = \"homegpu\" and remove the "
+        "jobs' Slurm keys to run them over SSH")
+    assert list(tmp_path.iterdir()) == []  # no record was started
