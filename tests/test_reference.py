@@ -15,6 +15,7 @@ from homegpu.remote.config import ConfigError, duration_seconds, parse_cluster
 from homegpu.remote.config.checks import Validator
 from homegpu.remote.config.key_tables import SECTIONS
 from homegpu.remote.config.keys import REFERENCE_PAGE
+from homegpu.remote.config.slurm_keys import SLURM_JOB_KEYS
 from homegpu.remote.config.reference import COMMAND, fill
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,6 +30,9 @@ BASE = {
     "jobs": {"train": {}},
     "alerts": {"job_failed": True},
 }
+# What the Slurm keys need beside them: a cluster whose runs go through Slurm (the job keys are refused elsewhere).
+SLURM_CLUSTER = {"scheduler": "slurm", "slurm_login": "desktop"}
+NEEDS_SLURM = {("[cluster]", "scheduler"), ("[cluster]", "slurm_login")} | {("[jobs.NAME]", k) for k in SLURM_JOB_KEYS}
 
 
 def page_keys() -> dict[str, set[str]]:
@@ -75,6 +79,8 @@ def test_each_keys_example_validates(section, key, tmp_path):
     where = {"[cluster]": data["cluster"], "[[nodes]]": data["nodes"][1], "[jobs.NAME]": data["jobs"]["train"],
              "[alerts]": data["alerts"]}[section.header]
     where.update(example)
+    if (section.header, key.name) in NEEDS_SLURM:
+        data["cluster"] = {**SLURM_CLUSTER, **data["cluster"]}
     (tmp_path / "cluster.toml").write_text(tomli_w.dumps(data), encoding="utf-8")
     parse_cluster(tomli_w.dumps(data), str(tmp_path / "cluster.toml"))
 

@@ -21,6 +21,7 @@ from homegpu.remote.config.checks import TOP_KEYS, ConfigError, Limits, Validato
 from homegpu.remote.config.job_spec import JobSpec, parse_jobs
 from homegpu.remote.config.node_spec import LOCAL_HOST, RUNTIMES, NodeSpec, parse_nodes
 from homegpu.remote.config.key_tables import CLUSTER
+from homegpu.remote.config.slurm_keys import HOMEGPU, SLURM, check_scheduler
 from homegpu.remote.config.tariff import Tariff, parse_tariff
 from homegpu.remote.config.toml_lines import LineIndex
 
@@ -71,6 +72,16 @@ class ClusterSpec:
     source: str = EMBEDDED_DEFAULT
     alerts: AlertRules = field(default_factory=AlertRules)
     tariff: Tariff = field(default_factory=Tariff)  # what a kWh costs (no price: energy only)
+    scheduler: str = HOMEGPU  # or SLURM: each run is one Slurm job, submitted on slurm_login
+    slurm_login: str = ""  # where sbatch runs: a node's name or an ssh alias
+
+    @property
+    def uses_slurm(self) -> bool:
+        return self.scheduler == SLURM
+
+    def slurm_login_node(self) -> NodeSpec | None:
+        """The node slurm_login names, or None where it is an ssh alias or host of its own."""
+        return next((node for node in self.nodes if node.name == self.slurm_login), None)
 
     def work_dir_of(self, node: NodeSpec) -> str:
         """The node's own work dir, else the cluster's."""
@@ -228,11 +239,12 @@ def _cluster(v: Validator, data: dict) -> ClusterSpec:
     name = get("name", str, DEFAULT_CLUSTER_NAME, v.check_name)
     stats_interval = get("stats_interval", float, ClusterSpec.stats_interval)
     work_dir = get("work_dir", str, ClusterSpec.work_dir, v.check_path)
-    jobs = parse_jobs(v, data, tuple(node.name for node in nodes))
+    scheduler, slurm_login = check_scheduler(v, table)
+    jobs = parse_jobs(v, data, tuple(node.name for node in nodes), scheduler)
     alerts, tariff = parse_alerts(v, data), parse_tariff(v, table)
     _check_budgets(v, alerts, tariff)
     return ClusterSpec(name=name, nodes=nodes, ssh=ssh, stats_interval=stats_interval, work_dir=work_dir, jobs=jobs,
-                       source=v.file, alerts=alerts, tariff=tariff)
+                       source=v.file, alerts=alerts, tariff=tariff, scheduler=scheduler, slurm_login=slurm_login)
 
 
 def _check_budgets(v: Validator, alerts: AlertRules, tariff: Tariff) -> None:

@@ -16,6 +16,7 @@ from typing import Mapping
 from homegpu.remote.config.checks import MAX_PORT, NAME_RE, Check, Limits, Validator, show
 from homegpu.remote.config.key_tables import JOBS
 from homegpu.remote.config.node_spec import NodeSpec
+from homegpu.remote.config.slurm_keys import HOMEGPU, parse_slurm_job
 from homegpu.remote.config.toml_lines import LineIndex
 from homegpu.trainer import MODELS
 
@@ -81,6 +82,12 @@ class JobSpec:
     min_workers: int = 0  # how few workers a run goes on with when machines leave for good (0: every one)
     on_fewer_workers: str = KEEP_GLOBAL_BATCH  # or KEEP_WORKER_BATCH: the built-in trainer's batch then
     rejoin: bool = True  # a lost node back rejoins at the end of an epoch (False: at the next restart only)
+    # sbatch's options on a Slurm cluster (slurm_keys.py), "" where Slurm's default applies
+    partition: str = ""
+    account: str = ""
+    qos: str = ""
+    time_limit: str = ""  # as Slurm prints a limit: "30:00", "2:00:00", "1-00:00:00"
+    gres: str = ""  # per node, e.g. "gpu:rtx4090:2"; "": the GPUs the device plan gives each node
 
     @property
     def is_pytorch(self) -> bool:
@@ -99,8 +106,9 @@ class JobSpec:
         return self.python or node.python
 
 
-def parse_jobs(v: Validator, data: dict, node_names: tuple[str, ...]) -> Mapping[str, JobSpec]:
-    """Every `[jobs.NAME]` table of the parsed file, validated. Raises ConfigError."""
+def parse_jobs(v: Validator, data: dict, node_names: tuple[str, ...],
+               scheduler: str = HOMEGPU) -> Mapping[str, JobSpec]:
+    """Every `[jobs.NAME]` table of the parsed file, validated for the cluster's `scheduler`. Raises ConfigError."""
     raw = v.table(data, ("jobs",))
     jobs = {}
     for name, table in raw.items():
@@ -108,12 +116,12 @@ def parse_jobs(v: Validator, data: dict, node_names: tuple[str, ...]) -> Mapping
             raise v.fail(("jobs", name), "must be a table", f"write it as a [jobs.{name}] table")
         if not NAME_RE.fullmatch(name):
             raise v.fail(("jobs", name), f"invalid job name {show(name)}", "use up to 64 letters, digits, - _ .")
-        jobs[name] = parse_job(v, name, table, node_names)
+        jobs[name] = parse_job(v, name, table, node_names, scheduler)
     return MappingProxyType(jobs)
 
 
-def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...]) -> JobSpec:
-    """Validate one [jobs.NAME] table. Raises ConfigError."""
+def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...], scheduler: str = HOMEGPU) -> JobSpec:
+    """Validate one [jobs.NAME] table (its Slurm keys only on a Slurm cluster). Raises ConfigError."""
     path = ("jobs", name)
     v.unknown_keys(table, path, JOBS.names, JOBS.hint)
     get = v.getter(table, path, LIMITS)
@@ -158,6 +166,7 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...])
         on_fewer_workers=get("on_fewer_workers", str, KEEP_GLOBAL_BATCH,
                              v.choice((KEEP_GLOBAL_BATCH, KEEP_WORKER_BATCH))),
         rejoin=get("rejoin", bool, True),
+        **parse_slurm_job(v, table, path, scheduler),
     )
     _check_worker_ports(v, job)
     _check_min_workers(v, path, job, node_names)

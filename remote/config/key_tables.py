@@ -31,6 +31,13 @@ CLUSTER = Section("[cluster]", (
     Key("tariffs", 'table of `"HH:MM-HH:MM" = price`', "none",
         "time-of-day rates (local time, end exclusive, may wrap midnight, may not overlap); `price_per_kwh` "
         "outside them. Needs `price_per_kwh`", 'tariffs = { "22:00-06:00" = 0.18 }'),
+    Key("scheduler", '`"homegpu"` or `"slurm"`', '`"homegpu"`',
+        "who starts the runs: homegpu itself on the nodes over SSH, or a lab's Slurm, one Slurm job per run "
+        "submitted on `slurm_login` (see [Slurm](slurm.md): what works today). Needs `slurm_login`",
+        'scheduler = "slurm"'),
+    Key("slurm_login", "a node's name or an `~/.ssh/config` alias", 'required with `scheduler = "slurm"`',
+        "the machine where `sbatch`, `squeue` and `scancel` run: a `[[nodes]]` name (its SSH settings) or a host "
+        "or alias of its own; only with `scheduler = \"slurm\"`", 'slurm_login = "login.lab"'),
 ))
 
 NODES = Section("[[nodes]]", (
@@ -148,6 +155,18 @@ JOBS = Section("[jobs.NAME]", (
         "a node the run went on without that is back (online) rejoins: at the end of the epoch it came back in, "
         "everyone restarting with it from the chief's backup (`false`: at the run's next restart only)",
         "rejoin = false"),
+    Key("partition", "a Slurm partition (several: comma-separated)", "Slurm's default partition",
+        '`sbatch --partition`: where the run\'s Slurm job goes (`sinfo` lists them). Only with `scheduler = "slurm"`, '
+        "like the four keys below ([Slurm](slurm.md))", 'partition = "gpu"'),
+    Key("account", "a Slurm account", "your default account", "`sbatch --account`: who the run is charged to",
+        'account = "vision"'),
+    Key("qos", "a Slurm QOS", "the account's default", "`sbatch --qos`: the quality of service it runs under",
+        'qos = "normal"'),
+    Key("time_limit", '`"MM"`, `"MM:SS"`, `"HH:MM:SS"`, `"D-HH"`, `"D-HH:MM"` or `"D-HH:MM:SS"`, up to a year',
+        "the partition's default", "`sbatch --time`: Slurm ends the run after it; kept as Slurm prints a limit "
+        '(`"90"` is `1:30:00`)', 'time_limit = "12:00:00"'),
+    Key("gres", '`"NAME[:TYPE][:COUNT]"`, comma-separated', "the GPUs the device plan gives each node",
+        '`sbatch --gres`, per node: e.g. `"gpu:1"`, `"gpu:rtx4090:2"`', 'gres = "gpu:rtx4090:2"'),
 ))
 
 ALERTS = Section("[alerts]", (

@@ -92,6 +92,8 @@ def cluster_to_dict(spec: ClusterSpec) -> dict[str, Any]:
         cluster["stats_interval"] = spec.stats_interval
     if spec.work_dir != ClusterSpec.work_dir:
         cluster["work_dir"] = spec.work_dir
+    if spec.uses_slurm:
+        cluster.update(scheduler=spec.scheduler, slurm_login=spec.slurm_login)
     if spec.tariff.priced:
         cluster.update((key, value) for key, value in spec.tariff.as_dict().items() if value not in ("", {}))
     document: dict[str, Any] = {"cluster": cluster, "nodes": [_node_dict(node) for node in spec.nodes]}

@@ -195,6 +195,7 @@ class JobRun:
             LaunchError: naming each node that is not ready and what to do.
         """
         workers = len(self.slots)
+        self._refuse_slurm()  # before anything starts on a node: a Slurm cluster's nodes are Slurm's to start on
         self._refuse_keras3()  # read here, in a second: before anything on a node or in experiments/
         self._start_record()
         try:
@@ -218,6 +219,15 @@ class JobRun:
         except BaseException:
             await self.record.close()
             raise
+
+    def _refuse_slurm(self) -> None:
+        """Raises LaunchError on a cluster whose scheduler is Slurm: runs through sbatch are not wired yet
+        (remote/slurm/ has the pieces), and starting the workers over SSH would go past the lab's Slurm."""
+        spec = self.cluster.spec
+        if spec.uses_slurm:
+            self._refuse(f'{spec.source}: scheduler = "slurm", and homegpu cannot run jobs through Slurm yet '
+                         "(docs/slurm.md says what works): starting the workers over SSH would go past Slurm; "
+                         'set scheduler = "homegpu" and remove the jobs\' Slurm keys to run them over SSH')
 
     def _refuse_keras3(self) -> None:
         """Raises LaunchError when the job's script would train with Keras 3 under the strategy."""
