@@ -26,7 +26,7 @@ def run_losing(sim: SimCluster, tmp_path, lost: str, job: str = "demo", then: tu
     epoch 2 line its machine is switched off, and at the first line with `then`'s cue after that, `then` runs;
     a node still off is started again once the run has ended. Returns (exit status, output)."""
     schedule = {} if "script" in table else {"epochs": EPOCHS, "steps_per_epoch": 20}
-    table = job_table(nodes=THREE, reconnect_timeout=8.0, **schedule, **table)
+    table = job_table(nodes=THREE, reconnect_timeout=8.0, **(schedule | table))
     config = sim.write_cluster_toml(tmp_path / "cluster.toml", jobs={job: table})
     process = subprocess.Popen(homegpu_argv("--config", str(config), "run", job, "--no-tui"), cwd=tmp_path,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -98,17 +98,18 @@ class BackupCopy:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-# Where the chief's backup is now: (its node, its backup dir, the epochs it finished), or None (its node is away,
-# or it finished none yet).
-ChiefBackup = Callable[[], "tuple[NodeSession, str, int] | None"]
+# Where the newest backup is now, best first: (a node, its backup dir, the epochs it finished) for the chief and, where
+# every worker keeps the same backup (the built-in trainer), the others; none whose node is away or that finished
+# no epoch yet.
+BackupSources = Callable[[], "list[tuple[NodeSession, str, int]]"]
 
 
 class BackupKeeper:
     """Keeps a run's BackupCopy up to date: a copy in the background after each epoch the chief finishes, and a
     fresh one before the copy is put onto the workers of a new generation. `say`: a line for the run (the cap)."""
 
-    def __init__(self, copy: BackupCopy, chief: ChiefBackup, say: Callable[[str], None]) -> None:
-        self.copy, self._chief, self._say = copy, chief, say
+    def __init__(self, copy: BackupCopy, sources: BackupSources, say: Callable[[str], None]) -> None:
+        self.copy, self._sources, self._say = copy, sources, say
         self._copying: asyncio.Task | None = None
 
     @property
@@ -119,18 +120,20 @@ class BackupKeeper:
         """Start a copy when the chief finished an epoch the copy does not hold (one copy at a time)."""
         if self._copying is not None and not self._copying.done():
             return
-        found = self._chief()
-        if found is not None and found[2] != self.copy.epoch:
-            self._copying = asyncio.create_task(self._take(*found))
+        found = self._sources()[:1]  # the chief's: the copy follows it
+        if found and found[0][2] != self.copy.epoch:
+            self._copying = asyncio.create_task(self._take(*found[0]))
 
     async def refresh(self) -> None:
-        """The copy from the chief as it is now, where its node is there. Only the chief of the generation that
-        just ran has the newest backup (a script's stock BackupAndRestore saves on it alone): refresh before the
-        run's chief changes, never after."""
+        """The copy from the first source that gives one (the chief, else, for the built-in trainer, the next worker
+        whose node is there). Only the workers of the generation that just ran hold the newest backup (a script's
+        stock BackupAndRestore saves on its chief alone): refresh before the run's members change, never after."""
         if self._copying is not None:
             await asyncio.gather(self._copying, return_exceptions=True)
-        if (found := self._chief()) is not None:
-            await self._take(*found)
+        for node, remote_dir, epoch in self._sources():
+            await self._take(node, remote_dir, epoch)
+            if self.copy.epoch == epoch:
+                return
 
     async def put(self, targets: Sequence[tuple[NodeSession, str]]) -> list[str]:
         """Put the copy onto every (node, backup dir); "NODE: why" for each that could not take it."""

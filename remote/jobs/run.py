@@ -564,15 +564,15 @@ class JobRun:
     def _keep_backup_copies(self) -> None:
         if not self.job.is_pytorch and self.backup is None:
             copy = BackupCopy(self.experiment.folder.path / "chief-backup")
-            self.backup = BackupKeeper(copy, self._chief_backup, lambda line: self._publish(self.state, line))
+            self.backup = BackupKeeper(copy, self._backup_sources, lambda line: self._publish(self.state, line))
 
-    def _chief_backup(self) -> tuple[NodeSession, str, int] | None:
-        """(the chief's node, its backup dir, the epochs it finished), when its node is online and it finished one."""
-        chief = self.tracks[self.slots[0].label]
-        epoch = chief.last_metric.epoch
-        if not epoch or chief.runtime.node.state is not NodeState.ONLINE:
-            return None
-        return chief.runtime.node, backup_dir(chief.runtime.out_dir(self.run_id, chief.label)), epoch
+    def _backup_sources(self) -> list[tuple[NodeSession, str, int]]:
+        """Where the newest backup is, best first (backup_copy.BackupSources): the chief's, and for the built-in
+        trainer, whose every worker keeps the same one, the other workers' (node online, an epoch finished)."""
+        tracks = [self.tracks[slot.label] for slot in self.slots]
+        return [(t.runtime.node, backup_dir(t.runtime.out_dir(self.run_id, t.label)), t.last_metric.epoch)
+                for t in (tracks if self.job.uses_trainer else tracks[:1])
+                if t.last_metric.epoch and t.runtime.node.state is NodeState.ONLINE]
 
     async def _restore_backup(self) -> list[str]:
         """Put the copy of the chief's backup onto every worker, so that all resume from the same epoch."""
