@@ -18,7 +18,7 @@ from helpers import homegpu
 from script_errors import VALUES, per_replica_error
 from homegpu.remote.logs.metric import WorkerMetric
 from homegpu.remote.logs.tracebacks import MESSAGE_LINES
-from homegpu.remote.nodes.events import JobState, Straggler
+from homegpu.remote.nodes.events import JobState, JobStateChanged, NodeState, NodeStateChanged, Straggler
 from homegpu.remote.record.energy import energy_of
 from homegpu.remote.record.experiment import ExperimentLog, write_run_manifest
 from homegpu.remote.record.report import ReportError, write_report
@@ -119,6 +119,20 @@ def test_the_summary_says_what_limited_the_run(tmp_path):
     assert any("gpu2 was offline for 3 s" in line for line in limits)
     # The recorded gpu2 (H100 NVL) was idle: util 0 while the workers ran.
     assert any("GPUs were busy only 0% of the time while a step took 52 ms" in line for line in limits)
+
+
+def test_the_summary_says_who_went_on_when_a_machine_left_and_each_offline_spell_once(tmp_path):
+    """A node away is told offline again at each try; the run went on without it (jobs/fewer.py's line)."""
+    t0 = 1_795_316_000.0
+    going_on = "gpu2 lost (offline 300 s): going on with gpu1 from epoch 2 (global batch 64 kept: 64 per worker)"
+    away = [NodeStateChanged("gpu2", NodeState.OFFLINE, f"try {n}: connection refused", at=t0 + 16.0 + n)
+            for n in range(3)]
+    shrunk = JobStateChanged("demo", "demo-run", JobState.RESTARTING, 1, 1, going_on, at=t0 + 20.2)
+    events = sorted([*scripted_run(t0), *away, shrunk], key=lambda event: event.at)
+    _, summary = write_report(make_run_dir(tmp_path / "experiments", events))
+    limits = [line for line in summary.splitlines() if line.startswith("limited by: ")]
+    assert any(f"At 0:20, {going_on}." in line for line in limits), limits
+    assert sum(line.count("gpu2 was offline") for line in limits) == 2, limits  # 0:12-0:15, then from 0:16 on
 
 
 def test_a_folder_without_a_run_is_one_clear_error(tmp_path):

@@ -6,6 +6,7 @@ puts the sentences on the page and `homegpu report` prints them.
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass
 
@@ -157,20 +158,44 @@ def _waiting_sentence(figures: RunFigures) -> str | None:
             "most likely on the network (gradients exchanged every step) or on data.")
 
 
+# jobs/fewer.py's lines: the run went on without a machine that left, or took one back
+_MEMBERS_CHANGED = re.compile(r" lost \(.*\): going on with | back: rejoining with ")
+
+
 def _interruption_sentences(timeline: Timeline) -> list[str]:
     sentences = []
     for restart in timeline.events_of("restart"):
         back = next((e.at for e in timeline.events if e.kind == "running" and e.at > restart.at), None)
         lost = f"; training stood still for {human_duration(back - restart.at)}" if back else ""
         reason = restart.details.get("detail") or "no reason given"
-        when = _clock(restart.at - timeline.start) if timeline.start is not None else "?"
-        sentences.append(f"The run restarted at {when} after {reason}{lost}.")
-    for offline in timeline.events_of("node_offline"):
+        sentences.append(f"The run restarted at {_at(timeline, restart.at)} after {reason}{lost}.")
+    for change in timeline.events:  # who trains changed: a machine left for good, or came back
+        detail = change.details.get("detail") or ""
+        if change.kind in ("restart", "phase") and _MEMBERS_CHANGED.search(detail):
+            sentences.append(f"At {_at(timeline, change.at)}, {detail}.")
+    for offline in _offline_spells(timeline):
         back = next((e.at for e in timeline.events if e.kind == "node_online" and e.node == offline.node
                      and e.at > offline.at), None)
         how_long = f" for {human_duration(back - offline.at)}" if back else " until the end"
         sentences.append(f"{offline.node} was offline{how_long}.")
     return sentences
+
+
+def _offline_spells(timeline: Timeline) -> list:
+    """Each node_offline event that began a spell: a node away is told offline again at each try (a new reason)."""
+    away: set[str] = set()
+    spells = []
+    for event in timeline.events:
+        if event.kind == "node_online":
+            away.discard(event.node)
+        elif event.kind == "node_offline" and event.node not in away:
+            away.add(event.node)
+            spells.append(event)
+    return spells
+
+
+def _at(timeline: Timeline, at: float) -> str:
+    return _clock(at - timeline.start) if timeline.start is not None else "?"
 
 
 def what_limited(timeline: Timeline, figures: RunFigures, matrix: BandwidthMatrix | None) -> list[str]:
