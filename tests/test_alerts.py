@@ -16,7 +16,7 @@ from homegpu.remote.config.alert_rules import AlertRules
 from homegpu.remote.config.tariff import Tariff
 from homegpu.remote.logs.metric import Metric, WorkerMetric
 from homegpu.remote.nodes.events import (
-    Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, QueueRunChanged,
+    REJOINED, SHRUNK, Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, QueueRunChanged,
     Straggler,
 )
 from homegpu.remote.nodes.stats import NA, ProcessOwner
@@ -173,7 +173,8 @@ def straggler(worker: str, epoch: int, at: float, run: str = "r1") -> Straggler:
     return Straggler("train", run, worker, 400.0, 1200.0, at=T0 + at, epoch=epoch)
 
 
-ALL_JOB_RULES = AlertRules(job_failed=True, job_stalled=True, straggler=True, job_succeeded=True)
+ALL_JOB_RULES = AlertRules(job_failed=True, job_stalled=True, straggler=True, job_succeeded=True, run_shrunk=True)
+GOING_ON = "w2 lost (offline 300 s): going on with w0, w1 from epoch 3 (global batch 96 kept: 48 per worker)"
 
 # (events; alerts as (kind, state, index of the event))
 JOB_CASES = [
@@ -197,6 +198,13 @@ JOB_CASES = [
     ("a straggler still firing clears when the run ends",
      [state(JobState.RUNNING, 0), straggler("w1", 2, 10), state(JobState.SUCCEEDED, 30)],
      [("straggler", "firing", 1), ("job_succeeded", "firing", 2), ("straggler", "cleared", 2)]),
+    ("a run that goes on with fewer machines, each time; a machine back is no alert",
+     [state(JobState.RUNNING, 0), dataclasses.replace(state(JobState.RESTARTING, 9, GOING_ON), regroup=SHRUNK),
+      dataclasses.replace(state(JobState.RESTARTING, 9, GOING_ON), regroup=SHRUNK),
+      dataclasses.replace(state(JobState.RESTARTING, 30, "w2 back: rejoining with w0, w1, w2", generation=2),
+                          regroup=REJOINED),
+      dataclasses.replace(state(JobState.RESTARTING, 40, GOING_ON, generation=3), regroup=SHRUNK)],
+     [("run_shrunk", "firing", 1), ("run_shrunk", "firing", 4)]),
     ("each run has its own end", [state(JobState.FAILED, 1), state(JobState.FAILED, 2, run="r2")],
      [("job_failed", "firing", 0), ("job_failed", "firing", 1)]),
 ]

@@ -113,13 +113,13 @@ def test_asleep_nodes_are_kept_in_a_private_file(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     spec = parse_cluster(cluster(f'mac = "{MAC}"'), file=str(tmp_path / "cluster.toml"))
     asleep = AsleepNodes(spec)
-    assert asleep.since("desktop") is None
+    assert asleep.spell("desktop") is None
     asleep.mark("desktop", at=T0)
-    assert AsleepNodes(spec).since("desktop") == T0 and stat.S_IMODE(asleep.path.stat().st_mode) == 0o600
+    assert AsleepNodes(spec).spell("desktop").since == T0 and stat.S_IMODE(asleep.path.stat().st_mode) == 0o600
     asleep.clear("desktop")
-    assert asleep.since("desktop") is None
+    assert asleep.spell("desktop") is None
     asleep.path.write_text("{not json")
-    assert asleep.since("desktop") is None  # damaged: tried as an offline node, not a crash
+    assert asleep.spell("desktop") is None  # damaged: tried as an offline node, not a crash
 
 
 # --- alerts and the queue ---------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from helpers import homegpu
 from script_errors import VALUES, per_replica_error
 from homegpu.remote.logs.metric import WorkerMetric
 from homegpu.remote.logs.tracebacks import MESSAGE_LINES
-from homegpu.remote.nodes.events import JobState, JobStateChanged, NodeState, NodeStateChanged, Straggler
+from homegpu.remote.nodes.events import REJOINED, SHRUNK, JobState, JobStateChanged, NodeState, NodeStateChanged, Straggler
 from homegpu.remote.record.energy import energy_of
 from homegpu.remote.record.experiment import ExperimentLog, write_run_manifest
 from homegpu.remote.record.report import ReportError, write_report
@@ -127,11 +127,15 @@ def test_the_summary_says_who_went_on_when_a_machine_left_and_each_offline_spell
     going_on = "gpu2 lost (offline 300 s): going on with gpu1 from epoch 2 (global batch 64 kept: 64 per worker)"
     away = [NodeStateChanged("gpu2", NodeState.OFFLINE, f"try {n}: connection refused", at=t0 + 16.0 + n)
             for n in range(3)]
-    shrunk = JobStateChanged("demo", "demo-run", JobState.RESTARTING, 1, 1, going_on, at=t0 + 20.2)
-    events = sorted([*scripted_run(t0), *away, shrunk], key=lambda event: event.at)
+    shrunk = JobStateChanged("demo", "demo-run", JobState.RESTARTING, 1, 1, going_on, at=t0 + 20.2, regroup=SHRUNK)
+    rejoining = "gpu2 back: rejoining with gpu1, gpu2 from epoch 3 (global batch 64 as at the start: 32 per worker)"
+    back = JobStateChanged("demo", "demo-run", JobState.RESTARTING, 2, 1, rejoining, at=t0 + 25.0, regroup=REJOINED)
+    events = sorted([*scripted_run(t0), *away, shrunk, back], key=lambda event: event.at)
     _, summary = write_report(make_run_dir(tmp_path / "experiments", events))
     limits = [line for line in summary.splitlines() if line.startswith("limited by: ")]
     assert any(f"At 0:20, {going_on}." in line for line in limits), limits
+    assert any(f"At 0:25, {rejoining}." in line for line in limits), limits
+    assert sum(line.count(going_on) + line.count(rejoining) for line in limits) == 2, limits  # each once
     assert sum(line.count("gpu2 was offline") for line in limits) == 2, limits  # 0:12-0:15, then from 0:16 on
 
 

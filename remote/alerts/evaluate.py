@@ -16,7 +16,8 @@ does not flap. What each rule watches:
 - straggler: the controller's own straggler detection (a worker's rate for an epoch below 60% of
   the median of the others'); clears when a later epoch passes without it being flagged.
 - job_failed / job_succeeded: the run's end, once per run.
-- run_shrunk: the run went on without a machine that left for good (jobs/fewer.py's line), once each time.
+- run_shrunk: the run went on without a machine that left for good (its JobStateChanged says SHRUNK), once each
+  time.
 - budget_per_day / budget_per_run: what the electricity cost, each GPU's energy between two samples
   (record/energy.py's step rule) priced by [cluster]'s tariff: all GPUs and the rest of the machines (where RAPL
   or idle_watts gives it) since local midnight (fires once a day, clears at midnight), and the GPUs a run's
@@ -39,14 +40,13 @@ from homegpu.remote.config import AlertRules, Tariff
 from homegpu.remote.logs import WorkerMetric
 from homegpu.remote.record import JOULES_PER_KWH, EnergySteps, Step
 from homegpu.remote.nodes import (
-    RUN_ALERTS, Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated,
+    RUN_ALERTS, SHRUNK, Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated,
     QueueRunChanged, Straggler,
 )
 
 TEMPERATURE_MARGIN = 5.0  # °C below the threshold before a hot GPU's alert clears
 MEMORY_MARGIN = 5.0  # percentage points below the threshold before a full GPU's alert clears
 _STALLED = re.compile(r"\bstalled\b")
-_SHRUNK = re.compile(r" lost \(.*\): going on with ")  # jobs/fewer.py's going_on_line
 QUEUED_STATES = ("started", "succeeded", "failed", "cancelled")  # QueueRunChanged.state: one alert kind each
 
 
@@ -230,7 +230,7 @@ class AlertEvaluator:
         if event.state is JobState.FAILED and rules.job_failed:
             alerts += self._once(self._alert("job_failed", f"{run} failed: {event.detail or 'no detail'}",
                                              event.at, job=event.job, run_id=event.run_id))
-        if rules.run_shrunk and _SHRUNK.search(event.detail):
+        if rules.run_shrunk and event.regroup == SHRUNK:
             alerts += self._once(self._alert("run_shrunk", f"{run}: {event.detail}", event.at, job=event.job,
                                              run_id=event.run_id), key=("run_shrunk", event.run_id, event.generation))
         if event.state is JobState.SUCCEEDED and rules.job_succeeded:

@@ -43,7 +43,7 @@ from homegpu.remote.jobs.watch import (
 from homegpu.remote.jobs.worker_logs import WorkerLines, finish_tails, stop_tails
 from homegpu.remote.logs import Metric
 from homegpu.remote.nodes import (
-    Cluster, JobState, JobStateChanged, NodeSession, NodeState, cause, connect_wait, wait_set,
+    REJOINED, SHRUNK, Cluster, JobState, JobStateChanged, NodeSession, NodeState, cause, connect_wait, wait_set,
 )
 from homegpu.remote.power import WakeFailed, wake_asleep
 from homegpu.remote.plan import (
@@ -481,7 +481,8 @@ class JobRun:
         except LaunchError as exc:
             raise FewerWorkersRefused(f"{gone}; the nodes left cannot take the run: {exc}") from None
         self.restarts -= 1  # a machine that left is no fault of the run's: it spends no restart
-        self._say_regroup(going_on_line(lost, self.job.reconnect_timeout, job.nodes, self._resume_epoch(), words))
+        self._say_regroup(going_on_line(lost, self.job.reconnect_timeout, job.nodes, self._resume_epoch(), words),
+                          SHRUNK)
 
     def _returned(self) -> list[str]:
         """The nodes the run went on without that are online again, in the job's order. Not for a PyTorch job: its
@@ -505,7 +506,7 @@ class JobRun:
             return f"{', '.join(back)} cannot rejoin: {exc}"
         await self.nodes.stop(self.run_id, [slot for slot in self.slots if slot.node.name in back])  # a cut-off
         # node's worker may still run
-        self._say_regroup(rejoining_line(back, job.nodes, self._resume_epoch(), words))
+        self._say_regroup(rejoining_line(back, job.nodes, self._resume_epoch(), words), REJOINED)
         return None
 
     async def _rejoin_at_epoch_end(self) -> str | None:
@@ -527,8 +528,8 @@ class JobRun:
         problem = await self._start_next_generation()
         return None if problem is None else await self._restart(f"restart failed: {problem}")
 
-    def _say_regroup(self, line: str) -> None:
-        self._publish(JobState.RESTARTING, line)
+    def _say_regroup(self, line: str, regroup: str) -> None:
+        self._publish(JobState.RESTARTING, line, regroup)
         if self.on_regroup is not None:
             self.on_regroup(line)
 
@@ -566,20 +567,22 @@ class JobRun:
             copy = BackupCopy(self.experiment.folder.path / "chief-backup")
             self.backup = BackupKeeper(copy, self._backup_sources, lambda line: self._publish(self.state, line))
 
+    def _backup_of(self, track: WorkerTrack) -> tuple[NodeSession, str]:
+        """A worker's node and its backup dir there."""
+        return track.runtime.node, backup_dir(track.runtime.out_dir(self.run_id, track.label))
+
     def _backup_sources(self) -> list[tuple[NodeSession, str, int]]:
         """Where the newest backup is, best first (backup_copy.BackupSources): the chief's, and for the built-in
         trainer, whose every worker keeps the same one, the other workers' (node online, an epoch finished)."""
         tracks = [self.tracks[slot.label] for slot in self.slots]
-        return [(t.runtime.node, backup_dir(t.runtime.out_dir(self.run_id, t.label)), t.last_metric.epoch)
-                for t in (tracks if self.job.uses_trainer else tracks[:1])
+        return [(*self._backup_of(t), t.last_metric.epoch) for t in (tracks if self.job.uses_trainer else tracks[:1])
                 if t.last_metric.epoch and t.runtime.node.state is NodeState.ONLINE]
 
     async def _restore_backup(self) -> list[str]:
         """Put the copy of the chief's backup onto every worker, so that all resume from the same epoch."""
         if self.backup is None:
             return []
-        return await self.backup.put([(t.runtime.node, backup_dir(t.runtime.out_dir(self.run_id, t.label)))
-                                      for t in self.tracks.values()])
+        return await self.backup.put([self._backup_of(t) for t in self.tracks.values()])
 
     def _resume_epoch(self) -> int | None:
         """The epochs the next generation resumes after: the copy's, else the built-in trainer's workers' (each has
@@ -632,9 +635,10 @@ class JobRun:
         return RunOutcome(state, detail, tuple((t.label, t.status, t.last_metric) for t in tracks), incomplete, outputs,
                           left=left)
 
-    def _publish(self, state: JobState, detail: str = "") -> None:
+    def _publish(self, state: JobState, detail: str = "", regroup: str = "") -> None:
         self.state = state
-        self.hub.publish(JobStateChanged(self.job.name, self.run_id, state, self.generation, self.restarts, detail))
+        self.hub.publish(JobStateChanged(self.job.name, self.run_id, state, self.generation, self.restarts, detail,
+                                         regroup=regroup))
 
 
 def _describe_failure(launch: WorkerLaunch, error: BaseException) -> str:

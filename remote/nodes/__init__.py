@@ -13,7 +13,7 @@ from homegpu.remote.nodes.connect import (
     NodeError, OfferedKey, SshTarget, connect_wait, fetch_offered_key, jump_hostname_address, ssh_target,
 )
 from homegpu.remote.nodes.events import (
-    RUN_ALERTS, Alert, AlertCommandFailed, AlertState, EventHub, JobState, JobStateChanged, NodeState,
+    REJOINED, RUN_ALERTS, SHRUNK, Alert, AlertCommandFailed, AlertState, EventHub, JobState, JobStateChanged, NodeState,
     NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, QueueRunChanged, Straggler,
     Subscription, WorkerExited,
 )
@@ -30,7 +30,7 @@ from homegpu.remote.nodes.visible import visible, visible_fields
 from homegpu.remote.nodes.waiting import wait_set
 
 __all__ = [
-    "FOREIGN_SHARE", "MIB_PER_GIB", "SHELL_FIX", "NA", "NODE_GONE", "RUN_ALERTS", "Alert", "AlertCommandFailed", "AlertState",
+    "FOREIGN_SHARE", "MIB_PER_GIB", "SHELL_FIX", "NA", "NODE_GONE", "REJOINED", "RUN_ALERTS", "SHRUNK", "Alert", "AlertCommandFailed", "AlertState",
     "AsleepNodes", "Cluster",
     "CommandResult", "CommandTimeout", "EventHub", "GpuHealth", "GpuStats", "JobState", "JobStateChanged", "NodeError",
     "NodeOffline", "NodeSession", "NodeState", "NodeStateChanged", "NodeStats", "NodeStatsUnavailable",

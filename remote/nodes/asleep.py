@@ -52,11 +52,6 @@ class AsleepNodes:
             return Spell(float(value["since"]), value.get("by_itself") is True)
         return None
 
-    def since(self, node: str) -> float | None:
-        """When `node` went to sleep, or None when it is not marked asleep."""
-        spell = self.spell(node)
-        return spell.since if spell else None
-
     def mark(self, node: str, at: float | None = None, by_itself: bool = False) -> None:
         since = time.time() if at is None else at
         self._write({**self._read(), node: {"since": since, "by_itself": by_itself}})

@@ -79,6 +79,10 @@ class JobStateChanged:
     restarts: int
     detail: str = ""
     at: float = field(default_factory=time.time)
+    regroup: str = ""  # who trains changed (jobs/fewer.py): SHRUNK, a machine left for good, or REJOINED
+
+
+SHRUNK, REJOINED = "shrunk", "rejoined"  # JobStateChanged.regroup
 
 
 @dataclass(frozen=True)

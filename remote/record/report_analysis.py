@@ -6,7 +6,6 @@ puts the sentences on the page and `homegpu report` prints them.
 
 from __future__ import annotations
 
-import re
 import statistics
 from dataclasses import dataclass
 
@@ -158,21 +157,18 @@ def _waiting_sentence(figures: RunFigures) -> str | None:
             "most likely on the network (gradients exchanged every step) or on data.")
 
 
-# jobs/fewer.py's lines: the run went on without a machine that left, or took one back
-_MEMBERS_CHANGED = re.compile(r" lost \(.*\): going on with | back: rejoining with ")
-
-
 def _interruption_sentences(timeline: Timeline) -> list[str]:
     sentences = []
     for restart in timeline.events_of("restart"):
+        if restart.details.get("regroup"):
+            continue  # said below, with who trains now
         back = next((e.at for e in timeline.events if e.kind == "running" and e.at > restart.at), None)
         lost = f"; training stood still for {human_duration(back - restart.at)}" if back else ""
         reason = restart.details.get("detail") or "no reason given"
         sentences.append(f"The run restarted at {_at(timeline, restart.at)} after {reason}{lost}.")
-    for change in timeline.events:  # who trains changed: a machine left for good, or came back
-        detail = change.details.get("detail") or ""
-        if change.kind in ("restart", "phase") and _MEMBERS_CHANGED.search(detail):
-            sentences.append(f"At {_at(timeline, change.at)}, {detail}.")
+    for change in timeline.events:  # who trains changed: a machine left for good, or came back (jobs/fewer.py)
+        if change.details.get("regroup"):
+            sentences.append(f"At {_at(timeline, change.at)}, {change.details.get('detail')}.")
     for offline in _offline_spells(timeline):
         back = next((e.at for e in timeline.events if e.kind == "node_online" and e.node == offline.node
                      and e.at > offline.at), None)

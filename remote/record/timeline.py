@@ -208,6 +208,8 @@ class TimelineRecorder:
     def _job_state(self, event: JobStateChanged) -> None:
         details = {"state": event.state.value, "generation": event.generation, "restarts": event.restarts,
                    "detail": event.detail, "run_id": event.run_id, "job": event.job}
+        if event.regroup:
+            details["regroup"] = event.regroup
         kind = _STATE_KINDS.get(event.state, "state")
         if event.state.finished:
             kind = "end"
