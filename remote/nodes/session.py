@@ -95,7 +95,12 @@ class NodeSession:
 
     async def close(self) -> None:
         if self._task:
-            self._task.cancel()
+            # Cancelled until it ends: one cancel() can be swallowed. Python 3.11's asyncio.wait_for returns
+            # a result that came at the moment it was cancelled (a connection made just then), and the
+            # supervisor would go on streaming with nobody left to stop it.
+            while not self._task.done():
+                self._task.cancel()
+                await asyncio.wait({self._task}, timeout=1)
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self._drop_transport()
