@@ -6,7 +6,8 @@
 # the test images, tmux for the TUI tests, chromium to render the run report and to open the web view
 # (driven by playwright, a dev extra from pip that uses this chromium, never a download of its own),
 # rsync for the sync benchmark, gcc for the fake libcuda.so.1 of tests/fake_libcuda.py, dbus-daemon and
-# gdbus for a node's logind in tests/simlogind.py, zsh and fish whose completion scripts are checked),
+# gdbus for a node's logind in tests/simlogind.py, zsh and fish whose completion scripts are checked, slurm-wlm
+# (slurmctld, slurmd and the clients) and munge for the Slurm cluster of tests/simslurm.py),
 # builds .venv with the package and its dev, docs (mkdocs-material: the docs/ site is built by a test) and
 # framework extras, then runs pytest.
 # Reruns skip the slow steps.
@@ -19,7 +20,7 @@ die() { echo "tests/run.sh: $*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || die "run as root: the test cluster is network namespaces running real sshd servers (sudo bash tests/run.sh)"
 
 APT_PACKAGES=(openssh-server docker.io iperf3 iproute2 iptables busybox-static debootstrap tmux ca-certificates
-              chromium rsync prometheus gcc dbus-daemon libglib2.0-bin zsh fish)
+              chromium rsync prometheus gcc dbus-daemon libglib2.0-bin zsh fish slurm-wlm munge)
 
 installed() { [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]; }
 

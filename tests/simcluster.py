@@ -260,6 +260,10 @@ class SimNode:
         self._proc: subprocess.Popen | None = None
         # An engine of the node's own (tests/simdocker.py), or None: the node uses this machine's.
         self.engine: Any = None
+        # More variables for every session of the node (sshd's SetEnv), as a machine's /etc/environment sets
+        # them: SLURM_CONF on the nodes of a Slurm cluster (tests/simslurm.py). Read at start(): a change
+        # takes effect at the next restart().
+        self.session_env: dict[str, str] = {}
         for folder in (self._sshd_dir, self._work_dir, self._extra_path, self._extra_lib):
             if folder is not None:
                 folder.mkdir(parents=True, exist_ok=True)
@@ -464,7 +468,8 @@ class SimNode:
             # A node with a login banner has a ~/.bashrc of its own, which bash does read.
             "SetEnv": f"PATH={self.session_path} {'' if self.login_banner is not None else 'SHLVL=1 '}"
                       f"{f'LD_LIBRARY_PATH={self._extra_lib} ' if self._extra_lib else ''}"
-                      f"DBUS_SYSTEM_BUS_ADDRESS={self.system_bus_address} {MARKER_VAR}={self._marker}",
+                      f"DBUS_SYSTEM_BUS_ADDRESS={self.system_bus_address} {MARKER_VAR}={self._marker}"
+                      + "".join(f" {_set_env_word(name, value)}" for name, value in self.session_env.items()),
         }
         self.config_path.write_text("".join(f"{key} {value}\n" for key, value in options.items()))
 
@@ -627,6 +632,14 @@ class SimNode:
     def __repr__(self) -> str:
         state = "running" if self.is_running else "stopped"
         return f"<SimNode {self.name} {self.address}:{self.port} {state}>"
+
+
+def _set_env_word(name: str, value: str) -> str:
+    """NAME=VALUE as one word of sshd_config's SetEnv: in double quotes when it holds a space."""
+    word = f"{name}={value}"
+    if '"' in word or "\\" in word or "\n" in word:
+        raise SimClusterError(f"session_env: sshd_config cannot hold {word!r}")
+    return f'"{word}"' if any(char.isspace() for char in word) else word
 
 
 def stop_all() -> list[str]:
@@ -812,6 +825,21 @@ class SimCluster:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(tomli_w.dumps(self.cluster_dict(runtime, **overrides)))
         return path
+
+
+@contextlib.contextmanager
+def own_cluster(count: int, first_host: int, **options: Any) -> Iterator[SimCluster]:
+    """A SimCluster of a test's own (SimCluster's arguments): started, closed, and checked to leave no process of
+    its nodes running."""
+    cluster = SimCluster(count, first_host=first_host, **options).start()
+    seen = cluster.pids()
+    try:
+        yield cluster
+        seen |= cluster.pids()
+    finally:
+        cluster.close()
+    leftover = alive(seen) | cluster.pids()
+    assert not leftover, f"simulated nodes left processes running: {sorted(leftover)}"
 
 
 def _apply(table: dict, overrides: Mapping[str, Any]) -> None:

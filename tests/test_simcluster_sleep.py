@@ -15,7 +15,7 @@ import asyncssh
 import pytest
 
 import simnet
-from simcluster import SimCluster, SimNode, alive
+from simcluster import SimCluster, SimNode, alive, own_cluster
 from simsleep import BROADCAST, WAKE_PORTS, magic_packet, parse_magic, send_magic
 
 # Starts a process that leaves the SSH session's process tree and prints its pid: sleep must end it too.
@@ -26,15 +26,8 @@ OTHER_MAC = "02:13:00:00:00:99"
 @pytest.fixture
 def sleepers(lan) -> Iterator[SimCluster]:
     """Three nodes of their own (10.213.0.90-92); teardown checks that no process of them survived."""
-    cluster = SimCluster(3, first_host=90, name="sleepers").start()
-    seen = cluster.pids()
-    try:
+    with own_cluster(3, first_host=90, name="sleepers") as cluster:
         yield cluster
-        seen |= cluster.pids()
-    finally:
-        cluster.close()
-    leftover = alive(seen) | cluster.pids()
-    assert not leftover, f"simulated nodes left processes running: {sorted(leftover)}"
 
 
 def ssh(cluster: SimCluster, node: SimNode, command: str, timeout: float = 30) -> subprocess.CompletedProcess:
