@@ -307,6 +307,35 @@ def test_two_runs_of_one_job_started_together_train_once(sim_cluster, tmp_path):
     assert not worker_processes(sim_cluster)
 
 
+def test_a_worker_killed_under_two_controllers_is_restarted_once_by_the_one_that_started_it(sim_cluster, tmp_path):
+    """A second `homegpu run` of the job attaches (a TUI would too); when a worker dies, the first restarts the run
+    and the second follows its next generation instead of starting every worker again, and both see it succeed."""
+    config = write_config(sim_cluster, tmp_path, epochs=4, steps_per_epoch=30)
+    here, there = tmp_path / "terminal1", tmp_path / "terminal2"
+    here.mkdir(), there.mkdir()
+    starter = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=here,
+                               stdout=(here / "out").open("w"), stderr=subprocess.STDOUT, text=True)
+    follower = None
+    try:
+        wait_for(lambda: "node2 * epoch 1/4" in (here / "out").read_text(), 300, "the first epoch")
+        follower = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=there,
+                                    stdout=(there / "out").open("w"), stderr=subprocess.STDOUT, text=True)
+        wait_for(lambda: "is already running" in (there / "out").read_text(), 120, "the second to attach")
+        victim = [pid for pid in worker_processes(sim_cluster) if _index_of(pid) == 1]
+        os.kill(victim[0], signal.SIGKILL)
+        assert [starter.wait(timeout=600), follower.wait(timeout=120)] == [0, 0]
+    finally:
+        for process in (starter, follower):
+            if process is not None and process.poll() is None:
+                process.kill()
+    started, followed = (here / "out").read_text(), (there / "out").read_text()
+    assert "generation 2" in started and "generation 3" not in started, started
+    assert "the controller that started the run acts on it: following" in followed, followed
+    assert "following generation 2, started by the run's controller" in followed, followed
+    assert "generation 3" not in followed and "run succeeded" in followed, followed
+    assert not worker_processes(sim_cluster)
+
+
 FILL_50_MB = """\
 with open("model.bin", "wb") as out:  # in the worker's output dir, on the node's work dir
     for _ in range(50):

@@ -4,6 +4,7 @@ line where it would do nothing."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from textwrap import dedent
 
 import pytest
@@ -145,16 +146,14 @@ def test_a_slurm_cluster_is_written_back_as_it_was_read():
     assert 'scheduler = "slurm"' in cluster_to_toml(spec) and 'time_limit = "1:30:00"' in cluster_to_toml(spec)
 
 
-async def test_a_run_on_a_slurm_cluster_is_refused_before_anything_starts(tmp_path):
-    """Runs through sbatch are not wired yet: starting workers over SSH would go past the lab's Slurm."""
-    from homegpu.remote.jobs import JobRun, LaunchError
-    from homegpu.remote.nodes import Cluster
+def test_a_slurm_clusters_jobs_run_on_every_node_but_the_login_unless_they_name_theirs():
+    """sbatch runs on slurm_login: a job that names no nodes asks Slurm for the others."""
+    from homegpu.remote.plan import job_nodes
 
-    cluster = Cluster(parse_cluster(slurm_job('partition = "gpu"'), "lab.toml"))
-    with pytest.raises(LaunchError) as error:
-        await JobRun(cluster, cluster.spec.jobs["train"], tmp_path).launch()
-    assert str(error.value) == (
-        'lab.toml: scheduler = "slurm", and homegpu cannot run jobs through Slurm yet (docs/slurm.md says what '
-        "works): starting the workers over SSH would go past Slurm; set scheduler = \"homegpu\" and remove the "
-        "jobs' Slurm keys to run them over SSH")
-    assert list(tmp_path.iterdir()) == []  # no record was started
+    spec = parse_cluster(slurm_job('partition = "gpu"'), "lab.toml")
+    login = spec.slurm_login
+    assert spec.slurm_login_node() is not None
+    assert [node.name for node in job_nodes(spec, spec.jobs["train"])] == [
+        node.name for node in spec.nodes if node.name != login]
+    named = replace(spec.jobs["train"], nodes=(login,))
+    assert [node.name for node in job_nodes(spec, named)] == [login]

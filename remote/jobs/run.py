@@ -14,6 +14,7 @@ chief's outputs come home.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,7 +34,8 @@ from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError, open_runtime
 from homegpu.remote.jobs.launch_plan import (
     TRAINER_PACKAGE_DIR, local_code, new_run_id, script_rel, trainer_package, worker_launch,
 )
-from homegpu.remote.jobs.lock import LockHolder
+from homegpu.remote.jobs.lock import STALE_AFTER_SECONDS, LockHolder, RunLockError
+from homegpu.remote.jobs.lock import holder as lock_holder
 from homegpu.remote.jobs.outputs import FetchedOutputs, fetch_outputs, remove_backups
 from homegpu.remote.jobs.preflight import restart_port_problems, run_preflight
 from homegpu.remote.jobs.script_check import keras3_problem, nccl_on_cpu_problem
@@ -43,7 +45,8 @@ from homegpu.remote.jobs.watch import (
 from homegpu.remote.jobs.worker_logs import WorkerLines, finish_tails, stop_tails
 from homegpu.remote.logs import Metric
 from homegpu.remote.nodes import (
-    REJOINED, SHRUNK, Cluster, JobState, JobStateChanged, NodeSession, NodeState, cause, connect_wait, wait_set,
+    NODE_GONE, REJOINED, SHRUNK, Cluster, JobState, JobStateChanged, NodeSession, NodeState, cause, connect_wait,
+    wait_set,
 )
 from homegpu.remote.power import WakeFailed, wake_asleep
 from homegpu.remote.plan import (
@@ -51,9 +54,13 @@ from homegpu.remote.plan import (
 )
 from homegpu.remote.record import ExperimentLog, RunEnergy, RunRecord
 from homegpu.remote.runtimes import STOP_GRACE_SECONDS, WorkerLaunch, WorkerStatus
+from homegpu.remote.slurm import SlurmAllocation, SlurmError, SlurmLogin, running_run
 
 POLL_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0
+FOLLOW_SECONDS = 2.0  # how often a controller that attached looks for what the run's own controller did
+GONE, STALE, HEARD = "gone", "stale", "heard"  # the run's own controller, as its lock says (_its_controller)
+SLURM_CHECK_SECONDS = 10.0  # how often a run on Slurm's nodes asks squeue whether Slurm still holds them
 SCRIPT_ERROR_WAIT = 10.0  # for the other workers to fail by themselves too (a script error fails them all)
 
 
@@ -94,10 +101,17 @@ class JobRun:
         self.on_regroup: Callable[[str], None] | None = None  # told each line of the run going on with other nodes
         self.nodes: JobNodes | None = None  # the job's runtimes, once prepare() reached its nodes
         self.plan: DevicePlan | None = None  # every worker's devices, once prepare() saw the nodes' GPUs
+        self.allocation: SlurmAllocation | None = None  # the Slurm job holding the run's nodes (scheduler "slurm")
+        self._owns_allocation = False  # submitted here, or launched on here: cancelled when the start fails
+        self.priority = 0  # a queued run's (homegpu submit --priority): Slurm's nice is its opposite
+        self.slurm_after: tuple[str, ...] = ()  # Slurm jobs that must succeed first (homegpu submit --after)
+        self.on_slurm_job: Callable[[str], None] | None = None  # told the Slurm job's id once submitted
+        self._slurm_checked = 0.0  # when squeue was last asked whether Slurm still holds the run's nodes
         self.experiment: ExperimentLog | None = None
         self.record: RunRecord | None = None
         self.energy: RunEnergy | None = None  # read from the record when it closes
         self._guard: RunGuard | None = None  # the job's run lock, once take_lock() was called
+        self._adopted = False  # attached to a run another controller started (adopt())
         self._watch = WorkerWatch(job.name, self.hub, self.tracks)  # polls and notes the tracks' statuses
         self._stop_requested = asyncio.Event()
 
@@ -113,23 +127,112 @@ class JobRun:
     async def prepare(self, timeout: float | None = None, waking: Callable[[str], None] | None = None) -> None:
         """Wait for the job's nodes, lay its workers out on their GPUs (the device plan) and make a
         runtime for each node (once). With `waking` (work is to start), the job's asleep nodes are woken
-        first, each step of it said to `waking` (say_waking: the run's preflight lines); without it an
-        asleep node is a node not reached: looking for a run must not wake a machine.
+        first, and on a Slurm cluster its nodes are asked of Slurm, each step said to `waking` (say_waking: the run's
+        preflight lines); without it an asleep node is a node not reached: looking for a run must not wake a machine
+        nor submit a Slurm job.
 
         Raises:
             LaunchError: a node is not reached (or not woken), or the plan refuses the layout (before anything
                 starts).
         """
         if self.nodes is None:
-            if waking is not None:
-                await self._wake_asleep_nodes(waking)
-            nodes = await JobNodes.open(self.cluster, self.job, timeout)
-            layout = self._layout()  # now connected: the nodes' addresses and GPUs are known
-            self.plan, self.slots = layout.plan, layout.slots
-            nodes.slots = list(self.slots)
-            self.nodes = nodes
-            self._first_workers = len(self.slots)
+            try:
+                await self._open(timeout, waking)
+            except BaseException:
+                await self.cancel_allocation()
+                raise
         self._track_slots()
+
+    async def _open(self, timeout: float | None, waking: Callable[[str], None] | None) -> None:
+        if self.cluster.spec.uses_slurm:
+            await self._place_on_slurm(waking)
+        if waking is not None:
+            await self._wake_asleep_nodes(waking)
+        nodes = await self._open_nodes(timeout)
+        layout = self._layout()  # now connected: the nodes' addresses and GPUs are known
+        self.plan, self.slots = layout.plan, layout.slots
+        nodes.slots = list(self.slots)
+        self.nodes = nodes
+        self._first_workers = len(self.slots)
+
+    async def _open_nodes(self, timeout: float | None) -> JobNodes:
+        """The job's runtimes; on Slurm's nodes, a node homegpu cannot reach is said as Slurm's, before any start."""
+        try:
+            return await JobNodes.open(self.cluster, self.job, timeout)
+        except LaunchError as exc:
+            if self.allocation is None:
+                raise
+            raise LaunchError(f"Slurm allocated {', '.join(self.job.nodes)} to {self.job.name}, and homegpu cannot "
+                              f"reach them all over SSH: {exc}") from None
+
+    async def _place_on_slurm(self, waking: Callable[[str], None] | None) -> None:
+        """On a Slurm cluster the run's nodes are the ones Slurm allocated: a running Slurm job of this job (another
+        controller's run, to attach to), else, when work is to start (`waking`), a new one (remote/slurm/allocation.py),
+        whose wait is said to `waking` with Slurm's reasons. Only looking, with none running, keeps the job's nodes.
+
+        Raises:
+            LaunchError: Slurm refused the job or ended it before it ran, or allocated a node cluster.toml lacks.
+        """
+        login = self.cluster.slurm_login()
+        try:
+            await login.wait_online(connect_wait(self.cluster.spec, 5))
+        except asyncio.TimeoutError:
+            raise LaunchError(f"the Slurm login node {login.name} is {login.state.value}: "
+                              f"{login.reason or 'no answer'}; sbatch runs there") from None
+        try:
+            slurm = SlurmLogin(login)
+            running = running_run(await slurm.queue(), self.job.name)
+            if running is not None:
+                self.allocation = SlurmAllocation(slurm, self.job, running.run_id, running.job_id)
+                nodes = running.nodes()
+            elif waking is None:
+                return
+            else:
+                candidates = job_nodes(self.cluster.spec, self.job)
+                self.allocation, self._owns_allocation = SlurmAllocation(slurm, self.job, self.run_id), True
+                await self.allocation.submit(len(candidates), nodelist=self.job.nodes, priority=self.priority,
+                                             after=self.slurm_after)
+                if self.on_slurm_job is not None:
+                    self.on_slurm_job(self.allocation.job_id)
+                waking(f"Slurm job {self.allocation.job_id} submitted on {login.name} for {len(candidates)} node(s)")
+                nodes = await self.allocation.wait_running(waking, self._stop_requested)
+                waking(f"Slurm job {self.allocation.job_id} runs on {', '.join(nodes)}")
+        except SlurmError as exc:
+            raise LaunchError(f"{self.job.name}: {exc}") from None
+        self._narrow_to(nodes)
+
+    def _narrow_to(self, allocated: list[str]) -> None:
+        """The run's job on the nodes Slurm allocated, in the job's order (the first is the chief).
+
+        Raises:
+            LaunchError: a node Slurm allocated that cluster.toml has no [[nodes]] for.
+        """
+        known = [node.name for node in self.cluster.spec.nodes]
+        unknown = [name for name in allocated if name not in known]
+        if unknown:
+            raise LaunchError(f"Slurm allocated {', '.join(unknown)} to {self.job.name}, and {self.cluster.spec.source} "
+                              "has no [[nodes]] of that name: add each node named as `sinfo -N` names it")
+        order = [node.name for node in job_nodes(self.cluster.spec, self.job)] + known
+        self.job = replace(self.job, nodes=tuple(sorted(allocated, key=order.index)))
+        self.slots = worker_slots(self.cluster.spec, self.job)
+        self._every_node = list(self.job.nodes)
+
+    async def cancel_allocation(self) -> None:
+        """scancel the Slurm job holding the run's nodes where this controller submitted it or launched the run on it
+        (a start that failed)."""
+        if self.allocation is not None and self._owns_allocation:
+            await self.allocation.cancel()
+
+    async def _release_allocation(self, state: JobState) -> None:
+        """End the Slurm job holding the run's nodes as the run ended: a stopped run's is cancelled, a run's that
+        succeeded COMPLETED, another's FAILED. Whichever controller saw the end does it (the one that started the run
+        may be gone: serve resumed it, the TUI attached); ending one that ended already does nothing."""
+        if self.allocation is None:
+            return
+        if state is JobState.STOPPED:
+            await self.allocation.cancel()
+        else:
+            await self.allocation.release(succeeded=state is JobState.SUCCEEDED)
 
     def _track_slots(self) -> None:
         """A WorkerTrack for each slot (a slot's track kept across generations, told its new place)."""
@@ -143,7 +246,7 @@ class JobRun:
             self.tracks.setdefault(slot.label, WorkerTrack(slot, runtime, code_dir=seen_as))
 
     def say_waking(self, line: str) -> None:
-        """A step of waking the run's nodes, as a preflight line."""
+        """A step of getting the run's nodes (waking them, Slurm allocating them), as a preflight line."""
         self._publish(JobState.PREFLIGHT, line)
 
     async def _wake_asleep_nodes(self, waking: Callable[[str], None]) -> None:
@@ -195,7 +298,7 @@ class JobRun:
             LaunchError: naming each node that is not ready and what to do.
         """
         workers = len(self.slots)
-        self._refuse_slurm()  # before anything starts on a node: a Slurm cluster's nodes are Slurm's to start on
+        self._owns_allocation = self.allocation is not None  # one left by a controller gone: this run's now
         self._refuse_keras3()  # read here, in a second: before anything on a node or in experiments/
         self._start_record()
         try:
@@ -218,16 +321,8 @@ class JobRun:
                 raise
         except BaseException:
             await self.record.close()
+            await self.cancel_allocation()
             raise
-
-    def _refuse_slurm(self) -> None:
-        """Raises LaunchError on a cluster whose scheduler is Slurm: runs through sbatch are not wired yet
-        (remote/slurm/ has the pieces), and starting the workers over SSH would go past the lab's Slurm."""
-        spec = self.cluster.spec
-        if spec.uses_slurm:
-            self._refuse(f'{spec.source}: scheduler = "slurm", and homegpu cannot run jobs through Slurm yet '
-                         "(docs/slurm.md says what works): starting the workers over SSH would go past Slurm; "
-                         'set scheduler = "homegpu" and remove the jobs\' Slurm keys to run them over SSH')
 
     def _refuse_keras3(self) -> None:
         """Raises LaunchError when the job's script would train with Keras 3 under the strategy."""
@@ -313,7 +408,7 @@ class JobRun:
 
     def adopt(self, run_id: str, generation: int) -> None:
         """Take over a run started by another homegpu process: follow it, never start it twice."""
-        self.run_id, self.generation = run_id, generation
+        self.run_id, self.generation, self._adopted = run_id, generation, True
         self.experiment = ExperimentLog(self.experiments_root, run_id)
         self._keep_backup_copies()
         self._start_record()
@@ -346,6 +441,7 @@ class JobRun:
         self._close_experiment()
         outcome = self._finish(state, detail, incomplete, outputs)
         await self.release_lock()
+        await self._release_allocation(state)
         report = await self._close_record()
         return replace(outcome, report=report, energy=self.energy)
 
@@ -366,11 +462,80 @@ class JobRun:
             elif await self.nodes.stop_marked(self.run_id, ended_runtimes(self.tracks.values())):
                 await self._stop_workers()
                 return JobState.STOPPED, "stopped with `homegpu stop`"
+            elif self._led_elsewhere:
+                if (ended := await self._follow_its_controller(failure)) is not None:
+                    return ended
             elif (failure := await self._restart(failure)) is not None:
                 return JobState.FAILED, failure
+            if ended := await self._allocation_ended():
+                self._publish(JobState.STOPPING, ended)
+                await self._stop_workers()
+                return JobState.FAILED, ended
             if self._guard is not None:
                 await self._guard.heartbeat()
             await self._sleep(POLL_SECONDS)
+
+    @property
+    def _led_elsewhere(self) -> bool:
+        """Attached to a run whose lock another controller holds (adopt(), no lock taken): that one acts on it."""
+        return self._adopted and not (self._guard is not None and self._guard.held)
+
+    async def _follow_its_controller(self, failure: str) -> tuple[JobState, str] | None:
+        """A run this controller attached to failed: the controller that started it (the run lock's holder) restarts
+        or regroups it, not this one too (two would start every worker twice). Follow what it does: the run's next
+        generation once it runs, or its end once it releases the lock. None: go on watching (a next generation is
+        followed, or the holder's lock went stale and this controller took the run over)."""
+        self._publish(JobState.RESTARTING, f"{failure}; the controller that started the run acts on it: following")
+        while not self._stop_requested.is_set():
+            controller = await self._its_controller()
+            if controller == GONE:
+                state = await self.nodes.ended_state(self.run_id)
+                return state, ("every worker succeeded" if state is JobState.SUCCEEDED else
+                               f"ended by the controller that started it, after: {failure}")
+            found = await self.nodes.find()
+            if found is not None and found[0] == self.run_id and found[1] > self.generation:
+                await self._follow_generation(found[1])
+                return None
+            if controller == STALE and await self._take_over():
+                return None
+            await self._sleep(FOLLOW_SECONDS)
+        return None  # watch() stops the workers
+
+    async def _its_controller(self) -> str:
+        """The run's lock as the chief's node has it: GONE (released, or another run's), STALE (no heartbeat for
+        STALE_AFTER_SECONDS), else HEARD (or not readable: the chief's node away; its next generation tells)."""
+        chief = self.slots[0].node.name
+        try:
+            holder = await lock_holder(self.cluster.node(chief), self.nodes.work_dirs[chief], self.job.name)
+        except (RunLockError, *NODE_GONE):
+            return HEARD
+        if holder is None or holder.run_id != self.run_id:
+            return GONE
+        return STALE if holder.age is not None and holder.age >= STALE_AFTER_SECONDS else HEARD
+
+    async def _take_over(self) -> bool:
+        """Take the run's lock from a controller gone quiet; whether this controller now leads the run."""
+        with contextlib.suppress(LaunchError):
+            if await self.take_lock() is None:
+                self._publish(JobState.RESTARTING, "the controller that started the run went quiet: taking it over")
+                return True
+        return False
+
+    async def _follow_generation(self, generation: int) -> None:
+        """Follow the generation the run's controller started, as it would itself (its logs, its workers)."""
+        await finish_tails(self.tracks.values(), self.run_id)
+        self.generation, self.restarts = generation, self.restarts + 1
+        for track in self.tracks.values():
+            track.status, track.last_activity, track.progressed = None, time.monotonic(), False
+        self._follow_logs()
+        self._publish(JobState.RUNNING, f"following generation {generation}, started by the run's controller")
+
+    async def _allocation_ended(self) -> str:
+        """Why Slurm ended the job holding the run's nodes (asked every SLURM_CHECK_SECONDS); "" while it holds them."""
+        if self.allocation is None or time.monotonic() - self._slurm_checked < SLURM_CHECK_SECONDS:
+            return ""
+        self._slurm_checked = time.monotonic()
+        return await self.allocation.ended()
 
     def _close_experiment(self) -> None:
         if self.experiment:

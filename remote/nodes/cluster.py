@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Iterable
 
-from homegpu.remote.config import ClusterSpec
+from homegpu.remote.config import ClusterSpec, NodeSpec
 from homegpu.remote.nodes import hostkeys
 from homegpu.remote.nodes.connect import OfferedKey, fetch_offered_key
 from homegpu.remote.nodes.events import EventHub, NodeState, Subscription
@@ -27,9 +27,12 @@ class Cluster:
         self.hub = EventHub()
         self.nodes = {node.name: NodeSession(spec, node, self.hub, stream_stats=stream_stats)
                       for node in spec.nodes}
+        # slurm_login by an ssh alias of its own: a session for Slurm's commands, not one of the nodes shown
+        self._login_alias = NodeSession(spec, NodeSpec(spec.slurm_login, spec.slurm_login), EventHub(),
+                                        stream_stats=False) if spec.uses_slurm and not spec.slurm_login_node() else None
 
     async def __aenter__(self) -> "Cluster":
-        for node in self.nodes.values():
+        for node in self._sessions():
             node.start()
         return self
 
@@ -37,7 +40,14 @@ class Cluster:
         await self.close()
 
     async def close(self) -> None:
-        await asyncio.gather(*(node.close() for node in self.nodes.values()))
+        await asyncio.gather(*(node.close() for node in self._sessions()))
+
+    def _sessions(self) -> list[NodeSession]:
+        return [*self.nodes.values(), *([self._login_alias] if self._login_alias else [])]
+
+    def slurm_login(self) -> NodeSession:
+        """The session where Slurm's commands run (`slurm_login`: a node's, or its alias's own)."""
+        return self._login_alias or self.node(self.spec.slurm_login)
 
     def subscribe(self) -> Subscription:
         return self.hub.subscribe()

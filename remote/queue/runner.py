@@ -36,7 +36,7 @@ from homegpu.remote.queue.desk import QueueDesk
 from homegpu.remote.queue.entries import EntryState, QueueEntry, QueueError, QueueWriteError
 from homegpu.remote.queue.overrides import apply_overrides
 from homegpu.remote.queue.resume import ATTACH, resume_action
-from homegpu.remote.queue.schedule import NodeView, decide, entry_nodes
+from homegpu.remote.queue.schedule import Decision, NodeView, decide, entry_nodes
 from homegpu.remote.queue.store import QueueStore
 from homegpu.remote.record import Say, WriteTrouble, say_on_stderr
 
@@ -59,6 +59,7 @@ class QueueRunner:
         self._starting: dict[str, QueueEntry] = {}  # entries between their decision and their record
         self._runs: dict[str, JobRun] = {}  # entry id -> its run, while followed
         self._cancelled_by: dict[str, str] = {}  # entry id -> who cancelled its run
+        self._in_slurm: dict[str, str] = {}  # entry id -> its run's Slurm job (scheduler "slurm"), until it ends
         self._unresumed: set[str] = set()  # active entries whose nodes did not answer yet
         self._unrecorded_ends: dict[str, tuple[EntryState, str, float]] = {}  # ends the file did not take yet
         self.trouble = WriteTrouble(say, clock)
@@ -110,13 +111,23 @@ class QueueRunner:
         return {name: NodeView(node.state, node.latest) for name, node in self.cluster.nodes.items()}
 
     def _needs(self, entries: list[QueueEntry]) -> dict[str, tuple[str, ...]]:
-        """entry id -> its run's nodes (`--set` cannot change them: overrides.py)."""
-        return {e.id: entry_nodes(self.spec, self.spec.jobs[e.job]) for e in entries if e.job in self.spec.jobs}
+        """entry id -> its run's nodes (`--set` cannot change them: overrides.py). On a Slurm cluster none: which
+        nodes a run gets, and when, is Slurm's to decide, so each entry is submitted once its --after allows."""
+        return {e.id: () if self.spec.uses_slurm else entry_nodes(self.spec, self.spec.jobs[e.job])
+                for e in entries if e.job in self.spec.jobs}
 
     def _entries(self) -> list[QueueEntry]:
         """The store's entries, those being started counted as starting (their nodes are taken)."""
         return [replace(e, state=EntryState.STARTING) if e.id in self._starting and e.state is EntryState.WAITING
                 else e for e in self.store.entries()]
+
+    def _decide(self, entries: list[QueueEntry]) -> Decision:
+        """schedule.decide on the entries as they are now. On a Slurm cluster an entry whose --after entries are all
+        in Slurm's queue may be submitted at once: Slurm's dependency on their Slurm jobs holds it."""
+        if self.spec.uses_slurm:
+            entries = [replace(e, after=tuple(a for a in e.after if a not in self._in_slurm)) if e.after else e
+                       for e in entries]
+        return decide(entries, self._views(), self._needs(entries))
 
     def _pass(self) -> None:
         self._record_ends()
@@ -130,7 +141,7 @@ class QueueRunner:
             if entry.state is EntryState.WAITING and entry.job not in self.spec.jobs:
                 self._cancel(entry.id, f"job {entry.job} is no longer in {self.spec.source}", now)
         entries = self._entries()
-        decision = decide(entries, self._views(), self._needs(entries))
+        decision = self._decide(entries)
         for id_, reason in decision.cancels.items():
             self._cancel(id_, reason, now)
         self._note_reasons(decision.waits)
@@ -160,23 +171,38 @@ class QueueRunner:
         job = self._job(entry)
         if job is None:
             return None
-        run = JobRun(self.cluster, job, self.experiments)
+        run = self._new_run(entry, job)
         decided = self._samples(entry)
         try:
             await run.prepare(waking=lambda line: self._wait(entry, line))  # "waking n2: 25 s of up to 120 s"
             other = await run.nodes.find(running_only=True)
             if other is not None:
-                return self._wait(entry, f"job {job.name} already runs as run {other[0]}, started outside the "
-                                         "queue; it starts after that run ends")
+                return await self._not_yet(entry, run, f"job {job.name} already runs as run {other[0]}, started "
+                                                       "outside the queue; it starts after that run ends")
             blocked = await self._gpus_taken(entry, decided)
             if blocked:
-                return self._wait(entry, blocked)
+                return await self._not_yet(entry, run, blocked)
             holder = await run.take_lock()
         except LaunchError as exc:
-            return self._wait(entry, f"not started yet: {exc}")
+            return await self._not_yet(entry, run, f"not started yet: {exc}")
         if holder is not None:
-            return self._wait(entry, f"job {job.name} is being started by {holder.describe()}")
+            return await self._not_yet(entry, run, f"job {job.name} is being started by {holder.describe()}")
         return run
+
+    def _new_run(self, entry: QueueEntry, job: JobSpec) -> JobRun:
+        """The entry's run; on a Slurm cluster with its priority as nice, its --after entries' Slurm jobs as its
+        dependency, and its own Slurm job noted once submitted (for the entries that wait --after it)."""
+        run = JobRun(self.cluster, job, self.experiments)
+        run.priority = entry.priority
+        run.slurm_after = tuple(self._in_slurm[after] for after in entry.after if after in self._in_slurm)
+        run.on_slurm_job = lambda job_id: self._in_slurm.__setitem__(entry.id, job_id)
+        return run
+
+    async def _not_yet(self, entry: QueueEntry, run: JobRun, reason: str) -> None:
+        """The entry waits, for `reason`: a Slurm job its run submitted is cancelled (the next try submits anew)."""
+        await run.cancel_allocation()
+        self._in_slurm.pop(entry.id, None)
+        self._wait(entry, reason)
 
     def _job(self, entry: QueueEntry) -> JobSpec | None:
         """The entry's job with its `--set` applied; None (and the entry cancelled) when they no longer apply."""
@@ -220,13 +246,12 @@ class QueueRunner:
 
     def _samples(self, entry: QueueEntry) -> dict[str, NodeStats | None]:
         """The stats samples the decision to start `entry` saw, by node."""
-        return {name: self.cluster.node(name).latest for name in entry_nodes(self.spec, self.spec.jobs[entry.job])}
+        return {name: self.cluster.node(name).latest for name in self._needs([entry])[entry.id]}
 
     async def _gpus_taken(self, entry: QueueEntry, decided: dict[str, NodeStats | None]) -> str:
         """Why the entry's GPUs are not free on a stats sample newer than those `decided` on ("" when they are)."""
         await asyncio.gather(*(self._fresh_stats(name, seen) for name, seen in decided.items()))
-        entries = [e for e in self._entries() if e.id != entry.id] + [entry]
-        decision = decide(entries, self._views(), self._needs(entries))
+        decision = self._decide([e for e in self._entries() if e.id != entry.id] + [entry])
         return "" if entry.id in decision.start else decision.waits.get(entry.id, "not its turn any more")
 
     async def _fresh_stats(self, name: str, seen: NodeStats | None) -> None:
@@ -293,6 +318,7 @@ class QueueRunner:
 
     def _end(self, entry: QueueEntry, state: EntryState, reason: str) -> None:
         self._cancelled_by.pop(entry.id, None)  # a cancel asked during a launch that failed is done with too
+        self._in_slurm.pop(entry.id, None)  # one waiting --after it is judged by how it ended now
         self._unrecorded_ends[entry.id] = (state, reason, self.clock())
         self._record_ends()
 

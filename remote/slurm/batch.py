@@ -2,8 +2,9 @@
 
 The command is an argv list built from validated config values, never a shell line, and the script is
 sent on sbatch's stdin, so nothing needs writing on the login node first. In the script every value is
-quoted with shlex, and its one step is srun starting the workers on every allocated node at once, so a
-worker that fails ends the others (`--kill-on-bad-exit`) as homegpu's own launch is all-or-nothing.
+quoted with shlex, and its one step is srun starting a task on every allocated node at once (`--kill-on-bad-exit`:
+one that fails ends the others). The task homegpu gives it holds the node while homegpu's workers run there
+(allocation.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from homegpu.remote.config import JobSpec
+from homegpu.remote.slurm.hostlist import compress
 from homegpu.remote.slurm.queue_view import JOB_PREFIX
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -27,8 +29,10 @@ class BatchRequest:
     job: JobSpec
     run_id: str  # launch_plan's new_run_id: JOB-STAMP-HEX
     nodes: int
-    tasks_per_node: int = 1  # workers per node
+    nodelist: Sequence[str] = ()  # the nodes the job names (sbatch --nodelist); (): Slurm chooses
+    tasks_per_node: int = 1  # tasks per node
     gpus_per_node: int = 0  # from the device plan; the job's own gres wins
+    exclusive: bool = False  # whole nodes (sbatch --exclusive): the workers use every GPU of each
     after: Sequence[str] = ()  # Slurm job ids that must succeed first (homegpu submit --after)
     priority: int = 0  # homegpu's: higher starts first; Slurm's nice is its opposite
     output: str = ""  # sbatch --output, a path on the nodes (%j is the job id); "" leaves Slurm's default
@@ -68,6 +72,10 @@ def sbatch_argv(request: BatchRequest) -> list[str]:
     options = (("--gres", request.gres), ("--partition", job.partition), ("--account", job.account),
                ("--qos", job.qos), ("--time", job.time_limit), ("--output", request.output))
     argv += [f"{option}={value}" for option, value in options if value]
+    if request.nodelist:
+        argv.append("--nodelist=" + compress(list(request.nodelist)))
+    if request.exclusive:
+        argv.append("--exclusive")
     if request.after:
         # one that fails makes this one impossible: Slurm cancels it, as homegpu's queue does
         argv += ["--dependency=afterok:" + ":".join(request.after), "--kill-on-invalid-dep=yes"]
@@ -78,8 +86,7 @@ def sbatch_argv(request: BatchRequest) -> list[str]:
 
 def batch_script(request: BatchRequest, worker_argv: Sequence[str]) -> str:
     """The script sbatch runs on the first allocated node: the run's environment, then one srun starting
-    `worker_argv` as each of the allocation's tasks (each reads its place from SLURM_PROCID and
-    SLURM_JOB_NODELIST).
+    `worker_argv` as each of the allocation's tasks.
 
     Raises:
         ValueError: an environment variable whose name a shell cannot export, or no worker command.

@@ -1,6 +1,7 @@
 """`homegpu submit JOB`, `homegpu queue`, `homegpu cancel ID`: the queue that `homegpu serve` runs, reached
 through serve's socket (remote/queue/client.py). Without a serve each says in one line how to start one;
-`homegpu run` never needs one.
+`homegpu run` never needs one. On a Slurm cluster the queue is Slurm's: `queue` lists homegpu's Slurm jobs from
+squeue and `cancel` is scancel, on `slurm_login` (remote/slurm/login.py); no serve is needed.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import time
 from typing import TextIO
 
 from homegpu.remote.queue import MAX_PRIORITY, EntryState, QueueClient, QueueError, entry_fields, socket_path
+from homegpu.remote.slurm import SlurmError, homegpu_jobs, slurm_login
 from homegpu.tui.cli.common import UserError, load_spec
-from homegpu.tui.view.queue_text import FINISHED_SHOWN, format_queue, job_words
+from homegpu.tui.view.queue_text import FINISHED_SHOWN, format_queue, format_slurm_queue, job_words, slurm_job_fields
 from homegpu.tui.view.text import serve_command
 
 
@@ -24,7 +26,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         description="Add a run of JOB (a job of the cluster file) to the queue that `homegpu serve` runs. It starts "
                     "when every node of the job is online and its GPUs are free (no other user's process holds "
                     "more than 10% of one, no other queued run uses it), in priority then submission order. "
-                    "Prints its queue id.",
+                    "On a Slurm cluster (scheduler = \"slurm\") serve submits it to Slurm at once and Slurm decides "
+                    "when it runs (--priority N is sbatch's --nice=-N). Prints its queue id.",
         epilog="examples:\n  homegpu submit train\n  homegpu submit train --set epochs=20 --set batch_size=256\n"
                "  homegpu submit evaluate --after q-12\n  homegpu submit train --priority 10 --set env.SEED=3",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -43,7 +46,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     queue = commands.add_parser(
         "queue", help="list the queue: running, waiting (and why), finished",
         description="List the queue that `homegpu serve` runs: running entries, then waiting ones in the order "
-                    "they will start with why each waits, then the latest finished.",
+                    "they will start with why each waits, then the latest finished. On a Slurm cluster: homegpu's "
+                    "jobs in Slurm's queue (squeue on slurm_login) with why each waits, then serve's entries when "
+                    "a serve runs.",
     )
     queue.add_argument("--all", action="store_true", help="list every finished entry, not only the latest 10")
     queue.add_argument("--json", action="store_true", help="print every entry as one JSON object for scripts")
@@ -53,9 +58,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         "cancel", help="cancel a queued run, or stop it if it runs",
         description="Cancel queue entry ID: a waiting one never starts; a running one is stopped (TERM to every "
                     "worker, KILL after a grace period) and ends as cancelled. Entries waiting --after it are "
-                    "cancelled too.",
+                    "cancelled too. On a Slurm cluster a number is a Slurm job id of homegpu's (`homegpu queue` "
+                    "lists them): scancel, and the run on its nodes stops.",
     )
-    cancel.add_argument("ids", nargs="+", metavar="ID", help="a queue id such as q-12 (`homegpu queue` lists them)")
+    cancel.add_argument("ids", nargs="+", metavar="ID",
+                        help="a queue id such as q-12, or on a Slurm cluster a Slurm job id (`homegpu queue` lists them)")
     cancel.set_defaults(handler=run_cancel)
 
 
@@ -92,6 +99,9 @@ def run_submit(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def run_queue(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
+    spec = load_spec(args)
+    if spec.uses_slurm:
+        return _slurm_queue(args, spec, out)
     entries = _ask(client(args).entries())
     if args.json:
         json.dump({"entries": [entry_fields(entry) for entry in entries]}, out, indent=2)
@@ -101,8 +111,66 @@ def run_queue(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0
 
 
+def _slurm_queue(args: argparse.Namespace, spec, out: TextIO) -> int:
+    """Slurm's queue of homegpu's jobs, then, where a serve runs, its entries (those not submitted to Slurm yet
+    among them: one waiting --after another)."""
+    async def listed():
+        async with slurm_login(spec) as login:
+            return homegpu_jobs(await login.queue())
+
+    jobs = _ask_slurm(listed())
+    try:
+        entries = asyncio.run(client(args).entries())
+    except QueueError:
+        entries = None  # no serve: Slurm's queue is the whole queue
+    if args.json:
+        served = {"entries": [entry_fields(entry) for entry in entries]} if entries is not None else {}
+        json.dump({"slurm_jobs": [slurm_job_fields(job) for job in jobs], **served}, out, indent=2)
+        print(file=out)
+        return 0
+    print(format_slurm_queue(jobs), file=out)
+    if entries is not None:
+        print(f"\nqueued in serve:\n{format_queue(entries, time.time(), None if args.all else FINISHED_SHOWN)}",
+              file=out)
+    return 0
+
+
+def _slurm_cancel(spec, ids: list[str], out: TextIO) -> int:
+    """scancel each of homegpu's Slurm jobs named; another's, or one Slurm does not know, is said and left."""
+    async def cancelled() -> int:
+        failed = 0
+        async with slurm_login(spec) as login:
+            ours = {job.job_id: job for job in homegpu_jobs(await login.queue())}
+            for id_ in ids:
+                if id_ not in ours:
+                    print(f"homegpu: {id_} is not one of homegpu's Slurm jobs (`homegpu queue` lists them)",
+                          file=sys.stderr)
+                    failed += 1
+                    continue
+                try:
+                    await login.cancel(id_)
+                except SlurmError as exc:
+                    print(f"homegpu: {exc}", file=sys.stderr)
+                    failed += 1
+                    continue
+                print(f"Slurm job {id_} ({ours[id_].job}, run {ours[id_].run_id}) cancelled", file=out)
+        return failed
+
+    return 2 if _ask_slurm(cancelled()) else 0
+
+
+def _ask_slurm(request):
+    try:
+        return asyncio.run(request)
+    except SlurmError as exc:
+        raise UserError(str(exc)) from None
+
+
 def run_cancel(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
+    spec = load_spec(args)
+    if spec.uses_slurm and all(id_.isdigit() for id_ in args.ids):  # Slurm's job ids; q-N are serve's entries
+        return _slurm_cancel(spec, args.ids, out)
     queue, failed = client(args), 0
     for id_ in args.ids:
         try:

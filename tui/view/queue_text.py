@@ -8,6 +8,7 @@ from typing import Sequence
 
 from homegpu.remote.nodes import visible
 from homegpu.remote.queue import EntryState, QueueEntry
+from homegpu.remote.slurm import SlurmJob, status_words
 from homegpu.tui.view.text import table
 
 COLUMNS = ("ID", "JOB", "STATE", "FOR", "RUN", "WHY")
@@ -75,3 +76,24 @@ def format_queue(entries: Sequence[QueueEntry], now: float, finished_shown: int 
     if hidden > 0:
         text += f"\n  … and {hidden} older finished (homegpu queue --all lists every one)"
     return text
+
+
+SLURM_COLUMNS = ("SLURM ID", "JOB", "STATE", "RUN", "WHY")
+SLURM_EMPTY = "Slurm lists no job of homegpu's: `homegpu run JOB` submits one"
+
+
+def format_slurm_queue(jobs: Sequence[SlurmJob]) -> str:
+    """`homegpu queue` on a Slurm cluster: homegpu's Slurm jobs as squeue lists them, why each waits in homegpu's
+    words, where each runs, how each ended."""
+    if not jobs:
+        return SLURM_EMPTY
+    rows = [(job.job_id, visible(job.job or "?"), job.homegpu_state, visible(job.run_id), visible(status_words(job)))
+            for job in jobs]
+    return table(SLURM_COLUMNS, rows)
+
+
+def slurm_job_fields(job: SlurmJob) -> dict:
+    """One Slurm job for `homegpu queue --json`."""
+    return {"slurm_id": job.job_id, "job": job.job, "run_id": job.run_id, "state": job.homegpu_state,
+            "slurm_state": job.state, "why": status_words(job), "nodes": job.nodes(), "partition": job.partition,
+            "elapsed": job.elapsed, "time_limit": job.time_limit}
