@@ -177,7 +177,7 @@ def test_serve_submits_queued_runs_to_slurm_and_follows_each_to_its_end(lab, tmp
         'import sys, time\nprint("working", flush=True)\ntime.sleep(float(sys.argv[1]))\n')
     short = job_table(script="short/short.py", args=["3"])
     with SimSlurm(lab, ["node2", "node3"]) as slurm:  # the first holds both nodes long enough to see the others wait
-        config = lab_toml(lab, tmp_path / "cluster.toml", first=short | {"args": ["40"]}, second=short, third=short)
+        config = lab_toml(lab, tmp_path / "cluster.toml", first=short | {"args": ["60"]}, second=short, third=short)
         with serving(config, tmp_path / "serve.log", tmp_path / "experiments"):
             first = submit(config, "first")
             first_job = wait_for(lambda: re.match(r"Slurm job (\d+)", entries(config)[first]["reason"] or ""), 60,
