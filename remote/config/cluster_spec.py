@@ -83,6 +83,10 @@ class ClusterSpec:
         """The node slurm_login names, or None where it is an ssh alias or host of its own."""
         return next((node for node in self.nodes if node.name == self.slurm_login), None)
 
+    def slurm_login_spec(self) -> NodeSpec:
+        """Where Slurm's commands run: the node slurm_login names, else its ssh alias or host as a node of its own."""
+        return self.slurm_login_node() or NodeSpec(self.slurm_login, self.slurm_login)
+
     def work_dir_of(self, node: NodeSpec) -> str:
         """The node's own work dir, else the cluster's."""
         return node.work_dir or self.work_dir

@@ -173,14 +173,8 @@ class JobRun:
         Raises:
             LaunchError: Slurm refused the job or ended it before it ran, or allocated a node cluster.toml lacks.
         """
-        login = self.cluster.slurm_login()
         try:
-            await login.wait_online(connect_wait(self.cluster.spec, 5))
-        except asyncio.TimeoutError:
-            raise LaunchError(f"the Slurm login node {login.name} is {login.state.value}: "
-                              f"{login.reason or 'no answer'}; sbatch runs there") from None
-        try:
-            slurm = SlurmLogin(login)
+            slurm = await SlurmLogin.reached(self.cluster.slurm_login(), self.cluster.spec)
             running = running_run(await slurm.queue(), self.job.name)
             if running is not None:
                 self.allocation = SlurmAllocation(slurm, self.job, running.run_id, running.job_id)
@@ -194,7 +188,7 @@ class JobRun:
                                              after=self.slurm_after)
                 if self.on_slurm_job is not None:
                     self.on_slurm_job(self.allocation.job_id)
-                waking(f"Slurm job {self.allocation.job_id} submitted on {login.name} for {len(candidates)} node(s)")
+                waking(f"Slurm job {self.allocation.job_id} submitted on {slurm.name} for {len(candidates)} node(s)")
                 nodes = await self.allocation.wait_running(waking, self._stop_requested)
                 waking(f"Slurm job {self.allocation.job_id} runs on {', '.join(nodes)}")
         except SlurmError as exc:
@@ -524,9 +518,8 @@ class JobRun:
     async def _follow_generation(self, generation: int) -> None:
         """Follow the generation the run's controller started, as it would itself (its logs, its workers)."""
         await finish_tails(self.tracks.values(), self.run_id)
-        self.generation, self.restarts = generation, self.restarts + 1
-        for track in self.tracks.values():
-            track.status, track.last_activity, track.progressed = None, time.monotonic(), False
+        self.restarts += 1
+        self._begin_generation(generation)
         self._follow_logs()
         self._publish(JobState.RUNNING, f"following generation {generation}, started by the run's controller")
 
@@ -616,14 +609,18 @@ class JobRun:
         problems = await restart_port_problems(self.slots, self.nodes.runtime) or await self._restore_backup()
         if problems:
             return "; ".join(problems)
-        self.generation += 1
-        for track in self.tracks.values():
-            track.status, track.last_activity, track.progressed = None, time.monotonic(), False
+        self._begin_generation(self.generation + 1)
         try:
             await self._start_generation()
         except LaunchError as exc:
             return str(exc)
         return None
+
+    def _begin_generation(self, generation: int) -> None:
+        """The run's generation is `generation` now: every track's status and activity start afresh."""
+        self.generation = generation
+        for track in self.tracks.values():
+            track.status, track.last_activity, track.progressed = None, time.monotonic(), False
 
     async def _wait_for_nodes(self) -> str:
         """Before a restart, wait for the job's nodes that are away, saying so; why they did not come back."""

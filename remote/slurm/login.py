@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 from typing import AsyncIterator
 
-from homegpu.remote.config import ClusterSpec, NodeSpec
+from homegpu.remote.config import ClusterSpec
 from homegpu.remote.nodes import NODE_GONE, CommandResult, EventHub, NodeSession, connect_wait
 from homegpu.remote.slurm.partitions import Partition, SinfoError, parse_sinfo, sinfo_argv
 from homegpu.remote.slurm.queue_view import SlurmJob, SqueueError, parse_squeue, squeue_argv
@@ -27,6 +27,20 @@ class SlurmLogin:
 
     def __init__(self, session: NodeSession) -> None:
         self.session = session
+
+    @classmethod
+    async def reached(cls, session: NodeSession, spec: ClusterSpec) -> SlurmLogin:
+        """The login node's session once it is online.
+
+        Raises:
+            SlurmError: it is not online within the cluster's connect wait, saying its state and why.
+        """
+        try:
+            await session.wait_online(connect_wait(spec, 5))
+        except asyncio.TimeoutError:
+            raise SlurmError(f"the Slurm login node {session.name} is {session.state.value}: "
+                             f"{session.reason or 'no answer'}; Slurm's commands run there") from None
+        return cls(session)
 
     @property
     def name(self) -> str:
@@ -86,15 +100,9 @@ async def slurm_login(spec: ClusterSpec) -> AsyncIterator[SlurmLogin]:
     Raises:
         SlurmError: it cannot be reached.
     """
-    node = spec.slurm_login_node() or NodeSpec(spec.slurm_login, spec.slurm_login)
-    session = NodeSession(spec, node, EventHub(), stream_stats=False)
+    session = NodeSession(spec, spec.slurm_login_spec(), EventHub(), stream_stats=False)
     session.start()
     try:
-        try:
-            await session.wait_online(connect_wait(spec, 5))
-        except asyncio.TimeoutError:
-            raise SlurmError(f"the Slurm login node {node.name} is {session.state.value}: "
-                             f"{session.reason or 'no answer'}") from None
-        yield SlurmLogin(session)
+        yield await SlurmLogin.reached(session, spec)
     finally:
         await session.close()

@@ -13,6 +13,7 @@ import sys
 import time
 from typing import TextIO
 
+from homegpu.remote.config import ClusterSpec
 from homegpu.remote.queue import MAX_PRIORITY, EntryState, QueueClient, QueueError, entry_fields, socket_path
 from homegpu.remote.slurm import SlurmError, homegpu_jobs, slurm_login
 from homegpu.tui.cli.common import UserError, load_spec
@@ -76,21 +77,20 @@ def _priority(text: str) -> int:
     return value
 
 
-def client(args: argparse.Namespace) -> QueueClient:
-    spec = load_spec(args)
+def client(spec: ClusterSpec) -> QueueClient:
     return QueueClient(socket_path(spec), serve_command(spec))
 
 
 def _ask(request):
     try:
         return asyncio.run(request)
-    except QueueError as exc:
+    except (QueueError, SlurmError) as exc:
         raise UserError(str(exc)) from None
 
 
 def run_submit(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    entry = _ask(client(args).submit(args.job, args.after, args.priority, args.overrides))
+    entry = _ask(client(load_spec(args)).submit(args.job, args.after, args.priority, args.overrides))
     waits = f", after {', '.join(entry.after)}" if entry.after else ""
     print(f"{entry.id}  {job_words(entry)}  queued{waits}; `homegpu queue` shows when it starts, "
           f"`homegpu cancel {entry.id}` takes it back", file=out)
@@ -102,7 +102,7 @@ def run_queue(args: argparse.Namespace, out: TextIO | None = None) -> int:
     spec = load_spec(args)
     if spec.uses_slurm:
         return _slurm_queue(args, spec, out)
-    entries = _ask(client(args).entries())
+    entries = _ask(client(spec).entries())
     if args.json:
         json.dump({"entries": [entry_fields(entry) for entry in entries]}, out, indent=2)
         print(file=out)
@@ -111,16 +111,16 @@ def run_queue(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0
 
 
-def _slurm_queue(args: argparse.Namespace, spec, out: TextIO) -> int:
+def _slurm_queue(args: argparse.Namespace, spec: ClusterSpec, out: TextIO) -> int:
     """Slurm's queue of homegpu's jobs, then, where a serve runs, its entries (those not submitted to Slurm yet
     among them: one waiting --after another)."""
     async def listed():
         async with slurm_login(spec) as login:
             return homegpu_jobs(await login.queue())
 
-    jobs = _ask_slurm(listed())
+    jobs = _ask(listed())
     try:
-        entries = asyncio.run(client(args).entries())
+        entries = asyncio.run(client(spec).entries())
     except QueueError:
         entries = None  # no serve: Slurm's queue is the whole queue
     if args.json:
@@ -135,7 +135,7 @@ def _slurm_queue(args: argparse.Namespace, spec, out: TextIO) -> int:
     return 0
 
 
-def _slurm_cancel(spec, ids: list[str], out: TextIO) -> int:
+def _slurm_cancel(spec: ClusterSpec, ids: list[str], out: TextIO) -> int:
     """scancel each of homegpu's Slurm jobs named; another's, or one Slurm does not know, is said and left."""
     async def cancelled() -> int:
         failed = 0
@@ -156,14 +156,7 @@ def _slurm_cancel(spec, ids: list[str], out: TextIO) -> int:
                 print(f"Slurm job {id_} ({ours[id_].job}, run {ours[id_].run_id}) cancelled", file=out)
         return failed
 
-    return 2 if _ask_slurm(cancelled()) else 0
-
-
-def _ask_slurm(request):
-    try:
-        return asyncio.run(request)
-    except SlurmError as exc:
-        raise UserError(str(exc)) from None
+    return 2 if _ask(cancelled()) else 0
 
 
 def run_cancel(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -171,7 +164,7 @@ def run_cancel(args: argparse.Namespace, out: TextIO | None = None) -> int:
     spec = load_spec(args)
     if spec.uses_slurm and all(id_.isdigit() for id_ in args.ids):  # Slurm's job ids; q-N are serve's entries
         return _slurm_cancel(spec, args.ids, out)
-    queue, failed = client(args), 0
+    queue, failed = client(spec), 0
     for id_ in args.ids:
         try:
             entry = asyncio.run(queue.cancel(id_))
