@@ -38,6 +38,8 @@ def test_each_node_runs_a_process_per_gpu_and_one_cpu_process_makes_it_gloo():
         "node 0  desktop  10.0.0.20:29500  GPUs 0,1 RTX 3090: 2 processes",
         "node 1  laptop   10.0.0.30:29500  CPU: 1 process",
         "torchrun on each node; WORLD_SIZE 3, backend gloo (a process runs on CPU)",
+        'laptop (CPU) would run at about 5% of the GPU processes\' pace: leave it out with nodes = ["desktop"] '
+        "(the job would train 13.3× as fast on 2 processes)",
     ]
     desktop, laptop = layout.slots
     assert layout.launch_line(spec.jobs["ddp"], laptop) == (
@@ -50,6 +52,20 @@ def test_every_process_on_a_gpu_is_nccl():
     spec = parse_cluster(CLUSTER)
     layout = lay_out(spec, spec.jobs["ddp"], {"desktop": RTX, "laptop": RTX[:1]}, need_plan=True)
     assert layout.plan_lines()[-1] == "torchrun on each node; WORLD_SIZE 3, backend nccl (every process has a GPU)"
+
+
+def test_the_pace_is_weighed_per_process_since_ddp_gives_each_the_same_share():
+    """DDP waits for its slowest process each step: a GTX 1060 beside two RTX 3090s is pointed out while it still
+    helps, per process (3 processes at the 1060's pace beat 2 at the 3090s' only when it runs above 2/3 of them)."""
+    spec = parse_cluster(CLUSTER)
+    slow = [(0, "NVIDIA GeForce RTX 2080 Ti")]
+    lines = lay_out(spec, spec.jobs["ddp"], {"desktop": RTX, "laptop": slow}, need_plan=True).plan_lines()
+    assert lines[-1] == ("laptop (GPU 0 RTX 2080 Ti) would run at about 70% of the other processes' pace, but with it "
+                         "the job still trains 1.05× as fast as the other 2 processes alone")
+    older = [(2, "NVIDIA GeForce GTX 1060 6GB")]  # a third, far slower card: the desktop is better left out
+    lines = lay_out(spec, spec.jobs["ddp"], {"desktop": RTX + older, "laptop": RTX[:1]}, need_plan=True).plan_lines()
+    assert lines[-1] == ("desktop (GPU 2 GTX 1060 6GB) would run at about 15% of the other processes' pace: leave it out "
+                         'with nodes = ["laptop"] (the job would train 1.7× as fast on 1 process)')
 
 
 def test_a_tensorflow_job_still_gets_its_tf_config():

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from homegpu.remote.config import PER_GPU
-from homegpu.remote.plan.pace import PaceAdvice, advise_pace
+from homegpu.remote.plan.pace import PROCESS, PaceAdvice, advise_pace
 from homegpu.remote.plan.worker_devices import WorkerDevices
 from homegpu.trainer.cli import COLLECTIVE_ENV
 
@@ -163,12 +163,23 @@ def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_si
             workers.append(WorkerDevices(node, len(workers), slot, tuple(g.index for g in gpus),
                                          tuple(g.name for g in gpus), max(1, len(gpus))))
     every_gpu = all(not w.on_cpu for w in workers)
-    if pytorch:  # no pace advice yet: it weighs workers, and a PyTorch node's processes each set a pace
+    if pytorch:
         return DevicePlan(tuple(workers), TORCH_NCCL if every_gpu else TORCH_GLOO, None,
-                          PaceAdvice(speeds=(), measured=False, leave_out=(), gain=1.0, sentences=()), pytorch=True)
+                          advise_pace(_torch_processes(workers), unit=PROCESS), pytorch=True)
     replicas = _equal_replicas(workers)
     return DevicePlan(tuple(workers), NCCL if every_gpu else RING, _batch(batch_size, len(workers), replicas),
                       advise_pace(workers, measured))
+
+
+def _torch_processes(workers: Sequence[WorkerDevices]) -> list[WorkerDevices]:
+    """A PyTorch job's processes as the pace advice weighs them: one per GPU of each node's torchrun,
+    or one on a CPU-only node."""
+    processes = []
+    for w in workers:
+        devices = [((gpu,), (name,)) for gpu, name in zip(w.gpus, w.gpu_names)] or [((), ())]
+        processes += [WorkerDevices(w.node, w.index, slot, gpus, names, 1)
+                      for slot, (gpus, names) in enumerate(devices)]
+    return processes
 
 
 def _split(node: str, gpus: tuple[Gpu, ...], layout: int | str, share: bool) -> list[tuple[Gpu, ...]]:

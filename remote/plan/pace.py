@@ -3,7 +3,9 @@
 MultiWorkerMirroredStrategy takes a step only when every worker has finished its part, so a job
 moves at its slowest worker's pace times the number of workers. A CPU worker beside GPU workers
 therefore makes the job faster only when it runs at more than (GPU workers)/(all workers) of the
-GPU workers' pace; usually it runs at a few percent of it and slows the whole job down.
+GPU workers' pace; usually it runs at a few percent of it and slows the whole job down. PyTorch's
+DDP is paced the same way, by its processes (each a GPU, or a CPU), since DistributedSampler gives
+each the same share.
 
 Each worker's speed comes from its last run (examples/s per worker, where the caller has a timeline)
 or else from its devices (``gpu_speed``: the GPU model's relative speed times its GPUs, or a CPU).
@@ -19,6 +21,7 @@ from homegpu.remote.plan.gpu_speed import CPU_SPEED, gpu_speed
 from homegpu.remote.plan.worker_devices import WorkerDevices
 
 HOLD_BACK = 0.8  # a kept worker under this fraction of the fastest's pace is pointed out
+WORKER, PROCESS = "worker", "process"  # what the advice calls each paced unit (TensorFlow, PyTorch)
 
 
 @dataclass(frozen=True)
@@ -53,13 +56,16 @@ def job_pace(speeds: Sequence[float]) -> float:
     return min(speeds) * len(speeds) if speeds else 0.0
 
 
-def advise_pace(workers: Sequence[WorkerDevices], measured: Mapping[str, float] | None = None) -> PaceAdvice:
+def advise_pace(workers: Sequence[WorkerDevices], measured: Mapping[str, float] | None = None,
+                unit: str = WORKER) -> PaceAdvice:
     """Estimate every worker's speed, find the nodes the job is faster without, and say so.
 
     Args:
         workers: the plan's workers, in order.
         measured: examples/s per worker label from the job's last run; used only when it covers
             every worker (a partial timeline would compare unlike units).
+        unit: what the sentences call each of ``workers``: a TensorFlow worker, or for a PyTorch
+            job a process (each of a node's GPUs, or its CPU), which DDP paces alike.
     """
     use_measured = bool(measured) and all(measured.get(w.label, 0) > 0 for w in workers)
     speeds = tuple(measured[w.label] if use_measured else worker_speed(w) for w in workers)
@@ -70,22 +76,23 @@ def advise_pace(workers: Sequence[WorkerDevices], measured: Mapping[str, float] 
     gain = job_pace([s for _, s in kept]) / job_pace(speeds)
     sentences = []
     if leave_out:
-        held = "; ".join(_share(node, pairs, kept) for node in leave_out)
+        held = "; ".join(_share(node, pairs, kept, unit) for node in leave_out)
         sentences.append(f"{held}: leave {'it' if len(leave_out) == 1 else 'them'} out with "
                          f"nodes = {json.dumps(list(keep))} (the job would train {gain:.1f}× as fast "
-                         f"on {_workers(len(kept))})")
+                         f"on {_count(len(kept), unit)})")
     fastest = max(s for _, s in kept)
     slow = list(dict.fromkeys(w.node for w, s in kept if s < HOLD_BACK * fastest))
     others = [(w, s) for w, s in kept if w.node not in slow]
     if slow and not others:  # one node, unlike GPUs: nothing to leave out, but say who is slow
         worker, pace = min(kept, key=lambda pair: pair[1])
-        sentences.append(f"{worker.label} ({worker.device_text}) sets the pace, at about "
-                         f"{100 * pace / fastest:.0f}% of the fastest worker's")
+        who = worker.node if unit == PROCESS else worker.label
+        sentences.append(f"{who} ({worker.device_text}) sets the pace, at about "
+                         f"{100 * pace / fastest:.0f}% of the fastest {unit}'s")
     elif slow:
         with_them = job_pace([s for _, s in kept]) / job_pace([s for _, s in others])
-        held = "; ".join(_share(node, pairs, others) for node in slow)
+        held = "; ".join(_share(node, pairs, others, unit) for node in slow)
         sentences.append(f"{held}, but with {'it' if len(slow) == 1 else 'them'} the job still trains "
-                         f"{with_them:.2f}× as fast as the other {_workers(len(others))} alone")
+                         f"{with_them:.2f}× as fast as the other {_count(len(others), unit)} alone")
     return PaceAdvice(speeds, use_measured, leave_out, gain, tuple(sentences))
 
 
@@ -107,7 +114,7 @@ def _best_nodes(pairs: Sequence[tuple[WorkerDevices, float]]) -> list[str]:
 
 
 def _share(node: str, pairs: Sequence[tuple[WorkerDevices, float]],
-           others: Sequence[tuple[WorkerDevices, float]]) -> str:
+           others: Sequence[tuple[WorkerDevices, float]], unit: str) -> str:
     """"laptop (CPU) would run at about 5% of the GPU workers' pace"."""
     mine = [(w, s) for w, s in pairs if w.node == node]
     worker, pace = min(mine, key=lambda pair: pair[1])
@@ -115,8 +122,12 @@ def _share(node: str, pairs: Sequence[tuple[WorkerDevices, float]],
     share = 100 * pace / min(s for _, s in others)
     figure = f"{share:.0f}%" if share >= 1 else "under 1%"
     return (f"{node} ({worker.device_text}) would run at about {figure} of "
-            f"{'the GPU workers' if gpus_only else 'the other workers'}' pace")
+            f"the {'GPU' if gpus_only else 'other'} {_plural(unit)}' pace")
 
 
-def _workers(count: int) -> str:
-    return f"{count} worker{'s' if count != 1 else ''}"
+def _plural(unit: str) -> str:
+    return unit + ("es" if unit.endswith("s") else "s")
+
+
+def _count(count: int, unit: str) -> str:
+    return f"{count} {unit if count == 1 else _plural(unit)}"
