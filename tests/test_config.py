@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from textwrap import dedent
 from types import MappingProxyType
@@ -149,9 +150,12 @@ def test_the_starter_files_commented_price_and_budgets_work_once_uncommented():
 
 
 def test_starter_cluster_without_nodes_is_this_machine_with_two_workers():
+    """Its workers run under the Python homegpu runs under, which has the framework extras homegpu was installed
+    with, as the embedded default's do: `python3` on PATH (outside the venv) may have no TensorFlow or torch."""
     spec = parse_cluster(cluster_to_toml(starter_cluster(name="lab")))
     (node,) = spec.nodes
-    assert (node.name, node.is_local, node.runtime, node.python) == ("local", True, "process", "python3")
+    assert (node.name, node.is_local, node.runtime, node.python) == ("local", True, "process", sys.executable)
+    assert spec.nodes == embedded_default().nodes
     assert spec.name == "lab" and spec.jobs["demo"].workers_per_node == 2
 
 

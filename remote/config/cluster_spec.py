@@ -108,8 +108,7 @@ def embedded_default() -> ClusterSpec:
     """
     return ClusterSpec(
         name=DEFAULT_CLUSTER_NAME,
-        # this very interpreter: it has homegpu (and TensorFlow, with the [tensorflow] extra)
-        nodes=(NodeSpec(name="local", host=LOCAL_HOST, runtime="process", python=sys.executable),),
+        nodes=(NodeSpec.this_machine(),),
         jobs=MappingProxyType({DEMO_JOB: JobSpec(name=DEMO_JOB, workers_per_node=2, epochs=2)}),
     )
 

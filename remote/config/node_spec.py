@@ -5,6 +5,7 @@ Validated with checks.py's Validator, like the rest of cluster.toml.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from homegpu.remote.config.checks import NAME_RE, Validator, show
@@ -43,6 +44,12 @@ class NodeSpec:
             return None
         busy = self.idle_watts if self.busy_watts is None else self.busy_watts
         return self.idle_watts + (busy - self.idle_watts) * min(max(cpu_percent, 0.0), 100.0) / 100
+
+    @classmethod
+    def this_machine(cls, name: str = "local") -> NodeSpec:
+        """This machine as a node: workers run as processes of the interpreter homegpu itself runs
+        under, which has the framework extras it was installed with (`python3` on PATH may have none)."""
+        return cls(name=name, host=LOCAL_HOST, runtime="process", python=sys.executable)
 
     @property
     def is_local(self) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 import tomli_w
 
 from homegpu.remote.config.cluster_spec import (
-    DEFAULT_CLUSTER_NAME, DEMO_JOB, LOCAL_HOST, AlertRules, ClusterSpec, NodeSpec, SshDefaults,
+    DEFAULT_CLUSTER_NAME, DEMO_JOB, AlertRules, ClusterSpec, NodeSpec, SshDefaults,
 )
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.config.node_power import NodePower
@@ -18,7 +18,8 @@ STARTER_HEADER = """\
 # homegpu cluster file, written by `homegpu init`.
 # Each [[nodes]] table is one machine. host is an address, an ~/.ssh/config alias, or "local".
 # address is where TensorFlow and iperf3 traffic goes (defaults to the address ssh reaches the node at).
-# runtime is "docker" (containers, GPUs passed through) or "process" (plain python on the node).
+# runtime is "docker" (containers, GPUs passed through) or "process" (plain python on the node);
+# python is the interpreter of a process node ("python3" unless set; here, the one homegpu runs under).
 # [jobs.demo] trains the built-in model on synthetic data across every node: `homegpu run demo`
 # (framework = "pytorch": the PyTorch demo, DDP under torchrun on each node).
 # Check it with `homegpu check`, then `homegpu doctor`; the full reference is docs/reference.md.
@@ -76,7 +77,7 @@ def starter_cluster(nodes: tuple[NodeSpec, ...] = (), user: str | None = None,
     edit. Nodes keep the runtime they were given. This machine alone gets two TensorFlow workers, so
     that MultiWorkerMirroredStrategy really synchronises.
     """
-    nodes = nodes or (NodeSpec(name="local", host=LOCAL_HOST, runtime="process"),)
+    nodes = nodes or (NodeSpec.this_machine(),)
     if framework == "pytorch":
         demo = JobSpec(name=DEMO_JOB, framework="pytorch", epochs=5, port=29500)
     else:

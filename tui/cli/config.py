@@ -74,7 +74,8 @@ def parse_node_option(value: str, runtime: str = "docker") -> NodeSpec:
     host, port = _split_endpoint(endpoint)
     if port is not None and not port.isdigit():
         raise UserError(f"--node {value!r}: port {port!r} is not a number")
-    runtime = "process" if host == LOCAL_HOST else runtime
+    if host == LOCAL_HOST:
+        return NodeSpec.this_machine(name)
     return NodeSpec(name=name, host=host, port=int(port) if port else None, runtime=runtime)
 
 
