@@ -461,6 +461,17 @@ def test_the_launch_dialog_shows_a_scripts_args_not_the_trainers_schedule():
     assert "5 epochs, batch 64, image" in trainer
 
 
+def test_the_launch_dialog_names_the_pytorch_demo_not_the_tensorflow_trainers_model():
+    from homegpu.remote.plan.layout import lay_out
+    from homegpu.tui.app.screens import launch_preview
+
+    spec = parse_cluster('[[nodes]]\nname = "box"\nhost = "10.0.0.2"\n[jobs.demo]\nframework = "pytorch"\nepochs = 5\n')
+    text = launch_preview(spec.jobs["demo"], lay_out(spec, spec.jobs["demo"], {"box": []})).plain
+    assert text.startswith("demo  the PyTorch demo: an MLP on synthetic data, 5 epochs, batch 64 per process, image "
+                           "homegpu/pytorch:2.14")
+    assert "cnn" not in text and "-m homegpu.trainer.torch_demo" in text
+
+
 def test_the_alert_banner_holds_what_fires_and_a_clear_becomes_a_toast():
     from homegpu.remote.nodes.events import Alert, AlertCommandFailed, AlertState
     from homegpu.tui.view.render import alert_banner
