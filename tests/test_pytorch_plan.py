@@ -155,3 +155,16 @@ def test_torchrun_runs_on_the_interface_that_holds_the_nodes_address(monkeypatch
     assert ran == {"module": "torch.distributed.run", "argv": ["torchrun", "--nnodes=2", "train.py", "--epochs", "3"]}
     assert (os.environ["GLOO_SOCKET_IFNAME"], os.environ["NCCL_SOCKET_IFNAME"]) == ("lo", "eth7")
     assert torchrun.interface_of("192.0.2.77") is None  # TEST-NET-1: on no interface here
+
+
+def test_a_run_records_only_the_settings_that_apply_to_its_job():
+    """run.json and the report show a job's settings: not the TensorFlow trainer's model for the PyTorch demo,
+    nor a trainer's epochs for a script (its schedule is in its args), nor TensorFlow's layout for torchrun."""
+    spec = parse_cluster(CLUSTER + '[jobs.demo]\nframework = "pytorch"\nepochs = 3\n'
+                                   '[jobs.tf]\nepochs = 4\n[jobs.mine]\nscript = "train.py"\nkeras = "tf-keras"\n')
+    script, demo, trainer, tf_script = (spec.jobs[name].settings() for name in ("ddp", "demo", "tf", "mine"))
+    assert list(script["args"]) == ["50", "10"] and script["framework"] == "pytorch"
+    assert not {"model", "data", "epochs", "batch_size", "workers_per_node", "share_gpus", "keras"} & script.keys()
+    assert (demo["epochs"], demo["batch_size"]) == (3, 64) and not {"model", "data", "workers_per_node"} & demo.keys()
+    assert (trainer["model"], trainer["epochs"], trainer["workers_per_node"]) == ("cnn", 4, 1) and "keras" not in trainer
+    assert tf_script["keras"] == "tf-keras" and not {"model", "epochs"} & tf_script.keys()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import statistics
 import subprocess
 from dataclasses import replace
 from html import unescape
@@ -16,7 +17,7 @@ import pytest
 
 from helpers import homegpu
 from script_errors import VALUES, per_replica_error
-from homegpu.remote.logs.metric import WorkerMetric
+from homegpu.remote.logs.metric import Metric, WorkerMetric
 from homegpu.remote.logs.tracebacks import MESSAGE_LINES
 from homegpu.remote.nodes.events import REJOINED, SHRUNK, JobState, JobStateChanged, NodeState, NodeStateChanged, Straggler
 from homegpu.remote.record.energy import energy_of
@@ -224,6 +225,25 @@ def test_a_run_with_only_metrics_still_gets_a_report(tmp_path):
     assert html.count("<svg") == 3 and "No bandwidth matrix" in html and "No events recorded" in html
     assert "final loss 0.09595, accuracy 0.9775, val_loss 0.03739, val_accuracy 0.9922" in summary.splitlines()
     assert "unfinished" in summary.splitlines()[0]
+
+
+def test_a_pytorch_runs_throughput_comes_from_its_epoch_lines(tmp_path):
+    """The PyTorch demo (and a script through epoch_done) says examples/s only on its epoch lines, no step lines:
+    the report's throughput reads them, from the timeline and from metrics.jsonl alone. The lines are a real
+    `homegpu run demo` of `init --framework pytorch` on this machine (tests/fixtures/tui/torch_demo_metrics.jsonl)."""
+    rows = [json.loads(line) for line in (FIXTURES / "torch_demo_metrics.jsonl").read_text().splitlines()]
+    rates = sorted(row["examples_per_sec"] for row in rows if row["event"] == "epoch")
+    steady = statistics.median([row["examples_per_sec"] for row in rows if row["event"] == "epoch"][1:])  # no warm-up
+    events = [WorkerMetric("demo", "demo-run", "local", 0, Metric({k: v for k, v in row.items() if k != "worker_label"}),
+                           at=row["time"]) for row in rows]
+    timeline_run = make_run_dir(tmp_path / "timeline", events, logs=False)
+    metrics_run = tmp_path / "metrics-only"
+    metrics_run.mkdir()
+    shutil.copy(FIXTURES / "torch_demo_metrics.jsonl", metrics_run / "metrics.jsonl")
+    for run_dir in (timeline_run, metrics_run):
+        html = write_report(run_dir)[0].read_text()
+        assert f'<b>{steady:,.0f}</b><span>examples/s, all workers' in html, run_dir
+        assert f'<td class="num">{rates[len(rates) // 2]:,.1f}</td>' in html, run_dir
 
 
 def test_a_slow_link_is_named_when_the_all_reduce_takes_most_of_a_step(tmp_path):

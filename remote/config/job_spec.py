@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
@@ -104,6 +104,17 @@ class JobSpec:
 
     def python_for(self, node: NodeSpec) -> str:
         return self.python or node.python
+
+    def settings(self) -> dict:
+        """The keys that apply to this job, with their values, as its run records them (run.json, the
+        report): a script leaves out the built-in trainer's schedule and model, a PyTorch job
+        TensorFlow's worker layout and Keras."""
+        unused = set() if self.uses_trainer else {"epochs", "batch_size", "steps_per_epoch"}
+        if not self.uses_trainer or self.is_pytorch:
+            unused |= {"data", "model", "on_fewer_workers"}  # the TensorFlow trainer's own
+        unused |= {"workers_per_node", "share_gpus", "keras"} if self.is_pytorch else set()
+        unused |= {"keras"} if self.uses_trainer else set()  # what a script's `import keras` gives
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in unused}
 
 
 def parse_jobs(v: Validator, data: dict, node_names: tuple[str, ...],

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -50,7 +49,7 @@ class RunRecord:
         """
         matrix, problem = bandwidth_store.read(self.cluster.spec)
         bandwidth = {"at": matrix.at, "links": bandwidth_store.links_json(matrix)} if matrix else None
-        settings = {field.name: getattr(job, field.name) for field in dataclasses.fields(job)}
+        settings = job.settings()
         tf_configs, torchrun = ({}, dict(launches)) if job.is_pytorch else (dict(launches), None)
         write_run_manifest(self.run_dir, {**settings, "env": dict(job.env)}, tf_configs, bandwidth,
                            self.cluster.spec.tariff.as_dict(), torchrun)

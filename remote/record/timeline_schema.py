@@ -75,7 +75,8 @@ class NodeTimeline:
 
 @dataclass(frozen=True)
 class WorkerTimeline:
-    """A worker's step lines (running loss/accuracy, throughput) and its epoch lines (with val_)."""
+    """A worker's step lines (running loss/accuracy, throughput) and its epoch lines (with val_). Its
+    throughput comes from its epoch lines where no step line has one (the PyTorch demo's, a script's)."""
 
     name: str
     loss: Series
@@ -182,8 +183,9 @@ def _workers(db: sqlite3.Connection) -> tuple[WorkerTimeline, ...]:
     for name, rows in sorted(grouped.items()):
         steps = [row for row in rows if row[2] == "step"]
         epochs = [row for row in rows if row[2] == "epoch"]  # `end` repeats the last epoch
+        rated = steps if any(row[7] is not None for row in steps) else epochs
         workers.append(WorkerTimeline(
-            name, _series(steps, 3), _series(steps, 4), _series(steps, 7), _series(steps, 8),
+            name, _series(steps, 3), _series(steps, 4), _series(rated, 7), _series(rated, 8),
             _series(epochs, 3), _series(epochs, 4), _series(epochs, 5), _series(epochs, 6)))
     return tuple(workers)
 
