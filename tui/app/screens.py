@@ -116,7 +116,8 @@ class LaunchScreen(ModalScreen[LaunchChoice | None]):
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    """A question with yes and no; Enter says yes, Escape says no."""
+    """A question with yes and no: y says yes; n and Escape say no; Enter presses the focused button, which
+    starts on no, so a stray Enter changes nothing."""
 
     BINDINGS = [Binding("escape", "answer(False)", "No"), Binding("y", "answer(True)", "Yes"),
                 Binding("n", "answer(False)", "No")]
