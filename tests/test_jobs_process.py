@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
@@ -321,6 +322,11 @@ def test_a_worker_killed_under_two_controllers_is_restarted_once_by_the_one_that
         follower = subprocess.Popen(homegpu_argv("--config", str(config), "run", "demo", "--no-tui"), cwd=there,
                                     stdout=(there / "out").open("w"), stderr=subprocess.STDOUT, text=True)
         wait_for(lambda: "is already running" in (there / "out").read_text(), 120, "the second to attach")
+        copies = {terminal: terminal / "experiments" for terminal in (here, there)}
+        wait_for(lambda: "node2 * epoch 2/4" in (here / "out").read_text()
+                 and any(copies[here].glob("*/chief-backup/*")), 300, "the starter's copy of the chief's backup")
+        time.sleep(3)  # the follower polls every second: before the fix, it copied at its first poll once attached
+        assert not any(copies[there].glob("*/chief-backup/*")), "the follower copied the chief's backup too"
         victim = [pid for pid in worker_processes(sim_cluster) if _index_of(pid) == 1]
         os.kill(victim[0], signal.SIGKILL)
         assert [starter.wait(timeout=600), follower.wait(timeout=120)] == [0, 0]

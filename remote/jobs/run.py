@@ -449,7 +449,7 @@ class JobRun:
             if failure is None:
                 if all_succeeded(self.tracks.values()):
                     return JobState.SUCCEEDED, "every worker succeeded"
-                if self.backup is not None:
+                if self.backup is not None and not self._led_elsewhere:  # the run's controller keeps the one copy
                     self.backup.after_epoch()
                 if (failure := await self._rejoin_at_epoch_end()) is not None:
                     return JobState.FAILED, failure
