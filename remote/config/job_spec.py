@@ -26,6 +26,10 @@ DEFAULT_IMAGES = {"tensorflow": DEFAULT_IMAGE, "pytorch": "homegpu/pytorch:2.14"
 DEFAULT_JOB_PORT = 23456
 RESTART_POLICIES = ("never", "on-failure")
 KEEP_GLOBAL_BATCH, KEEP_WORKER_BATCH = "keep-global-batch", "keep-worker-batch"  # on_fewer_workers (jobs/fewer.py)
+# Keys that apply only to some jobs, left out of the settings a run records (JobSpec.settings).
+TRAINER_SCHEDULE_KEYS = frozenset({"epochs", "batch_size", "steps_per_epoch"})  # the built-in trainers
+TENSORFLOW_TRAINER_KEYS = frozenset({"data", "model", "on_fewer_workers"})
+TENSORFLOW_LAYOUT_KEYS = frozenset({"workers_per_node", "share_gpus"})  # torchrun starts a process per GPU itself
 FRAMEWORKS = ("tensorflow", "pytorch")  # pytorch: the script runs under torchrun, one per node
 KERAS_CHOICES = ("keras", "tf-keras")  # what a script's `import keras` gives: the python's own keras, or tf-keras
 
@@ -108,12 +112,12 @@ class JobSpec:
     def settings(self) -> dict:
         """The keys that apply to this job, with their values, as its run records them (run.json, the
         report): a script leaves out the built-in trainer's schedule and model, a PyTorch job
-        TensorFlow's worker layout and Keras."""
-        unused = set() if self.uses_trainer else {"epochs", "batch_size", "steps_per_epoch"}
-        if not self.uses_trainer or self.is_pytorch:
-            unused |= {"data", "model", "on_fewer_workers"}  # the TensorFlow trainer's own
-        unused |= {"workers_per_node", "share_gpus", "keras"} if self.is_pytorch else set()
-        unused |= {"keras"} if self.uses_trainer else set()  # what a script's `import keras` gives
+        TensorFlow's worker layout, and only a TensorFlow script keeps `keras`."""
+        tensorflow_trainer = self.uses_trainer and not self.is_pytorch
+        unused = ((frozenset() if self.uses_trainer else TRAINER_SCHEDULE_KEYS)
+                  | (frozenset() if tensorflow_trainer else TENSORFLOW_TRAINER_KEYS)
+                  | (TENSORFLOW_LAYOUT_KEYS if self.is_pytorch else frozenset())
+                  | (frozenset() if self.script and not self.is_pytorch else {"keras"}))
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in unused}
 
 

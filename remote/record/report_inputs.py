@@ -86,7 +86,8 @@ def workers_from_metrics(path: Path) -> tuple[WorkerTimeline, ...]:
                       if r.get("event") == "start" and _number(r.get("batch_size"))), None)
         steps = [r for r in rows if r.get("event") == "step"]
         epochs = [r for r in rows if r.get("event") == "epoch"]  # `end` repeats the last epoch
-        rates = _series(steps if any(_number(r.get("examples_per_sec")) is not None for r in steps) else epochs, "examples_per_sec")
+        rated = steps if any(_number(r.get("examples_per_sec")) is not None for r in steps) else epochs
+        rates = _series(rated, "examples_per_sec")
         workers.append(WorkerTimeline(
             name, _series(steps, "loss"), _series(steps, "accuracy"), rates,
             Series(rates.times, tuple(v / batch if v is not None and batch else None for v in rates.values)),
