@@ -333,6 +333,23 @@ def test_status_text_says_what_holds_a_gpu_back_under_its_line() -> None:
 
 
 
+def test_status_watched_judges_a_reason_once_held_as_the_tui_does(utc) -> None:
+    """status once has one reading and names every active reason in it; status --watch has the node's session,
+    which judged each line as it came (GpuHealth): a reason counts once held a few seconds, and says since when."""
+    node = node_with((gpu(throttle=("hw_thermal",), temp=87, sm=1200, sm_max=1860),))
+    node.health = GpuHealth()
+    first = node.latest
+    node.health.take(first)
+    assert "held back: GPU 1 thermal slowdown at 87 °C: clocks 1,200 of 1,860 MHz" in format_status([node])
+    assert "held back" not in format_status([node], watched=True)  # one moment is not yet held
+    node.latest = replace(first, timestamp=first.timestamp + 10)
+    node.health.take(node.latest)
+    since = time.strftime("%H:%M", time.gmtime(first.timestamp))
+    assert f"held back: GPU 1 thermal slowdown at 87 °C since {since}" in format_status([node], watched=True)
+    (watched,) = status_json("home", [node], 1.0, watched=True)["nodes"][0]["stats"]["gpus"]
+    assert watched["held_back"][0].startswith(f"GPU 1 thermal slowdown at 87 °C since {since}")
+
+
 # --- a node's GPUs judged line by line (the session's GpuHealth) ------------------------------------
 
 @pytest.fixture

@@ -41,7 +41,8 @@ can do together, gpu_max_gen and gpu_max_width the card alone, tx_mbs and rx_mbs
 sends and receives over it (NVML only). xid is the XID errors the NVIDIA driver logged for the GPU
 since boot, the last one's code and unix time (null where the node's user cannot read the kernel
 log). held_back says, under load, what slows the GPU down and the fix, and names an XID logged in
-the last hour whatever the load (empty when nothing does).
+the last hour whatever the load (empty when nothing does): once, every clock event reason active in
+the one reading; with --watch, a reason held a few seconds, with since when (as the TUI says it).
 OWNER is who the process belongs to, as the node's agent found out:
   {"kind": "worker", "run_id", "job", "index", "user", "uid"}     a homegpu worker (or its child)
   {"kind": "container", "container", "container_name", "user", "uid"}  another container
@@ -83,9 +84,9 @@ async def _status(spec, as_json: bool, watch: bool) -> int:
 
 def _show(name: str, nodes: list[NodeSession], as_json: bool, watch: bool) -> None:
     if as_json:
-        print(json.dumps(status_json(name, nodes, time.time())), flush=True)
+        print(json.dumps(status_json(name, nodes, time.time(), watch)), flush=True)
         return
-    screen = format_status(nodes)
+    screen = format_status(nodes, watch)
     if watch and sys.stdout.isatty():
         unfiltered(sys.stdout).write(CLEAR_SCREEN)  # the one escape homegpu sends itself
         screen = time.strftime("%H:%M:%S  ") + f"cluster {name} (Ctrl-C to quit)\n\n" + screen

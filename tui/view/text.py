@@ -197,12 +197,21 @@ def _plural(count: int, word: str) -> str:
 # -- status -------------------------------------------------------------------------------------
 
 
-def format_status(nodes: Sequence) -> str:
-    """One block per node: a state line, then a line per GPU (or "CPU only")."""
-    return "\n".join(_node_block(node) for node in nodes)
+def format_status(nodes: Sequence, watched: bool = False) -> str:
+    """One block per node: a state line, then a line per GPU (or "CPU only"). `watched`: see _gpu_held_back."""
+    return "\n".join(_node_block(node, watched) for node in nodes)
 
 
-def _node_block(node) -> str:
+def _gpu_held_back(node, gpu, watched: bool = False) -> list[str]:
+    """What holds `gpu` of `node` back, in sentences. One reading (status once) judges every reason active in it;
+    `watched` (status --watch, the node's session having judged each line as it came: its `health`) judges a
+    reason once held a few seconds, with since when, as the TUI does."""
+    if watched:
+        return node.health.causes([gpu.index])
+    return held_back(gpu, at=node.latest.timestamp)
+
+
+def _node_block(node, watched: bool) -> str:
     mark = STATE_MARKS.get(node.state.value, "?")
     head = f"{mark} {node.name:<12} {node.spec.host:<16} {node.address:<15} {node.state.value}"
     stats = node.latest
@@ -216,7 +225,7 @@ def _node_block(node) -> str:
     lines = [head, f"    GPUs via {stats.source}, driver {stats.driver}, CUDA {stats.cuda}"]
     for gpu in stats.gpus:
         lines.append(_gpu_line(gpu))
-        lines += [f"        held back: {cause}" for cause in held_back(gpu, at=stats.timestamp)]
+        lines += [f"        held back: {cause}" for cause in _gpu_held_back(node, gpu, watched)]
         lines += [_process_line(process) for process in gpu.processes]
     return "\n".join(lines)
 
@@ -239,8 +248,8 @@ STATE_MARKS = {
 }
 
 
-def status_json(cluster_name: str, nodes: Sequence, at: float) -> dict:
-    """The documented `status --json` object; "not available" values become null."""
+def status_json(cluster_name: str, nodes: Sequence, at: float, watched: bool = False) -> dict:
+    """The documented `status --json` object; "not available" values become null. `watched`: see _gpu_held_back."""
     return {
         "cluster": cluster_name,
         "at": at,
@@ -248,19 +257,20 @@ def status_json(cluster_name: str, nodes: Sequence, at: float) -> dict:
             {"name": node.name, "host": node.spec.host, "address": node.address,
              "address_source": node.address_source, "state": node.state.value, "reason": node.reason,
              "fingerprint": node.fingerprint,
-             "stats": _stats_json(node.latest) if node.latest else None}
+             "stats": _stats_json(node, watched) if node.latest else None}
             for node in nodes
         ],
     }
 
 
-def _stats_json(stats) -> dict:
+def _stats_json(node, watched: bool) -> dict:
     """A node's stats as JSON, each GPU's clocks in one object and what holds it back in words."""
+    stats = node.latest
     obj = _jsonable(dataclasses.asdict(stats))
     for gpu, gpu_obj in zip(stats.gpus, obj["gpus"]):
         sm_max, mem, mem_max = (gpu_obj.pop(key) for key in ("sm_clock_max", "mem_clock", "mem_clock_max"))
         gpu_obj["clocks"] = {"sm": gpu_obj["sm_clock"], "sm_max": sm_max, "mem": mem, "mem_max": mem_max}
-        gpu_obj["held_back"] = held_back(gpu, at=stats.timestamp)
+        gpu_obj["held_back"] = _gpu_held_back(node, gpu, watched)
     return obj
 
 
