@@ -35,6 +35,7 @@ class Terminal:
         self._run("start-server", ";", *first,
                   "new-session", "-d", "-s", SESSION, "-x", str(width), "-y", str(height), "-c", str(cwd), command)
         self._run("resize-window", "-t", SESSION, "-x", str(width), "-y", str(height))  # tmux 3.2+ may shrink it
+        self.server_pid = int(self._run("display-message", "-p", "#{pid}"))
 
     def _run(self, *args: str) -> str:
         # Without COLUMNS and LINES: readline (which pytest loads) exports 80 and 24 into this process's C
@@ -57,7 +58,18 @@ class Terminal:
             raise AssertionError(f"{exc}; the screen was:\n{self.screen()}") from None
 
     def close(self) -> None:
+        """End the tmux server, and wait until it has gone: kill-server returns first, and a server started on the
+        same socket meanwhile "exited unexpectedly" (seen once in the full suite)."""
         subprocess.run([self.tmux, "-L", SOCKET, "kill-server"], capture_output=True)
+        wait_for(lambda: not _running(self.server_pid), 10, "the tmux server to exit")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @pytest.fixture
