@@ -9,7 +9,7 @@
 # gdbus for a node's logind in tests/simlogind.py, zsh and fish whose completion scripts are checked, slurm-wlm
 # (slurmctld, slurmd and the clients) and munge for the Slurm cluster of tests/simslurm.py),
 # builds .venv with the package and its dev, docs (mkdocs-material: the docs/ site is built by a test) and
-# framework extras, then runs pytest.
+# framework extras, then runs pytest: with no arguments the fast tier first (-m fast), and the rest only when it passed.
 # Reruns skip the slow steps.
 # The Docker engine is started (and stopped again) by the docker_engine fixture, not here.
 set -euo pipefail
@@ -71,4 +71,12 @@ defaults=(-q -ra)
 for arg in "$@"; do
     case $arg in -v* | -q* | --verbose | --quiet) defaults=(-ra) ;; esac
 done
-exec .venv/bin/python -m pytest "${defaults[@]}" "$@"
+if (( $# )); then
+    exec .venv/bin/python -m pytest "${defaults[@]}" "$@"
+fi
+# The whole suite: the fast tier first (a minute or two), and the rest only when it passed, so a broken fast
+# test is said within minutes, not after the LAN tests.
+echo "tests/run.sh: the fast tier (pytest -m fast)" >&2
+.venv/bin/python -m pytest "${defaults[@]}" -m fast -n 2 || exit
+echo "tests/run.sh: the fast tier passed; the rest (pytest -m 'not fast')" >&2
+exec .venv/bin/python -m pytest "${defaults[@]}" -m "not fast"
