@@ -80,6 +80,17 @@ def test_the_tariff_wraps_midnight_and_falls_back_to_the_price():
     assert not Tariff.from_dict(None).priced and Tariff().price_at(at(12, 0)) == 0.0
 
 
+def test_a_period_may_end_at_midnight_as_24_00_and_cover_the_whole_day():
+    """"00:00-24:00" is the whole day (it was refused as empty) and "22:00-24:00" the last two hours; run.json
+    writes them back as they were written."""
+    whole = parse_cluster('[cluster]\nprice_per_kwh = 0.35\ntariffs = { "00:00-24:00" = 0.18 }\n' + NODE).tariff
+    assert [whole.price_at(at(h, m)) for h, m in ((0, 0), (12, 0), (23, 59))] == [0.18, 0.18, 0.18]
+    evening = parse_cluster('[cluster]\nprice_per_kwh = 0.35\ntariffs = { "22:00-24:00" = 0.10 }\n' + NODE).tariff
+    assert [evening.price_at(at(h, m)) for h, m in ((21, 59), (22, 0), (23, 59), (0, 0))] == [0.35, 0.10, 0.10, 0.35]
+    assert [p.text for p in (*whole.periods, *evening.periods)] == ["00:00-24:00", "22:00-24:00"]
+    assert Tariff.from_dict(evening.as_dict()) == evening
+
+
 @pytest.mark.parametrize("cluster, key, words", [
     ("price_per_kwh = -0.1", "price_per_kwh", "must be from 0 to 1000"),
     ('price_per_kwh = "cheap"', "price_per_kwh", "expected a number"),
@@ -87,6 +98,9 @@ def test_the_tariff_wraps_midnight_and_falls_back_to_the_price():
     ('tariffs = { "22:00-06:00" = 0.18 }', "tariffs", "tariffs without price_per_kwh"),
     ('price_per_kwh = 0.3\ntariffs = { "10pm-6am" = 0.18 }', "tariffs.10pm-6am", "is not HH:MM-HH:MM"),
     ('price_per_kwh = 0.3\ntariffs = { "06:00-06:00" = 0.18 }', "tariffs.'06:00-06:00'", "is empty"),
+    ('price_per_kwh = 0.3\ntariffs = { "10:00-24:30" = 0.18 }', "tariffs.'10:00-24:30'", "is not HH:MM-HH:MM"),
+    ('price_per_kwh = 0.3\ntariffs = { "00:00-24:00" = 0.18, "22:00-06:00" = 0.1 }', "tariffs.'22:00-06:00'",
+     "overlaps '00:00-24:00'"),
     ('price_per_kwh = 0.3\ntariffs = { "22:00-06:00" = 0.18, "05:00-07:00" = 0.2 }', "tariffs.'05:00-07:00'",
      "overlaps '22:00-06:00'"),
     ('price_per_kwh = 0.3\ntariffs = { "22:00-06:00" = true }', "tariffs.'22:00-06:00'", "expected a number"),

@@ -18,13 +18,15 @@ from dataclasses import dataclass
 from homegpu.remote.config.checks import Validator, show
 
 MAX_PRICE = 1000.0  # per kWh, in any currency: only a typo gets near it
-_PERIOD = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]|24):([0-5]\d)$")
+_PERIOD = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-(?!24:(?!00$))([01]\d|2[0-3]|24):([0-5]\d)$")  # an end at 24:00 only
+DAY = 24 * 60
 _CURRENCY = re.compile(r"^[^\x00-\x1f\x7f]{1,8}$")
 
 
 @dataclass(frozen=True)
 class Period:
-    """[start, end) in minutes after midnight; end < start wraps past midnight."""
+    """[start, end) in minutes after midnight; end < start wraps past midnight, and an end of 24:00 (DAY) is
+    midnight at the period's end, so "00:00-24:00" is the whole day."""
 
     start: int
     end: int
@@ -120,7 +122,8 @@ def _parse_period(v: Validator, key: str, value: object) -> Period:
 
 def _period(found: re.Match, price: float) -> Period:
     start_hour, start_minute, end_hour, end_minute = map(int, found.groups())
-    return Period(start_hour * 60 + start_minute, (end_hour * 60 + end_minute) % (24 * 60), price)
+    start, end = start_hour * 60 + start_minute, end_hour * 60 + end_minute
+    return Period(start, end if start < end else end % DAY, price)  # 24:00 stays the day's end after a start
 
 
 def _check_overlaps(v: Validator, periods: dict[str, Period]) -> None:
@@ -136,4 +139,4 @@ def _check_overlaps(v: Validator, periods: dict[str, Period]) -> None:
 def _minutes(period: Period) -> range | list[int]:
     if period.start < period.end:
         return range(period.start, period.end)
-    return [*range(period.start, 24 * 60), *range(0, period.end)]
+    return [*range(period.start, DAY), *range(0, period.end)]
