@@ -15,6 +15,7 @@ from history_events import h100_lines, owned, worker
 from homegpu.remote.config import embedded_default, load_cluster
 from homegpu.remote.history import HistoryRecorder, history_path
 from homegpu.remote.nodes import NodeState, NodeStateChanged, NodeStatsUpdated, parse_agent_line
+from homegpu.tui.view.text import money
 
 
 @pytest.fixture
@@ -116,7 +117,14 @@ def test_history_tells_each_gpus_energy_its_cost_and_idle_part(tmp_path, monkeyp
     assert run["energy_kwh"] == pytest.approx(sum(steps[:599]))
     text = homegpu("--config", str(config), "history", "--since", "1h", cwd=tmp_path).stdout
     assert f"Energy of the GPUs (EUR at the tariff of {config})" in text
-    assert any(line.split()[:4] == ["desk", "GPU", "0", f"{sum(steps):.3f}"] for line in text.splitlines()), text
+    (row,) = [line.split() for line in text.splitlines() if line.split()[:4] == ["desk", "GPU", "0", f"{sum(steps):.3f}"]]
+    assert (row[4], row[6]) == (money(gpu["cost"]), money(gpu["idle_cost"])) and "0.00" not in row, text  # no cost
+    # rounded away: the idle part is under a cent
+
+
+def test_money_keeps_a_cost_under_a_cent():
+    assert [money(x) for x in (0.0, 0.0042, 0.00917, 0.01, 0.129, 12.5)] == \
+        ["0.00", "0.0042", "0.0092", "0.01", "0.13", "12.50"]
 
 
 def test_a_machine_without_gpus_shows_only_the_rest_it_used(tmp_path, monkeypatch):
@@ -135,4 +143,4 @@ def test_a_machine_without_gpus_shows_only_the_rest_it_used(tmp_path, monkeypatc
     text = homegpu("--config", str(config), "history", "--since", "1h", cwd=tmp_path).stdout
     assert "no GPU reported its power in this window" in text and "USER  KWH" not in text
     (row,) = [line.split() for line in text.splitlines() if line.strip().startswith("laptop ")]
-    assert row == ["laptop", f"{40 * 600 / 3.6e6:.3f}", f"{40 * 600 / 3.6e6 * 0.30:.2f}", "estimated"]
+    assert row == ["laptop", f"{40 * 600 / 3.6e6:.3f}", "0.002", "estimated"]  # 0.0020 EUR: under a cent, not 0.00

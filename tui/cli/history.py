@@ -18,7 +18,7 @@ from homegpu.remote.history import (
 )
 from homegpu.tui.cli.common import UserError, load_spec
 from homegpu.tui.view.plot import sparkline
-from homegpu.tui.view.text import table
+from homegpu.tui.view.text import money, table
 
 POINTS = 48  # sparkline cells
 RECORDING_SLACK = 30.0  # seconds: a history whose newest sample is older than this is not being recorded
@@ -110,7 +110,7 @@ class Report:
         priced = self.spec.tariff.priced
 
         def cost(value: float) -> str:
-            return f"{value:.2f}" if priced else "-"
+            return money(value) if priced else "-"
         lines = self._gpu_lines(cost) if self.energy else ["  no GPU reported its power in this window"]
         lines += self._host_lines(cost)
         if not priced:
@@ -196,7 +196,7 @@ class Report:
         if not asleep or not watts:
             return ""
         kwh = watts * self._inside(asleep) / 3_600_000
-        cost = f", {kwh * self.spec.tariff.price_at(time.time()):.2f} {self.spec.tariff.currency}".rstrip() \
+        cost = f", {money(kwh * self.spec.tariff.price_at(time.time()))} {self.spec.tariff.currency}".rstrip() \
             if self.spec.tariff.priced else ""
         return f", saving at least {kwh:.3f} kWh{cost} (its idle_watts {watts:g} W)"
 

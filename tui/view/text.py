@@ -29,6 +29,12 @@ def number(value: object, spec: str = ".4f") -> str:
     return format(value, spec) if isinstance(value, (int, float)) else "n/a"
 
 
+def money(amount: float) -> str:
+    """An amount of money to the cent, or to two significant digits below a cent, so a small cost (an idle GPU's
+    half hour) never reads 0.00."""
+    return f"{amount:.2f}" if amount == 0 or abs(amount) >= 0.01 else f"{amount:.2g}"
+
+
 def rate_text(metric: Metric) -> str:
     """"412 examples/s", or "37.0 steps/s" where a script's Keras says only its steps."""
     value, unit = metric.rate()
