@@ -226,6 +226,25 @@ def test_check_lists_the_jobs_or_says_how_to_add_one(tmp_path):
     assert bare.returncode == 0 and 'No job yet: add one, e.g. a [jobs.demo] table with nodes = ["box"]' in bare.stdout
 
 
+def test_check_shows_the_sleep_and_wake_keys_and_min_workers(tmp_path):
+    (tmp_path / "cluster.toml").write_text(
+        '[[nodes]]\nname = "desk"\nhost = "10.0.0.2"\nmac = "A8:A1:59:0C:22:7E"\nsleep_after = "30m"\n'
+        'sleep_command = "loginctl suspend"\n\n'
+        '[[nodes]]\nname = "laptop"\nhost = "10.0.0.3"\nmac = "a8:a1:59:0c:22:7f"\nwake_via = "desk"\n'
+        'wake_timeout = "5m"\n\n[[nodes]]\nname = "closet"\nhost = "10.0.0.4"\n\n'
+        '[jobs.demo]\nmin_workers = 2\non_fewer_workers = "keep-worker-batch"\n\n[jobs.plain]\n')
+    out = homegpu("check", cwd=tmp_path).stdout
+    assert "    desk: woken by a8:a1:59:0c:22:7e, 120s to boot; asleep after 1800s idle by 'loginctl suspend'" in out
+    assert "    laptop: woken by a8:a1:59:0c:22:7f from desk, 300s to boot; never put to sleep by serve" in out
+    assert "closet:" not in out, out  # neither woken nor put to sleep
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[out.splitlines().index(next(
+        line for line in out.splitlines() if line.split()[:1] == ["JOB"])):] if line.strip()}
+    assert rows["JOB"][-2:] == ["MIN", "WORKERS"]
+    assert rows["demo"][-2:] == ["2", "(keep-worker-batch)"] and rows["plain"][-1] == "all", out
+    (tmp_path / "cluster.toml").write_text('[[nodes]]\nname = "box"\nhost = "10.1.2.3"\n')
+    assert "  sleep and wake: none (mac in [[nodes]]" in homegpu("check", cwd=tmp_path).stdout
+
+
 def test_report_writes_the_latest_runs_page_and_names_a_missing_run(tmp_path):
     runs = tmp_path / "experiments"
     empty = homegpu("report", "--experiments", str(runs))

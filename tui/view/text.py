@@ -93,6 +93,7 @@ def format_cluster(spec: ClusterSpec, targets: Mapping[str, SshTarget]) -> str:
         f"  stats every {spec.stats_interval:g}s",
         f"  electricity: {_tariff_text(spec.tariff)}",
         f"  the rest of the machines: RAPL where the node's user can read it, else {_host_watts_text(spec.nodes)}",
+        *_sleep_and_wake_lines(spec.nodes),
         "",
     ]
     rows = [
@@ -120,6 +121,24 @@ def _host_watts_text(nodes) -> str:
     set_ = [f"{n.name} {n.idle_watts:g}" + (f"-{n.busy_watts:g}" if n.busy_watts not in (None, n.idle_watts) else "")
             + " W" for n in nodes if n.idle_watts is not None]
     return ("estimated: " + ", ".join(set_)) if set_ else "GPU only (idle_watts and busy_watts in [[nodes]] estimate it)"
+
+
+def _sleep_and_wake_lines(nodes) -> list[str]:
+    """A line per node that homegpu may wake or put to sleep (its mac, wake_via, sleep_after, sleep_command,
+    wake_timeout), or how to let it."""
+    lines = []
+    for node in nodes:
+        power = node.power
+        if not power.wakeable and power.sleep_after is None:
+            continue
+        wake = (f"woken by {power.mac}" + (f" from {power.wake_via}" if power.wake_via else "")
+                + f", {power.wake_timeout:g}s to boot") if power.wakeable else "not woken (no mac)"
+        sleep = (f"asleep after {power.sleep_after:g}s idle by {power.sleep_command!r}"
+                 if power.sleep_after is not None else "never put to sleep by serve (no sleep_after)")
+        lines.append(f"    {node.name}: {wake}; {sleep}")
+    if not lines:
+        return ["  sleep and wake: none (mac in [[nodes]] lets homegpu wake a node, sleep_after puts it to sleep idle)"]
+    return ["  sleep and wake:", *lines]
 
 
 def format_alerts(rules: AlertRules, which: Callable[[str], str | None] = shutil.which) -> list[str]:
@@ -152,11 +171,19 @@ def _format_jobs(spec: ClusterSpec) -> list[str]:
         return [f"No job yet: add one, e.g. a [jobs.demo] table with nodes = [\"{first}\"] trains the built-in "
                 "demo there (docs/reference.md)."]
     rows = [(job.name, runs_what(job), ", ".join(job.nodes) if job.nodes else "every node", job.workers_per_node,
-             job.port) for job in spec.jobs.values()]
+             job.port, _goes_on_with(job)) for job in spec.jobs.values()]
     refusals = [f"✗ {job.name}: {problem}" for job in spec.jobs.values()
                 if (problem := keras3_problem(job, spec.source, len(worker_slots(spec, job))))]
-    return [table(("JOB", "RUNS", "NODES", "WORKERS/NODE", "PORT"), rows), *refusals,
+    return [table(("JOB", "RUNS", "NODES", "WORKERS/NODE", "PORT", "MIN WORKERS"), rows), *refusals,
             "", "Next: homegpu doctor, then homegpu run JOB (homegpu tfconfig JOB shows each worker's TF_CONFIG)."]
+
+
+def _goes_on_with(job: JobSpec) -> str:
+    """min_workers as `check` shows it: `all` (a machine that leaves fails the run), or the fewest a run goes on
+    with and, for the built-in trainer, which batch it keeps (on_fewer_workers)."""
+    if not job.min_workers:
+        return "all"
+    return f"{job.min_workers} ({job.on_fewer_workers})" if job.uses_trainer else str(job.min_workers)
 
 
 def runs_what(job: JobSpec) -> str:
