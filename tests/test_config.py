@@ -259,6 +259,8 @@ BAD_INPUTS = [
      "at most 65534"),
     (JOB + 'epochs = 0x' + 'f' * 5000 + '\n', 9, "[jobs.train].epochs", "an integer of about 6021 digits",
      "in that range"),
+    (JOB + 'on_fewer_workers = "keep-worker-batch"\n', 9, "[jobs.train].on_fewer_workers",
+     "does nothing without min_workers", "set min_workers too"),
     (NODE + 'port = ' + '9' * 5000 + '\n', 4, "[[nodes]] #1.port", "more than 4300 digits", "ordinary number"),
     (NODE + 'tags = ' + '[' * 5000 + ']' * 5000 + '\n', 4, "[[nodes]] #1.tags", "nested too deeply",
      "at most 8 levels"),

@@ -184,14 +184,18 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...],
         **parse_slurm_job(v, table, path, scheduler),
     )
     _check_worker_ports(v, job)
-    _check_min_workers(v, path, job, node_names)
+    _check_min_workers(v, table, path, job, node_names)
     _check_pytorch(v, table, path, job)
     _refuse_trainer_keys(v, table, path, job)
     return job
 
 
-def _check_min_workers(v: Validator, path: tuple, job: JobSpec, node_names: tuple[str, ...]) -> None:
-    """min_workers can be met by the job's layout: at most its nodes × workers_per_node (per-gpu: known at launch)."""
+def _check_min_workers(v: Validator, table: dict, path: tuple, job: JobSpec, node_names: tuple[str, ...]) -> None:
+    """min_workers can be met by the job's layout: at most its nodes × workers_per_node (per-gpu: known at launch);
+    on_fewer_workers says what a run without min_workers never does, so it is refused alone rather than ignored."""
+    if "on_fewer_workers" in table and not job.min_workers:
+        raise v.fail(path + ("on_fewer_workers",), "does nothing without min_workers (a run never goes on with "
+                     "fewer workers)", "set min_workers too, the fewest workers a run may go on with, or remove it")
     if not job.min_workers or job.workers_per_node == PER_GPU:
         return
     most = len(job.nodes or node_names) * int(job.workers_per_node)

@@ -150,7 +150,7 @@ JOBS = Section("[jobs.NAME]", (
     Key("on_fewer_workers", '`"keep-global-batch"` or `"keep-worker-batch"`', '`"keep-global-batch"`',
         "the built-in trainer's batch once workers left: the same global batch, each worker's share larger "
         "(refused when it does not split evenly), or each worker's batch as it was, the global one smaller (the "
-        "learning rate may need to follow)", 'on_fewer_workers = "keep-worker-batch"'),
+        "learning rate may need to follow); only with `min_workers`", 'on_fewer_workers = "keep-worker-batch"'),
     Key("rejoin", "boolean", "`true`",
         "a node the run went on without that is back (online) rejoins: at the end of the epoch it came back in, "
         "everyone restarting with it from the chief's backup (`false`: at the run's next restart only)",
