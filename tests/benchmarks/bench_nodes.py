@@ -2,9 +2,15 @@
 with its own sshd on 10.213.0.N:22, links shaped to 1 Gbit/s). Prints figures and ratios; asserts
 nothing.
 
-Run as root (it starts sshd servers):  .venv/bin/python tests/benchmarks/bench_nodes.py [PART ...]
+Run as root (it starts sshd servers):
+    .venv/bin/python tests/benchmarks/bench_nodes.py [PART ...] [--against CHECKOUT [--rounds N]]
 with PART among bandwidth, snapshot, steady (default: all). The agent's own CPU per sample is
 bench_agent.py's.
+
+`--against CHECKOUT` measures snapshot and steady for this checkout and another one (e.g. `git worktree add
+/tmp/before d048569`) on the same nodes, alternating N times (default 3), each in a Python of its own that
+imports that checkout's homegpu (with this Python's packages), and prints each figure's runs, medians and
+the ratio now / before. Without it, the figures are this checkout's alone, as before.
 
 1. bandwidth: `homegpu bandwidth` over 4 nodes (iperf3 between every ordered pair), the matrix and
    the all-reduce advice for the demo's CNN and for ResNet-50.
@@ -41,6 +47,8 @@ import simnet  # noqa: E402
 from simcluster import SimCluster  # noqa: E402
 
 from helpers import homegpu_argv  # noqa: E402
+
+import statistics  # noqa: E402
 
 from homegpu.remote.node_side import stats_agent  # noqa: E402
 from homegpu.remote.config.cluster_spec import load_cluster  # noqa: E402
@@ -160,8 +168,117 @@ def steady_benchmark(sim: SimCluster, config: Path) -> None:
     print(f"  agents / polling:              {machine_agents / machine_polling:6.3f}")
 
 
+# --- side by side with another checkout (--against) ------------------------------------------------------
+
+# Runs in a Python of its own whose `homegpu` is one checkout: `snapshot N` prints the best of 3 first snapshots
+# of N nodes; `steady` connects every node, prints "go" once settled, its own CPU over STEADY_SECONDS, then "done".
+CHILD = """
+import asyncio, sys, time
+from homegpu.remote.config.cluster_spec import load_cluster
+from homegpu.remote.nodes.cluster import Cluster
+config, part = sys.argv[1], sys.argv[2]
+async def first(n):
+    spec = load_cluster(config)
+    spec = type(spec)(**{**spec.__dict__, "nodes": spec.nodes[:n]})
+    start = time.perf_counter()
+    async with Cluster(spec) as cluster:
+        await cluster.wait_settled(timeout=60)
+        assert all(node.latest is not None for node in cluster.nodes.values()), "a node did not report"
+        return time.perf_counter() - start
+async def steady(seconds):
+    async with Cluster(load_cluster(config)) as cluster:
+        await cluster.wait_settled(timeout=60)
+        await asyncio.sleep(2)
+        own = time.process_time()
+        print("go", flush=True)
+        await asyncio.sleep(seconds)
+        print(time.process_time() - own, flush=True)
+        print("done", flush=True)
+if part == "snapshot":
+    print(min(asyncio.run(first(int(sys.argv[3]))) for _ in range(3)))
+else:
+    asyncio.run(steady(float(sys.argv[3])))
+"""
+
+
+def checkout_python(checkout: Path, root: Path) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of a Python whose `homegpu` is `checkout` (its source, this Python's packages)."""
+    folder = root / f"pkg-{abs(hash(str(checkout.resolve())))}"
+    if not folder.exists():
+        folder.mkdir()
+        (folder / "homegpu").symlink_to(checkout.resolve())
+    return [sys.executable, "-c", CHILD], {**os.environ, "PYTHONPATH": str(folder)}
+
+
+def child_snapshot_seconds(checkout: Path, root: Path, config: Path, nodes: int) -> float:
+    argv, env = checkout_python(checkout, root)
+    done = subprocess.run([*argv, str(config), "snapshot", str(nodes)], env=env, capture_output=True, text=True,
+                          timeout=600, check=True)
+    return float(done.stdout.split()[-1])
+
+
+def process_tree_cpu(pid: int) -> float:
+    """CPU seconds of `pid` and of the children it reaped (utime stime cutime cstime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def nodes_cpu_seconds(sim: SimCluster) -> float:
+    """cluster_cpu_seconds without this process: the nodes' sshd, sessions and agents only."""
+    return cluster_cpu_seconds(sim) - sum(os.times()[:4])
+
+
+def child_steady(checkout: Path, root: Path, config: Path, sim: SimCluster) -> tuple[float, float]:
+    """(controller CPU s, all CPU s: the controller's and the nodes') over STEADY_SECONDS, the controller being
+    `checkout`'s in a process of its own."""
+    argv, env = checkout_python(checkout, root)
+    child = subprocess.Popen([*argv, str(config), "steady", str(STEADY_SECONDS)], env=env, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout.readline().strip() == "go", "the controller did not settle"
+        nodes, controller = nodes_cpu_seconds(sim), process_tree_cpu(child.pid)
+        own = float(child.stdout.readline())
+        nodes, controller = nodes_cpu_seconds(sim) - nodes, process_tree_cpu(child.pid) - controller
+        assert child.stdout.readline().strip() == "done"
+    finally:
+        child.wait(timeout=60)
+    return own, controller + nodes
+
+
+def median_line(label: str, unit: str, runs: dict[str, list[float]]) -> str:
+    now, before = (statistics.median(values) for values in runs.values())
+    shown = "; ".join(f"{name} {statistics.median(v):.3f} ({', '.join(f'{x:.3f}' for x in v)})"
+                      for name, v in runs.items())
+    return f"  {label:<34} {shown} {unit}   now / before {now / before:.2f}x"
+
+
+def side_by_side(sim: SimCluster, config: Path, root: Path, parts: list[str], against: Path, rounds: int) -> None:
+    """Each figure for this checkout and `against`, alternating `rounds` times: runs, medians, ratios."""
+    checkouts = {"now": TESTS.parent, "before": against}
+    figures: dict[str, dict[str, list[float]]] = {}
+
+    def note(figure: str, name: str, value: float) -> None:
+        figures.setdefault(figure, {n: [] for n in checkouts})[name].append(value)
+    for _ in range(rounds):
+        for name, checkout in checkouts.items():
+            if "snapshot" in parts:
+                for size in SIZES:
+                    note(f"first snapshot, {size} node(s)", name, child_snapshot_seconds(checkout, root, config, size))
+            if "steady" in parts:
+                own, everything = child_steady(checkout, root, config, sim)
+                n = len(sim.nodes)
+                note(f"steady: controller per node", name, 100 * own / STEADY_SECONDS / n)
+                note(f"steady: all CPU ({n} nodes, 1 Hz)", name, 100 * everything / STEADY_SECONDS)
+    print(f"\nside by side: now = {TESTS.parent}, before = {against}; {rounds} alternations, median (runs)")
+    for figure, runs in figures.items():
+        print(median_line(figure, "s" if figure.startswith("first") else "% of a core", runs))
+
+
 def main() -> None:
-    parts = sys.argv[1:] or ["bandwidth", "snapshot", "steady"]
+    args = sys.argv[1:]
+    against = Path(args.pop(args.index("--against") + 1)) if "--against" in args else None
+    rounds = int(args.pop(args.index("--rounds") + 1)) if "--rounds" in args else 3
+    parts = [arg for arg in args if arg not in ("--against", "--rounds")] or ["bandwidth", "snapshot", "steady"]
     print(f"homegpu node benchmarks, {platform.node()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}, "
           f"namespaced nodes on a {simnet.DEFAULT_MBIT} Mbit/s shaped bridge\n")
     root = Path(tempfile.mkdtemp(prefix="homegpu-bench-nodes-"))
@@ -174,6 +291,9 @@ def main() -> None:
         config = sim.write_cluster_toml(root / "cluster.toml")
         if "bandwidth" in parts:
             bandwidth_benchmark(sim, root)
+        if against is not None:
+            side_by_side(sim, config, root, parts, against, rounds)
+            return
         if "snapshot" in parts:
             snapshot_benchmark(sim, config)
         if "steady" in parts:
