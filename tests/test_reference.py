@@ -33,6 +33,7 @@ BASE = {
 # What the Slurm keys need beside them: a cluster whose runs go through Slurm (the job keys are refused elsewhere).
 SLURM_CLUSTER = {"scheduler": "slurm", "slurm_login": "desktop"}
 NEEDS_SLURM = {("[cluster]", "scheduler"), ("[cluster]", "slurm_login")} | {("[jobs.NAME]", k) for k in SLURM_JOB_KEYS}
+COMPANIONS = {("[jobs.NAME]", "on_fewer_workers"): {"min_workers": 1}}  # a key refused without another one
 
 
 def page_keys() -> dict[str, set[str]]:
@@ -79,6 +80,7 @@ def test_each_keys_example_validates(section, key, tmp_path):
     where = {"[cluster]": data["cluster"], "[[nodes]]": data["nodes"][1], "[jobs.NAME]": data["jobs"]["train"],
              "[alerts]": data["alerts"]}[section.header]
     where.update(example)
+    where.update(COMPANIONS.get((section.header, key.name), {}))
     if (section.header, key.name) in NEEDS_SLURM:
         data["cluster"] = {**SLURM_CLUSTER, **data["cluster"]}
     (tmp_path / "cluster.toml").write_text(tomli_w.dumps(data), encoding="utf-8")
