@@ -59,6 +59,9 @@ def test_the_keys_are_written_back_as_read() -> None:
 @pytest.mark.parametrize("keys, where, words", [
     ('mac = "a8:a1:59:0c:22"', "[[nodes]] #1.mac", "invalid MAC address"),
     ('mac = "a8:a1-59:0c:22:7e"', "[[nodes]] #1.mac", "invalid MAC address"),  # mixed separators
+    ('mac = "FF:FF:FF:FF:FF:FF"', "[[nodes]] #1.mac", "is the broadcast address, not a network card's"),
+    ('mac = "00-00-00-00-00-00"', "[[nodes]] #1.mac", "is all zeros, not a network card's"),
+    ('mac = "01:00:5e:00:00:fb"', "[[nodes]] #1.mac", "is a multicast address (its first byte is odd)"),
     ('sleep_after = "30m"', "[[nodes]] #1.sleep_after", "would sleep but could not be woken: it has no mac"),
     (f'mac = "{MAC}"\nsleep_after = "soon"', "[[nodes]] #1.sleep_after", "is not a duration"),
     (f'mac = "{MAC}"\nsleep_after = "2s"', "[[nodes]] #1.sleep_after", "is out of range"),

@@ -113,7 +113,19 @@ def _check_mac(v: Validator):
         if not _MAC_RE.fullmatch(value):
             raise v.fail(path, f"invalid MAC address {show(value)}",
                          'write six hex pairs such as "a8:a1:59:0c:22:7e" (`ip link` on the node shows it)')
+        if problem := _not_a_nic(bytes.fromhex(value.replace(":", "").replace("-", ""))):
+            raise v.fail(path, f"{show(value)} is {problem}, not a network card's address",
+                         "copy the node's wired NIC's MAC from `ip link` on it (link/ether)")
     return check
+
+
+def _not_a_nic(mac: bytes) -> str:
+    """Why `mac` cannot be a NIC's own address (a magic packet to it wakes nothing), or ""."""
+    if mac == b"\xff" * 6:
+        return "the broadcast address"
+    if mac == bytes(6):
+        return "all zeros"
+    return "a multicast address (its first byte is odd)" if mac[0] & 1 else ""
 
 
 def _check_command(v: Validator):
