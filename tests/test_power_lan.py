@@ -159,6 +159,7 @@ def test_a_node_that_never_wakes_is_named_with_the_causes(house: SimCluster, tmp
         (line,) = failed.stderr.strip().splitlines()
         assert line.startswith("homegpu: node1 did not wake within 8 s of its magic packet"), line
         assert "Wake-on-LAN must be on in its BIOS/UEFI and on its NIC" in line and "ethtool -s NIC wol g" in line
+        assert f"its mac {house.node('node1').mac} must be its wired NIC's (`ip link` on it" in line  # a wrong mac
 
 
 def test_serve_sleeps_an_idle_node_not_one_in_use_and_its_queue_wakes_it(house: SimCluster, tmp_path,

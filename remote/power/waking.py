@@ -70,7 +70,8 @@ async def _wake_one(cluster: Cluster, node: NodeSession, progress: Progress) -> 
             sent = time.monotonic()
         if waited >= power.wake_timeout:
             raise WakeFailed(f"{node.name} did not wake within {power.wake_timeout:g} s of its magic packet "
-                             f"(sent {sent_from}): {WOL_HELP}{_reach_hint(node)}")
+                             f"(sent {sent_from}): its mac {power.mac} must be its wired NIC's (`ip link` on it shows "
+                             f"link/ether), and {WOL_HELP}{_reach_hint(node)}")
         if time.monotonic() - said >= PROGRESS_SECONDS:
             progress(f"waking {node.name}: {waited:.0f} s of up to {power.wake_timeout:g} s")
             said = time.monotonic()
