@@ -283,6 +283,18 @@ def test_thermal_and_power_cap_are_told_apart_with_their_fixes() -> None:
         "or accept it"]
 
 
+def test_hw_and_sw_thermal_slowdown_together_are_one_sentence() -> None:
+    """A hot card often reports both thermal reasons: a person is told one cause, once (status printed it twice)."""
+    both = gpu(throttle=("sw_thermal", "hw_thermal", "sw_power_cap"), temp=87, sm=1200, sm_max=1860, power_limit=250.0)
+    causes = held_back(both)
+    assert [cause.split(":")[0] for cause in causes] == ["GPU 1 thermal slowdown at 87 °C", "GPU 1 power cap"]
+    timer, key = ReasonTimer(), ("node1", "GPU-1")
+    timer.update(key, gpu(throttle=("hw_thermal",), temp=87), 100.0)
+    held = timer.update(key, both, 120.0)  # hw_thermal held 20 s, the other two since now: not yet held
+    assert held_back(both, held, since={"hw_thermal": "12:04", "sw_thermal": "12:05"}) == [
+        "GPU 1 thermal slowdown at 87 °C since 12:04: clocks 1,200 of 1,860 MHz; improve the case's airflow"]
+
+
 def test_idle_as_a_reason_is_never_a_cause_and_a_slow_clock_without_reason_is() -> None:
     assert held_back(gpu(throttle=("gpu_idle",))) == []
     [cause] = held_back(gpu(throttle=(), sm=900, sm_max=1980))

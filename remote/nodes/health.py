@@ -83,13 +83,24 @@ def held_back(gpu: GpuStats, active_s: Mapping[str, float] | None = None,
     if not under_load(gpu):
         return xid
     active = [name for name in gpu.throttle or () if name != IDLE]
-    reasons = [name for name in active if active_s is None or active_s.get(name, 0.0) >= HELD_FOR_S]
+    reasons = _one_per_cause([name for name in active if active_s is None or active_s.get(name, 0.0) >= HELD_FOR_S],
+                             active_s or {})
     causes = [_reason_words(gpu, name, (since or {}).get(name)) for name in reasons]
     if not active and _well_below(gpu.sm_clock, gpu.sm_clock_max):  # a reason's first moment is not "none"
         why = "with no reason given by its driver" if gpu.throttle is None else "with no clock event reason"
         causes.append(f"GPU {gpu.index} runs at {_clocks(gpu)} under load {why}; "
                       "look at its clocks (nvidia-smi -q -d PERFORMANCE,CLOCK)")
     return xid + causes + _link_words(gpu)
+
+
+def _one_per_cause(reasons: list[str], active_s: Mapping[str, float]) -> list[str]:
+    """One reason for each cause a person is told (HW and SW thermal slowdown are one): the one held longest."""
+    chosen: dict[str, str] = {}
+    for name in reasons:
+        cause_words = REASONS.get(name, (name, ""))[0]
+        if cause_words not in chosen or active_s.get(name, 0.0) > active_s.get(chosen[cause_words], 0.0):
+            chosen[cause_words] = name
+    return list(chosen.values())
 
 
 class ReasonTimer:
