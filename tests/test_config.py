@@ -204,8 +204,8 @@ BAD_INPUTS = [
      "duplicate address:port 10.0.0.1:22", "own host or port"),
     (NODE + "port = 0\n", 4, "[[nodes]] #1.port", "out of range", "between 1 and 65535"),
     (NODE + "port = 65536\n", 4, "[[nodes]] #1.port", "out of range", "between 1 and 65535"),
-    (NODE + 'port = "22"\n', 4, "[[nodes]] #1.port", "expected an integer, got a string", "port = 22"),
-    (NODE + "port = true\n", 4, "[[nodes]] #1.port", "expected an integer, got a boolean", "port = 22"),
+    (NODE + 'port = "22"\n', 4, "[[nodes]] #1.port", "expected an integer, got a string", "port = 2222"),
+    (NODE + "port = true\n", 4, "[[nodes]] #1.port", "expected an integer, got a boolean", "port = 2222"),
     ('[[nodes]]\nname = "a"\nhost = "x; rm -rf ~"\n', 3, "[[nodes]] #1.host", "shell metacharacters",
      "without them"),
     ('[[nodes]]\nname = "a"\nhost = "$(reboot)"\n', 3, "[[nodes]] #1.host", "shell metacharacters",
@@ -220,15 +220,15 @@ BAD_INPUTS = [
     (NODE + 'python = "python3 && curl x"\n', 4, "[[nodes]] #1.python", "shell metacharacters", "without them"),
     (NODE + 'runtime = "podman"\n', 4, "[[nodes]] #1.runtime", "unknown runtime 'podman'", '"docker"'),
     ('[cluster]\nconnect_timeout = "5s"\n' + NODE, 2, "[cluster].connect_timeout", "expected a number",
-     "connect_timeout = 1.5"),
+     "connect_timeout = 20"),
     ('[cluster]\nstats_interval = 0\n' + NODE, 2, "[cluster].stats_interval", "must be from 0.1 to 3600 seconds",
      "in that range"),
     ('[cluster]\nkeepalive_count_max = 1.5\n' + NODE, 2, "[cluster].keepalive_count_max",
-     "expected an integer", "keepalive_count_max = 22"),
+     "expected an integer", "keepalive_count_max = 5"),
     ('cluster = 3\n' + NODE, 1, "[cluster]", "must be a table", "[cluster] table"),
     ('[[nodes]]\nname = "my node"\nhost = "h"\n', 2, "[[nodes]] #1.name", "invalid name", "letters, digits"),
     (NODE + 'tags = ["gpu", 3]\n', 4, "[[nodes]] #1.tags", "invalid tag 3", "tags = ["),
-    (NODE + 'tags = "gpu"\n', 4, "[[nodes]] #1.tags", "expected a list", 'tags = ["a", "b"]'),
+    (NODE + 'tags = "gpu"\n', 4, "[[nodes]] #1.tags", "expected a list", 'tags = ["gpu", "rtx4090"]'),
     (NODE + 'user = "root;id"\n', 4, "[[nodes]] #1.user", "shell metacharacters", "user name without them"),
     (NODE + 'jobs = 1\n', 4, "[[nodes]] #1.jobs", "unknown key 'jobs'", "[[nodes]] reference"),
     (NODE + '[jobs]\ntrain = 5\n', 5, "[jobs.train]", "must be a table", "[jobs.train] table"),
@@ -272,12 +272,12 @@ BAD_INPUTS = [
     ('alerts = 3\n' + NODE, 1, "[alerts]", "must be a table", "[alerts] table"),
     (ALERTS + 'gpu_temp = 80\n', 5, "[alerts].gpu_temp", "unknown key 'gpu_temp'", "did you mean 'gpu_temperature'?"),
     (ALERTS + 'gpu_temperature = "hot"\n', 5, "[alerts].gpu_temperature", "expected a number, got a string",
-     "gpu_temperature = 1.5"),
+     "gpu_temperature = 85"),
     (ALERTS + 'gpu_temperature = 500\n', 5, "[alerts].gpu_temperature", "must be from 1 to 150 °C, got 500.0",
      "in that range"),
     (ALERTS + 'gpu_memory_percent = 101\n', 5, "[alerts].gpu_memory_percent", "from 1 to 100%", "in that range"),
     (ALERTS + 'node_offline_seconds = nan\n', 5, "[alerts].node_offline_seconds", "got nan", "in that range"),
-    (ALERTS + 'node_offline_seconds = true\n', 5, "[alerts].node_offline_seconds", "got a boolean", "= 1.5"),
+    (ALERTS + 'node_offline_seconds = true\n', 5, "[alerts].node_offline_seconds", "got a boolean", "node_offline_seconds = 60"),
     (ALERTS + 'job_failed = "yes"\n', 5, "[alerts].job_failed", "expected true or false", "job_failed = true"),
     (ALERTS + 'queued_runs = "yes"\n', 5, "[alerts].queued_runs", "expected true or false", "queued_runs = true"),
     (ALERTS + 'queued_run = true\n', 5, "[alerts].queued_run", "unknown key 'queued_run'",
@@ -286,7 +286,7 @@ BAD_INPUTS = [
      "{queue_id}"),
     (ALERTS + 'command = []\n', 5, "[alerts].command", "the command is empty", 'command = ["notify-send"'),
     (ALERTS + 'command = "notify-send hi"\n', 5, "[alerts].command", "expected a list, got a string",
-     'command = ["a", "b"]'),
+     'write it like command = ["notify-send", "{title}", "{message}"]'),
     (ALERTS + 'command = ["notify-send", 3]\n', 5, "[alerts].command", "3 is not a string", "in quotes"),
     (ALERTS + 'command = ["", "x"]\n', 5, "[alerts].command", "'' is not a program", "start with the program"),
     (ALERTS + 'command = ["-x"]\n', 5, "[alerts].command", "'-x' is not a program", "start with the program"),
@@ -382,3 +382,15 @@ def test_the_references_alert_examples_are_valid():
     assert len(blocks) == 2
     commands = [parse_cluster(NODE + block).alerts.command[0] for block in blocks]
     assert commands == ["notify-send", "curl"]
+
+
+@pytest.mark.parametrize("toml, hint", [
+    (JOB + 'min_workers = "two"\n', "write it like min_workers = 2"),  # the key's own example, not 22 for all
+    (JOB + 'epochs = "ten"\n', "write it like epochs = 10"),
+    (JOB + 'stall_timeout = "slow"\n', "write it like stall_timeout = 900"),  # a whole number's example for a float
+    (NODE + 'port = "x"\n', "write it like port = 2222"),
+])
+def test_a_type_error_shows_the_keys_own_example(toml, hint):
+    with pytest.raises(ConfigError) as err:
+        parse_cluster(toml, "home.toml")
+    assert err.value.hint.startswith(hint), err.value.hint

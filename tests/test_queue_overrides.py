@@ -51,12 +51,12 @@ def test_good_overrides_replace_only_their_keys() -> None:
 @pytest.mark.parametrize("given, message", [
     ("epochs", "--set epochs: expected KEY=VALUE; write it like --set epochs=5"),
     ("=5", "--set =5: expected KEY=VALUE; write it like --set epochs=5"),
-    ("epochs=five", "--set epochs=five: expected an integer, got a string 'five'; write it like epochs = 22"),
+    ("epochs=five", "--set epochs=five: expected an integer, got a string 'five'; write it like epochs = 10"),
     ("epochs=0", "--set epochs=0: must be from 1 to 1,000,000, got 0; use a number in that range"),
     ("epoch=5", "--set epoch=5: unknown key 'epoch'; did you mean epochs? keys a run may set: epochs, batch_size, "
                 "steps_per_epoch, args, env, data, model, data_dir, restart, max_restarts, stall_timeout, "
                 "reconnect_timeout, keras, min_workers, on_fewer_workers, rejoin"),
-    ("args=--lr", "--set args=--lr: expected a list, got a string '--lr'; write it like args = [\"a\", \"b\"]"),
+    ("args=--lr", "--set args=--lr: expected a list, got a string '--lr'; write it like args = [\"--lr\", \"0.01\"]"),
     ("args=[1]", "--set args=[1]: 1 is not a string; write every argument in quotes: args = [\"--lr\", \"0.01\"]"),
     ("model=gpt9", "--set model=gpt9: unknown value 'gpt9'; use one of:"),
     ("env=x", "--set env=x: set one variable at a time; write it like --set env.WANDB_MODE=offline"),

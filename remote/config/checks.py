@@ -12,8 +12,10 @@ import difflib
 import math
 import re
 import reprlib
+import tomllib
 from typing import Any, Callable
 
+from homegpu.remote.config.key_tables import ALERTS, CLUSTER, JOBS, NODES
 from homegpu.remote.config.toml_lines import LineIndex
 
 # Hosts and paths end up in argv lists sent to remote shells; shlex.join quotes them, and refusing
@@ -90,9 +92,8 @@ class Validator:
                 raise self.fail(path, f"{show(value)} is far too large", "use an ordinary number") from None
         if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
             return value
-        example = {str: '"text"', int: "22", float: "1.5", bool: "true", list: '["a", "b"]', dict: '{ KEY = "value" }'}[kind]
         raise self.fail(path, f"expected {_KIND_NAMES[kind]}, got {type_name(value)} {show(value)}",
-                        f"write it like {key_text(path[-1])} = {example}")
+                        f"write it like {_example_line(path, kind)}")
 
     def in_range(self, lowest: float, highest: float, unit: str = "") -> Check:
         """A check that a number is finite and within [lowest, highest]; the message names both."""
@@ -150,6 +151,24 @@ def _limit(number: float) -> str:
 
 
 _KIND_NAMES = {bool: "true or false", str: "a string", int: "an integer", float: "a number", list: "a list", dict: "a table"}
+
+
+# Where a path's key is found: (section, the length of a path to one of its keys).
+_SECTIONS = {"cluster": (CLUSTER, 2), "nodes": (NODES, 3), "jobs": (JOBS, 3), "alerts": (ALERTS, 2)}
+_KIND_EXAMPLES = {str: '"text"', int: "22", float: "1.5", bool: "true", list: '["a", "b"]', dict: '{ KEY = "value" }'}
+
+
+def _example_line(path: tuple, kind: type) -> str:
+    """The key's own example from the reference (`min_workers = 2`), where it is a value of `kind`; else one
+    that shows the kind (`epochs = 22`)."""
+    section, depth = _SECTIONS.get(path[0], (None, 0)) if path else (None, 0)
+    key = next((k for k in section.keys if k.name == path[-1]), None) if section and len(path) == depth else None
+    if key is not None:
+        value = tomllib.loads(key.example).get(key.name)
+        wanted = (int, float) if kind is float else kind  # a number's example may be whole
+        if isinstance(value, wanted) and not isinstance(value, bool) or kind is bool and isinstance(value, bool):
+            return key.example
+    return f"{key_text(path[-1])} = {_KIND_EXAMPLES[kind]}"
 
 
 def type_name(value: Any) -> str:
