@@ -23,7 +23,7 @@ from homegpu.remote.config import ClusterSpec
 from homegpu.remote.history import DEFAULT_MAX_BYTES, HistoryError, HistoryRecorder, history_path
 from homegpu.remote.nodes import Cluster
 from homegpu.remote.plan import job_nodes
-from homegpu.remote.power import IdleSleeper
+from homegpu.remote.sleep_wake import IdleSleeper
 from homegpu.remote.queue import (
     EntryState, QueueError, QueueRunner, QueueServer, QueueStore, ServeClaim, queue_path, socket_path,
 )

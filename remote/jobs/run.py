@@ -48,7 +48,7 @@ from homegpu.remote.nodes import (
     NODE_GONE, REJOINED, SHRUNK, Cluster, JobState, JobStateChanged, NodeSession, NodeState, cause, connect_wait,
     wait_set,
 )
-from homegpu.remote.power import WakeFailed, wake_asleep
+from homegpu.remote.sleep_wake import WakeFailed, wake_asleep
 from homegpu.remote.plan import (
     DevicePlan, JobLayout, WorkerSlot, job_nodes, last_timeline, lay_out, tf_config_json, worker_slots,
 )

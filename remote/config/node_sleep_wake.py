@@ -1,4 +1,4 @@
-"""A node's power keys in `[[nodes]]`: how homegpu wakes it (Wake-on-LAN) and when it may put it to sleep.
+"""A node's sleep-and-wake keys in `[[nodes]]`: how homegpu wakes it (Wake-on-LAN) and when it may put it to sleep.
 
     mac = "a8:a1:59:0c:22:7e"       # its wired NIC's MAC: the magic packet's address (needed for a wake)
     wake_via = "desktop"            # another node sends the packet on its own LAN (controller on Wi-Fi, VPN)
@@ -27,7 +27,7 @@ WAKE_TIMEOUT_LIMITS = (5.0, 3600.0)
 
 
 @dataclass(frozen=True)
-class NodePower:
+class NodeSleepWake:
     """How a node is woken and put to sleep; every key optional (None/"": homegpu never does it)."""
 
     mac: str = ""  # lower case, colons
@@ -52,8 +52,8 @@ def duration_seconds(text: str) -> float | None:
     return float(match[1]) * _UNIT_SECONDS[match[2]] if match else None
 
 
-def parse_power(v: Validator, item: dict, path: tuple, name: str) -> NodePower:
-    """The node's power keys, validated (wake_via is checked against the other nodes by check_wake_via)."""
+def parse_sleep_wake(v: Validator, item: dict, path: tuple, name: str) -> NodeSleepWake:
+    """The node's sleep-and-wake keys, validated (wake_via is checked against the other nodes by check_wake_via)."""
     get = v.getter(item, path)
     mac = get("mac", str, "", _check_mac(v))
     sleep_after = _duration(v, item, path, "sleep_after", SLEEP_AFTER_LIMITS)
@@ -63,7 +63,7 @@ def parse_power(v: Validator, item: dict, path: tuple, name: str) -> NodePower:
     wake_via = get("wake_via", str, "", v.check_name)
     if wake_via and not mac:
         raise v.fail(path + ("wake_via",), "wake_via without mac", "add the node's mac: the packet names it")
-    return NodePower(
+    return NodeSleepWake(
         mac=mac.lower().replace("-", ":"),
         wake_via=wake_via,
         sleep_after=sleep_after,
@@ -72,16 +72,16 @@ def parse_power(v: Validator, item: dict, path: tuple, name: str) -> NodePower:
     )
 
 
-def check_wake_via(v: Validator, names: list[str], powers: list[NodePower]) -> None:
+def check_wake_via(v: Validator, names: list[str], keys: list[NodeSleepWake]) -> None:
     """Each wake_via names another node of the cluster."""
-    for index, (name, power) in enumerate(zip(names, powers)):
-        if not power.wake_via:
+    for index, (name, node) in enumerate(zip(names, keys)):
+        if not node.wake_via:
             continue
-        if power.wake_via == name:
+        if node.wake_via == name:
             raise v.fail(("nodes", index, "wake_via"), f"node {name!r} cannot wake itself",
                          "name another node on its LAN, or leave wake_via out to send from here")
-        if power.wake_via not in names:
-            raise v.fail(("nodes", index, "wake_via"), f"no node {show(power.wake_via)}",
+        if node.wake_via not in names:
+            raise v.fail(("nodes", index, "wake_via"), f"no node {show(node.wake_via)}",
                          "use one of: " + ", ".join(n for n in names if n != name))
 
 
