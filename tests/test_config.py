@@ -219,7 +219,7 @@ BAD_INPUTS = [
      "without the leading '-'"),
     (NODE + 'python = "python3 && curl x"\n', 4, "[[nodes]] #1.python", "shell metacharacters", "without them"),
     (NODE + 'runtime = "podman"\n', 4, "[[nodes]] #1.runtime", "unknown runtime 'podman'", '"docker"'),
-    ('[cluster]\nconnect_timeout = "5s"\n' + NODE, 2, "[cluster].connect_timeout", "expected a number",
+    ('[cluster]\nconnect_timeout = "5 secs"\n' + NODE, 2, "[cluster].connect_timeout", "'5 secs' is not a duration",
      "connect_timeout = 1.5"),
     ('[cluster]\nstats_interval = 0\n' + NODE, 2, "[cluster].stats_interval", "must be from 0.1 to 3600 seconds",
      "in that range"),

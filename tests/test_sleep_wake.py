@@ -61,13 +61,15 @@ def test_the_keys_are_written_back_as_read() -> None:
     ('mac = "a8:a1-59:0c:22:7e"', "[[nodes]] #1.mac", "invalid MAC address"),  # mixed separators
     ('sleep_after = "30m"', "[[nodes]] #1.sleep_after", "would sleep but could not be woken: it has no mac"),
     (f'mac = "{MAC}"\nsleep_after = "soon"', "[[nodes]] #1.sleep_after", "is not a duration"),
-    (f'mac = "{MAC}"\nsleep_after = "2s"', "[[nodes]] #1.sleep_after", "is out of range"),
+    (f'mac = "{MAC}"\nsleep_after = "2s"', "[[nodes]] #1.sleep_after",
+     "must be from 10 to 604800 seconds (a week), got '2s'"),
     (f'mac = "{MAC}"\nwake_via = "desktop"', "[[nodes]] #1.wake_via", "cannot wake itself"),
     (f'mac = "{MAC}"\nwake_via = "attic"', "[[nodes]] #1.wake_via", "no node 'attic'"),
     ('wake_via = "closet"', "[[nodes]] #1.wake_via", "wake_via without mac"),
     ("sleep_command = \"sh -c 'suspend\"", "[[nodes]] #1.sleep_command", "cannot be split into words"),
     ('sleep_command = "--now"', "[[nodes]] #1.sleep_command", "is not a command"),
-    (f'mac = "{MAC}"\nwake_timeout = "2d"', "[[nodes]] #1.wake_timeout", "is out of range"),
+    (f'mac = "{MAC}"\nwake_timeout = "2d"', "[[nodes]] #1.wake_timeout",
+     "must be from 5 to 3600 seconds (an hour), got '2d'"),
 ])
 def test_a_wrong_sleep_wake_key_is_one_line_naming_it(keys: str, where: str, words: str) -> None:
     with pytest.raises(ConfigError) as raised:

@@ -15,7 +15,8 @@ from homegpu.remote.config.job_spec import (
     DEFAULT_IMAGE, DEFAULT_IMAGES, DEFAULT_JOB_PORT, FRAMEWORKS, KEEP_GLOBAL_BATCH, KEEP_WORKER_BATCH, PER_GPU, JobSpec,
     parse_job_table,
 )
-from homegpu.remote.config.node_sleep_wake import NodeSleepWake, duration_seconds
+from homegpu.remote.config.durations import duration_seconds
+from homegpu.remote.config.node_sleep_wake import NodeSleepWake
 from homegpu.remote.config.node_spec import LOCAL_HOST, RUNTIMES, NodeSpec
 from homegpu.remote.config.slurm_keys import SLURM_JOB_KEYS, format_time_limit, gres_gpus, time_limit_seconds
 from homegpu.remote.config.tariff import Tariff
