@@ -35,7 +35,7 @@ def cluster_with(key: str, value: str) -> str:
 
 @pytest.mark.parametrize("value, seconds", [
     (90, 90.0), (1.5, 1.5), ("90", 90.0), ("2.5", 2.5),  # a number, or a number as text: seconds
-    ("90s", 90.0), ("5m", 300.0), ("2h", 7200.0), ("1d", 86_400.0), ("1w", 604_800.0),  # node_power's forms
+    ("90s", 90.0), ("5m", 300.0), ("2h", 7200.0), ("1d", 86_400.0), ("1w", 604_800.0),  # sleep_after's old forms
     ("1.5h", 5400.0), (" 30m ", 1800.0), ("2 h", 7200.0),
     ("1h30m", 5400.0), ("1h 30m", 5400.0), ("1w2d3h4m5s", 788_645.0), ("1m0.5s", 60.5),  # several units
 ])
