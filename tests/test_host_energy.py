@@ -21,7 +21,7 @@ from homegpu.remote.history import HOST, HistoryReader, HistoryRecorder
 from homegpu.remote.node_side import host_power
 from homegpu.remote.nodes import NodeState, NodeStatsUpdated, parse_agent_line
 from homegpu.remote.record.energy import ESTIMATED, RAPL, Energy, RunEnergy, host_energy, run_energy
-from homegpu.remote.record.report import _energy
+from homegpu.remote.record.html_report import _energy
 from homegpu.remote.record.timeline_schema import NodeTimeline, Series, Timeline
 from homegpu.tui.view.render import node_detail
 from homegpu.tui.view.state import NodeView

@@ -108,7 +108,7 @@ def _default_literal(text: str) -> tuple[bool, object]:
 def test_each_default_the_reference_gives_is_what_a_left_out_key_becomes():
     spec = parse_cluster(tomli_w.dumps(BASE))
     node, job = spec.nodes[0], spec.jobs["train"]  # desktop and train set none of their keys
-    holders = {"[cluster]": (spec, spec.ssh, spec.tariff), "[[nodes]]": (node, node.power), "[jobs.NAME]": (job,),
+    holders = {"[cluster]": (spec, spec.ssh, spec.tariff), "[[nodes]]": (node, node.sleep_wake), "[jobs.NAME]": (job,),
                "[alerts]": (spec.alerts,)}
     checked = 0
     for section in SECTIONS:

@@ -1,4 +1,4 @@
-"""trainer/report.py: a script's one-line progress, as homegpu reads it, and nothing outside a run."""
+"""homegpu.report (trainer/report/): a script's one-line progress, as homegpu reads it, and nothing outside a run."""
 
 from __future__ import annotations
 

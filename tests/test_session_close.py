@@ -2,7 +2,7 @@
 
 Python 3.11's asyncio.wait_for returns the result that came at the moment it was cancelled, swallowing the
 cancel: a connection made just as `homegpu status` closed its sessions left the supervisor streaming, and the
-command printed its answer and never exited (CI, tests/test_power_lan.py, a node that had just woken). The
+command printed its answer and never exited (CI, tests/test_sleep_wake_lan.py, a node that had just woken). The
 fake open_transport here swallows the first cancel as wait_for does then, and returns a connection.
 """
 

@@ -1,7 +1,7 @@
 """A machine that sleeps by itself (issue 36): logind's PrepareForSleep, heard by the stats agent through a real
 `gdbus monitor` on a real dbus-daemon (tests/simlogind.py owns logind's name and sends its signal), is passed on
 at once in a line that says "sleeping"; the controller reads it and marks the node asleep, by itself, in the
-file every homegpu process reads (nodes/asleep.py). On the LAN: tests/test_power_lan.py."""
+file every homegpu process reads (nodes/asleep.py). On the LAN: tests/test_sleep_wake_lan.py."""
 
 from __future__ import annotations
 

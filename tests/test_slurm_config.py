@@ -148,12 +148,12 @@ def test_a_slurm_cluster_is_written_back_as_it_was_read():
 
 def test_a_slurm_clusters_jobs_run_on_every_node_but_the_login_unless_they_name_theirs():
     """sbatch runs on slurm_login: a job that names no nodes asks Slurm for the others."""
-    from homegpu.remote.plan import job_nodes
+    from homegpu.remote.plan import job_node_specs
 
     spec = parse_cluster(slurm_job('partition = "gpu"'), "lab.toml")
     login = spec.slurm_login
     assert spec.slurm_login_node() is not None
-    assert [node.name for node in job_nodes(spec, spec.jobs["train"])] == [
+    assert [node.name for node in job_node_specs(spec, spec.jobs["train"])] == [
         node.name for node in spec.nodes if node.name != login]
     named = replace(spec.jobs["train"], nodes=(login,))
-    assert [node.name for node in job_nodes(spec, named)] == [login]
+    assert [node.name for node in job_node_specs(spec, named)] == [login]

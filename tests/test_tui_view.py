@@ -329,7 +329,7 @@ def test_bandwidth_advice_is_for_the_links_of_the_job_on_screen(view: ClusterVie
              LinkResult("big", "laptop", 0.1, ""), LinkResult("laptop", "big", 0.1, ""))
     view.bandwidth.matrix = BandwidthMatrix(links, at=0.0)
     everyone = bandwidth_summary(view.bandwidth, list(view.nodes), 1000, 0.0).plain
-    job = bandwidth_summary(view.bandwidth, list(view.nodes), 1000, 0.0, job_nodes=["big", "small"]).plain
+    job = bandwidth_summary(view.bandwidth, list(view.nodes), 1000, 0.0, job_node_names=["big", "small"]).plain
     assert "at 0.1 Gbit/s" in everyone and "across 3 workers" in everyone
     assert "at 10 Gbit/s" in job and "across 2 workers" in job
 

@@ -22,8 +22,8 @@ from homegpu.remote.alerts import AlertWatcher
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.history import DEFAULT_MAX_BYTES, HistoryError, HistoryRecorder, history_path
 from homegpu.remote.nodes import Cluster
-from homegpu.remote.plan import job_nodes
-from homegpu.remote.power import IdleSleeper
+from homegpu.remote.plan import job_node_specs
+from homegpu.remote.sleep_wake import IdleSleeper
 from homegpu.remote.queue import (
     EntryState, QueueError, QueueRunner, QueueServer, QueueStore, ServeClaim, queue_path, socket_path,
 )
@@ -182,6 +182,7 @@ def nodes_in_use(spec: ClusterSpec, board: JobBoard, store: QueueStore) -> dict[
              for entry in store.entries((EntryState.WAITING, EntryState.STARTING, EntryState.RUNNING))]
     for job_name, why in uses:
         job = jobs.get(job_name)
-        for node in job_nodes(spec, job) if job else spec.nodes:  # a job gone from the file: every node, to be safe
+        # a job gone from the file: every node, to be safe
+        for node in job_node_specs(spec, job) if job else spec.nodes:
             needed.setdefault(node.name, why)
     return needed

@@ -15,7 +15,8 @@ from homegpu.remote.config.job_spec import (
     DEFAULT_IMAGE, DEFAULT_IMAGES, DEFAULT_JOB_PORT, FRAMEWORKS, KEEP_GLOBAL_BATCH, KEEP_WORKER_BATCH, PER_GPU, JobSpec,
     parse_job_table,
 )
-from homegpu.remote.config.node_power import NodePower, duration_seconds
+from homegpu.remote.config.durations import duration_seconds
+from homegpu.remote.config.node_sleep_wake import NodeSleepWake
 from homegpu.remote.config.node_spec import LOCAL_HOST, RUNTIMES, NodeSpec
 from homegpu.remote.config.slurm_keys import SLURM_JOB_KEYS, format_time_limit, gres_gpus, time_limit_seconds
 from homegpu.remote.config.tariff import Tariff
@@ -24,7 +25,7 @@ from homegpu.remote.config.writer import cluster_to_toml, starter_cluster
 __all__ = [
     "DEFAULT_CONFIG_NAME", "DEFAULT_IMAGE", "DEFAULT_IMAGES", "DEFAULT_JOB_PORT", "DEMO_JOB", "EMBEDDED_DEFAULT", "FRAMEWORKS", "LOCAL_HOST",
     "KEEP_GLOBAL_BATCH", "KEEP_WORKER_BATCH", "PER_GPU",
-    "RUNTIMES", "BUDGETS", "SWITCHES", "AlertRules", "ClusterSpec", "ConfigError", "JobSpec", "NodePower", "NodeSpec", "Tariff", "cache_dir",
+    "RUNTIMES", "BUDGETS", "SWITCHES", "AlertRules", "ClusterSpec", "ConfigError", "JobSpec", "NodeSleepWake", "NodeSpec", "Tariff", "cache_dir",
     "cluster_data_path", "cluster_to_toml", "data_dir", "duration_seconds", "embedded_default", "find_config", "load_cluster", "parse_cluster", "parse_job_table",
     "starter_cluster", "SLURM_JOB_KEYS", "format_time_limit", "gres_gpus", "time_limit_seconds",
 ]

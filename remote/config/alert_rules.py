@@ -11,6 +11,7 @@ import string
 from dataclasses import dataclass
 
 from homegpu.remote.config.checks import Check, Limits, Validator, show
+from homegpu.remote.config.durations import Duration
 from homegpu.remote.config.key_tables import ALERTS
 
 # (lowest, highest, unit) of each number
@@ -101,10 +102,10 @@ def parse_alerts(v: Validator, data: dict) -> AlertRules:
     return AlertRules(
         gpu_temperature=get("gpu_temperature", float, None),
         gpu_memory_percent=get("gpu_memory_percent", float, None),
-        node_offline_seconds=get("node_offline_seconds", float, None),
+        node_offline_seconds=get("node_offline_seconds", Duration, None),
         **{key: get(key, bool, False) for key in SWITCHES},
         command=tuple(get("command", list, [], _check_command(v))),
-        command_timeout=get("command_timeout", float, AlertRules.command_timeout),
+        command_timeout=get("command_timeout", Duration, AlertRules.command_timeout),
         budget_per_day=get("budget_per_day", float, None),
         budget_per_run=get("budget_per_run", float, None),
     )

@@ -15,6 +15,7 @@ import reprlib
 import tomllib
 from typing import Any, Callable
 
+from homegpu.remote.config.durations import Duration, duration_hint, duration_seconds
 from homegpu.remote.config.key_tables import ALERTS, CLUSTER, JOBS, NODES
 from homegpu.remote.config.toml_lines import LineIndex
 
@@ -71,12 +72,16 @@ class Validator:
 
     def getter(self, table: dict, path: tuple, limits: Limits | None = None) -> Callable[..., Any]:
         """`get(key, kind, default, check=None)`: the key's value, type-checked, within its `limits`
-        (lowest, highest, unit) if it has any, and checked; else `default`."""
+        (lowest, highest, unit) if it has any, and checked; else `default`. Kind `Duration` reads any
+        duration form (durations.py) as seconds."""
         def get(key: str, kind: type, default: Any, check: Check | None = None) -> Any:
             if key not in table:
                 return default
-            value = self.check_type(path + (key,), table[key], kind)
-            if limits and key in limits:
+            if kind is Duration:
+                value = self.check_duration(path + (key,), table[key], (limits or {}).get(key))
+            else:
+                value = self.check_type(path + (key,), table[key], kind)
+            if limits and key in limits and kind is not Duration:
                 self.in_range(*limits[key])(path + (key,), value)
             if check:
                 check(path + (key,), value)
@@ -94,6 +99,20 @@ class Validator:
             return value
         raise self.fail(path, f"expected {_KIND_NAMES[kind]}, got {type_name(value)} {show(value)}",
                         f"write it like {_example_line(path, kind)}")
+
+    def check_duration(self, path: tuple, value: Any, limits: tuple[float, float, str] | None) -> float:
+        """A duration key's seconds, within `limits` (lowest, highest, unit) if given: every duration key
+        is read and refused alike, its message quoting the value as written."""
+        seconds = duration_seconds(value)
+        if seconds is None:
+            problem = (f"{show(value)} is not a duration" if isinstance(value, str)
+                       else f"expected a duration, got {type_name(value)} {show(value)}")
+            raise self.fail(path, problem, duration_hint(key_text(path[-1])))
+        if limits and not limits[0] <= seconds <= limits[1]:  # also refuses NaN
+            lowest, highest, unit = limits
+            raise self.fail(path, f"must be from {_limit(lowest)} to {_limit(highest)}{unit}, got {show(value)}",
+                            "use a duration in that range")
+        return seconds
 
     def in_range(self, lowest: float, highest: float, unit: str = "") -> Check:
         """A check that a number is finite and within [lowest, highest]; the message names both."""

@@ -18,6 +18,7 @@ from typing import Mapping
 
 from homegpu.remote.config.alert_rules import BUDGETS, AlertRules, parse_alerts
 from homegpu.remote.config.checks import TOP_KEYS, ConfigError, Limits, Validator, display, show
+from homegpu.remote.config.durations import Duration
 from homegpu.remote.config.job_spec import JobSpec, parse_jobs
 from homegpu.remote.config.node_spec import LOCAL_HOST, RUNTIMES, NodeSpec, parse_nodes
 from homegpu.remote.config.key_tables import CLUSTER
@@ -234,13 +235,13 @@ def _cluster(v: Validator, data: dict) -> ClusterSpec:
         user=get("user", str, None, v.check_name_like),
         identity_file=get("identity_file", str, None, v.check_path),
         known_hosts=get("known_hosts", str, SshDefaults.known_hosts, v.check_path),
-        connect_timeout=get("connect_timeout", float, SshDefaults.connect_timeout),
-        keepalive_interval=get("keepalive_interval", float, SshDefaults.keepalive_interval),
+        connect_timeout=get("connect_timeout", Duration, SshDefaults.connect_timeout),
+        keepalive_interval=get("keepalive_interval", Duration, SshDefaults.keepalive_interval),
         keepalive_count_max=get("keepalive_count_max", int, SshDefaults.keepalive_count_max),
     )
     nodes = parse_nodes(v, data)
     name = get("name", str, DEFAULT_CLUSTER_NAME, v.check_name)
-    stats_interval = get("stats_interval", float, ClusterSpec.stats_interval)
+    stats_interval = get("stats_interval", Duration, ClusterSpec.stats_interval)
     work_dir = get("work_dir", str, ClusterSpec.work_dir, v.check_path)
     scheduler, slurm_login = check_scheduler(v, table)
     jobs = parse_jobs(v, data, tuple(node.name for node in nodes), scheduler)

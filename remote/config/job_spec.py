@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from homegpu.remote.config.checks import MAX_PORT, NAME_RE, Check, Limits, Validator, show
+from homegpu.remote.config.durations import Duration
 from homegpu.remote.config.key_tables import JOBS
 from homegpu.remote.config.node_spec import NodeSpec
 from homegpu.remote.config.slurm_keys import HOMEGPU, parse_slurm_job
@@ -172,8 +173,8 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...],
         steps_per_epoch=get("steps_per_epoch", int, 0),
         restart=get("restart", str, "on-failure", v.choice(RESTART_POLICIES)),
         max_restarts=get("max_restarts", int, 3),
-        stall_timeout=get("stall_timeout", float, 300.0),
-        reconnect_timeout=get("reconnect_timeout", float, 300.0),
+        stall_timeout=get("stall_timeout", Duration, 300.0),
+        reconnect_timeout=get("reconnect_timeout", Duration, 300.0),
         keras=get("keras", str, "keras", v.choice(KERAS_CHOICES, 'use "keras" (what `import keras` gives on the '
                                                            'node) or "tf-keras" (tf-keras in its place)')),
         framework=framework,

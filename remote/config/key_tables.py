@@ -7,7 +7,14 @@ its parsing in the section's module, then run the command above.
 
 from __future__ import annotations
 
+from homegpu.remote.config.durations import FORMS
 from homegpu.remote.config.keys import Key, Section
+
+
+def duration(span: str) -> str:
+    """A duration key's type: every form it takes (durations.py), then its range."""
+    return f"duration: {FORMS}; {span}"
+
 
 CLUSTER = Section("[cluster]", (
     Key("name", "string", '`"home"`', "the cluster's name", 'name = "lab"'),
@@ -16,11 +23,11 @@ CLUSTER = Section("[cluster]", (
         'identity_file = "~/.ssh/id_ed25519"'),
     Key("known_hosts", "path", '`"~/.ssh/known_hosts"`', "host keys are always verified against it",
         'known_hosts = "~/lab/known_hosts"'),
-    Key("connect_timeout", "seconds, 0.1–3600", "`10.0`", "per connection attempt", "connect_timeout = 20"),
-    Key("keepalive_interval", "seconds, 0.1–3600", "`5.0`", "SSH keepalive period", "keepalive_interval = 10"),
+    Key("connect_timeout", duration("0.1 s–1 h"), "`10.0`", "per connection attempt", "connect_timeout = 20"),
+    Key("keepalive_interval", duration("0.1 s–1 h"), "`5.0`", "SSH keepalive period", "keepalive_interval = 10"),
     Key("keepalive_count_max", "integer, 1–1000", "`3`", "unanswered keepalives before a node counts as offline",
         "keepalive_count_max = 5"),
-    Key("stats_interval", "seconds, 0.1–3600", "`1.0`", "GPU/CPU sampling period", "stats_interval = 2.0"),
+    Key("stats_interval", duration("0.1 s–1 h"), "`1.0`", "GPU/CPU sampling period", "stats_interval = 2.0"),
     Key("work_dir", "path", '`"~/.homegpu"`', "where code, logs and pid files go on each node",
         'work_dir = "/scratch/homegpu"'),
     Key("price_per_kwh", "number, 0–1000", "none",
@@ -75,12 +82,12 @@ NODES = Section("[[nodes]]", (
     Key("wake_via", "a node's name", "none (send from here)",
         "another node that sends the magic packet on its own LAN, for a controller on Wi-Fi, a VPN or another "
         "subnet; needs `mac`", 'wake_via = "desktop"'),
-    Key("sleep_after", '`"30m"` (s, m, h, d, w) or seconds, 10 s–1 w', "off",
+    Key("sleep_after", duration("10 s–1 w"), "off",
         "`homegpu serve` puts it to sleep after this long idle; needs `mac`", 'sleep_after = "30m"'),
     Key("sleep_command", "a command (split like a shell's words, run without one)", '`"systemctl suspend"`',
         "what puts it to sleep; run through `sudo -n` when its SSH user is not root",
         'sleep_command = "systemctl hibernate"'),
-    Key("wake_timeout", "as `sleep_after`, 5 s–1 h", '`"2m"`', "how long a boot may take before a wake is called failed",
+    Key("wake_timeout", duration("5 s–1 h"), '`"2m"`', "how long a boot may take before a wake is called failed",
         'wake_timeout = "5m"'),
 ))
 
@@ -131,14 +138,14 @@ JOBS = Section("[jobs.NAME]", (
     Key("restart", '`"on-failure"` or `"never"`', '`"on-failure"`',
         "on a failed or stalled worker, stop all and restart all with the next generation", 'restart = "never"'),
     Key("max_restarts", "integer, 0–1000", "`3`", "restarts before the run counts as failed", "max_restarts = 5"),
-    Key("stall_timeout", "seconds, 1–604800 (a week)", "`300`", "a worker that prints nothing this long is stalled",
-        "stall_timeout = 900"),
+    Key("stall_timeout", duration("1 s–1 w"), "`300`", "a worker that prints nothing this long is stalled",
+        'stall_timeout = "15m"'),
     Key("keras", '`"keras"` or `"tf-keras"`', '`"keras"`',
         "what your script's `import keras` gives on the workers: the node's own (Keras 3 on TensorFlow 2.16+, "
         "refused before launch under MultiWorkerMirroredStrategy on more than one worker), or tf-keras in its "
         "place, so a script written against the Keras 2 API trains unchanged. See "
         "[Your own script](your-script.md)", 'keras = "tf-keras"'),
-    Key("reconnect_timeout", "seconds, 1–604800", "`300`",
+    Key("reconnect_timeout", duration("1 s–1 w"), "`300`",
         "before a restart, how long to wait for a node that is away (rebooting, cut off); the run says it waits, "
         "and fails naming the node if it does not come back (unless `min_workers` lets it go on without it). "
         "Waiting uses up no restart", "reconnect_timeout = 600"),
@@ -162,7 +169,8 @@ JOBS = Section("[jobs.NAME]", (
         'account = "vision"'),
     Key("qos", "a Slurm QOS", "the account's default", "`sbatch --qos`: the quality of service it runs under",
         'qos = "normal"'),
-    Key("time_limit", '`"MM"`, `"MM:SS"`, `"HH:MM:SS"`, `"D-HH"`, `"D-HH:MM"` or `"D-HH:MM:SS"`, up to a year',
+    Key("time_limit", 'Slurm\'s own forms, not a duration: `"MM"`, `"MM:SS"`, `"HH:MM:SS"`, `"D-HH"`, `"D-HH:MM"` or '
+        '`"D-HH:MM:SS"`, up to a year (sbatch is handed it as written)',
         "the partition's default", "`sbatch --time`: Slurm ends the run after it; kept as Slurm prints a limit "
         '(`"90"` is `1:30:00`)', 'time_limit = "12:00:00"'),
     Key("gres", '`"NAME[:TYPE][:COUNT]"`, comma-separated', "the GPUs the device plan gives each node",
@@ -176,7 +184,7 @@ ALERTS = Section("[alerts]", (
     Key("gpu_memory_percent", "%, 1–100", "off",
         "a GPU with this much of its memory in use; clears 5 points below. TensorFlow takes most of a GPU's memory "
         "when it starts unless memory growth is on, so set it high", "gpu_memory_percent = 98"),
-    Key("node_offline_seconds", "seconds, 1–604800", "off",
+    Key("node_offline_seconds", duration("1 s–1 w"), "off",
         'a node that was online has been unreachable (offline, reconnecting, refused) this long; clears when it is '
         'back. A node that never connected is not "offline": the TUI and preflight say why it cannot',
         "node_offline_seconds = 60"),
@@ -208,7 +216,7 @@ ALERTS = Section("[alerts]", (
     Key("command", "list of strings", "none: alerts are only shown",
         "run on the machine that runs homegpu for every alert and every clear, without a shell; its arguments may "
         "hold placeholders ([the command](#the-command))", 'command = ["notify-send", "{title}", "{message}"]'),
-    Key("command_timeout", "seconds, 1–3600", "`30`", "then the command and whatever it started are killed",
+    Key("command_timeout", duration("1 s–1 h"), "`30`", "then the command and whatever it started are killed",
         "command_timeout = 60"),
 ))
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from homegpu.remote.config.checks import NAME_RE, Validator, show
 from homegpu.remote.config.key_tables import NODES
-from homegpu.remote.config.node_power import NodePower, check_wake_via, parse_power
+from homegpu.remote.config.node_sleep_wake import NodeSleepWake, check_wake_via, parse_sleep_wake
 
 LOCAL_HOST = "local"
 RUNTIMES = ("docker", "process")
@@ -35,7 +35,7 @@ class NodeSpec:
     docker_socket: str = "/var/run/docker.sock"
     idle_watts: float | None = None  # the machine's draw besides its GPUs, idle and with every CPU busy:
     busy_watts: float | None = None  # where RAPL cannot be read, the rest of the machine is estimated from them
-    power: NodePower = NodePower()  # how it is woken and put to sleep (node_power.py)
+    sleep_wake: NodeSleepWake = NodeSleepWake()  # how it is woken and put to sleep (node_sleep_wake.py)
 
     def host_watts(self, cpu_percent: float) -> float | None:
         """The machine's draw besides its GPUs at `cpu_percent` busy, by idle_watts and busy_watts (linear
@@ -75,7 +75,7 @@ def parse_nodes(v: Validator, data: dict) -> tuple[NodeSpec, ...]:
         raise v.fail(("nodes",), "no nodes are defined", "add at least one [[nodes]] table")
     nodes = tuple(_parse_node(v, item, index) for index, item in enumerate(raw))
     _check_unique(v, nodes)
-    check_wake_via(v, [node.name for node in nodes], [node.power for node in nodes])
+    check_wake_via(v, [node.name for node in nodes], [node.sleep_wake for node in nodes])
     return nodes
 
 
@@ -104,7 +104,7 @@ def _parse_node(v: Validator, item: dict, index: int) -> NodeSpec:
         work_dir=get("work_dir", str, "", v.check_path),
         docker_socket=get("docker_socket", str, NodeSpec.docker_socket, v.check_path),
         **_host_watts(v, item, path),
-        power=parse_power(v, item, path, name),
+        sleep_wake=parse_sleep_wake(v, item, path, name),
     )
 
 

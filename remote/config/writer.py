@@ -12,7 +12,7 @@ from homegpu.remote.config.cluster_spec import (
     DEFAULT_CLUSTER_NAME, DEMO_JOB, AlertRules, ClusterSpec, NodeSpec, SshDefaults,
 )
 from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.config.node_power import NodePower
+from homegpu.remote.config.node_sleep_wake import NodeSleepWake
 
 STARTER_HEADER = """\
 # homegpu cluster file, written by `homegpu init`.
@@ -114,7 +114,7 @@ def cluster_to_toml(spec: ClusterSpec, header: str = STARTER_HEADER) -> str:
     alerts = document.pop("alerts", {})
     parts = [tomli_w.dumps(document) + ("" if spec.tariff.priced else PRICE_EXAMPLE)]
     parts += [f"[[nodes]]\n{tomli_w.dumps(table)}" + ("" if node.idle_watts is not None else WATTS_EXAMPLE)
-              + ("" if node.power.wakeable or node.is_local else WAKE_EXAMPLE) for table, node in zip(nodes, spec.nodes)]
+              + ("" if node.sleep_wake.wakeable or node.is_local else WAKE_EXAMPLE) for table, node in zip(nodes, spec.nodes)]
     if jobs:
         parts.append(tomli_w.dumps({"jobs": jobs}))
     parts.append(tomli_w.dumps({"alerts": alerts}) if alerts else ALERTS_EXAMPLE)
@@ -124,8 +124,8 @@ def cluster_to_toml(spec: ClusterSpec, header: str = STARTER_HEADER) -> str:
 def _node_dict(node: NodeSpec) -> dict[str, Any]:
     table = {"name": node.name, "host": node.host}
     table.update(_non_default(node, NodeSpec(name=node.name, host=node.host)))
-    table.pop("power", None)  # its keys are the node's own
-    table.update(_non_default(node.power, NodePower()))
+    table.pop("sleep_wake", None)  # its keys are the node's own
+    table.update(_non_default(node.sleep_wake, NodeSleepWake()))
     return table
 
 

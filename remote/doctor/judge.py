@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from homegpu.remote.doctor.check import Check
 from homegpu.remote.doctor.gpus import container_runtime_check, gpu_check
 from homegpu.remote.doctor.link import LoadFacts, link_check
-from homegpu.remote.doctor.power import PowerFacts, power_check
+from homegpu.remote.doctor.sleep_wake import SleepWakeFacts, sleep_wake_check
 from homegpu.remote.net import parse_probe
 from homegpu.remote.nodes import (
     MIB_PER_GIB, SHELL_FIX, CommandResult, NodeStats, StatsParseError, gib, parse_agent_line, talking_shell,
@@ -52,7 +52,7 @@ class NodeFacts:
     port_probe: CommandResult
     tensorflow: CommandResult | None = None  # process nodes only: docker workers use the job's image
     load: LoadFacts | None = None  # GPU nodes only: the links read under a load of doctor's own
-    power: PowerFacts | None = None  # nodes with a mac: their NICs, and whether sudo allows their sleep
+    sleep_wake: SleepWakeFacts | None = None  # nodes with a mac: their NICs, and whether sudo allows their sleep
 
 
 def node_checks(facts: NodeFacts, alone: bool = False) -> list[Check]:
@@ -73,7 +73,7 @@ def node_checks(facts: NodeFacts, alone: bool = False) -> list[Check]:
         clock_check(facts, python_ok),
         port_check(facts, python_ok),
         address_check(facts),
-        power_check(facts.name, facts.power),
+        sleep_wake_check(facts.name, facts.sleep_wake),
     ]
 
 

@@ -27,7 +27,7 @@ from homegpu.remote.doctor.judge import (
 )
 from homegpu.remote.doctor.link_probe import probe_under_load
 from homegpu.remote.doctor.network import reach_checks
-from homegpu.remote.doctor.power import power_facts
+from homegpu.remote.doctor.sleep_wake import sleep_wake_facts
 from homegpu.remote.net import probe_argv
 from homegpu.remote.node_side import script
 from homegpu.remote.nodes import (
@@ -174,9 +174,9 @@ async def gather_facts(session: NodeSession, job_port: int) -> NodeFacts:
         _run(session, probe_argv(python, session.address, [job_port])),
         docker,
     )
-    power = await power_facts(spec, ssh_target(cluster, spec).user, python, lambda argv: _run(session, argv))
+    sleep_wake = await sleep_wake_facts(spec, ssh_target(cluster, spec).user, python, lambda argv: _run(session, argv))
     facts = NodeFacts(spec.name, spec.runtime, python, work_dir, session.address, job_port,
-                      version, docker_info, nvml, smi, iperf3, clock, port, tf_versions, power=power)
+                      version, docker_info, nvml, smi, iperf3, clock, port, tf_versions, sleep_wake=sleep_wake)
     if gpu_count(facts) == 0:
         return facts
     load = await probe_under_load(session, python, lambda: _agent(session, python, work_dir, "auto"))

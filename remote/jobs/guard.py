@@ -14,7 +14,7 @@ import time
 from typing import Callable, Protocol
 
 from homegpu.remote.config import JobSpec
-from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError
+from homegpu.remote.jobs.job_runtimes import JobRuntimes, LaunchError
 from homegpu.remote.jobs.lock import HEARTBEAT_SECONDS, LockHolder, RunLockError, acquire, refresh, release
 from homegpu.remote.nodes import NODE_GONE, NodeSession
 
@@ -60,7 +60,7 @@ class Startable(Protocol):
     """What launch_or_attach needs of a run (remote/jobs/run.py's JobRun)."""
 
     job: JobSpec
-    nodes: JobNodes | None
+    nodes: JobRuntimes | None
 
     async def prepare(self, timeout: float | None = None, waking: Callable[[str], None] | None = None) -> None: ...
     def say_waking(self, line: str) -> None: ...

@@ -30,7 +30,7 @@ from homegpu.remote.jobs.fewer import (
     FewerWorkersRefused, batch_for, check_enough, going_on_line, job_with, job_without, rejoining_line,
 )
 from homegpu.remote.jobs.guard import RunGuard
-from homegpu.remote.jobs.job_nodes import JobNodes, LaunchError, open_runtime
+from homegpu.remote.jobs.job_runtimes import JobRuntimes, LaunchError, open_runtime
 from homegpu.remote.jobs.launch_plan import (
     TRAINER_PACKAGE_DIR, local_code, new_run_id, script_rel, trainer_package, worker_launch,
 )
@@ -48,9 +48,9 @@ from homegpu.remote.nodes import (
     NODE_GONE, REJOINED, SHRUNK, Cluster, JobState, JobStateChanged, NodeSession, NodeState, cause, connect_wait,
     wait_set,
 )
-from homegpu.remote.power import WakeFailed, wake_asleep
+from homegpu.remote.sleep_wake import WakeFailed, wake_asleep
 from homegpu.remote.plan import (
-    DevicePlan, JobLayout, WorkerSlot, job_nodes, last_timeline, lay_out, tf_config_json, worker_slots,
+    DevicePlan, JobLayout, WorkerSlot, job_node_specs, last_timeline, lay_out, tf_config_json, worker_slots,
 )
 from homegpu.remote.record import ExperimentLog, RunEnergy, RunRecord
 from homegpu.remote.runtimes import STOP_GRACE_SECONDS, WorkerLaunch, WorkerStatus
@@ -95,11 +95,11 @@ class JobRun:
         self.tracks: dict[str, WorkerTrack] = {}
         self.lost_tracks: list[WorkerTrack] = []  # the workers of nodes the run went on without (_go_on_without)
         self._first_batch, self._first_workers = job.batch_size, 0  # the first generation's, for a smaller one
-        self._every_node = [node.name for node in job_nodes(cluster.spec, job)]  # the job's, in TF_CONFIG order
+        self._every_node = [node.name for node in job_node_specs(cluster.spec, job)]  # the job's, in TF_CONFIG order
         self._back_since_epoch: int | None = None  # the chief's epoch when a lost node was first seen back
         self.backup: BackupKeeper | None = None  # the chief's backup kept off the chief (TensorFlow jobs)
         self.on_regroup: Callable[[str], None] | None = None  # told each line of the run going on with other nodes
-        self.nodes: JobNodes | None = None  # the job's runtimes, once prepare() reached its nodes
+        self.nodes: JobRuntimes | None = None  # the job's runtimes, once prepare() reached its nodes
         self.plan: DevicePlan | None = None  # every worker's devices, once prepare() saw the nodes' GPUs
         self.allocation: SlurmAllocation | None = None  # the Slurm job holding the run's nodes (scheduler "slurm")
         self._owns_allocation = False  # submitted here, or launched on here: cancelled when the start fails
@@ -155,10 +155,10 @@ class JobRun:
         self.nodes = nodes
         self._first_workers = len(self.slots)
 
-    async def _open_nodes(self, timeout: float | None) -> JobNodes:
+    async def _open_nodes(self, timeout: float | None) -> JobRuntimes:
         """The job's runtimes; on Slurm's nodes, a node homegpu cannot reach is said as Slurm's, before any start."""
         try:
-            return await JobNodes.open(self.cluster, self.job, timeout)
+            return await JobRuntimes.open(self.cluster, self.job, timeout)
         except LaunchError as exc:
             if self.allocation is None:
                 raise
@@ -182,7 +182,7 @@ class JobRun:
             elif waking is None:
                 return
             else:
-                candidates = job_nodes(self.cluster.spec, self.job)
+                candidates = job_node_specs(self.cluster.spec, self.job)
                 self.allocation, self._owns_allocation = SlurmAllocation(slurm, self.job, self.run_id), True
                 await self.allocation.submit(len(candidates), nodelist=self.job.nodes, priority=self.priority,
                                              after=self.slurm_after)
@@ -206,7 +206,7 @@ class JobRun:
         if unknown:
             raise LaunchError(f"Slurm allocated {', '.join(unknown)} to {self.job.name}, and {self.cluster.spec.source} "
                               "has no [[nodes]] of that name: add each node named as `sinfo -N` names it")
-        order = [node.name for node in job_nodes(self.cluster.spec, self.job)] + known
+        order = [node.name for node in job_node_specs(self.cluster.spec, self.job)] + known
         self.job = replace(self.job, nodes=tuple(sorted(allocated, key=order.index)))
         self.slots = worker_slots(self.cluster.spec, self.job)
         self._every_node = list(self.job.nodes)
@@ -249,7 +249,7 @@ class JobRun:
         Raises:
             LaunchError: a node did not wake, naming it and the likely causes.
         """
-        names = [node.name for node in job_nodes(self.cluster.spec, self.job)]
+        names = [node.name for node in job_node_specs(self.cluster.spec, self.job)]
         await self.cluster.wait_settled(connect_wait(self.cluster.spec, 2), names)  # an asleep node is known by then
         try:
             await wake_asleep(self.cluster, names, waking)
@@ -271,7 +271,7 @@ class JobRun:
             LaunchError: the plan's one line refusing the layout.
         """
         job = job or self.job
-        sessions = [self.cluster.node(node.name) for node in job_nodes(self.cluster.spec, job)]
+        sessions = [self.cluster.node(node.name) for node in job_node_specs(self.cluster.spec, job)]
         need_plan = job.workers_per_node == PER_GPU or all(s.streams_stats for s in sessions)
         layout = lay_out(self.cluster.spec, job, {s.name: s.latest for s in sessions}, self.cluster.addresses(),
                          last_timeline(self.experiments_root, job.name), need_plan)

@@ -187,7 +187,7 @@ class NodeSession:
 
     async def _note_asleep(self) -> bool:
         """Say the node is asleep when it is marked so (nodes/asleep.py); whether it is."""
-        spell = self._asleep.spell(self.name) if self.spec.power.wakeable else None
+        spell = self._asleep.spell(self.name) if self.spec.sleep_wake.wakeable else None
         if spell is None:
             return False
         await self._set_state(NodeState.ASLEEP, spell.reason())
@@ -197,7 +197,7 @@ class NodeSession:
         """Mark the node asleep when its agent says logind is putting it to sleep, so the connection that drops
         next reads as sleep, not a fault; unmark it when it says so no more (a suspend that was called off, or a
         session that lived through it). Only a node with a `mac`: without one it could not be woken."""
-        if not self.spec.power.wakeable or stats.sleeping == self._said_sleeping:
+        if not self.spec.sleep_wake.wakeable or stats.sleeping == self._said_sleeping:
             return
         self._said_sleeping = stats.sleeping
         if stats.sleeping:

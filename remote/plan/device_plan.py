@@ -11,7 +11,7 @@ Layouts (``workers_per_node``):
 - an integer N: N workers per node. On a GPU node its GPUs are split evenly between them; they never
   share a GPU unless ``share_gpus`` is set (then worker i gets GPU i mod the GPU count).
 
-Workers are numbered in the job's node order (``tfconfig.job_nodes``), then slot order within a
+Workers are numbered in the job's node order (``tfconfig.job_node_specs``), then slot order within a
 node, as TF_CONFIG lists them. The pace advice is in ``pace.py``.
 """
 

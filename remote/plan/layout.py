@@ -14,7 +14,9 @@ from typing import Any, Mapping
 
 from homegpu.remote.config import ClusterSpec, JobSpec
 from homegpu.remote.plan.device_plan import DevicePlan, DevicePlanError
-from homegpu.remote.plan.tfconfig import WorkerSlot, job_device_plan, job_nodes, plan_counts, tf_config, worker_slots
+from homegpu.remote.plan.tfconfig import (
+    WorkerSlot, job_device_plan, job_node_specs, plan_counts, tf_config, worker_slots,
+)
 from homegpu.remote.plan.torchrun import TORCH_DEMO_MODULE, torchrun_args
 from homegpu.remote.record import Timeline
 
@@ -67,7 +69,7 @@ def lay_out(cluster: ClusterSpec, job: JobSpec, stats: Mapping[str, Any], addres
         last_run: the job's last run's timeline, for the pace advice (plan.last_run.last_timeline).
         need_plan: a silent node is a refusal (a launch), not a plan still to come (a preview).
     """
-    silent = tuple(node.name for node in job_nodes(cluster, job) if stats.get(node.name) is None)
+    silent = tuple(node.name for node in job_node_specs(cluster, job) if stats.get(node.name) is None)
     plan, refusal = None, ""
     if need_plan or not silent:
         try:

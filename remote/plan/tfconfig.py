@@ -63,7 +63,7 @@ def find_job(cluster: ClusterSpec, name: str | None) -> JobSpec:
     return cluster.jobs[name]
 
 
-def job_nodes(cluster: ClusterSpec, job: JobSpec) -> tuple[NodeSpec, ...]:
+def job_node_specs(cluster: ClusterSpec, job: JobSpec) -> tuple[NodeSpec, ...]:
     """The job's nodes in TF_CONFIG order: as its `nodes` lists them (the first is the chief's), else
     every node in cluster.toml's order (on a Slurm cluster every node but slurm_login: sbatch runs there)."""
     if not job.nodes:
@@ -84,7 +84,7 @@ def machine_key(address: str) -> str:
 
 def worker_slots(cluster: ClusterSpec, job: JobSpec, addresses: Mapping[str, str] | None = None,
                  counts: Mapping[str, int] | None = None) -> tuple[WorkerSlot, ...]:
-    """Workers in job_nodes() order. TensorFlow's server binds every interface of its machine, so
+    """Workers in job_node_specs() order. TensorFlow's server binds every interface of its machine, so
     workers on one machine (several per node, or nodes on loopback addresses) get consecutive ports.
 
     Args:
@@ -97,7 +97,7 @@ def worker_slots(cluster: ClusterSpec, job: JobSpec, addresses: Mapping[str, str
     slots = []
     taken: dict[str, int] = {}
     default = job.workers_per_node if isinstance(job.workers_per_node, int) else 1
-    for node in job_nodes(cluster, job):
+    for node in job_node_specs(cluster, job):
         address = (addresses or {}).get(node.name) or node.cluster_address
         key = machine_key(address)
         for slot in range((counts or {}).get(node.name, default)):
@@ -122,7 +122,7 @@ def job_device_plan(cluster: ClusterSpec, job: JobSpec, gpus: Mapping[str, Any],
     Raises:
         DevicePlanError: the layout cannot run on these nodes (one line naming node and fix).
     """
-    nodes = {node.name: gpus.get(node.name) for node in job_nodes(cluster, job)}
+    nodes = {node.name: gpus.get(node.name) for node in job_node_specs(cluster, job)}
     batch_size = job.batch_size if job.uses_trainer else None  # a script's batch is its own business
     plan = plan_devices(nodes, job.workers_per_node, batch_size, job.share_gpus, pytorch=job.is_pytorch)
     speeds = own_speeds(last_run, plan.workers) if last_run else {}

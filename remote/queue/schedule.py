@@ -30,7 +30,7 @@ from typing import Iterable, Mapping
 
 from homegpu.remote.config import ClusterSpec, JobSpec
 from homegpu.remote.nodes import FOREIGN_SHARE, NodeState, NodeStats, gib, owner_text, visible
-from homegpu.remote.plan import job_nodes
+from homegpu.remote.plan import job_node_specs
 from homegpu.remote.queue.entries import EntryState, QueueEntry
 
 
@@ -54,7 +54,7 @@ class Decision:
 
 def entry_nodes(cluster: ClusterSpec, job: JobSpec) -> tuple[str, ...]:
     """The nodes a run of `job` needs (its `nodes`, else every node): what `decide`'s `needs` holds."""
-    return tuple(node.name for node in job_nodes(cluster, job))
+    return tuple(node.name for node in job_node_specs(cluster, job))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ killed at any point after that finds the entry starting or running on restart, n
 never launches it again. What the runner does with those on restart (resume.py, `resume_action`):
 
 - its run's workers are on the nodes (a homegpu worker of that run id in the nodes' stats, or
-  `JobNodes` lists them): attach to the run as `homegpu run` attaches, and mark it running;
+  `JobRuntimes` lists them): attach to the run as `homegpu run` attaches, and mark it running;
 - none is: a `starting` entry failed before or during its launch, a `running` one ended while serve
   was away; finish it as failed with the reason (or with the outcome the run left, where it is known).
 

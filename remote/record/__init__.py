@@ -8,8 +8,8 @@ from homegpu.remote.record.energy import COUNTER, JOULES_PER_KWH, EnergySteps, R
 from homegpu.remote.record.downsample import bucket_index, bucket_time, bucket_time_sql
 from homegpu.remote.record.experiment import ExperimentLog, find_stragglers
 from homegpu.remote.record.recorder import RunRecord
-from homegpu.remote.record.report import write_report
-from homegpu.remote.record.report_inputs import ReportError
+from homegpu.remote.record.html_report import write_report
+from homegpu.remote.record.html_report_inputs import ReportError
 from homegpu.remote.record.run_folder import RunFolder, timelines
 from homegpu.remote.record.sqlite_file import (
     check_store, create_atomically, errors_as_damage, open_for_writing, room_left, transaction,

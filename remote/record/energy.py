@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Hashable, Iterable, Mapping, NamedTuple, Sequence
 
 from homegpu.remote.config import Tariff
-from homegpu.remote.record.report_inputs import ReportError, read_manifest
+from homegpu.remote.record.html_report_inputs import ReportError, read_manifest
 from homegpu.remote.record.run_folder import RunFolder
 from homegpu.remote.record.timeline import load_timeline
 from homegpu.remote.record.timeline_schema import GpuTimeline, NodeTimeline, Timeline, TimelineDamaged

@@ -15,7 +15,7 @@ from homegpu.remote.net import bandwidth_store
 from homegpu.remote.nodes import Cluster
 from homegpu.remote.record.experiment import write_run_manifest
 from homegpu.remote.record.energy import RunEnergy, energy_of
-from homegpu.remote.record.report import ReportError, write_report
+from homegpu.remote.record.html_report import ReportError, write_report
 from homegpu.remote.record.run_folder import RunFolder
 from homegpu.remote.record.timeline import TimelineRecorder
 

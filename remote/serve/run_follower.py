@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from homegpu.remote.config import JobSpec
-from homegpu.remote.jobs import JobNodes, LaunchError
+from homegpu.remote.jobs import JobRuntimes, LaunchError
 from homegpu.remote.logs import LogLine, LogTail, WorkerMetric
 from homegpu.remote.nodes import NODE_GONE, Cluster, JobState, JobStateChanged
 
@@ -43,7 +43,7 @@ class RunFollower:
                  ours: Callable[[str], bool] = lambda run_id: False) -> None:
         self.cluster, self.find_seconds, self.ours = cluster, find_seconds, ours
         self._jobs = None if jobs is None else list(jobs)
-        self._nodes: dict[str, JobNodes] = {}
+        self._nodes: dict[str, JobRuntimes] = {}
         self._followed: dict[str, _Followed] = {}
         self._task: asyncio.Task | None = None
 
@@ -69,7 +69,7 @@ class RunFollower:
         """One look at `job`'s nodes: follow a run that appeared or restarted, end one that is gone.
         A node that does not answer changes nothing (its run is looked for again next time)."""
         try:
-            nodes = self._nodes.get(job.name) or await JobNodes.open(self.cluster, job, timeout=5)
+            nodes = self._nodes.get(job.name) or await JobRuntimes.open(self.cluster, job, timeout=5)
             self._nodes[job.name] = nodes
             found = await nodes.find(running_only=True)
         except (LaunchError, *NODE_GONE):
@@ -87,7 +87,7 @@ class RunFollower:
         if found:
             self._follow(job, nodes, *found)
 
-    def _follow(self, job: JobSpec, nodes: JobNodes, run_id: str, generation: int) -> None:
+    def _follow(self, job: JobSpec, nodes: JobRuntimes, run_id: str, generation: int) -> None:
         index = {slot.label: slot.index for slot in nodes.slots}
 
         def take(line: LogLine) -> None:
@@ -100,7 +100,7 @@ class RunFollower:
         tails = nodes.tails(run_id, generation, nodes.slots, on_line=take, follow=True)
         self._followed[job.name] = _Followed(run_id, generation, tails)
 
-    async def _announce_end(self, job: JobSpec, nodes: JobNodes, ended: _Followed) -> None:
+    async def _announce_end(self, job: JobSpec, nodes: JobRuntimes, ended: _Followed) -> None:
         """The run's end as its workers' exit statuses tell it (all 0: succeeded)."""
         state = await nodes.ended_state(ended.run_id)
         self.cluster.hub.publish(JobStateChanged(job.name, ended.run_id, state, ended.generation,

@@ -45,7 +45,7 @@ from timeline_events import FIXTURES, RECORDED, synthetic_hour  # noqa: E402
 from homegpu.remote.nodes.events import EventHub, NodeStatsUpdated  # noqa: E402
 from homegpu.remote.nodes.stats import parse_agent_line  # noqa: E402
 from homegpu.remote.record.experiment import write_run_manifest  # noqa: E402
-from homegpu.remote.record.report import write_report  # noqa: E402
+from homegpu.remote.record.html_report import write_report  # noqa: E402
 from homegpu.remote.record.timeline import TimelineRecorder, load_timeline  # noqa: E402
 
 NODES = 16

@@ -6,6 +6,7 @@ and serve's /metrics show the epoch and its figures. Outside a homegpu run (no H
 nothing, so the script runs as before on its own. Under torchrun only each node's first process prints
 (its node is the worker homegpu shows); the figures you pass are yours: pass the loss all processes agree
 on (an all_reduce'd mean) to see one curve. Standard library only; homegpu ships it with every run.
+Not the run's HTML report (report.html, `homegpu report`): remote/record/html_report.py writes that.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from homegpu.remote.doctor import Check, diagnose
 from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome, attach_if_running, launch_or_attach
 from homegpu.remote.net import BandwidthMatrix, LinkCallback, bandwidth_store, link_timeout, measure, pairs
 from homegpu.remote.nodes import Cluster, OfferedKey, Subscription
-from homegpu.remote.plan import JobLayout, job_nodes, last_timeline, lay_out
+from homegpu.remote.plan import JobLayout, job_node_specs, last_timeline, lay_out
 from homegpu.remote.queue import QueueClient, socket_path
 from homegpu.tui.view.text import serve_command
 
@@ -64,7 +64,7 @@ class Controller:
     def layout(self, job: JobSpec) -> JobLayout:
         """`job`'s workers in TF_CONFIG order and its device plan, from the nodes' latest stats, for the
         launch dialog (a node that sent no stats yet leaves the plan out and says so)."""
-        stats = {node.name: self.cluster.node(node.name).latest for node in job_nodes(self.spec, job)}
+        stats = {node.name: self.cluster.node(node.name).latest for node in job_node_specs(self.spec, job)}
         return lay_out(self.spec, job, stats, self.cluster.addresses(), last_timeline(self.experiments, job.name))
 
     async def launch(self, job: JobSpec) -> bool:

@@ -27,7 +27,7 @@ from homegpu.remote.config import ClusterSpec
 from homegpu.remote.jobs import LaunchError
 from homegpu.remote.net import BandwidthError
 from homegpu.remote.nodes import NODE_GONE, NodeState, Subscription, visible, wait_set
-from homegpu.remote.plan import job_nodes
+from homegpu.remote.plan import job_node_specs
 from homegpu.remote.queue import EntryState, QueueError
 from homegpu.tui.app.controller import Busy, Controller
 from homegpu.tui.app.log_pane import LogPane
@@ -180,7 +180,7 @@ class HomegpuApp(App[int]):
         if BANDWIDTH in dirty or JOB in dirty:
             self.query_one("#bandwidth", Static).update(bandwidth_summary(
                 self.view.bandwidth, list(self.view.nodes), self.view.job and self.view.job.params, self.clock(),
-                self._job_nodes()))
+                self._job_node_names()))
         if LOGS in dirty:
             self._active_log().sync(self.view.logs.version)
         if ALERTS in dirty:
@@ -199,9 +199,9 @@ class HomegpuApp(App[int]):
         if self.view.bandwidth.matrix is not None:  # its "measured N s ago" moves on
             self._dirty.add(BANDWIDTH)
 
-    def _job_nodes(self) -> list[str]:
+    def _job_node_names(self) -> list[str]:
         job = self.view.job and self.spec.jobs.get(self.view.job.job)
-        return [node.name for node in job_nodes(self.spec, job)] if job else []
+        return [node.name for node in job_node_specs(self.spec, job)] if job else []
 
     def _redraw_nodes(self) -> None:
         if NODES in self._dirty:

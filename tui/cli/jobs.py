@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from homegpu.remote.config import PER_GPU, ClusterSpec
-from homegpu.remote.jobs import JobNodes, LaunchError, list_workers
+from homegpu.remote.jobs import JobRuntimes, LaunchError, list_workers
 from homegpu.remote.nodes import Cluster, NodeState, cause
-from homegpu.remote.plan import JobConfigError, find_job, job_nodes, last_timeline, lay_out
+from homegpu.remote.plan import JobConfigError, find_job, job_node_specs, last_timeline, lay_out
 from homegpu.remote.runtimes import WorkerStatus
 from homegpu.tui.cli.common import EXPERIMENTS, UserError, load_spec
 from homegpu.tui.cli.headless import run_headless
@@ -93,9 +93,9 @@ def print_tfconfig(args: argparse.Namespace) -> int:
     line, as `homegpu run` would refuse it), after the TF_CONFIG the job's default layout would get."""
     spec = load_spec(args)
     job = _job(spec, args.job)
-    names = [node.name for node in job_nodes(spec, job)]
+    names = [node.name for node in job_node_specs(spec, job)]
     if args.offline:
-        resolved = {node.name: (node.cluster_address, "cluster.toml") for node in job_nodes(spec, job)}
+        resolved = {node.name: (node.cluster_address, "cluster.toml") for node in job_node_specs(spec, job)}
         gpus: dict = {}
     else:
         resolved, gpus = asyncio.run(_ask_nodes(spec, names))
@@ -174,21 +174,21 @@ def stop_job(args: argparse.Namespace) -> int:
 
 def _cluster_for(spec: ClusterSpec, job) -> Cluster:
     """A Cluster for acting on the job's runs; it streams stats only for a "per-gpu" job, whose
-    workers per node follow the nodes' GPUs (JobNodes lays them out from the first stats)."""
+    workers per node follow the nodes' GPUs (JobRuntimes lays them out from the first stats)."""
     return Cluster(spec, stream_stats=job.workers_per_node == PER_GPU)
 
 
-async def _job_nodes(cluster: Cluster, job) -> JobNodes:
+async def _open_job_runtimes(cluster: Cluster, job) -> JobRuntimes:
     """The job's runtimes, for commands that act on runs started elsewhere."""
     try:
-        return await JobNodes.open(cluster, job)
+        return await JobRuntimes.open(cluster, job)
     except LaunchError as exc:
         raise UserError(f"cannot reach the job's nodes: {exc}") from None
 
 
 async def _stop(spec: ClusterSpec, job) -> int:
     async with _cluster_for(spec, job) as cluster:
-        nodes = await _job_nodes(cluster, job)
+        nodes = await _open_job_runtimes(cluster, job)
         active = await nodes.find()
         if active is None:
             print(f"{job.name} is not running")
@@ -226,7 +226,7 @@ def show_logs(args: argparse.Namespace) -> int:
 
 async def _logs(spec: ClusterSpec, job, node: str | None, follow: bool) -> int:
     async with _cluster_for(spec, job) as cluster:
-        nodes = await _job_nodes(cluster, job)
+        nodes = await _open_job_runtimes(cluster, job)
         latest = await nodes.find(running_only=False)
         if latest is None:
             raise UserError(f"no run of {job.name} found on its nodes")

@@ -53,7 +53,7 @@ def package_version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     # Imported here, not above: a Tab press runs `homegpu --complete` (main), which needs none of them.
     from homegpu.tui.cli import (
-        bandwidth, config, doctor, history, image, jobs, power, queue, report, serve, status, trust,
+        bandwidth, config, doctor, history, image, jobs, queue, report, serve, sleep_wake, status, trust,
     )
 
     parser = argparse.ArgumentParser(
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.register(commands)
     status.register(commands)
     trust.register(commands)
-    power.register(commands)
+    sleep_wake.register(commands)
     doctor.register(commands)
     bandwidth.register(commands)
     jobs.register(commands)

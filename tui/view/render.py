@@ -285,9 +285,9 @@ def _rates(job: JobView) -> Text:
 
 
 def bandwidth_summary(view: BandwidthView, names: Sequence[str], params: int | None, now: float,
-                      job_nodes: Sequence[str] = ()) -> Text:
+                      job_node_names: Sequence[str] = ()) -> Text:
     """The latest matrix with its age and the test in progress, if one runs; the advice is for the
-    links between `job_nodes` (the job on screen), else between all nodes."""
+    links between `job_node_names` (the job on screen), else between all nodes."""
     out = Text()
     if view.running:
         bar = progress_bar(view.done, view.total, 12)
@@ -300,8 +300,9 @@ def bandwidth_summary(view: BandwidthView, names: Sequence[str], params: int | N
     out.append(f"measured {age(now - view.matrix.at)}\n", style="dim")
     out.append(format_matrix(view.matrix, names, not_measured="not measured in this test") + "\n")
     matrix = view.matrix
-    if job_nodes:
-        matrix = BandwidthMatrix(tuple(r for r in matrix.results if r.src in job_nodes and r.dst in job_nodes))
+    if job_node_names:
+        shown = set(job_node_names)
+        matrix = BandwidthMatrix(tuple(r for r in matrix.results if r.src in shown and r.dst in shown))
     if params:
         out.append(advice(params, matrix))
     else:

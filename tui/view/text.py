@@ -128,13 +128,13 @@ def _sleep_and_wake_lines(nodes) -> list[str]:
     wake_timeout), or how to let it."""
     lines = []
     for node in nodes:
-        power = node.power
-        if not power.wakeable and power.sleep_after is None:
+        keys = node.sleep_wake
+        if not keys.wakeable and keys.sleep_after is None:
             continue
-        wake = (f"woken by {power.mac}" + (f" from {power.wake_via}" if power.wake_via else "")
-                + f", {power.wake_timeout:g}s to boot") if power.wakeable else "not woken (no mac)"
-        sleep = (f"asleep after {power.sleep_after:g}s idle by {power.sleep_command!r}"
-                 if power.sleep_after is not None else "never put to sleep by serve (no sleep_after)")
+        wake = (f"woken by {keys.mac}" + (f" from {keys.wake_via}" if keys.wake_via else "")
+                + f", {keys.wake_timeout:g}s to boot") if keys.wakeable else "not woken (no mac)"
+        sleep = (f"asleep after {keys.sleep_after:g}s idle by {keys.sleep_command!r}"
+                 if keys.sleep_after is not None else "never put to sleep by serve (no sleep_after)")
         lines.append(f"    {node.name}: {wake}; {sleep}")
     if not lines:
         return ["  sleep and wake: none (mac in [[nodes]] lets homegpu wake a node, sleep_after puts it to sleep idle)"]

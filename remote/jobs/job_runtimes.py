@@ -1,7 +1,7 @@
 """Runs as they exist on the nodes: find, list, stop and read the logs of runs any homegpu started.
 
 The nodes keep every run's state (pid files, container labels), so these work from any terminal.
-A JobNodes holds one runtime per node of a job; `homegpu jobs`, `logs` and `stop`, the TUI and a
+A JobRuntimes holds one runtime per node of a job; `homegpu jobs`, `logs` and `stop`, the TUI and a
 JobRun all reach a job's workers through it.
 """
 
@@ -17,7 +17,7 @@ from homegpu.remote.logs import LogLine, LogTail
 from homegpu.remote.nodes import (
     NODE_GONE, Cluster, JobState, NodeSession, NodeState, cause, connect_wait, wait_set,
 )
-from homegpu.remote.plan import WorkerSlot, job_nodes, lay_out
+from homegpu.remote.plan import WorkerSlot, job_node_specs, lay_out
 from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus, expand_path, make_runtime
 
 WAIT_BACK_POLL_SECONDS = 1.0
@@ -53,8 +53,8 @@ async def open_runtime(cluster: Cluster, node: NodeSession, timeout: float) -> t
     return make_runtime(node, f"{work}/runs"), work
 
 
-class JobNodes:
-    """A job's worker slots with the runtime of each one's node. Make one with JobNodes.open."""
+class JobRuntimes:
+    """A job's worker slots with the runtime of each one's node. Make one with JobRuntimes.open."""
 
     def __init__(self, job: JobSpec, slots: Sequence[WorkerSlot], runtimes: dict[str, Runtime],
                  work_dirs: dict[str, str]) -> None:
@@ -63,14 +63,14 @@ class JobNodes:
         self.work_dirs = work_dirs  # node name -> expanded work dir
 
     @classmethod
-    async def open(cls, cluster: Cluster, job: JobSpec, timeout: float | None = None) -> "JobNodes":
+    async def open(cls, cluster: Cluster, job: JobSpec, timeout: float | None = None) -> "JobRuntimes":
         """Wait for the job's nodes and make a runtime for each.
 
         Raises:
             LaunchError: naming every node that could not be reached.
         """
         timeout = timeout or connect_wait(cluster.spec, 5)
-        nodes = [cluster.node(node.name) for node in job_nodes(cluster.spec, job)]
+        nodes = [cluster.node(node.name) for node in job_node_specs(cluster.spec, job)]
         results = await asyncio.gather(*(open_runtime(cluster, node, timeout) for node in nodes),
                                        return_exceptions=True)
         problems = [str(r) for r in results if isinstance(r, BaseException)]

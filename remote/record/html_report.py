@@ -15,12 +15,12 @@ from homegpu.remote.net import BandwidthMatrix, LinkResult, advice, format_gbits
 from homegpu.remote.config import Tariff
 from homegpu.remote.nodes import MIB_PER_GIB
 from homegpu.remote.record.energy import Energy, RunEnergy, run_energy
-from homegpu.remote.record.report_analysis import RunFigures, human_duration, run_figures, summary_text, what_limited
-from homegpu.remote.record.report_inputs import (
+from homegpu.remote.record.html_report_analysis import RunFigures, human_duration, run_figures, summary_text, what_limited
+from homegpu.remote.record.html_report_inputs import (
     ReportError, log_tails, read_manifest, workers_from_metrics,
 )
-from homegpu.remote.record.report_page import card, figure, page, table
-from homegpu.remote.record.report_svg import (
+from homegpu.remote.record.html_report_page import card, figure, page, table
+from homegpu.remote.record.html_report_svg import (
     EVENT_COLOURS, SERIES_COLOURS, Line, Marker, format_clock, legend, line_chart,
 )
 from homegpu.remote.record.run_folder import RunFolder

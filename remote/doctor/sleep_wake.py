@@ -3,7 +3,7 @@ SSH user may run its sleep command without a password (asked of sudo with `sudo 
 command it would allow and runs nothing: the node is never put to sleep by doctor), and whether a sleep of
 its own will be heard (gdbus, node_side/sleep_watch.py).
 
-The probe is `power_facts`; `power_check` is pure.
+The probe is `sleep_wake_facts`; `sleep_wake_check` is pure.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ SUDOERS_FIX = ("Let {user} run it without a password: `sudo visudo -f /etc/sudoe
 
 
 @dataclass(frozen=True)
-class PowerFacts:
+class SleepWakeFacts:
     mac: str
     sleep_command: str
     user: str  # the node's SSH user, for the sudoers line
@@ -43,18 +43,18 @@ class PowerFacts:
     sudo: CommandResult | None = None  # `sudo -n -l COMMAND` where the user is not root
 
 
-async def power_facts(spec: NodeSpec, user: str, python: str,
-                      run: Callable[[Sequence[str]], Awaitable[CommandResult]]) -> PowerFacts | None:
+async def sleep_wake_facts(spec: NodeSpec, user: str, python: str,
+                      run: Callable[[Sequence[str]], Awaitable[CommandResult]]) -> SleepWakeFacts | None:
     """What the row needs, for a node with a mac (None for one without)."""
-    if not spec.power.wakeable:
+    if not spec.sleep_wake.wakeable:
         return None
-    facts = PowerFacts(spec.power.mac, spec.power.sleep_command, user, await run([python, "-c", NICS_SCRIPT]))
+    facts = SleepWakeFacts(spec.sleep_wake.mac, spec.sleep_wake.sleep_command, user, await run([python, "-c", NICS_SCRIPT]))
     if _answer(facts.nics).get("root", True):
         return facts
-    return replace(facts, sudo=await run(["sudo", "-n", "-l", *spec.power.sleep_argv(as_root=True)]))
+    return replace(facts, sudo=await run(["sudo", "-n", "-l", *spec.sleep_wake.sleep_argv(as_root=True)]))
 
 
-def power_check(node: str, facts: PowerFacts | None) -> Check:
+def sleep_wake_check(node: str, facts: SleepWakeFacts | None) -> Check:
     """✓ the mac is a NIC's and the sleep command is allowed; ✗ naming which is not, with the fix."""
     if facts is None:
         return Check(node, NAME, None, "not set up (no mac: homegpu neither wakes nor sleeps it)")

@@ -1,4 +1,4 @@
-"""A node's power keys in `[[nodes]]`: how homegpu wakes it (Wake-on-LAN) and when it may put it to sleep.
+"""A node's sleep-and-wake keys in `[[nodes]]`: how homegpu wakes it (Wake-on-LAN) and when it may put it to sleep.
 
     mac = "a8:a1:59:0c:22:7e"       # its wired NIC's MAC: the magic packet's address (needed for a wake)
     wake_via = "desktop"            # another node sends the packet on its own LAN (controller on Wi-Fi, VPN)
@@ -15,19 +15,20 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from homegpu.remote.config.checks import Validator, show
+from homegpu.remote.config.checks import Limits, Validator, show
+from homegpu.remote.config.durations import Duration
 
 DEFAULT_SLEEP_COMMAND = "systemctl suspend"
 DEFAULT_WAKE_TIMEOUT_S = 120.0
 _MAC_RE = re.compile(r"[0-9A-Fa-f]{2}([:-])[0-9A-Fa-f]{2}(?:\1[0-9A-Fa-f]{2}){4}")
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-SLEEP_AFTER_LIMITS = (10.0, 7 * 86_400.0)  # ten seconds to a week of idleness
-WAKE_TIMEOUT_LIMITS = (5.0, 3600.0)
+LIMITS: Limits = {
+    "sleep_after": (10.0, 604_800.0, " seconds (a week)"),  # ten seconds to a week of idleness
+    "wake_timeout": (5.0, 3600.0, " seconds (an hour)"),
+}
 
 
 @dataclass(frozen=True)
-class NodePower:
+class NodeSleepWake:
     """How a node is woken and put to sleep; every key optional (None/"": homegpu never does it)."""
 
     mac: str = ""  # lower case, colons
@@ -46,66 +47,37 @@ class NodePower:
         return argv if as_root else ["sudo", "-n", *argv]
 
 
-def duration_seconds(text: str) -> float | None:
-    """"30m", "90s", "2h", "1d", "1w" in seconds; None when it is not such an age."""
-    match = _DURATION_RE.fullmatch(text.strip())
-    return float(match[1]) * _UNIT_SECONDS[match[2]] if match else None
-
-
-def parse_power(v: Validator, item: dict, path: tuple, name: str) -> NodePower:
-    """The node's power keys, validated (wake_via is checked against the other nodes by check_wake_via)."""
-    get = v.getter(item, path)
+def parse_sleep_wake(v: Validator, item: dict, path: tuple, name: str) -> NodeSleepWake:
+    """The node's sleep-and-wake keys, validated (wake_via is checked against the other nodes by check_wake_via)."""
+    get = v.getter(item, path, LIMITS)
     mac = get("mac", str, "", _check_mac(v))
-    sleep_after = _duration(v, item, path, "sleep_after", SLEEP_AFTER_LIMITS)
+    sleep_after = get("sleep_after", Duration, None)
     if sleep_after is not None and not mac:
         raise v.fail(path + ("sleep_after",), f"node {name!r} would sleep but could not be woken: it has no mac",
                      'add mac = "aa:bb:cc:dd:ee:ff" (its wired NIC\'s: `ip link` on it shows it)')
     wake_via = get("wake_via", str, "", v.check_name)
     if wake_via and not mac:
         raise v.fail(path + ("wake_via",), "wake_via without mac", "add the node's mac: the packet names it")
-    return NodePower(
+    return NodeSleepWake(
         mac=mac.lower().replace("-", ":"),
         wake_via=wake_via,
         sleep_after=sleep_after,
         sleep_command=get("sleep_command", str, DEFAULT_SLEEP_COMMAND, _check_command(v)),
-        wake_timeout=_duration(v, item, path, "wake_timeout", WAKE_TIMEOUT_LIMITS) or DEFAULT_WAKE_TIMEOUT_S,
+        wake_timeout=get("wake_timeout", Duration, DEFAULT_WAKE_TIMEOUT_S),
     )
 
 
-def check_wake_via(v: Validator, names: list[str], powers: list[NodePower]) -> None:
+def check_wake_via(v: Validator, names: list[str], keys: list[NodeSleepWake]) -> None:
     """Each wake_via names another node of the cluster."""
-    for index, (name, power) in enumerate(zip(names, powers)):
-        if not power.wake_via:
+    for index, (name, node) in enumerate(zip(names, keys)):
+        if not node.wake_via:
             continue
-        if power.wake_via == name:
+        if node.wake_via == name:
             raise v.fail(("nodes", index, "wake_via"), f"node {name!r} cannot wake itself",
                          "name another node on its LAN, or leave wake_via out to send from here")
-        if power.wake_via not in names:
-            raise v.fail(("nodes", index, "wake_via"), f"no node {show(power.wake_via)}",
+        if node.wake_via not in names:
+            raise v.fail(("nodes", index, "wake_via"), f"no node {show(node.wake_via)}",
                          "use one of: " + ", ".join(n for n in names if n != name))
-
-
-def _duration(v: Validator, item: dict, path: tuple, key: str, limits: tuple[float, float]) -> float | None:
-    """A duration key: "30m"-like text, or a number of seconds; within `limits`."""
-    if key not in item:
-        return None
-    value = item[key]
-    seconds = (float(value) if isinstance(value, (int, float)) and not isinstance(value, bool)
-               else duration_seconds(value) if isinstance(value, str) else None)
-    if seconds is None:
-        raise v.fail(path + (key,), f"{show(value)} is not a duration",
-                     f'write it like {key} = "30m" (s, m, h, d or w), or a number of seconds')
-    lowest, highest = limits
-    if not lowest <= seconds <= highest:
-        raise v.fail(path + (key,), f"{show(value)} is out of range", f"use {_span(lowest)} to {_span(highest)}")
-    return seconds
-
-
-def _span(seconds: float) -> str:
-    """10 s, 2 min, 1 h, 7 d: in the largest unit that divides it."""
-    unit = next(unit for unit in ("w", "d", "h", "m", "s") if seconds % _UNIT_SECONDS[unit] == 0)
-    names = {"w": "w", "d": "d", "h": "h", "m": "min", "s": "s"}
-    return f"{seconds / _UNIT_SECONDS[unit]:g} {names[unit]}"
 
 
 def _check_mac(v: Validator):

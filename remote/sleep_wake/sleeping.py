@@ -51,7 +51,7 @@ async def put_to_sleep(cluster: Cluster, name: str, cpu: bool = False) -> None:
     problems = await idle_problems(cluster, node, cpu)
     if problems:
         raise NotIdle(f"{name} is not idle: {'; '.join(problems)}; nothing was done")
-    argv = node.spec.power.sleep_argv(as_root=await _is_root(node))
+    argv = node.spec.sleep_wake.sleep_argv(as_root=await _is_root(node))
     asleep = AsleepNodes(cluster.spec)
     asleep.mark(name)  # before the connection drops, so the node's session says "asleep", not "offline"
     try:

@@ -55,29 +55,29 @@ async def wake_asleep(cluster: Cluster, names: Iterable[str], progress: Progress
 async def _wake_one(cluster: Cluster, node: NodeSession, progress: Progress) -> float:
     if node.state is NodeState.ONLINE:
         return 0.0
-    power = node.spec.power
-    if not power.wakeable:
+    keys = node.spec.sleep_wake
+    if not keys.wakeable:
         raise WakeFailed(f"{node.name} is {node.state.value} and has no mac in cluster.toml, so homegpu cannot "
                          "wake it: add its wired NIC's mac (`ip link` on it shows it)")
     start = time.monotonic()
     sent_from = await _send(cluster, node)
-    progress(f"waking {node.name}: magic packet for {power.mac} sent {sent_from}")
+    progress(f"waking {node.name}: magic packet for {keys.mac} sent {sent_from}")
     said = sent = start
     while node.state is not NodeState.ONLINE:
         waited = time.monotonic() - start
         if time.monotonic() - sent >= RESEND_SECONDS:
             await _send(cluster, node)
             sent = time.monotonic()
-        if waited >= power.wake_timeout:
-            raise WakeFailed(f"{node.name} did not wake within {power.wake_timeout:g} s of its magic packet "
-                             f"(sent {sent_from}): its mac {power.mac} must be its wired NIC's (`ip link` on it shows "
+        if waited >= keys.wake_timeout:
+            raise WakeFailed(f"{node.name} did not wake within {keys.wake_timeout:g} s of its magic packet "
+                             f"(sent {sent_from}): its mac {keys.mac} must be its wired NIC's (`ip link` on it shows "
                              f"link/ether), and {WOL_HELP}{_reach_hint(node)}")
         if time.monotonic() - said >= PROGRESS_SECONDS:
-            progress(f"waking {node.name}: {waited:.0f} s of up to {power.wake_timeout:g} s")
+            progress(f"waking {node.name}: {waited:.0f} s of up to {keys.wake_timeout:g} s")
             said = time.monotonic()
         node.reconnect()  # try now, not at the sleeping node's rare retry
         try:
-            await node.wait_online(min(PROBE_SECONDS, power.wake_timeout - waited))
+            await node.wait_online(min(PROBE_SECONDS, keys.wake_timeout - waited))
         except asyncio.TimeoutError:
             pass
     return time.monotonic() - start
@@ -85,7 +85,7 @@ async def _wake_one(cluster: Cluster, node: NodeSession, progress: Progress) -> 
 
 async def _send(cluster: Cluster, node: NodeSession) -> str:
     """Send the node's magic packet; say from where ("from here to ...", "through NODE")."""
-    mac, via_name = node.spec.power.mac, node.spec.power.wake_via
+    mac, via_name = node.spec.sleep_wake.mac, node.spec.sleep_wake.wake_via
     if not via_name:
         sent, errors = await asyncio.to_thread(send_wake_packet, mac)
         if not sent:
@@ -110,7 +110,7 @@ async def _send(cluster: Cluster, node: NodeSession) -> str:
 
 
 def _reach_hint(node: NodeSession) -> str:
-    if node.spec.power.wake_via:
-        return f"; and {node.spec.power.wake_via} must be on its LAN"
+    if node.spec.sleep_wake.wake_via:
+        return f"; and {node.spec.sleep_wake.wake_via} must be on its LAN"
     return ("; and the packet must reach its LAN: a broadcast does not cross a router, VPN or Wi-Fi bridge, "
             "so set wake_via to a node on its LAN if this machine is not")

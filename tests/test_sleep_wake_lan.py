@@ -41,7 +41,7 @@ def house(lan) -> Iterator[SimCluster]:
 
 
 def config(sim: SimCluster, tmp_path: Path, jobs: dict | None = None, **nodes: dict) -> Path:
-    """cluster.toml with each of `nodes` (name=its power keys) given those keys."""
+    """cluster.toml with each of `nodes` (name=its sleep-and-wake keys) given those keys."""
     return sim.write_cluster_toml(tmp_path / "cluster.toml", node_overrides=nodes, jobs=jobs or {})
 
 

@@ -7,7 +7,7 @@ import asyncio
 import sys
 
 from homegpu.remote.nodes import Cluster, NodeState, connect_wait
-from homegpu.remote.power import NotIdle, SleepFailed, WakeFailed, put_to_sleep, wake
+from homegpu.remote.sleep_wake import NotIdle, SleepFailed, WakeFailed, put_to_sleep, wake
 from homegpu.tui.cli.common import UserError, load_spec
 
 SETTLE_S = 10.0  # how long the nodes get to answer (or be found asleep) before anything is done
@@ -41,7 +41,7 @@ def run_sleep(args: argparse.Namespace) -> int:
     spec = load_spec(args)
     _known(spec, args.nodes)
     for name in args.nodes:
-        if not spec.node(name).power.wakeable:
+        if not spec.node(name).sleep_wake.wakeable:
             raise UserError(f"{name} has no mac in {spec.source}: homegpu could not wake it again, so it does not put "
                             "it to sleep; add its wired NIC's mac (`ip link` on it shows it)")
     return asyncio.run(_sleep(spec, args.nodes))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from homegpu.remote.net import BandwidthMatrix, allreduce_seconds, format_duration, format_gbits
 from homegpu.remote.record.experiment import find_stragglers
-from homegpu.remote.record.report_svg import format_clock as _clock
+from homegpu.remote.record.html_report_svg import format_clock as _clock
 from homegpu.remote.record.timeline_schema import Series, Timeline, WorkerTimeline
 
 LOW_GPU_UTIL = 50.0  # % busy while the workers ran, below which the GPUs were waiting on something

@@ -14,7 +14,7 @@ import time
 from typing import Callable, Mapping
 
 from homegpu.remote.nodes import Cluster, NodeSession
-from homegpu.remote.power.sleeping import NotIdle, SleepFailed, idle_problems, put_to_sleep
+from homegpu.remote.sleep_wake.sleeping import NotIdle, SleepFailed, idle_problems, put_to_sleep
 
 CHECK_SECONDS = 10.0
 
@@ -30,7 +30,7 @@ class IdleSleeper:
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
-        if any(node.spec.power.sleep_after for node in self.cluster.nodes.values()):
+        if any(node.spec.sleep_wake.sleep_after for node in self.cluster.nodes.values()):
             self._task = asyncio.create_task(self._loop(), name="idle sleeper")
 
     async def close(self) -> None:
@@ -42,7 +42,7 @@ class IdleSleeper:
     async def check(self) -> None:
         """One look at every node with a sleep_after: note the idle ones, put to sleep those idle long enough."""
         needed = self.needed()
-        sleepy = [node for node in self.cluster.nodes.values() if node.spec.power.sleep_after]
+        sleepy = [node for node in self.cluster.nodes.values() if node.spec.sleep_wake.sleep_after]
         await asyncio.gather(*(self._look(node, needed.get(node.name)) for node in sleepy))
 
     async def _loop(self) -> None:
@@ -57,7 +57,7 @@ class IdleSleeper:
             return
         since = self.idle_since.setdefault(node.name, self.clock())
         idle = self.clock() - since
-        if idle < node.spec.power.sleep_after:
+        if idle < node.spec.sleep_wake.sleep_after:
             return
         self.idle_since.pop(node.name, None)
         try:

@@ -22,8 +22,8 @@ from homegpu.remote.logs.tracebacks import MESSAGE_LINES
 from homegpu.remote.nodes.events import REJOINED, SHRUNK, JobState, JobStateChanged, NodeState, NodeStateChanged, Straggler
 from homegpu.remote.record.energy import energy_of
 from homegpu.remote.record.experiment import ExperimentLog, write_run_manifest
-from homegpu.remote.record.report import ReportError, write_report
-from homegpu.remote.record.report_svg import PLOT_BG, SERIES_COLOURS
+from homegpu.remote.record.html_report import ReportError, write_report
+from homegpu.remote.record.html_report_svg import PLOT_BG, SERIES_COLOURS
 from homegpu.remote.record.run_folder import RunFolder
 from homegpu.remote.record.timeline import TimelineRecorder, load_timeline
 from png_pixels import count_near, read_png

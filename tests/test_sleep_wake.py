@@ -1,7 +1,7 @@
-"""Machines that sleep (issue 36), the parts that need no LAN: the [[nodes]] power keys and their one-line
+"""Machines that sleep (issue 36), the parts that need no LAN: the [[nodes]] sleep-and-wake keys and their one-line
 errors, the magic packet (the format of AMD's Magic Packet white paper, received here over UDP), the file of
 nodes homegpu put to sleep, an asleep node's alerts and queue, what serve counts as needed, and the history's
-sleep spells. tests/test_power_lan.py wakes and sleeps real sshd nodes.
+sleep spells. tests/test_sleep_wake_lan.py wakes and sleeps real sshd nodes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from homegpu.remote.alerts.evaluate import AlertEvaluator
 from homegpu.remote.config import ConfigError, cluster_to_toml, parse_cluster
 from homegpu.remote.config.alert_rules import AlertRules
-from homegpu.remote.doctor.power import PowerFacts, power_check, power_facts
+from homegpu.remote.doctor.sleep_wake import SleepWakeFacts, sleep_wake_check, sleep_wake_facts
 from homegpu.remote.history.queries import NodeOffline, OfflineInterval
 from homegpu.remote.node_side import wake_packet
 from homegpu.remote.nodes import AsleepNodes, CommandResult, NodeState, NodeStateChanged
@@ -37,14 +37,14 @@ def cluster(node_keys: str = "", second: str = "", jobs: str = "") -> str:
 
 # --- the keys -------------------------------------------------------------------------------------------
 
-def test_the_power_keys_read_as_given_and_by_default() -> None:
+def test_the_sleep_wake_keys_read_as_given_and_by_default() -> None:
     spec = parse_cluster(cluster('mac = "A8-A1-59-0C-22-7E"\nwake_via = "closet"\nsleep_after = "30m"\n'
                                  'sleep_command = "loginctl suspend"\nwake_timeout = 300'))
-    power = spec.node("desktop").power
-    assert (power.mac, power.wake_via, power.sleep_after, power.wake_timeout) == (MAC, "closet", 1800.0, 300.0)
-    assert power.sleep_argv(as_root=True) == ["loginctl", "suspend"]
-    assert power.sleep_argv(as_root=False) == ["sudo", "-n", "loginctl", "suspend"]
-    plain = spec.node("closet").power
+    keys = spec.node("desktop").sleep_wake
+    assert (keys.mac, keys.wake_via, keys.sleep_after, keys.wake_timeout) == (MAC, "closet", 1800.0, 300.0)
+    assert keys.sleep_argv(as_root=True) == ["loginctl", "suspend"]
+    assert keys.sleep_argv(as_root=False) == ["sudo", "-n", "loginctl", "suspend"]
+    plain = spec.node("closet").sleep_wake
     assert (plain.wakeable, plain.sleep_after, plain.sleep_command, plain.wake_timeout) == (
         False, None, "systemctl suspend", 120.0)
 
@@ -52,7 +52,7 @@ def test_the_power_keys_read_as_given_and_by_default() -> None:
 def test_the_keys_are_written_back_as_read() -> None:
     spec = parse_cluster(cluster(f'mac = "{MAC}"\nsleep_after = "1h"\nwake_via = "closet"'))
     text = cluster_to_toml(spec)
-    assert parse_cluster(text).node("desktop").power == spec.node("desktop").power
+    assert parse_cluster(text).node("desktop").sleep_wake == spec.node("desktop").sleep_wake
     assert '# mac = "a8:a1:59:0c:22:7e"' in text  # the example, under closet, which has none
 
 
@@ -64,15 +64,17 @@ def test_the_keys_are_written_back_as_read() -> None:
     ('mac = "01:00:5e:00:00:fb"', "[[nodes]] #1.mac", "is a multicast address (its first byte is odd)"),
     ('sleep_after = "30m"', "[[nodes]] #1.sleep_after", "would sleep but could not be woken: it has no mac"),
     (f'mac = "{MAC}"\nsleep_after = "soon"', "[[nodes]] #1.sleep_after", "is not a duration"),
-    (f'mac = "{MAC}"\nsleep_after = "2s"', "[[nodes]] #1.sleep_after", "is out of range"),
+    (f'mac = "{MAC}"\nsleep_after = "2s"', "[[nodes]] #1.sleep_after",
+     "must be from 10 to 604800 seconds (a week), got '2s'"),
     (f'mac = "{MAC}"\nwake_via = "desktop"', "[[nodes]] #1.wake_via", "cannot wake itself"),
     (f'mac = "{MAC}"\nwake_via = "attic"', "[[nodes]] #1.wake_via", "no node 'attic'"),
     ('wake_via = "closet"', "[[nodes]] #1.wake_via", "wake_via without mac"),
     ("sleep_command = \"sh -c 'suspend\"", "[[nodes]] #1.sleep_command", "cannot be split into words"),
     ('sleep_command = "--now"', "[[nodes]] #1.sleep_command", "is not a command"),
-    (f'mac = "{MAC}"\nwake_timeout = "2d"', "[[nodes]] #1.wake_timeout", "is out of range"),
+    (f'mac = "{MAC}"\nwake_timeout = "2d"', "[[nodes]] #1.wake_timeout",
+     "must be from 5 to 3600 seconds (an hour), got '2d'"),
 ])
-def test_a_wrong_power_key_is_one_line_naming_it(keys: str, where: str, words: str) -> None:
+def test_a_wrong_sleep_wake_key_is_one_line_naming_it(keys: str, where: str, words: str) -> None:
     with pytest.raises(ConfigError) as raised:
         parse_cluster(cluster(keys))
     message = str(raised.value)
@@ -193,23 +195,23 @@ def test_doctor_finds_the_mac_among_the_nics_and_asks_sudo_without_sleeping() ->
         asked.append(list(argv))
         return nics_answer(root=False) if argv[1] == "-c" else CommandResult(0, "/usr/bin/systemctl suspend\n", "")
 
-    facts = asyncio.run(power_facts(spec, "alice", "python3", run))
+    facts = asyncio.run(sleep_wake_facts(spec, "alice", "python3", run))
     assert asked[1] == ["sudo", "-n", "-l", "systemctl", "suspend"]  # lists, never runs
-    check = power_check("desktop", facts)
+    check = sleep_wake_check("desktop", facts)
     assert check.ok is True
     assert check.detail == "mac is enp3s0's; `systemctl suspend` would run through sudo -n, allowed (not run by doctor)"
-    deaf = power_check("desktop", replace(facts, nics=nics_answer(root=False, gdbus=False)))
+    deaf = sleep_wake_check("desktop", replace(facts, nics=nics_answer(root=False, gdbus=False)))
     assert deaf.ok is True and deaf.detail.endswith("; without gdbus (libglib2.0-bin) a sleep of its own (a lid, "
                                                     "its idle timer) will read as offline")
 
 
 def test_doctor_names_a_wrong_mac_and_a_sudo_that_asks_for_a_password() -> None:
-    wrong = PowerFacts("02:00:00:00:00:01", "systemctl suspend", "alice", nics_answer(root=True))
-    check = power_check("desktop", wrong)
+    wrong = SleepWakeFacts("02:00:00:00:00:01", "systemctl suspend", "alice", nics_answer(root=True))
+    check = sleep_wake_check("desktop", wrong)
     assert check.ok is False and check.detail == f"mac 02:00:00:00:00:01 is none of its NICs' (enp3s0 {MAC})"
-    refused = PowerFacts(MAC, "systemctl suspend", "alice", nics_answer(root=False),
+    refused = SleepWakeFacts(MAC, "systemctl suspend", "alice", nics_answer(root=False),
                          CommandResult(1, "", "sudo: a password is required\n"))
-    check = power_check("desktop", refused)
+    check = sleep_wake_check("desktop", refused)
     assert check.ok is False and "sudo does not let alice run `systemctl suspend` without a password" in check.detail
     assert "`alice ALL=(root) NOPASSWD: systemctl suspend`" in check.fix
-    assert power_check("closet", None).ok is None
+    assert sleep_wake_check("closet", None).ok is None
