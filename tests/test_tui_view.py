@@ -12,14 +12,12 @@ import pytest
 from script_errors import VALUES, per_replica_error
 
 from homegpu.remote.config.cluster_spec import embedded_default, parse_cluster
-from homegpu.remote.logs.metric import Metric, WorkerMetric
-from homegpu.remote.logs.tail import LogLine
+from homegpu.remote.events import (
+    BandwidthMatrix, BandwidthMeasured, JobState, JobStateChanged, LinkResult, LogLine, Metric, NodeState,
+    NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler, WorkerMetric,
+)
 from homegpu.remote.logs.tracebacks import MESSAGE_LINES
 from homegpu.remote.net import bandwidth_store
-from homegpu.remote.net.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
-from homegpu.remote.nodes.events import (
-    JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler,
-)
 from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.tui.app.log_pane import clean, format_entries, matching, wrap_rows
 from homegpu.tui.app.main import left_running_note
@@ -473,7 +471,7 @@ def test_the_launch_dialog_names_the_pytorch_demo_not_the_tensorflow_trainers_mo
 
 
 def test_the_alert_banner_holds_what_fires_and_a_clear_becomes_a_toast():
-    from homegpu.remote.nodes.events import Alert, AlertCommandFailed, AlertState
+    from homegpu.remote.events import Alert, AlertCommandFailed, AlertState
     from homegpu.tui.view.render import alert_banner
     from homegpu.tui.view.state import ALERTS
 
@@ -499,7 +497,7 @@ def test_the_alert_banner_holds_what_fires_and_a_clear_becomes_a_toast():
 
 
 def test_the_alert_banner_fits_its_width_and_counts_the_rest():
-    from homegpu.remote.nodes.events import Alert, AlertState
+    from homegpu.remote.events import Alert, AlertState
     from homegpu.tui.view.render import alert_banner
 
     alerts = [Alert("node_offline", AlertState.FIRING, f"node{i} has been offline for 2 min", node=f"node{i}")
@@ -511,7 +509,7 @@ def test_the_alert_banner_fits_its_width_and_counts_the_rest():
 
 
 def test_a_queued_runs_success_is_good_news_its_start_news_and_its_failure_trouble():
-    from homegpu.remote.nodes.events import Alert, AlertState
+    from homegpu.remote.events import Alert, AlertState
     from homegpu.tui.view.render import alert_banner
 
     def queued(state: str, message: str) -> Alert:

@@ -37,12 +37,11 @@ from dataclasses import replace
 from typing import Callable
 
 from homegpu.remote.config import AlertRules, Tariff
-from homegpu.remote.logs import WorkerMetric
-from homegpu.remote.record import JOULES_PER_KWH, EnergySteps, Step
-from homegpu.remote.nodes import (
-    RUN_ALERTS, SHRUNK, Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated,
-    QueueRunChanged, Straggler,
+from homegpu.remote.events import (
+    Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, QueueRunChanged,
+    RUN_ALERTS, SHRUNK, Straggler, WorkerMetric,
 )
+from homegpu.remote.record import JOULES_PER_KWH, EnergySteps, Step
 
 TEMPERATURE_MARGIN = 5.0  # °C below the threshold before a hot GPU's alert clears
 MEMORY_MARGIN = 5.0  # percentage points below the threshold before a full GPU's alert clears

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from homegpu.remote.events import NodeState, NodeStateChanged, NodeStatsUpdated
 from homegpu.remote.history.bound import DEFAULT_MAX_BYTES, SizeBound
 from homegpu.remote.history.samples import OwnerKey, owner_shares, whole
 from homegpu.remote.history.schema import (
@@ -34,7 +35,6 @@ from homegpu.remote.history.schema import (
 )
 from homegpu.remote.history.tiers import INSERT, Compactor
 from homegpu.remote.record import COUNTER, EnergySteps, Say, Step, WriteTrouble, say_on_stderr, transaction
-from homegpu.remote.nodes import NodeState, NodeStateChanged, NodeStatsUpdated
 
 FLUSH_SECONDS = 1.0
 WAKE_SECONDS = 0.25

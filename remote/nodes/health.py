@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Hashable, Mapping
 
-from homegpu.remote.nodes.stats import GpuStats, NodeStats
+from homegpu.remote.events import GpuStats, NodeStats
 
 LOAD_UTIL = 30  # % utilisation from which a GPU is under load (a starved card on a x1 link shows ~40 %)
 SLOW_CLOCK_SHARE = 0.75  # an SM clock below this share of its maximum is "well below" it

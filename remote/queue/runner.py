@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Callable
 
 from homegpu.remote.config import ClusterSpec, JobSpec
+from homegpu.remote.events import JobState, NodeStats, QueueRunChanged
 from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome
-from homegpu.remote.nodes import Cluster, JobState, NodeStats, QueueRunChanged, wait_set
+from homegpu.remote.nodes import Cluster, wait_set
 from homegpu.remote.queue.cluster_file import ClusterFile
 from homegpu.remote.queue.desk import QueueDesk
 from homegpu.remote.queue.entries import EntryState, QueueEntry, QueueError, QueueWriteError

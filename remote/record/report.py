@@ -11,8 +11,9 @@ from datetime import datetime
 from html import escape
 from pathlib import Path
 
-from homegpu.remote.net import BandwidthMatrix, LinkResult, advice, format_gbits
 from homegpu.remote.config import Tariff
+from homegpu.remote.events import BandwidthMatrix, LinkResult
+from homegpu.remote.net import advice, format_gbits
 from homegpu.remote.nodes import MIB_PER_GIB
 from homegpu.remote.record.energy import Energy, RunEnergy, run_energy
 from homegpu.remote.record.report_analysis import RunFigures, human_duration, run_figures, summary_text, what_limited

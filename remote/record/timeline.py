@@ -18,10 +18,9 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from homegpu.remote.logs import Metric, WorkerMetric
-from homegpu.remote.nodes import (
-    NA, Alert, AlertCommandFailed, JobState, JobStateChanged, NodeState, NodeStateChanged,
-    NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,
+from homegpu.remote.events import (
+    Alert, AlertCommandFailed, JobState, JobStateChanged, Metric, NA, NodeState, NodeStateChanged, NodeStatsUnavailable,
+    NodeStatsUpdated, PreflightResult, Straggler, WorkerExited, WorkerMetric,
 )
 from homegpu.remote.record.downsample import bucket_time_sql
 from homegpu.remote.record.timeline_schema import (

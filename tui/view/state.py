@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Iterable
 
 from homegpu.remote.config import ClusterSpec
-from homegpu.remote.logs import LogLine, Metric, TracebackFold, WorkerMetric
-from homegpu.remote.net import BandwidthMatrix, BandwidthMeasured, LinkResult
-from homegpu.remote.nodes import (
-    RUN_ALERTS, Alert, AlertCommandFailed, AlertState, GpuHealth, GpuStats, JobState, JobStateChanged, NodeState,
-    NodeStateChanged, NodeStats, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,
-    visible, visible_fields,
+from homegpu.remote.events import (
+    Alert, AlertCommandFailed, AlertState, BandwidthMatrix, BandwidthMeasured, GpuStats, JobState, JobStateChanged,
+    LinkResult, LogLine, Metric, NodeState, NodeStateChanged, NodeStats, NodeStatsUnavailable, NodeStatsUpdated,
+    PreflightResult, RUN_ALERTS, Straggler, WorkerExited, WorkerMetric,
 )
+from homegpu.remote.logs import TracebackFold
+from homegpu.remote.nodes import GpuHealth, visible, visible_fields
 from homegpu.remote.record import RunFolder
 from homegpu.tui.view.gpu_trail import GpuTrail
 from homegpu.tui.view.text import EpochEcho, epoch_line
