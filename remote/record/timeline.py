@@ -22,10 +22,10 @@ from homegpu.remote.events import (
     Alert, AlertCommandFailed, JobState, JobStateChanged, Metric, NA, NodeState, NodeStateChanged, NodeStatsUnavailable,
     NodeStatsUpdated, PreflightResult, Straggler, WorkerExited, WorkerMetric,
 )
-from homegpu.remote.record.downsample import bucket_time_sql
 from homegpu.remote.record.timeline_schema import (
     SCHEMA, Timeline, TimelineDamaged, check_timeline, add_missing_columns, read_timeline,
 )
+from homegpu.remote.store import bucket_time_sql
 
 FLUSH_SECONDS = 1.0
 WAKE_SECONDS = 0.25
