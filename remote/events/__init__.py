@@ -12,7 +12,7 @@ from homegpu.remote.events.job import (
 )
 from homegpu.remote.events.log_line import LogLine
 from homegpu.remote.events.metric import NO_METRIC, RATE_UNITS, Metric, WorkerMetric
-from homegpu.remote.events.node import NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated
+from homegpu.remote.events.node import HeldBack, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated
 from homegpu.remote.events.queue import QueueRunChanged
 from homegpu.remote.events.stats import (
     NA, GpuProcess, GpuStats, NodeStats, NotAvailable, Number, PcieLink, ProcessOwner, Text, XidErrors,
@@ -20,8 +20,8 @@ from homegpu.remote.events.stats import (
 
 __all__ = [
     "NA", "NO_METRIC", "RATE_UNITS", "REJOINED", "RUN_ALERTS", "SHRUNK", "Alert", "AlertCommandFailed", "AlertState",
-    "BandwidthMatrix", "BandwidthMeasured", "EventHub", "GpuProcess", "GpuStats", "JobState", "JobStateChanged",
-    "LinkResult", "LogLine", "Metric", "NodeState", "NodeStateChanged", "NodeStats", "NodeStatsUnavailable",
-    "NodeStatsUpdated", "NotAvailable", "Number", "PcieLink", "PreflightResult", "ProcessOwner", "QueueRunChanged",
-    "Straggler", "Subscription", "Text", "WorkerExited", "WorkerMetric", "XidErrors",
+    "BandwidthMatrix", "BandwidthMeasured", "EventHub", "GpuProcess", "GpuStats", "HeldBack", "JobState",
+    "JobStateChanged", "LinkResult", "LogLine", "Metric", "NodeState", "NodeStateChanged", "NodeStats",
+    "NodeStatsUnavailable", "NodeStatsUpdated", "NotAvailable", "Number", "PcieLink", "PreflightResult", "ProcessOwner",
+    "QueueRunChanged", "Straggler", "Subscription", "Text", "WorkerExited", "WorkerMetric", "XidErrors",
 ]

@@ -1,9 +1,11 @@
-"""A node's events: its session's state, and the stats agent's snapshots (or why there are none)."""
+"""A node's events: its session's state, and the stats agent's snapshots with what holds its GPUs back (or why
+there are no snapshots)."""
 
 from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from homegpu.remote.events.stats import NodeStats
@@ -34,10 +36,25 @@ class NodeStateChanged:
 
 
 @dataclass(frozen=True)
+class HeldBack:
+    """What holds a node's GPUs back, as its session judged its stats lines (nodes/health.py's GpuHealth, the one
+    judgement): each GPU's sentences by its index. Every reader (the TUI, the web view) reads it, never judges."""
+
+    by_gpu: tuple[tuple[int, tuple[str, ...]], ...] = ()
+
+    def causes(self, indices: Collection[int] | None = None) -> list[str]:
+        """The sentences of every GPU, or only those of `indices` (a worker's GPUs on the node)."""
+        return [cause for index, causes in self.by_gpu if indices is None or index in indices for cause in causes]
+
+
+@dataclass(frozen=True)
 class NodeStatsUpdated:
+    """A stats line of the node, and what holds its GPUs back judged with it (`held_back`)."""
+
     node: str
     stats: NodeStats
     at: float = field(default_factory=time.time)
+    held_back: HeldBack = HeldBack()
 
 
 @dataclass(frozen=True)

@@ -289,5 +289,5 @@ class NodeSession:
         self._note_sleeping(stats)
         self.latest = stats
         self.health.take(stats)
-        self.hub.publish(NodeStatsUpdated(self.name, stats))
+        self.hub.publish(NodeStatsUpdated(self.name, stats, held_back=self.health.judgement()))
         await self._notify()
