@@ -22,8 +22,8 @@ from homegpu.remote.alerts.watcher import AlertWatcher
 from homegpu.remote.config.alert_rules import KINDS, PLACEHOLDERS, QUEUED_RUN_KINDS, AlertRules
 from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.events import (
-    Alert, AlertCommandFailed, AlertState, EventHub, NodeState, NodeStateChanged, NodeStatsUpdated, QueueRunChanged,
-    RUN_ALERTS,
+    RUN_ALERTS, Alert, AlertCommandFailed, AlertState, EventHub, NodeState, NodeStateChanged, NodeStatsUpdated,
+    QueueRunChanged,
 )
 from timeline_events import recorded_stats
 

@@ -15,8 +15,8 @@ from homegpu.remote.alerts.evaluate import AlertEvaluator
 from homegpu.remote.config.alert_rules import AlertRules
 from homegpu.remote.config.tariff import Tariff
 from homegpu.remote.events import (
-    Alert, AlertState, JobState, JobStateChanged, Metric, NA, NodeState, NodeStateChanged, NodeStatsUpdated,
-    ProcessOwner, QueueRunChanged, REJOINED, SHRUNK, Straggler, WorkerMetric,
+    NA, REJOINED, SHRUNK, Alert, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged,
+    NodeStatsUpdated, ProcessOwner, QueueRunChanged, Straggler, WorkerMetric,
 )
 from timeline_events import recorded_stats
 

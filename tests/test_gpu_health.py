@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from homegpu.remote.events import GpuStats, NA, NodeStats, PcieLink
+from homegpu.remote.events import NA, GpuStats, NodeStats, PcieLink
 from homegpu.remote.node_side import gpu_health, stats_agent
 from homegpu.remote.node_side.gpu_nvml import NvmlReader, read_nvml
 from homegpu.remote.node_side.smi_parse import HEALTH_QUERY_OLDER, parse_nvidia_smi_health

@@ -22,7 +22,7 @@ from helpers import wait_until
 from history_events import h100_lines, owned, parsed, process, sxm8_idle, tui_line, worker
 from homegpu.remote.config import Tariff, embedded_default, load_cluster
 from homegpu.remote.events import (
-    EventHub, GpuProcess, NA, NodeState, NodeStateChanged, NodeStats, NodeStatsUpdated, ProcessOwner,
+    NA, EventHub, GpuProcess, NodeState, NodeStateChanged, NodeStats, NodeStatsUpdated, ProcessOwner,
 )
 from homegpu.remote.history import (
     HistoryDamaged, HistoryError, HistoryReader, HistoryRecorder, NodeOffline, history_path,

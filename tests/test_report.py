@@ -18,7 +18,7 @@ import pytest
 from helpers import homegpu
 from script_errors import VALUES, per_replica_error
 from homegpu.remote.events import (
-    JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, REJOINED, SHRUNK, Straggler, WorkerMetric,
+    REJOINED, SHRUNK, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, Straggler, WorkerMetric,
 )
 from homegpu.remote.logs.tracebacks import MESSAGE_LINES
 from homegpu.remote.record.energy import energy_of

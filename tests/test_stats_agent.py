@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from homegpu.remote.events import GpuProcess, NA, NodeStats
+from homegpu.remote.events import NA, GpuProcess, NodeStats
 from homegpu.remote.node_side import AGENT_MODULES, gpu_nvml, gpu_smi, host_proc, stats_agent
 from homegpu.remote.node_side.gpu_nvml import (
     NvmlReader,

@@ -12,7 +12,7 @@ import pickle
 
 import pytest
 
-from homegpu.remote.events import GpuProcess, GpuStats, NA, NodeStats, NotAvailable
+from homegpu.remote.events import NA, GpuProcess, GpuStats, NodeStats, NotAvailable
 from homegpu.remote.node_side.smi_parse import (
     LoopIterations,
     clean,

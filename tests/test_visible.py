@@ -14,7 +14,7 @@ from textual.widgets import Static
 
 from homegpu.remote.config.cluster_spec import embedded_default
 from homegpu.remote.events import (
-    BandwidthMatrix, JobState, JobStateChanged, LinkResult, NA, NodeState, NodeStateChanged, NodeStatsUpdated,
+    NA, BandwidthMatrix, JobState, JobStateChanged, LinkResult, NodeState, NodeStateChanged, NodeStatsUpdated,
     PreflightResult,
 )
 from homegpu.remote.nodes import parse_agent_line, visible, visible_fields

@@ -7,7 +7,7 @@ import json
 from dataclasses import replace
 
 from homegpu.remote.config import NodeSpec, parse_cluster
-from homegpu.remote.events import EventHub, GpuStats, LogLine, Metric, NA, NodeStats, Straggler, WorkerMetric
+from homegpu.remote.events import NA, EventHub, GpuStats, LogLine, Metric, NodeStats, Straggler, WorkerMetric
 from homegpu.remote.jobs import JobRun
 from homegpu.remote.jobs.watch import WorkerTrack
 from homegpu.remote.jobs.worker_logs import WorkerLines

@@ -39,8 +39,8 @@ from typing import Callable
 from homegpu.remote.config import AlertRules, Tariff
 from homegpu.remote.energy import JOULES_PER_KWH, EnergySteps, Step
 from homegpu.remote.events import (
-    Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, QueueRunChanged,
-    RUN_ALERTS, SHRUNK, Straggler, WorkerMetric,
+    RUN_ALERTS, SHRUNK, Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated,
+    QueueRunChanged, Straggler, WorkerMetric,
 )
 
 TEMPERATURE_MARGIN = 5.0  # °C below the threshold before a hot GPU's alert clears

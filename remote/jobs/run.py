@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from homegpu.remote.config import PER_GPU, JobSpec
-from homegpu.remote.events import JobState, JobStateChanged, Metric, NodeState, REJOINED, SHRUNK
+from homegpu.remote.events import REJOINED, SHRUNK, JobState, JobStateChanged, Metric, NodeState
 from homegpu.remote.jobs.backup_copy import BackupCopy, BackupKeeper, backup_dir
 from homegpu.remote.jobs.code_filter import CodeFilter
 from homegpu.remote.jobs.codesync import SyncError, read_tree, shipping_line, sync_trees

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from homegpu.remote.config import JobSpec
-from homegpu.remote.events import EventHub, Metric, NO_METRIC, WorkerExited
+from homegpu.remote.events import NO_METRIC, EventHub, Metric, WorkerExited
 from homegpu.remote.jobs.failure import WorkerEnd
 from homegpu.remote.jobs.launch_plan import classify_exit
 from homegpu.remote.logs import LogTail, TracebackReader

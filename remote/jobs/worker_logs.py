@@ -13,7 +13,7 @@ import asyncio
 import time
 from typing import Callable, Iterable, Mapping
 
-from homegpu.remote.events import EventHub, LogLine, RATE_UNITS, Straggler, WorkerMetric
+from homegpu.remote.events import RATE_UNITS, EventHub, LogLine, Straggler, WorkerMetric
 from homegpu.remote.jobs.watch import WorkerTrack
 from homegpu.remote.logs import TracebackReader
 from homegpu.remote.record import ExperimentLog, find_stragglers

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable
 
 from homegpu.remote.events import (
-    Alert, AlertCommandFailed, JobState, JobStateChanged, Metric, NA, NodeState, NodeStateChanged, NodeStatsUnavailable,
+    NA, Alert, AlertCommandFailed, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUnavailable,
     NodeStatsUpdated, PreflightResult, Straggler, WorkerExited, WorkerMetric,
 )
 from homegpu.remote.record.timeline_schema import (

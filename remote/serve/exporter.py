@@ -25,7 +25,7 @@ from typing import Callable, Iterator, Sequence
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from homegpu.remote.events import GpuStats, NA, NodeState
+from homegpu.remote.events import NA, GpuStats, NodeState
 from homegpu.remote.history import HOST
 from homegpu.remote.node_side import THROTTLE_REASONS
 from homegpu.remote.nodes import Cluster, visible

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from homegpu.remote.events import JobStateChanged, Metric, NO_METRIC, WorkerMetric
+from homegpu.remote.events import NO_METRIC, JobStateChanged, Metric, WorkerMetric
 
 
 @dataclass

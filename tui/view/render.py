@@ -12,7 +12,7 @@ from typing import Sequence
 
 from rich.text import Text
 
-from homegpu.remote.events import Alert, BandwidthMatrix, GpuStats, JobState, NA, NodeState
+from homegpu.remote.events import NA, Alert, BandwidthMatrix, GpuStats, JobState, NodeState
 from homegpu.remote.net import RESNET50_PARAMS, advice
 from homegpu.remote.nodes import gib, is_run_worker, owner_text
 from homegpu.remote.plan import short_gpu_name

@@ -14,7 +14,7 @@ from homegpu.remote.config import (
     BUDGETS, DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT, SWITCHES, AlertRules, ClusterSpec, JobSpec, Tariff,
 )
 from homegpu.remote.doctor import Check
-from homegpu.remote.events import BandwidthMatrix, Metric, NA
+from homegpu.remote.events import NA, BandwidthMatrix, Metric
 from homegpu.remote.jobs import keras3_problem
 from homegpu.remote.net import format_gbits
 from homegpu.remote.nodes import SshTarget, gib, held_back, jump_hostname_address, owner_text
