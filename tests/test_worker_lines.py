@@ -7,11 +7,12 @@ import json
 from dataclasses import replace
 
 from homegpu.remote.config import NodeSpec, parse_cluster
+from homegpu.remote.events import NA, EventHub, GpuStats, LogLine, Metric, NodeStats, Straggler, WorkerMetric
 from homegpu.remote.jobs import JobRun
 from homegpu.remote.jobs.watch import WorkerTrack
 from homegpu.remote.jobs.worker_logs import WorkerLines
-from homegpu.remote.logs import LogLine, Metric, WorkerMetric, classify
-from homegpu.remote.nodes import NA, Cluster, EventHub, GpuStats, NodeStats, Straggler
+from homegpu.remote.logs import classify
+from homegpu.remote.nodes import Cluster
 from homegpu.remote.plan import WorkerSlot
 from homegpu.remote.plan.device_plan import plan_devices
 from homegpu.remote.record import ExperimentLog

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from homegpu.remote.config import PER_GPU, JobSpec
+from homegpu.remote.events import REJOINED, SHRUNK, JobState, JobStateChanged, Metric, NodeState
 from homegpu.remote.jobs.backup_copy import BackupCopy, BackupKeeper, backup_dir
 from homegpu.remote.jobs.code_filter import CodeFilter
 from homegpu.remote.jobs.codesync import SyncError, read_tree, shipping_line, sync_trees
@@ -34,8 +35,7 @@ from homegpu.remote.jobs.job_runtimes import JobRuntimes, LaunchError, open_runt
 from homegpu.remote.jobs.launch_plan import (
     TRAINER_PACKAGE_DIR, local_code, new_run_id, script_rel, trainer_package, worker_launch,
 )
-from homegpu.remote.jobs.lock import STALE_AFTER_SECONDS, LockHolder, RunLockError
-from homegpu.remote.jobs.lock import holder as lock_holder
+from homegpu.remote.jobs.lock import LockHolder, RunLockError, STALE_AFTER_SECONDS, holder as lock_holder
 from homegpu.remote.jobs.outputs import FetchedOutputs, fetch_outputs, remove_backups
 from homegpu.remote.jobs.preflight import restart_port_problems, run_preflight
 from homegpu.remote.jobs.script_check import keras3_problem, nccl_on_cpu_problem
@@ -43,15 +43,11 @@ from homegpu.remote.jobs.watch import (
     WorkerTrack, WorkerWatch, all_succeeded, ended_runtimes, retry_is_pointless, worker_ends,
 )
 from homegpu.remote.jobs.worker_logs import WorkerLines, finish_tails, stop_tails
-from homegpu.remote.logs import Metric
-from homegpu.remote.nodes import (
-    NODE_GONE, REJOINED, SHRUNK, Cluster, JobState, JobStateChanged, NodeSession, NodeState, cause, connect_wait,
-    wait_set,
-)
-from homegpu.remote.sleep_wake import WakeFailed, wake_asleep
+from homegpu.remote.nodes import NODE_GONE, Cluster, NodeSession, cause, connect_wait, wait_set
 from homegpu.remote.plan import (
     DevicePlan, JobLayout, WorkerSlot, job_node_specs, last_timeline, lay_out, tf_config_json, worker_slots,
 )
+from homegpu.remote.sleep_wake import WakeFailed, wake_asleep
 from homegpu.remote.record import ExperimentLog, RunEnergy, RunRecord
 from homegpu.remote.runtimes import STOP_GRACE_SECONDS, WorkerLaunch, WorkerStatus
 from homegpu.remote.slurm import SlurmAllocation, SlurmError, SlurmLogin, running_run

@@ -6,9 +6,9 @@ import asyncio
 from typing import Iterable
 
 from homegpu.remote.config import ClusterSpec
+from homegpu.remote.events import EventHub, NodeState, Subscription
 from homegpu.remote.nodes import hostkeys
 from homegpu.remote.nodes.connect import OfferedKey, fetch_offered_key
-from homegpu.remote.nodes.events import EventHub, NodeState, Subscription
 from homegpu.remote.nodes.session import NodeSession
 
 

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Callable
 
 from homegpu.remote.config import ClusterSpec, JobSpec
+from homegpu.remote.events import JobState, NodeStats, QueueRunChanged
 from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome
-from homegpu.remote.nodes import Cluster, JobState, NodeStats, QueueRunChanged, wait_set
+from homegpu.remote.nodes import Cluster, wait_set
 from homegpu.remote.queue.cluster_file import ClusterFile
 from homegpu.remote.queue.desk import QueueDesk
 from homegpu.remote.queue.entries import EntryState, QueueEntry, QueueError, QueueWriteError
@@ -38,7 +39,7 @@ from homegpu.remote.queue.overrides import apply_overrides
 from homegpu.remote.queue.resume import ATTACH, resume_action
 from homegpu.remote.queue.schedule import Decision, NodeView, decide, entry_nodes
 from homegpu.remote.queue.store import QueueStore
-from homegpu.remote.record import Say, WriteTrouble, say_on_stderr
+from homegpu.remote.store import Say, WriteTrouble, say_on_stderr
 
 TICK_SECONDS = 2.0  # how often the queue is looked at without a change to prompt it
 FRESH_STATS_INTERVALS = 3  # stats intervals to wait for a sample newer than the decision

@@ -14,12 +14,13 @@ from typing import Callable, TextIO
 
 from homegpu.remote.alerts import AlertWatcher
 from homegpu.remote.config import ClusterSpec, JobSpec
-from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome, launch_or_attach
-from homegpu.remote.logs import LogLine, TracebackFold, WorkerMetric, is_harmless_tf_notice
-from homegpu.remote.nodes import (
-    Alert, AlertCommandFailed, AlertState, Cluster, JobState, JobStateChanged, NodeState, NodeStateChanged,
-    PreflightResult, Straggler, Subscription, WorkerExited,
+from homegpu.remote.events import (
+    Alert, AlertCommandFailed, AlertState, JobState, JobStateChanged, LogLine, NodeState, NodeStateChanged,
+    PreflightResult, Straggler, Subscription, WorkerExited, WorkerMetric,
 )
+from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome, launch_or_attach
+from homegpu.remote.logs import TracebackFold, is_harmless_tf_notice
+from homegpu.remote.nodes import Cluster
 from homegpu.remote.record import RunFolder
 from homegpu.tui.view.text import EpochEcho, epoch_line, number, rate_text, table
 
