@@ -78,5 +78,9 @@ fi
 # test is said within minutes, not after the LAN tests.
 echo "tests/run.sh: the fast tier (pytest -m fast)" >&2
 .venv/bin/python -m pytest "${defaults[@]}" -m fast -n 2 || exit
-echo "tests/run.sh: the fast tier passed; the rest (pytest -m 'not fast')" >&2
-exec .venv/bin/python -m pytest "${defaults[@]}" -m "not fast"
+# The rest mostly waits (reconnects, restarts, training on the LAN), so more workers than cores pay: each
+# worker has a LAN of its own (tests/simnet.py), and --dist loadscope keeps a module's tests, which share its
+# cluster, on one worker. HOMEGPU_TEST_WORKERS overrides the count.
+workers=${HOMEGPU_TEST_WORKERS:-4}
+echo "tests/run.sh: the fast tier passed; the rest (pytest -m 'not fast' -n $workers)" >&2
+exec .venv/bin/python -m pytest "${defaults[@]}" -m "not fast" -n "$workers" --dist loadscope
