@@ -11,7 +11,7 @@ from script_errors import VALUES, per_replica_error
 
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.jobs.outputs import FetchedOutputs, plan_fetch
-from homegpu.remote.jobs.run import RunOutcome
+from homegpu.remote.jobs import RunOutcome
 from homegpu.remote.logs.classify import LineClassifier
 from homegpu.remote.logs.console import ConsoleLines
 from homegpu.remote.logs.metric import Metric, WorkerMetric
