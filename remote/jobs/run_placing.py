@@ -56,7 +56,9 @@ class RunPlacing:
         try:
             return await JobNodes.open(self.run.cluster, self.run.job, timeout)
         except LaunchError as exc:
-            raise LaunchError(self.run.placement.unreachable(self.run.job, str(exc))) from None
+            if not (words := self.run.placement.unreachable(self.run.job, str(exc))):
+                raise
+            raise LaunchError(words) from None
 
     def _narrow_to(self, placed: list[str]) -> None:
         """The run's job on the nodes the placement gave it (each one of cluster.toml's), in the job's order (the

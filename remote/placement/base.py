@@ -49,7 +49,8 @@ class RunPlacement(Protocol):
         """Why the placement took the run's nodes back while the run went on; "" while it holds them."""
 
     def unreachable(self, job: JobSpec, problem: str) -> str:
-        """`problem` (homegpu cannot reach the run's nodes over SSH) in the placement's words."""
+        """`problem` (homegpu cannot reach the run's nodes over SSH) in the placement's words; "" where it adds
+        none."""
 
 
 class Placement(Protocol):

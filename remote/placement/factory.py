@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from homegpu.remote.config import HOMEGPU, SLURM, ClusterSpec
+from homegpu.remote.config import ClusterSpec
 from homegpu.remote.placement.base import Placement
 from homegpu.remote.placement.own import OwnPlacement
 from homegpu.remote.placement.slurm import SlurmPlacement
 
 PLACEMENTS = {  # `[cluster] scheduler` -> its placement; a new placement is one module and one line here
-    HOMEGPU: OwnPlacement,
-    SLURM: SlurmPlacement,
+    "homegpu": OwnPlacement,
+    "slurm": SlurmPlacement,
 }
 
 
 def make_placement(spec: ClusterSpec) -> Placement:
-    """The placement `spec`'s scheduler names (config/slurm_keys.py accepts only those named here)."""
+    """The placement `spec`'s scheduler names (config/slurm_keys.py's SCHEDULERS: the names accepted)."""
     return PLACEMENTS[spec.scheduler](spec)

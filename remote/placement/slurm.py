@@ -90,7 +90,7 @@ class SlurmRunPlacement:
 
     def unreachable(self, job: JobSpec, problem: str) -> str:
         if self.allocation is None:
-            return problem
+            return ""
         return (f"Slurm allocated {', '.join(job.nodes)} to {job.name}, and homegpu cannot reach them all over SSH: "
                 f"{problem}")
 
