@@ -14,7 +14,7 @@ from homegpu.remote.events import (
     EventHub, JobState, JobStateChanged, LogLine, Metric, NodeState, NodeStateChanged, Straggler, WorkerMetric,
 )
 from homegpu.remote.jobs.outputs import FetchedOutputs, plan_fetch
-from homegpu.remote.jobs.run import RunOutcome
+from homegpu.remote.jobs import RunOutcome
 from homegpu.remote.logs.classify import LineClassifier
 from homegpu.remote.logs.console import ConsoleLines
 from homegpu.remote.logs.tracebacks import MESSAGE_LINES
