@@ -20,9 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from homegpu.remote.events import Metric
 from homegpu.remote.logs import (
-    ScriptProgress, Traceback, classify, clip, is_supervisor_note, known_cause, read_traceback,
+    Metric, ScriptProgress, Traceback, classify, clip, is_supervisor_note, known_cause, read_traceback,
 )
 
 TAIL_LINES = 30  # at most this many lines of a traceback are shown

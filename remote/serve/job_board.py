@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from homegpu.remote.events import NO_METRIC, JobStateChanged, Metric, WorkerMetric
+from homegpu.remote.logs import NO_METRIC, Metric, WorkerMetric
+from homegpu.remote.nodes import JobStateChanged
 
 
 @dataclass
