@@ -95,7 +95,7 @@ class Validator:
                 return float(value)
             except OverflowError:
                 raise self.fail(path, f"{show(value)} is far too large", "use an ordinary number") from None
-        if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        if _fits(value, kind):
             return value
         raise self.fail(path, f"expected {_KIND_NAMES[kind]}, got {type_name(value)} {show(value)}",
                         f"write it like {_example_line(path, kind)}")
@@ -183,11 +183,17 @@ def _example_line(path: tuple, kind: type) -> str:
     section, depth = _SECTIONS.get(path[0], (None, 0)) if path else (None, 0)
     key = next((k for k in section.keys if k.name == path[-1]), None) if section and len(path) == depth else None
     if key is not None:
-        value = tomllib.loads(key.example).get(key.name)
-        wanted = (int, float) if kind is float else kind  # a number's example may be whole
-        if isinstance(value, wanted) and not isinstance(value, bool) or kind is bool and isinstance(value, bool):
+        if _fits(tomllib.loads(key.example).get(key.name), kind):
             return key.example
     return f"{key_text(path[-1])} = {_KIND_EXAMPLES[kind]}"
+
+
+def _fits(value: Any, kind: type) -> bool:
+    """Whether `value` is a TOML value of `kind` as check_type takes it: a whole number is a number too, a
+    boolean is no integer."""
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, kind) or kind is float and isinstance(value, int)
 
 
 def type_name(value: Any) -> str:
