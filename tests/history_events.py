@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from homegpu.remote.events import NodeStats
 from homegpu.remote.node_side import smi_parse
-from homegpu.remote.nodes.stats import NodeStats, parse_agent_line
+from homegpu.remote.nodes.stats import parse_agent_line
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H100 = FIXTURES / "gpu" / "h100-80gb-hbm3" / "agent_nvml.jsonl"

@@ -24,10 +24,12 @@ its block, also when the block failed, and the node goes back to this machine's 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -45,7 +47,8 @@ SYSTEM_CONTAINERD_DIR = "/run/containerd"
 
 
 class DockerEngine(NamedTuple):
-    """A Docker engine usable by the tests; stop() ends it only if ensure_docker started it."""
+    """A Docker engine usable by the tests; stop() says this session is done with it (a dockerd that a test
+    session started ends when the last session using it is done)."""
 
     socket_path: str
     started_by_us: bool
@@ -73,40 +76,97 @@ def _dockerd() -> str:
     return found
 
 
+# Test sessions side by side (pytest-xdist's workers) share one engine: each holds USERS_LOCK shared while it
+# uses it, the one that starts dockerd leaves its pid in PID_FILE, and whichever session leaves last stops it.
+USERS_LOCK = "/var/lock/homegpu-test-dockerd.users"
+START_LOCK = "/var/lock/homegpu-test-dockerd.start"  # held while a session looks for an engine or starts one
+PID_FILE = Path("/run/homegpu-test-dockerd.pid")
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def ensure_docker(timeout: float = 60.0, socket_path: str = DOCKER_SOCKET) -> DockerEngine:
-    """Use the running Docker engine, or start dockerd and wait for it.
+    """Use the running Docker engine, or start dockerd and wait for it; stop() ends a dockerd a test
+    session started once no other session uses it.
 
     Raises SimClusterError if dockerd is not installed or does not come up within `timeout`.
     """
     tiers.need("docker")
-    if docker_ping(socket_path):
-        return DockerEngine(socket_path, False, lambda: None)
+    users = open(USERS_LOCK, "a")
+    fcntl.flock(users, fcntl.LOCK_SH)
+    try:
+        with _locked(START_LOCK):
+            started = not docker_ping(socket_path) and _start_dockerd(timeout, socket_path)
+    except BaseException:
+        users.close()
+        raise
+    return DockerEngine(socket_path, started, lambda: _leave(users))
+
+
+def _start_dockerd(timeout: float, socket_path: str) -> bool:
+    """Start dockerd and wait until it answers (True), or find that another one does (False)."""
     dockerd = _dockerd()
     log_dir = Path(tempfile.mkdtemp(prefix="homegpu-dockerd-"))
     log_path = log_dir / "dockerd.log"
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen([dockerd], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True)
-
-    def stop() -> None:
-        _stop_process(proc, grace=30.0)
-        shutil.rmtree(log_dir, ignore_errors=True)
-
+        # setsid -f: dockerd is no child of this session, which may end first (another one stops it).
+        subprocess.run(["setsid", "-f", "sh", "-c", 'echo $$ > "$1"; exec "$2"', "dockerd", str(PID_FILE), dockerd],
+                       stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if docker_ping(socket_path):
-            if proc.poll() is None:
-                return DockerEngine(socket_path, True, stop)
-            # Ours exited but an engine answers: someone else started one meanwhile. Use it,
-            # leave it running.
-            shutil.rmtree(log_dir, ignore_errors=True)
-            return DockerEngine(socket_path, False, lambda: None)
-        if proc.poll() is not None and "pid file found" not in log_path.read_text(errors="replace"):
+            if _dockerd_pid() is None:  # ours exited but an engine answers: someone else's, left running
+                PID_FILE.unlink(missing_ok=True)
+                shutil.rmtree(log_dir, ignore_errors=True)
+                return False
+            return True
+        if _dockerd_pid() is None and PID_FILE.exists() and "pid file found" not in log_path.read_text(errors="replace"):
             break  # ours failed, and not because another dockerd is starting up
         time.sleep(0.2)
     tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
-    stop()
+    _stop_dockerd()
+    shutil.rmtree(log_dir, ignore_errors=True)
     raise SimClusterError(f"dockerd did not answer on {socket_path} within {timeout} s:\n{tail}")
+
+
+def _dockerd_pid() -> int | None:
+    """The pid of the dockerd a test session started, None when there is none or it has exited."""
+    try:
+        pid = int(PID_FILE.read_text())
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, ValueError, IndexError):
+        return None
+    return None if state in "ZX" else pid
+
+
+def _stop_dockerd(grace: float = 30.0) -> None:
+    pid = _dockerd_pid()
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while _dockerd_pid() is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _dockerd_pid() is not None:
+            os.kill(pid, signal.SIGKILL)
+    PID_FILE.unlink(missing_ok=True)
+
+
+def _leave(users) -> None:
+    """This session is done with the engine: the last one to leave stops a dockerd a session started."""
+    with _locked(START_LOCK):
+        fcntl.flock(users, fcntl.LOCK_UN)
+        try:
+            fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # another session still uses it
+        finally:
+            users.close()
+        _stop_dockerd()
 
 
 # -- an engine of a node's own ---------------------------------------------------------------------

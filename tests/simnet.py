@@ -2,20 +2,24 @@
 
 Every node gets a namespace `hgsim<PID>-<N>` holding one end of a veth pair (`eth0`, address
 10.213.0.N/24); the other end (`hgv<PID>-<N>`) is a port of the bridge `hgsim0` (10.213.0.1), through
-which the controller (this machine's own network stack) reaches the nodes. Links are shaped with tc
+which the controller (this machine's own network stack) reaches the nodes. Those are LAN 0's names: a
+test session on LAN L (lan_id) uses 10.213.2L.0/24 and the bridge `hgsim<2L>`, so sessions on different
+LANs (pytest-xdist's workers, separate checkouts) run side by side. Links are shaped with tc
 tbf on both ends (1 Gbit/s by default, a home Ethernet). The range is used only inside namespaces the
 test run creates, so no packet of it leaves this machine.
 
 Docker sets the iptables FORWARD policy to DROP and bridged traffic passes through iptables here, so
 one rule lets the bridge forward between its own ports; it is removed with the bridge.
 
-A lab behind a gateway is a second LAN: the bridge `hgsim1` (10.213.1.0/24) has no address on this
+A lab behind a gateway is a second LAN: the bridge `hgsim1` (10.213.1.0/24; LAN L's `hgsim<2L+1>`,
+10.213.2L+1.0/24) has no address on this
 machine, so the controller reaches its machines only through a gateway, a namespace with a leg on
 each bridge (add_leg), whose sshd serves as the ssh config's ProxyJump. The machines behind it route
 everything else through it (its 10.213.1.1), as a lab's machines route through their login node.
 
 The owner's pid is part of every name: a run that crashed leaves names whose pid is dead, and the
-next run removes exactly those (and the bridge when nobody else uses it) before it builds its own.
+next run removes exactly those before it builds its own; a session removes its LAN's bridges when no
+other live process has a port on them.
 """
 
 from __future__ import annotations
@@ -25,10 +29,24 @@ import os
 import subprocess
 
 PREFIX = "hgsim"
-BRIDGE = f"{PREFIX}0"
-SUBNET = "10.213.0"
+LAN_ENV = "HOMEGPU_TEST_LAN"  # the first LAN id of a test session (default 0); xdist's worker gwN adds N
+MAX_LAN_ID = 127  # LAN L's lab is 10.213.2L+1.0/24
+
+
+def lan_id() -> int:
+    """This session's LAN: $HOMEGPU_TEST_LAN (0 when unset) plus the number of its pytest-xdist worker."""
+    first = os.environ.get(LAN_ENV, "0")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    if not (first.isdigit() and worker.isdigit()) or int(first) + int(worker) > MAX_LAN_ID:
+        raise ValueError(f"${LAN_ENV}={first!r} with xdist worker gw{worker}: the LAN id must be 0..{MAX_LAN_ID}")
+    return int(first) + int(worker)
+
+
+LAN_ID = lan_id()
+LAB = 1  # the LAN behind the gateway (a lan argument below: 0 is the controller's LAN)
+SUBNET = f"10.213.{2 * LAN_ID}"
+BRIDGE = f"{PREFIX}{2 * LAN_ID}"
 BRIDGE_ADDRESS = f"{SUBNET}.1"
-LAB = 1  # the LAN behind the gateway
 GATEWAY_HOST = 1  # the gateway's host number on the lab LAN (10.213.1.1): no bridge address takes it there
 DEFAULT_MBIT = 1000
 
@@ -52,15 +70,20 @@ def _tool(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
     return proc
 
 
+def subnet_of(lan: int = 0) -> str:
+    """The first three octets of `lan` (0 or LAB) of this session's LAN."""
+    return f"10.213.{2 * LAN_ID + lan}"
+
+
 def address_of(host: int, lan: int = 0) -> str:
     lowest = 1 if lan else 2
     if not lowest <= host <= 254:
-        raise NetError(f"host number {host} is outside {lowest}..254 of 10.213.{lan}.0/24")
-    return f"10.213.{lan}.{host}"
+        raise NetError(f"host number {host} is outside {lowest}..254 of {subnet_of(lan)}.0/24")
+    return f"{subnet_of(lan)}.{host}"
 
 
 def bridge_of(lan: int) -> str:
-    return f"{PREFIX}{lan}"
+    return f"{PREFIX}{2 * LAN_ID + lan}"
 
 
 def namespace_of(host: int, lan: int = 0) -> str:
@@ -75,6 +98,16 @@ def veth_of(host: int, lan: int = 0) -> str:
 def _all_namespaces() -> list[str]:
     listing = _ip("netns", "list", check=False).stdout
     return [line.split()[0] for line in listing.splitlines() if line.startswith(PREFIX)]
+
+
+def _others_ports(bridge: str) -> list[str]:
+    """The ports of `bridge` whose owner (the pid in a veth's name) is another live process: a session
+    on the same LAN id."""
+    listing = _ip("-o", "link", "show", "master", bridge, check=False).stdout
+    ports = [line.split(":")[1].strip().split("@")[0] for line in listing.splitlines() if ":" in line]
+    owners = [port[3:].split("-", 1)[0] for port in ports]
+    return [port for port, pid in zip(ports, owners)
+            if pid.isdigit() and int(pid) != os.getpid() % 10_000_000 and os.path.exists(f"/proc/{pid}")]
 
 
 def _owner_alive(namespace: str) -> bool:
@@ -140,11 +173,12 @@ def ensure_bridge() -> None:
 
 
 def teardown() -> None:
-    """Delete this process's namespaces; the bridges and rules too when no live run uses them."""
+    """Delete this process's namespaces; its LAN's bridges and rules too when no other process has a port
+    on them (other LANs' bridges belong to sessions that may still be running)."""
     global _bridge_ready, _lab_ready
     for namespace in list(_ours):
         remove_node(namespace)
-    if any(_owner_alive(namespace) for namespace in _all_namespaces()):
+    if any(_others_ports(bridge_of(lan)) for lan in (0, LAB)):
         return
     for lan in (0, LAB):
         _ip("link", "delete", bridge_of(lan), check=False)

@@ -21,7 +21,7 @@ from homegpu.remote.alerts.command import TITLES, alert_argv, alert_env, alert_v
 from homegpu.remote.alerts.watcher import AlertWatcher
 from homegpu.remote.config.alert_rules import KINDS, PLACEHOLDERS, QUEUED_RUN_KINDS, AlertRules
 from homegpu.remote.config.cluster_spec import parse_cluster
-from homegpu.remote.nodes.events import (
+from homegpu.remote.events import (
     RUN_ALERTS, Alert, AlertCommandFailed, AlertState, EventHub, NodeState, NodeStateChanged, NodeStatsUpdated,
     QueueRunChanged,
 )

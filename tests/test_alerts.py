@@ -14,12 +14,10 @@ import pytest
 from homegpu.remote.alerts.evaluate import AlertEvaluator
 from homegpu.remote.config.alert_rules import AlertRules
 from homegpu.remote.config.tariff import Tariff
-from homegpu.remote.logs.metric import Metric, WorkerMetric
-from homegpu.remote.nodes.events import (
-    REJOINED, SHRUNK, Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, QueueRunChanged,
-    Straggler,
+from homegpu.remote.events import (
+    NA, REJOINED, SHRUNK, Alert, AlertState, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged,
+    NodeStatsUpdated, ProcessOwner, QueueRunChanged, Straggler, WorkerMetric,
 )
-from homegpu.remote.nodes.stats import NA, ProcessOwner
 from timeline_events import recorded_stats
 
 T0 = 1_795_316_000.0

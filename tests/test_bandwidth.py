@@ -21,11 +21,11 @@ import tomli_w
 
 from simcluster import SimCluster, SimNode, free_port
 from homegpu.remote.config.cluster_spec import load_cluster
+from homegpu.remote.events import BandwidthMatrix, BandwidthMeasured, LinkResult
 from homegpu.remote.net import bandwidth
 from homegpu.remote.net.bandwidth import (
-    BandwidthError, BandwidthMatrix, BandwidthMeasured, LinkResult, advice, allreduce_seconds,
-    describe_failure, format_duration, format_gbits, iperf3_seconds, measure, measure_link,
-    pairs, parse_iperf3_json,
+    BandwidthError, advice, allreduce_seconds, describe_failure, format_duration, format_gbits, iperf3_seconds, measure,
+    measure_link, pairs, parse_iperf3_json,
 )
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.tui.cli import bandwidth as bandwidth_command

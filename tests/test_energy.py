@@ -1,4 +1,4 @@
-"""Energy and its cost: the integral of sampled GPU power (remote/record/energy.py) and the cluster's tariff
+"""Energy and its cost: the integral of sampled GPU power (remote/energy/, record/energy.py) and the cluster's tariff
 (remote/config/tariff.py). Power samples: a replayed card at a constant and at a varying draw (numbers chosen
 here, the exact integral known), and the samples the stats agent read from a real H100 under load
 (tests/fixtures/gpu/h100-80gb-hbm3/agent_nvml.jsonl)."""
@@ -14,7 +14,8 @@ import pytest
 
 from homegpu.remote.config import ConfigError, parse_cluster
 from homegpu.remote.config.tariff import Tariff
-from homegpu.remote.record.energy import COUNTER, INTEGRATED, JOULES_PER_KWH, MIXED, gpu_energy, integrate
+from homegpu.remote.energy import COUNTER, INTEGRATED, JOULES_PER_KWH, MIXED, integrate
+from homegpu.remote.record.energy import gpu_energy
 from homegpu.remote.record.timeline_schema import GpuTimeline, Series
 
 H100_SAMPLES = Path(__file__).parent / "fixtures" / "gpu" / "h100-80gb-hbm3" / "agent_nvml.jsonl"

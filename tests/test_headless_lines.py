@@ -10,14 +10,14 @@ from types import SimpleNamespace
 from script_errors import VALUES, per_replica_error
 
 from homegpu.remote.config.job_spec import JobSpec
+from homegpu.remote.events import (
+    EventHub, JobState, JobStateChanged, LogLine, Metric, NodeState, NodeStateChanged, Straggler, WorkerMetric,
+)
 from homegpu.remote.jobs.outputs import FetchedOutputs, plan_fetch
-from homegpu.remote.jobs.run import RunOutcome
+from homegpu.remote.jobs import RunOutcome
 from homegpu.remote.logs.classify import LineClassifier
 from homegpu.remote.logs.console import ConsoleLines
-from homegpu.remote.logs.metric import Metric, WorkerMetric
-from homegpu.remote.logs.tail import LogLine
 from homegpu.remote.logs.tracebacks import MESSAGE_LINES
-from homegpu.remote.nodes.events import EventHub, JobState, JobStateChanged, NodeState, NodeStateChanged, Straggler
 from homegpu.remote.runtimes.base import WorkerStatus
 from homegpu.tui.cli.headless import LinePrinter, Pump, record_line, summary
 
@@ -116,7 +116,7 @@ def test_a_flood_that_outruns_the_terminal_is_said_with_where_every_line_is():
 
 
 def test_alerts_are_lines_and_a_failing_command_says_so():
-    from homegpu.remote.nodes.events import Alert, AlertCommandFailed, AlertState
+    from homegpu.remote.events import Alert, AlertCommandFailed, AlertState
 
     lines = printed([Alert("gpu_temperature", AlertState.FIRING, "n1 GPU 0 is at 91 °C (alert at 85 °C)"),
                      Alert("gpu_temperature", AlertState.CLEARED, "n1 GPU 0 cooled to 70 °C (at or below 80 °C)"),

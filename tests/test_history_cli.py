@@ -13,8 +13,9 @@ from helpers import homegpu
 from history_events import h100_lines, owned, worker
 
 from homegpu.remote.config import embedded_default, load_cluster
+from homegpu.remote.events import NodeState, NodeStateChanged, NodeStatsUpdated
 from homegpu.remote.history import HistoryRecorder, history_path
-from homegpu.remote.nodes import NodeState, NodeStateChanged, NodeStatsUpdated, parse_agent_line
+from homegpu.remote.nodes import parse_agent_line
 from homegpu.tui.view.text import money
 
 

@@ -21,12 +21,13 @@ import pytest
 from helpers import wait_until
 from history_events import h100_lines, owned, parsed, process, sxm8_idle, tui_line, worker
 from homegpu.remote.config import Tariff, embedded_default, load_cluster
+from homegpu.remote.events import (
+    NA, EventHub, GpuProcess, NodeState, NodeStateChanged, NodeStats, NodeStatsUpdated, ProcessOwner,
+)
 from homegpu.remote.history import (
     HistoryDamaged, HistoryError, HistoryReader, HistoryRecorder, NodeOffline, history_path,
 )
 from homegpu.remote.history.samples import UNKNOWN_OWNER, OwnerKey, owner_key, owner_shares
-from homegpu.remote.nodes.events import EventHub, NodeState, NodeStateChanged, NodeStatsUpdated
-from homegpu.remote.nodes.stats import NA, GpuProcess, NodeStats, ProcessOwner
 
 T0 = 1_795_316_400.0  # a whole hour (and minute): buckets start at T0
 HOUR, DAY = 3600.0, 86400.0
@@ -293,7 +294,7 @@ sys.path.insert(0, {tests!r})
 import os
 from history_events import h100_lines, parsed
 from homegpu.remote.history import HistoryRecorder
-from homegpu.remote.nodes.events import NodeState, NodeStateChanged, NodeStatsUpdated
+from homegpu.remote.events import NodeState, NodeStateChanged, NodeStatsUpdated
 now = [{t0!r}]
 recorder = HistoryRecorder({path!r}, clock=lambda: now[0])
 recorder.handle(NodeStateChanged("gone", NodeState.OFFLINE, "connection lost", at=now[0]))

@@ -17,10 +17,12 @@ import pytest
 from rapl import RaplTree
 from homegpu.remote.config import ConfigError, parse_cluster
 from homegpu.remote.config.tariff import Tariff
+from homegpu.remote.energy import Energy
+from homegpu.remote.events import NodeState, NodeStatsUpdated
 from homegpu.remote.history import HOST, HistoryReader, HistoryRecorder
 from homegpu.remote.node_side import host_power
-from homegpu.remote.nodes import NodeState, NodeStatsUpdated, parse_agent_line
-from homegpu.remote.record.energy import ESTIMATED, RAPL, Energy, RunEnergy, host_energy, run_energy
+from homegpu.remote.nodes import parse_agent_line
+from homegpu.remote.record.energy import ESTIMATED, RAPL, RunEnergy, host_energy, run_energy
 from homegpu.remote.record.html_report import _energy
 from homegpu.remote.record.timeline_schema import NodeTimeline, Series, Timeline
 from homegpu.tui.view.render import node_detail

@@ -20,7 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from rapl import RaplTree
 from simcluster import SimCluster, SimNode, free_job_port
 from test_energy_lan import start_serve
-from homegpu.remote.record.energy import ESTIMATED, RAPL, energy_of, integrate
+from homegpu.remote.energy import integrate
+from homegpu.remote.record.energy import ESTIMATED, RAPL, energy_of
 from homegpu.remote.record.run_folder import RunFolder
 from homegpu.remote.record.timeline import load_timeline
 

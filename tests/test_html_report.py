@@ -17,9 +17,10 @@ import pytest
 
 from helpers import homegpu
 from script_errors import VALUES, per_replica_error
-from homegpu.remote.logs.metric import Metric, WorkerMetric
+from homegpu.remote.events import (
+    REJOINED, SHRUNK, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, Straggler, WorkerMetric,
+)
 from homegpu.remote.logs.tracebacks import MESSAGE_LINES
-from homegpu.remote.nodes.events import REJOINED, SHRUNK, JobState, JobStateChanged, NodeState, NodeStateChanged, Straggler
 from homegpu.remote.record.energy import energy_of
 from homegpu.remote.record.experiment import ExperimentLog, write_run_manifest
 from homegpu.remote.record.html_report import ReportError, write_report
@@ -247,7 +248,7 @@ def test_a_pytorch_runs_throughput_comes_from_its_epoch_lines(tmp_path):
 
 
 def test_a_slow_link_is_named_when_the_all_reduce_takes_most_of_a_step(tmp_path):
-    from homegpu.remote.net.bandwidth import BandwidthMatrix, LinkResult
+    from homegpu.remote.events import BandwidthMatrix, LinkResult
 
     run_dir = make_run_dir(tmp_path / "experiments", scripted_run())
     slow = BandwidthMatrix((LinkResult("gpu1", "gpu2", 0.1), LinkResult("gpu2", "gpu1", 0.1)))

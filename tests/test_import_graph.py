@@ -13,6 +13,7 @@ counts, also those inside functions (a lazy import still ties two modules togeth
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -212,6 +213,8 @@ def test_the_import_contracts_hold():
     ("tui/view/plot.py", "from homegpu.tui.app import main", "tui/'s rooms in order"),
     ("tui/web/token_gate.py", "from homegpu.tui.app import screens", "tui/'s rooms in order"),  # siblings
     ("remote/nodes/units.py", "from homegpu.remote.alerts import AlertWatcher", "remote/'s groups in order"),
+    ("remote/queue/runner.py", "from homegpu.remote.slurm import slurm_login", "who places a run"),
+    ("tui/cli/queue.py", "from homegpu.remote.slurm import slurm_login", "who places a run"),
 ])
 def test_a_step_back_up_breaks_a_contract(tmp_path, module, line, contract_name):
     """The contracts are tried on a copy of the tree with one import against them (inside a function:
@@ -282,6 +285,37 @@ def test_only_the_runtimes_name_a_runtime_class():
             if names & {"ProcessRuntime", "DockerRuntime"}:
                 named[str(path.relative_to(ROOT))] = sorted(names & {"ProcessRuntime", "DockerRuntime"})
     assert not named, f"runtime classes named outside the runtimes: {named}"
+
+
+# Whether a run is placed by Slurm (or any placement) is asked of the placement seam: a branch on the scheduler
+# outside it, as `uses_slurm` was in six places, would be one more place a new placement has to be added.
+PLACEMENT_BRANCH = re.compile(r"\buses_slurm\b|\bscheduler\s*[!=]=|[!=]=\s*SLURM\b|\bSLURM\s*[!=]=")
+PLACEMENT_HOMES = ("remote/placement/", "remote/slurm/", "remote/config/slurm_keys.py")  # the seam, Slurm, its keys
+MAX_RUN_PART_LINES = 300
+RUN_PARTS = ("remote/jobs/run.py", "remote/jobs/run_*.py")  # JobRun and its parts
+
+
+def test_only_the_placement_seam_asks_which_placement_it_is():
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+             for folder in PACKAGES for path in source_files(folder)
+             if not str(path.relative_to(ROOT)).startswith(PLACEMENT_HOMES)
+             for number, line in enumerate(path.read_text().splitlines(), 1) if PLACEMENT_BRANCH.search(line)]
+    assert not found, "ask remote/placement/ (make_placement) instead:\n" + "\n".join(found)
+
+
+def test_the_placement_branch_pattern_catches_each_form():
+    caught = ["if spec.uses_slurm:", "if cluster.scheduler == 'slurm':", "x.scheduler != HOMEGPU",
+              "if scheduler == SLURM:", "SLURM == spec.scheduler"]
+    assert all(PLACEMENT_BRANCH.search(line) for line in caught)
+    assert not PLACEMENT_BRANCH.search("placement = make_placement(spec)  # by [cluster] scheduler")
+
+
+def test_jobrun_and_each_of_its_parts_stay_short():
+    parts = sorted({path for pattern in RUN_PARTS for path in ROOT.glob(pattern)})
+    assert len(parts) > 5, parts
+    lines = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in parts}
+    long = {part: n for part, n in lines.items() if n > MAX_RUN_PART_LINES}
+    assert not long, f"over {MAX_RUN_PART_LINES} lines: {long}; split the concern into a part of its own"
 
 
 def test_every_group_and_room_is_packaged():

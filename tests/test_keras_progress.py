@@ -164,7 +164,7 @@ def test_live_steps_from_the_unfinished_line_of_a_recording() -> None:
 
 def test_an_accuracy_is_found_under_the_name_of_the_metric_that_was_compiled():
     """keras.io's scripts compile keras.metrics.SparseCategoricalAccuracy(), which Keras prints by its own name."""
-    from homegpu.remote.logs import Metric
+    from homegpu.remote.events import Metric
     line = ("63/63 - 1s - loss: 1.4584 - sparse_categorical_accuracy: 0.6295 - val_loss: 1.4700 - "
             "val_sparse_categorical_accuracy: 0.5790 - 1s/epoch - 22ms/step")
     progress = KerasProgress()

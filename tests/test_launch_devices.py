@@ -15,6 +15,7 @@ import pytest
 
 from gpu_replay import FIXTURES, nvidia_smi_in
 from helpers import homegpu, worker_processes
+import simnet
 from simcluster import SimCluster, free_job_port
 
 
@@ -76,9 +77,10 @@ def test_tfconfig_shows_the_plan_and_offline_only_addresses(two_gpu_node3, tmp_p
     lines = result.stdout.splitlines()
     rows = [line.split() for line in lines if line.startswith("worker ")]
     port = int(rows[0][3].rsplit(":", 1)[1])
-    assert rows == [["worker", "0", "node1", f"10.213.0.2:{port}", "CPU"],
-                    ["worker", "1", "node3", f"10.213.0.4:{port}", "GPU", "0", "H100", "NVL"],
-                    ["worker", "2", "node3#1", f"10.213.0.4:{port + 1}", "GPU", "1", "H100", "NVL"]], result.stdout
+    node1, node3 = simnet.address_of(2), simnet.address_of(4)
+    assert rows == [["worker", "0", "node1", f"{node1}:{port}", "CPU"],
+                    ["worker", "1", "node3", f"{node3}:{port}", "GPU", "0", "H100", "NVL"],
+                    ["worker", "2", "node3#1", f"{node3}:{port + 1}", "GPU", "1", "H100", "NVL"]], result.stdout
     assert "collective RING (a worker runs on CPU)" in lines
     assert not any(line.startswith("batch ") for line in lines)  # batch_size is the built-in trainer's, not a script's
     assert any(line.startswith("node1 (CPU) would run at about") and 'leave it out with nodes = ["node3"]' in line

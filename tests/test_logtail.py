@@ -9,9 +9,9 @@ import time
 
 from helpers import wait_until
 from homegpu.remote.config.cluster_spec import load_cluster
+from homegpu.remote.events import NodeState
 from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.nodes.cluster import Cluster
-from homegpu.remote.nodes.events import NodeState
 
 
 class Writer(threading.Thread):

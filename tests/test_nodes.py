@@ -17,9 +17,9 @@ from helpers import wait_until
 from gpu_replay import write_replay_nvidia_smi
 from simcluster import SimCluster, generate_ed25519_key
 from homegpu.remote.config.cluster_spec import load_cluster
+from homegpu.remote.events import NodeState, NodeStateChanged, NodeStatsUpdated
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.nodes.connect import HostKeyChanged, NodeError
-from homegpu.remote.nodes.events import NodeState, NodeStateChanged, NodeStatsUpdated
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 REPLAY_GPUS = FIXTURES / "gpus_2x_h100nvl_idle.csv"

@@ -19,6 +19,7 @@ import docker
 import pytest
 
 from gpu_replay import FIXTURES, write_apps_with_pids, write_replay_nvidia_smi
+from homegpu.remote.events import GpuProcess, GpuStats, NodeStats, ProcessOwner
 from homegpu.remote.jobs.launch_plan import worker_markers
 from homegpu.remote.node_side import process_owners
 from homegpu.remote.node_side.process_owners import (
@@ -27,7 +28,7 @@ from homegpu.remote.node_side.process_owners import (
 )
 from homegpu.remote.nodes.agent_bundle import agent_command, agent_payload
 from homegpu.remote.nodes.owners import foreign_memory_warnings, owner_text
-from homegpu.remote.nodes.stats import GpuProcess, GpuStats, NodeStats, ProcessOwner, parse_agent_line
+from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.runtimes import docker_runtime
 
 H100 = FIXTURES / "h100-80gb-hbm3"

@@ -1,10 +1,11 @@
 """A lab behind a gateway: machines the controller reaches only through ProxyJump, on a LAN of their own.
 
 `lab` is three real sshd machines: `gw` (10.213.0.35, with a second leg at 10.213.1.1 on the lab LAN) and
-`n1`, `n2` (10.213.1.2 and .3), which this machine cannot reach at all: its ssh config says
-`ProxyJump lab-gw` for them, as a lab's ~/.ssh/config does. The workers' TF_CONFIG, the reach check,
-iperf3 and the run all go between the machines themselves, so each must carry the address the others
-reach it by (the ssh config's HostName), never an alias only this machine's ssh config knows.
+`n1`, `n2` (10.213.1.2 and .3: LAN 0's addresses, tests/simnet.py), which this machine cannot reach at all:
+its ssh config says `ProxyJump lab-gw` for them, as a lab's ~/.ssh/config does. The workers' TF_CONFIG,
+the reach check, iperf3 and the run all go between the machines themselves, so each must carry the
+address the others reach it by (the ssh config's HostName), never an alias only this machine's ssh config
+knows.
 """
 
 from __future__ import annotations
@@ -20,16 +21,18 @@ import pytest
 import tomli_w
 from helpers import homegpu, job_table
 
+import simnet
 from simcluster import SimCluster, free_job_port
 from simdocker import image_id, own_engines
 
-LAB_ADDRESSES = {"n1": "10.213.1.2", "n2": "10.213.1.3"}
+GATEWAY_HOST = 35
+LAB_ADDRESSES = {"n1": simnet.address_of(2, simnet.LAB), "n2": simnet.address_of(3, simnet.LAB)}
 
 
 @pytest.fixture(scope="module")
 def lab(lan) -> Iterator[SimCluster]:
     sim = SimCluster(0, name="lab")
-    gateway = sim.add_node("gw", 35, gateway=True)
+    gateway = sim.add_node("gw", GATEWAY_HOST, gateway=True)
     sim.add_node("n1", 2, lan=1, jump=gateway)
     sim.add_node("n2", 3, lan=1, jump=gateway)
     with sim:
@@ -53,7 +56,7 @@ def test_the_controller_cannot_reach_the_lab_but_through_the_gateway(lab):
     ssh = subprocess.run(["ssh", "-F", str(lab.ssh_config_path), "-o", "BatchMode=yes", "lab-n1", "hostname", "-I"],
                          capture_output=True, text=True, timeout=30)
     assert ssh.stdout.split() == [LAB_ADDRESSES["n1"]], ssh.stderr
-    assert "from 10.213.1.1 port" in lab.node("n1").log_path.read_text()  # the gateway's leg on the lab LAN
+    assert f"from {simnet.address_of(simnet.GATEWAY_HOST, simnet.LAB)} port" in lab.node("n1").log_path.read_text()  # the gateway's leg on the lab LAN
 
 
 def test_status_and_tfconfig_give_the_nodes_their_own_addresses(lab, tmp_path):
@@ -64,7 +67,8 @@ def test_status_and_tfconfig_give_the_nodes_their_own_addresses(lab, tmp_path):
         assert node["address"] == LAB_ADDRESSES[node["name"]]
         assert node["address_source"] == "HostName in the ssh config, reached through ProxyJump lab-gw"
     check = homegpu("--config", config, "check")
-    assert "lab-n1 → 10.213.1.2 via lab-gw" in check.stdout and "10.213.1.2 (HostName)" in check.stdout, check.stdout
+    n1 = LAB_ADDRESSES["n1"]
+    assert f"lab-n1 → {n1} via lab-gw" in check.stdout and f"{n1} (HostName)" in check.stdout, check.stdout
     tfconfig = homegpu("--config", config, "tfconfig", "demo")
     assert tfconfig.returncode == 0, tfconfig.stdout + tfconfig.stderr
     assert "lab-n1" not in tfconfig.stdout.split("TF_CONFIG", 1)[1]
@@ -100,7 +104,7 @@ def test_a_gateway_that_is_itself_a_node_runs_with_the_machines_behind_it(lab, t
                         port=free_job_port())
     result = homegpu("--config", config, "run", "demo", "--no-tui", cwd=tmp_path, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert '"10.213.0.35:' in result.stdout and f'"{LAB_ADDRESSES["n1"]}:' in result.stdout
+    assert f'"{simnet.address_of(GATEWAY_HOST)}:' in result.stdout and f'"{LAB_ADDRESSES["n1"]}:' in result.stdout
 
 
 def test_image_copy_chains_an_image_between_the_lab_machines(lab, docker_engine, busybox_image, tmp_path):

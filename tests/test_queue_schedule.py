@@ -16,7 +16,7 @@ import pytest
 
 from history_events import h100_lines, owned, parsed, process, sxm8_idle, tui_line, worker
 from homegpu.remote.config import parse_cluster
-from homegpu.remote.nodes import NodeState
+from homegpu.remote.events import NodeState
 from homegpu.remote.queue import Decision, EntryState, NodeView, QueueEntry, decide, entry_nodes
 
 T0 = 1_795_316_400.0

@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from homegpu.remote.config import parse_cluster
-from homegpu.remote.logs import Metric, WorkerMetric
+from homegpu.remote.events import JobState, JobStateChanged, Metric, NodeState, WorkerMetric
 from homegpu.remote.node_side import PROTOCOL_VERSION, THROTTLE_REASONS
-from homegpu.remote.nodes import Cluster, JobState, JobStateChanged, NodeState, parse_agent_line, visible
+from homegpu.remote.nodes import Cluster, parse_agent_line, visible
 from homegpu.remote.serve import ClusterCollector, JobBoard
 
 # What a name on a shared box can carry: OSC 0 (retitle, ended by BEL), CSI 2J (clear), C1 CSI alone.

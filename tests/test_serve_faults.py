@@ -24,9 +24,10 @@ import pytest
 from helpers import local_cluster_toml, wait_until
 from test_history_store import T0, Clock, feed, h100
 from homegpu.remote.config import load_cluster
+from homegpu.remote.events import JobState
 from homegpu.remote.history import HistoryRecorder
 from homegpu.remote.jobs import JobRun
-from homegpu.remote.nodes import Cluster, JobState
+from homegpu.remote.nodes import Cluster
 from homegpu.remote.queue import EntryState, QueueRunner, QueueStore, apply_overrides
 
 

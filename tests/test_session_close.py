@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 
 from homegpu.remote.config.cluster_spec import load_cluster
+from homegpu.remote.events import EventHub, NodeState
 from homegpu.remote.nodes import session as session_module
-from homegpu.remote.nodes.events import EventHub, NodeState
 from homegpu.remote.nodes.session import NodeSession
 from homegpu.remote.nodes.transport import LocalTransport
 

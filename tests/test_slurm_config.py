@@ -41,7 +41,7 @@ def test_a_slurm_cluster_and_its_job_keys_parse():
     spec = parse_cluster(slurm_job('partition = "gpu"', 'account = "vision"', 'qos = "normal"',
                                    'time_limit = "12:00:00"', 'gres = "gpu:rtx4090:2"'))
     job = spec.jobs["train"]
-    assert (spec.scheduler, spec.slurm_login, spec.uses_slurm) == ("slurm", "login1", True)
+    assert (spec.scheduler, spec.slurm_login, spec.login_only) == ("slurm", "login1", "login1")
     assert spec.slurm_login_node().host == "login1.lab"
     assert (job.partition, job.account, job.qos, job.time_limit, job.gres) == (
         "gpu", "vision", "normal", "12:00:00", "gpu:rtx4090:2")
@@ -50,7 +50,7 @@ def test_a_slurm_cluster_and_its_job_keys_parse():
 def test_homegpu_is_the_default_scheduler_and_the_slurm_keys_stay_empty():
     spec = parse_cluster(NODES + "\n[jobs.train]\n")
     job = spec.jobs["train"]
-    assert (spec.scheduler, spec.slurm_login, spec.uses_slurm) == ("homegpu", "", False)
+    assert (spec.scheduler, spec.slurm_login, spec.login_only) == ("homegpu", "", "")
     assert (job.partition, job.account, job.qos, job.time_limit, job.gres) == ("", "", "", "", "")
 
 

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from homegpu.remote.events import NA, GpuProcess, NodeStats
 from homegpu.remote.node_side import AGENT_MODULES, gpu_nvml, gpu_smi, host_proc, stats_agent
 from homegpu.remote.node_side.gpu_nvml import (
     NvmlReader,
@@ -40,16 +41,14 @@ from homegpu.remote.node_side.host_proc import (
     parse_proc_stat,
 )
 from homegpu.remote.node_side.smi_parse import LoopIterations, parse_nvidia_smi_gpus
-from homegpu.remote.node_side.stats_agent import PROTOCOL_VERSION
-from homegpu.remote.nodes.stats import parse_agent_line
-from homegpu.remote.node_side.stats_agent import NoGpuReader, open_reader
+from homegpu.remote.node_side.stats_agent import NoGpuReader, PROTOCOL_VERSION, open_reader
 from homegpu.remote.nodes.agent_bundle import (
     BOOTSTRAP,
     agent_command,
     agent_payload,
     pynvml_source,
 )
-from homegpu.remote.nodes.stats import NA, GpuProcess, NodeStats, parse_agent_line
+from homegpu.remote.nodes.stats import parse_agent_line
 from gpu_replay import FIXTURES, FORMAT, GPU_QUERY, is_loop, replay_calls, write_replay_nvidia_smi
 from helpers import wait_for
 

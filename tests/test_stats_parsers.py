@@ -12,6 +12,7 @@ import pickle
 
 import pytest
 
+from homegpu.remote.events import NA, GpuProcess, GpuStats, NodeStats, NotAvailable
 from homegpu.remote.node_side.smi_parse import (
     LoopIterations,
     clean,
@@ -20,15 +21,7 @@ from homegpu.remote.node_side.smi_parse import (
     parse_nvidia_smi_gpus,
     parse_nvidia_smi_version,
 )
-from homegpu.remote.nodes.stats import (
-    NA,
-    GpuProcess,
-    GpuStats,
-    NodeStats,
-    NotAvailable,
-    StatsParseError,
-    parse_agent_line,
-)
+from homegpu.remote.nodes.stats import StatsParseError, parse_agent_line
 from gpu_replay import FIXTURES
 
 MASKED_UUID = "GPU-00000000-0000-0000-0000-000000000000"

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from helpers import wait_until
-from homegpu.remote.nodes.events import EventHub, NodeStatsUpdated
+from homegpu.remote.events import EventHub, NodeStatsUpdated
 from homegpu.remote.record.timeline import TimelineRecorder, load_timeline
 from homegpu.remote.record.timeline_schema import SCHEMA, TimelineDamaged
 from timeline_events import recorded_stats, scripted_run, stats_stream
@@ -131,7 +131,7 @@ def test_loading_a_missing_timeline_names_the_file(tmp_path):
 
 
 def test_a_stopped_run_alerts_and_meta_are_recorded(tmp_path):
-    from homegpu.remote.nodes.events import JobState, JobStateChanged, NodeStatsUnavailable
+    from homegpu.remote.events import JobState, JobStateChanged, NodeStatsUnavailable
 
     path = tmp_path / "timeline.sqlite"
     recorder = TimelineRecorder(path)
@@ -168,7 +168,7 @@ def test_only_the_jobs_nodes_are_recorded_when_asked(tmp_path):
 
 
 def test_alerts_and_a_failing_alert_command_are_events_of_the_timeline(tmp_path):
-    from homegpu.remote.nodes.events import Alert, AlertCommandFailed, AlertState
+    from homegpu.remote.events import Alert, AlertCommandFailed, AlertState
 
     path = tmp_path / "timeline.sqlite"
     fired = Alert("gpu_temperature", AlertState.FIRING, "gpu1 GPU 0 is at 91 °C (alert at 85 °C)", node="gpu1",

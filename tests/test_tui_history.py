@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from homegpu.remote.config.cluster_spec import parse_cluster
-from homegpu.remote.nodes.events import NodeState, NodeStateChanged, NodeStatsUpdated
+from homegpu.remote.events import NodeState, NodeStateChanged, NodeStatsUpdated
 from homegpu.remote.nodes.stats import parse_agent_line
-from homegpu.remote.record.downsample import bucket_index, bucket_time, bucket_time_sql
+from homegpu.remote.store import bucket_index, bucket_time, bucket_time_sql
 from homegpu.tui.app.main import HomegpuApp
 from homegpu.tui.view.gpu_trail import SLOTS_PER_SERIES, TIERS, TRAIL_WINDOWS, Series, Tier
 from homegpu.tui.view.render import node_detail

@@ -17,7 +17,7 @@ from textual.widgets.data_table import CellDoesNotExist
 from gpu_replay import write_replay_nvidia_smi
 from helpers import homegpu, wait_until, worker_processes, write_config
 from homegpu.remote.config.cluster_spec import load_cluster
-from homegpu.remote.nodes.events import JobState, NodeState
+from homegpu.remote.events import JobState, NodeState
 from homegpu.tui.app.controller import Controller
 from homegpu.tui.app.main import HomegpuApp
 from homegpu.tui.app.screens import ConfirmScreen, LaunchScreen, QuitScreen

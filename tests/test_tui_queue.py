@@ -19,7 +19,7 @@ from textual.widgets import DataTable
 
 from helpers import wait_until
 from homegpu.remote.config import load_cluster
-from homegpu.remote.nodes import NodeState
+from homegpu.remote.events import NodeState
 from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.queue import (
     EntryState, NodeView, QueueClient, QueueDesk, QueueServer, QueueStore, decide, entry_nodes, socket_path,

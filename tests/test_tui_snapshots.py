@@ -14,11 +14,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from homegpu.remote.config.cluster_spec import parse_cluster
+from homegpu.remote.events import (
+    BandwidthMatrix, BandwidthMeasured, JobState, JobStateChanged, LinkResult, LogLine, NodeState, NodeStateChanged,
+    NodeStatsUpdated, WorkerMetric,
+)
 from homegpu.remote.logs.classify import classify
-from homegpu.remote.logs.metric import WorkerMetric
-from homegpu.remote.logs.tail import LogLine
-from homegpu.remote.net.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult, parse_iperf3_json
-from homegpu.remote.nodes.events import JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated
+from homegpu.remote.net.bandwidth import parse_iperf3_json
 from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.plan.layout import JobLayout
 from homegpu.remote.plan.tfconfig import worker_slots
@@ -185,7 +186,7 @@ async def test_the_log_filter_and_wrap_apply_to_every_tab_of_the_recorded_run() 
 
 def alert_events() -> list[object]:
     """Two alerts firing over the recorded run: the H100 made hot (its real sample says 53 °C) and a straggler."""
-    from homegpu.remote.nodes.events import Alert, AlertState
+    from homegpu.remote.events import Alert, AlertState
 
     return [Alert("gpu_temperature", AlertState.FIRING, "desktop GPU 0 is at 91 °C (alert at 85 °C)", node="desktop",
                   gpu=0, job="demo", run_id=RUN_ID, value=91.0, threshold=85.0, at=NOW - 30),
@@ -207,7 +208,7 @@ async def test_the_alert_banner_shows_while_alerts_fire_and_a_clear_is_a_toast()
     """Not a picture: the banner appears with the first alert, and goes when the last one clears."""
     import dataclasses
 
-    from homegpu.remote.nodes.events import AlertState
+    from homegpu.remote.events import AlertState
 
     app = recorded_app()
     hot, slow = alert_events()

@@ -18,7 +18,7 @@ import pytest
 from helpers import homegpu, homegpu_argv, wait_for, worker_processes, write_config
 
 
-SOCKET = "homegpu-test"  # a tmux server of our own: the user's sessions are never touched
+SOCKET = f"homegpu-test-{os.getpid()}"  # a tmux server of our own (one per xdist worker): the user's are never touched
 SESSION = "tui"
 
 

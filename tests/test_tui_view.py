@@ -12,14 +12,13 @@ import pytest
 from script_errors import VALUES, per_replica_error
 
 from homegpu.remote.config.cluster_spec import embedded_default, parse_cluster
-from homegpu.remote.logs.metric import Metric, WorkerMetric
-from homegpu.remote.logs.tail import LogLine
+from homegpu.remote.events import (
+    BandwidthMatrix, BandwidthMeasured, JobState, JobStateChanged, LinkResult, LogLine, Metric, NodeState,
+    NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler, WorkerMetric,
+)
 from homegpu.remote.logs.tracebacks import MESSAGE_LINES
 from homegpu.remote.net import bandwidth_store
-from homegpu.remote.net.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
-from homegpu.remote.nodes.events import (
-    JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler,
-)
+from homegpu.remote.nodes import GpuHealth
 from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.tui.app.log_pane import clean, format_entries, matching, wrap_rows
 from homegpu.tui.app.main import left_running_note
@@ -262,22 +261,25 @@ def test_node_detail_shows_versions_history_and_processes(view: ClusterView) -> 
     assert " util " in text and " n/a" in text  # MIG hides utilisation: said, not guessed
 
 
-def hot_gpu_lines(view: ClusterView, seconds: range, throttle: tuple[str, ...] = ("hw_thermal",)) -> None:
+def hot_gpu_lines(view: ClusterView, health: GpuHealth, seconds: range,
+                  throttle: tuple[str, ...] = ("hw_thermal",)) -> None:
     """`big`'s recorded idle H100 NVLs, GPU 1 under load and throttled (documented values: no recording of a
-    throttling card exists), one line a second."""
+    throttling card exists), one line a second, each judged by `health` as the node's session judges it."""
     stats = recorded("h100nvl_idle")
     hot = replace(stats.gpus[1], util=97, temp=87, sm_clock=1200, sm_clock_max=1860, throttle=throttle)
     for second in seconds:
-        view.apply(NodeStatsUpdated("big", replace(stats, timestamp=stats.timestamp + second,
-                                                   gpus=(stats.gpus[0], hot))))
+        line = replace(stats, timestamp=stats.timestamp + second, gpus=(stats.gpus[0], hot))
+        health.take(line)
+        view.apply(NodeStatsUpdated("big", line, held_back=health.judgement()))
 
 
 def test_a_node_with_a_gpu_held_back_is_marked_and_its_detail_says_why_under_that_gpu(view: ClusterView) -> None:
     view.apply(NodeStateChanged("big", NodeState.ONLINE))
-    hot_gpu_lines(view, range(1))
+    health = GpuHealth()
+    hot_gpu_lines(view, health, range(1))
     assert node_cells(view.nodes["big"])[0][0].plain == "● big"  # one reading: a moment, nothing said
     assert "held back" not in node_detail(view.nodes["big"], 80).plain
-    hot_gpu_lines(view, range(1, 11))
+    hot_gpu_lines(view, health, range(1, 11))
     assert node_cells(view.nodes["big"])[0][0].plain == "● big" + HELD_MARK
     lines = node_detail(view.nodes["big"], 80).plain.splitlines()
     held = [i for i, line in enumerate(lines) if "held back" in line]
@@ -290,7 +292,7 @@ def test_a_node_with_a_gpu_held_back_is_marked_and_its_detail_says_why_under_tha
 
 def test_a_reason_a_node_names_shows_its_control_characters_in_the_detail(view: ClusterView) -> None:
     view.apply(NodeStateChanged("big", NodeState.ONLINE))
-    hot_gpu_lines(view, range(10), throttle=("\x1b]0;pwned\x07",))
+    hot_gpu_lines(view, GpuHealth(), range(10), throttle=("\x1b]0;pwned\x07",))
     text = node_detail(view.nodes["big"], 80).plain
     assert "held back: GPU 1 clock event \\x1b]0;pwned\\x07" in text and "\x1b" not in text
 
@@ -473,7 +475,7 @@ def test_the_launch_dialog_names_the_pytorch_demo_not_the_tensorflow_trainers_mo
 
 
 def test_the_alert_banner_holds_what_fires_and_a_clear_becomes_a_toast():
-    from homegpu.remote.nodes.events import Alert, AlertCommandFailed, AlertState
+    from homegpu.remote.events import Alert, AlertCommandFailed, AlertState
     from homegpu.tui.view.render import alert_banner
     from homegpu.tui.view.state import ALERTS
 
@@ -499,7 +501,7 @@ def test_the_alert_banner_holds_what_fires_and_a_clear_becomes_a_toast():
 
 
 def test_the_alert_banner_fits_its_width_and_counts_the_rest():
-    from homegpu.remote.nodes.events import Alert, AlertState
+    from homegpu.remote.events import Alert, AlertState
     from homegpu.tui.view.render import alert_banner
 
     alerts = [Alert("node_offline", AlertState.FIRING, f"node{i} has been offline for 2 min", node=f"node{i}")
@@ -511,7 +513,7 @@ def test_the_alert_banner_fits_its_width_and_counts_the_rest():
 
 
 def test_a_queued_runs_success_is_good_news_its_start_news_and_its_failure_trouble():
-    from homegpu.remote.nodes.events import Alert, AlertState
+    from homegpu.remote.events import Alert, AlertState
     from homegpu.tui.view.render import alert_banner
 
     def queued(state: str, message: str) -> Alert:

@@ -13,11 +13,11 @@ from textual.app import App
 from textual.widgets import Static
 
 from homegpu.remote.config.cluster_spec import embedded_default
-from homegpu.remote.net.bandwidth import BandwidthMatrix, LinkResult
-from homegpu.remote.nodes import (
-    NA, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, visible,
+from homegpu.remote.events import (
+    NA, BandwidthMatrix, JobState, JobStateChanged, LinkResult, NodeState, NodeStateChanged, NodeStatsUpdated,
+    PreflightResult,
 )
-from homegpu.remote.nodes import parse_agent_line, visible_fields
+from homegpu.remote.nodes import parse_agent_line, visible, visible_fields
 from homegpu.tui.app.main import HomegpuApp
 from homegpu.tui.app.screens import ConfirmScreen, TextScreen
 from homegpu.tui.cli.terminal import VisibleStream, unfiltered, visible_output

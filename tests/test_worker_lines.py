@@ -7,11 +7,12 @@ import json
 from dataclasses import replace
 
 from homegpu.remote.config import NodeSpec, parse_cluster
+from homegpu.remote.events import NA, EventHub, GpuStats, LogLine, Metric, NodeStats, Straggler, WorkerMetric
 from homegpu.remote.jobs import JobRun
 from homegpu.remote.jobs.watch import WorkerTrack
 from homegpu.remote.jobs.worker_logs import WorkerLines
-from homegpu.remote.logs import LogLine, Metric, WorkerMetric, classify
-from homegpu.remote.nodes import NA, Cluster, EventHub, GpuStats, NodeStats, Straggler
+from homegpu.remote.logs import classify
+from homegpu.remote.nodes import Cluster
 from homegpu.remote.plan import WorkerSlot
 from homegpu.remote.plan.device_plan import plan_devices
 from homegpu.remote.record import ExperimentLog
@@ -88,7 +89,7 @@ def test_a_slow_worker_is_a_straggler_once_every_worker_reported_the_epoch():
 
 
 def test_a_straggler_says_what_holds_its_gpus_back_where_its_node_shows_something():
-    """The run's lookup (JobRun._held_back: the node's session's GpuHealth) is asked for the straggler only."""
+    """The run's lookup (the run's Generations.held_back: the node's session's GpuHealth) is asked for the straggler only."""
     hub, workers = EventHub(), tracks("fast", "slow", "mid")
     asked: list[str] = []
     cause = "GPU 0 thermal slowdown at 87 °C since 09:00: clocks 1,200 of 1,860 MHz; improve the case's airflow"
@@ -124,8 +125,8 @@ def test_the_runs_lookup_names_only_the_workers_own_gpus_as_its_nodes_session_ju
     run.plan = plan_devices({"box": stats}, "per-gpu", None)
     slots = [WorkerSlot(index, cluster.spec.nodes[0], index, 23456 + index, "127.0.0.1") for index in (0, 1)]
     run.tracks = {slot.label: WorkerTrack(slot, runtime=None) for slot in slots}
-    assert run._held_back("box") == []
-    [cause] = run._held_back("box#1")
+    assert run._generations.held_back("box") == []
+    [cause] = run._generations.held_back("box#1")
     assert cause.startswith("GPU 1 thermal slowdown at 87 °C since ") and cause.endswith("improve the case's airflow")
     run.plan = None  # no plan (a numeric layout without stats): every GPU of the node is the worker's
-    assert run._held_back("box") == [cause]
+    assert run._generations.held_back("box") == [cause]

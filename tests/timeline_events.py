@@ -15,12 +15,11 @@ import json
 import math
 from pathlib import Path
 
-from homegpu.remote.logs.metric import Metric, WorkerMetric
-from homegpu.remote.nodes.events import (
-    JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler,
-    WorkerExited,
+from homegpu.remote.events import (
+    JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStats, NodeStatsUpdated, PreflightResult,
+    Straggler, WorkerExited, WorkerMetric,
 )
-from homegpu.remote.nodes.stats import NodeStats, parse_agent_line
+from homegpu.remote.nodes.stats import parse_agent_line
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tui"
 RECORDED = ("h100_mig_load", "h100nvl_idle", "cpu_only")

@@ -15,7 +15,7 @@ import signal
 import string
 from datetime import datetime
 
-from homegpu.remote.nodes import Alert, AlertState
+from homegpu.remote.events import Alert, AlertState
 
 STDERR_KEPT = 2_000  # bytes of the command's stderr kept to say why it failed
 

@@ -19,7 +19,7 @@ does not flap. What each rule watches:
 - run_shrunk: the run went on without a machine that left for good (its JobStateChanged says SHRUNK), once each
   time.
 - budget_per_day / budget_per_run: what the electricity cost, each GPU's energy between two samples
-  (record/energy.py's step rule) priced by [cluster]'s tariff: all GPUs and the rest of the machines (where RAPL
+  (energy/'s step rule) priced by [cluster]'s tariff: all GPUs and the rest of the machines (where RAPL
   or idle_watts gives it) since local midnight (fires once a day, clears at midnight), and the GPUs a run's
   workers are on while it runs (fires once per run).
 - queued_runs: each run `homegpu serve`'s queue starts (QueueRunChanged): queued_run_started,
@@ -37,11 +37,10 @@ from dataclasses import replace
 from typing import Callable
 
 from homegpu.remote.config import AlertRules, Tariff
-from homegpu.remote.logs import WorkerMetric
-from homegpu.remote.record import JOULES_PER_KWH, EnergySteps, Step
-from homegpu.remote.nodes import (
+from homegpu.remote.energy import JOULES_PER_KWH, EnergySteps, Step
+from homegpu.remote.events import (
     RUN_ALERTS, SHRUNK, Alert, AlertState, JobState, JobStateChanged, NodeState, NodeStateChanged, NodeStatsUpdated,
-    QueueRunChanged, Straggler,
+    QueueRunChanged, Straggler, WorkerMetric,
 )
 
 TEMPERATURE_MARGIN = 5.0  # °C below the threshold before a hot GPU's alert clears

@@ -17,7 +17,7 @@ from typing import Callable
 from homegpu.remote.alerts.command import alert_argv, alert_env, alert_values, run_command
 from homegpu.remote.alerts.evaluate import AlertEvaluator
 from homegpu.remote.config import ClusterSpec
-from homegpu.remote.nodes import Alert, AlertCommandFailed, EventHub
+from homegpu.remote.events import Alert, AlertCommandFailed, EventHub
 
 TICK_SECONDS = 1.0
 MAX_QUEUED = 1_000  # alerts waiting for the command; past it the oldest are not sent (still shown)

@@ -22,7 +22,7 @@ from homegpu.remote.config.durations import Duration
 from homegpu.remote.config.job_spec import JobSpec, parse_jobs
 from homegpu.remote.config.node_spec import LOCAL_HOST, RUNTIMES, NodeSpec, parse_nodes
 from homegpu.remote.config.key_tables import CLUSTER
-from homegpu.remote.config.slurm_keys import HOMEGPU, SLURM, check_scheduler
+from homegpu.remote.config.slurm_keys import HOMEGPU, check_scheduler
 from homegpu.remote.config.tariff import Tariff, parse_tariff
 from homegpu.remote.config.toml_lines import LineIndex
 
@@ -77,8 +77,10 @@ class ClusterSpec:
     slurm_login: str = ""  # where sbatch runs: a node's name or an ssh alias
 
     @property
-    def uses_slurm(self) -> bool:
-        return self.scheduler == SLURM
+    def login_only(self) -> str:
+        """The node that is a session for the placement's commands but runs no worker ("": none). It is slurm_login,
+        which config/slurm_keys.py accepts only where Slurm places the runs."""
+        return self.slurm_login
 
     def slurm_login_node(self) -> NodeSpec | None:
         """The node slurm_login names, or None where it is an ssh alias or host of its own."""

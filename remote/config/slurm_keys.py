@@ -86,6 +86,11 @@ def check_scheduler(v: Validator, table: dict) -> tuple[str, str]:
     return scheduler, login
 
 
+def scheduler_keys(scheduler: str, login: str) -> dict[str, str]:
+    """`[cluster]`'s scheduler keys as cluster.toml writes them: none for homegpu's own scheduler (the default)."""
+    return {} if scheduler == HOMEGPU else {"scheduler": scheduler, "slurm_login": login}
+
+
 def _check_login(v: Validator) -> Check:
     def check(path: tuple, value: str) -> None:
         v.check_safe(path, value, "a host name")

@@ -13,6 +13,7 @@ from homegpu.remote.config.cluster_spec import (
 )
 from homegpu.remote.config.job_spec import JobSpec
 from homegpu.remote.config.node_sleep_wake import NodeSleepWake
+from homegpu.remote.config.slurm_keys import scheduler_keys
 
 STARTER_HEADER = """\
 # homegpu cluster file, written by `homegpu init`.
@@ -93,8 +94,7 @@ def cluster_to_dict(spec: ClusterSpec) -> dict[str, Any]:
         cluster["stats_interval"] = spec.stats_interval
     if spec.work_dir != ClusterSpec.work_dir:
         cluster["work_dir"] = spec.work_dir
-    if spec.uses_slurm:
-        cluster.update(scheduler=spec.scheduler, slurm_login=spec.slurm_login)
+    cluster.update(scheduler_keys(spec.scheduler, spec.slurm_login))
     if spec.tariff.priced:
         cluster.update((key, value) for key, value in spec.tariff.as_dict().items() if value not in ("", {}))
     document: dict[str, Any] = {"cluster": cluster, "nodes": [_node_dict(node) for node in spec.nodes]}

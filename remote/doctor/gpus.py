@@ -13,7 +13,8 @@ container toolkit (which loads the same libnvidia-ml) will not give containers t
 from __future__ import annotations
 
 from homegpu.remote.doctor.check import Check
-from homegpu.remote.nodes import NodeStats, describe_gpus
+from homegpu.remote.events import NodeStats
+from homegpu.remote.nodes import describe_gpus
 
 MEMORY_SLACK_MIB = 64  # NVML and nvidia-smi memory used may differ this much (read a moment apart)
 

@@ -16,9 +16,10 @@ from homegpu.remote.doctor.check import Check
 from homegpu.remote.doctor.gpus import container_runtime_check, gpu_check
 from homegpu.remote.doctor.link import LoadFacts, link_check
 from homegpu.remote.doctor.sleep_wake import SleepWakeFacts, sleep_wake_check
+from homegpu.remote.events import NodeStats
 from homegpu.remote.net import parse_probe
 from homegpu.remote.nodes import (
-    MIB_PER_GIB, SHELL_FIX, CommandResult, NodeStats, StatsParseError, gib, parse_agent_line, talking_shell,
+    MIB_PER_GIB, SHELL_FIX, CommandResult, StatsParseError, gib, parse_agent_line, talking_shell,
 )
 
 MIN_PYTHON = (3, 8)

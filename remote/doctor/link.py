@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from homegpu.remote.doctor.check import Check
-from homegpu.remote.nodes import CommandResult, GpuStats, NodeStats, link_causes, link_text
+from homegpu.remote.events import GpuStats, NodeStats
+from homegpu.remote.nodes import CommandResult, link_causes, link_text
 
 NAME = "pcie link"
 NOT_JUDGED = "an idle link is not judged"

@@ -28,11 +28,12 @@ from homegpu.remote.doctor.judge import (
 from homegpu.remote.doctor.link_probe import probe_under_load
 from homegpu.remote.doctor.network import reach_checks
 from homegpu.remote.doctor.sleep_wake import sleep_wake_facts
+from homegpu.remote.events import NodeState
 from homegpu.remote.net import probe_argv
 from homegpu.remote.node_side import script
 from homegpu.remote.nodes import (
-    Cluster, CommandResult, CommandTimeout, NodeOffline, NodeSession, NodeState, TransportError, agent_command,
-    agent_payload, cause, connect_wait, ssh_target,
+    Cluster, CommandResult, CommandTimeout, NodeOffline, NodeSession, TransportError, agent_command, agent_payload,
+    cause, connect_wait, ssh_target,
 )
 
 COMMAND_TIMEOUT_S = 15.0

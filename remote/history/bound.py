@@ -19,8 +19,8 @@ import sqlite3
 from pathlib import Path
 
 from homegpu.remote.history.schema import SAMPLE_TABLES
-from homegpu.remote.record import transaction
 from homegpu.remote.history.tiers import drop_before, oldest_sample
+from homegpu.remote.store import transaction
 
 MIB = 1024 * 1024
 DEFAULT_MAX_BYTES = 256 * MIB

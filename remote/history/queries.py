@@ -5,7 +5,7 @@ node's offline intervals with their total.
 Pure reads on a connection of their own, beside the running writer (WAL). A window is [since, until)
 in Unix seconds. A row counts wholly in the window that holds its time: a raw sample's time, a
 bucket's middle, so a window's edges are as sharp as the tier there (1 s, 10 s or 60 s). The N points
-cut the window into equal slices by record's one bucket rule, counted from `since` (slice i holds
+cut the window into equal slices by store's one bucket rule, counted from `since` (slice i holds
 since + i*w <= t < since + (i+1)*w and stands at its middle); each is the sample-weighted mean of the
 rows in it, None where nothing was recorded (a node offline, a slice finer than the tier's buckets).
 """
@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Callable
 
 from homegpu.remote.config import Tariff
+from homegpu.remote.energy import JOULES_PER_KWH
 from homegpu.remote.history.schema import damaged, has_column, is_damage, open_reader
 from homegpu.remote.history.tiers import weighted_mean
-from homegpu.remote.record import JOULES_PER_KWH, bucket_time
+from homegpu.remote.store import bucket_time
 
 Value = float | None
 

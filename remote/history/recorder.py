@@ -27,14 +27,15 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from homegpu.remote.energy import COUNTER, EnergySteps, Step
+from homegpu.remote.events import NodeState, NodeStateChanged, NodeStatsUpdated
 from homegpu.remote.history.bound import DEFAULT_MAX_BYTES, SizeBound
 from homegpu.remote.history.samples import OwnerKey, owner_shares, whole
 from homegpu.remote.history.schema import (
     HOST, HistoryError, cannot_write, open_writer, read_energy_totals, write_energy_totals,
 )
 from homegpu.remote.history.tiers import INSERT, Compactor
-from homegpu.remote.record import COUNTER, EnergySteps, Say, Step, WriteTrouble, say_on_stderr, transaction
-from homegpu.remote.nodes import NodeState, NodeStateChanged, NodeStatsUpdated
+from homegpu.remote.store import Say, WriteTrouble, say_on_stderr, transaction
 
 FLUSH_SECONDS = 1.0
 WAKE_SECONDS = 0.25

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from homegpu.remote.record import check_store, create_atomically, errors_as_damage, open_for_writing, room_left
+from homegpu.remote.store import check_store, create_atomically, errors_as_damage, open_for_writing, room_left
 
 APPLICATION_ID = 0x68677068  # "hgph": PRAGMA application_id, which marks the file as homegpu's history
 SCHEMA_VERSION = 1  # PRAGMA user_version

@@ -1,7 +1,7 @@
 """The history's tiers, like the run timeline's: full rate for the last hour, 10 s buckets for the last
 day, 60 s buckets for 30 days, and nothing older.
 
-Buckets follow remote/record's one rule (`bucket_time_sql`: bucket i of size s holds i*s <= t < (i+1)*s
+Buckets follow remote/store's one rule (`bucket_time_sql`: bucket i of size s holds i*s <= t < (i+1)*s
 and stands at its middle). A 60 s bucket is made from the 10 s buckets in it, so each tier is made
 from the one before. A bucket's value is the mean of the samples in it: finer rows are weighted by
 how many samples each holds (`n`), and a NULL (not available) is left out of the mean, not taken as
@@ -20,7 +20,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from homegpu.remote.history.schema import SAMPLE_TABLES
-from homegpu.remote.record import bucket_time_sql, transaction
+from homegpu.remote.store import bucket_time_sql, transaction
 
 FULL_RATE_SECONDS = 3600.0
 RETENTION_SECONDS = 30 * 86400.0

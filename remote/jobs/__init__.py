@@ -4,12 +4,11 @@ job's lock, the watch loop and its restarts, the workers' logs, script errors, t
 
 from __future__ import annotations
 
-from homegpu.remote.jobs.guard import attach_if_running, launch_or_attach
 from homegpu.remote.jobs.job_runtimes import JobRuntimes, LaunchError, list_workers
 from homegpu.remote.jobs.run import JobRun, RunOutcome
 from homegpu.remote.jobs.script_check import keras3_problem
 
 __all__ = [
-    "JobRuntimes", "JobRun", "LaunchError", "RunOutcome", "attach_if_running", "launch_or_attach",
+    "JobRuntimes", "JobRun", "LaunchError", "RunOutcome",
     "keras3_problem", "list_workers",
 ]

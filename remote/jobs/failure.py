@@ -20,8 +20,9 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from homegpu.remote.events import Metric
 from homegpu.remote.logs import (
-    Metric, ScriptProgress, Traceback, classify, clip, is_supervisor_note, known_cause, read_traceback,
+    ScriptProgress, Traceback, classify, clip, is_supervisor_note, known_cause, read_traceback,
 )
 
 TAIL_LINES = 30  # at most this many lines of a traceback are shown

@@ -13,10 +13,9 @@ import time
 from typing import Callable, Iterable, Sequence
 
 from homegpu.remote.config import JobSpec
-from homegpu.remote.logs import LogLine, LogTail
-from homegpu.remote.nodes import (
-    NODE_GONE, Cluster, JobState, NodeSession, NodeState, cause, connect_wait, wait_set,
-)
+from homegpu.remote.events import JobState, LogLine, NodeState
+from homegpu.remote.logs import LogTail
+from homegpu.remote.nodes import NODE_GONE, Cluster, NodeSession, cause, connect_wait, wait_set
 from homegpu.remote.plan import WorkerSlot, job_node_specs, lay_out
 from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus, expand_path, make_runtime
 

@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from homegpu.remote.config import JobSpec
+from homegpu.remote.events import PreflightResult
 from homegpu.remote.jobs.node_checks import node_preflight, port_problems
 from homegpu.remote.net import Endpoint, reach_problems
-from homegpu.remote.nodes import (
-    SHELL_FIX, Cluster, NodeSession, PreflightResult, describe_gpus, foreign_memory_warnings, talking_shell,
-)
+from homegpu.remote.nodes import SHELL_FIX, Cluster, NodeSession, describe_gpus, foreign_memory_warnings, talking_shell
 from homegpu.remote.plan import DevicePlan, WorkerSlot
 from homegpu.remote.runtimes import Runtime, WorkerLaunch
 

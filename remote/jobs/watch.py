@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from homegpu.remote.config import JobSpec
+from homegpu.remote.events import NO_METRIC, EventHub, Metric, WorkerExited
 from homegpu.remote.jobs.failure import WorkerEnd
 from homegpu.remote.jobs.launch_plan import classify_exit
-from homegpu.remote.logs import NO_METRIC, LogTail, Metric, TracebackReader
-from homegpu.remote.nodes import NODE_GONE, EventHub, WorkerExited
+from homegpu.remote.logs import LogTail, TracebackReader
+from homegpu.remote.nodes import NODE_GONE
 from homegpu.remote.plan import WorkerSlot
 from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus
 

@@ -13,9 +13,9 @@ import asyncio
 import time
 from typing import Callable, Iterable, Mapping
 
+from homegpu.remote.events import RATE_UNITS, EventHub, LogLine, Straggler, WorkerMetric
 from homegpu.remote.jobs.watch import WorkerTrack
-from homegpu.remote.logs import RATE_UNITS, LogLine, TracebackReader, WorkerMetric
-from homegpu.remote.nodes import EventHub, Straggler
+from homegpu.remote.logs import TracebackReader
 from homegpu.remote.record import ExperimentLog, find_stragglers
 
 LOG_DRAIN_SECONDS = 60.0  # to read an ended worker's log to its end (a flood of megabytes over SSH)

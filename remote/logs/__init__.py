@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from homegpu.remote.logs.classify import classify
 from homegpu.remote.logs.known_causes import KnownCause, known_cause
-from homegpu.remote.logs.metric import NO_METRIC, RATE_UNITS, Metric, WorkerMetric
 from homegpu.remote.logs.script_progress import ScriptProgress
-from homegpu.remote.logs.tail import LogLine, LogTail
+from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.logs.tf_notices import is_harmless_tf_notice
 from homegpu.remote.logs.traceback_fold import TracebackFold
 from homegpu.remote.logs.tracebacks import (
@@ -16,7 +15,6 @@ from homegpu.remote.logs.tracebacks import (
 )
 
 __all__ = [
-    "NO_METRIC", "RATE_UNITS", "TRACEBACK_HEADER", "KnownCause", "LogLine", "LogTail", "Metric", "ScriptProgress", "Traceback",
-    "TracebackFold", "TracebackReader", "WorkerMetric", "classify", "clip", "is_harmless_tf_notice",
-    "is_supervisor_note", "known_cause", "read_traceback",
+    "TRACEBACK_HEADER", "KnownCause", "LogTail", "ScriptProgress", "Traceback", "TracebackFold", "TracebackReader",
+    "classify", "clip", "is_harmless_tf_notice", "is_supervisor_note", "known_cause", "read_traceback",
 ]

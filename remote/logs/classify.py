@@ -1,4 +1,4 @@
-"""What a worker's output line is: a metric (logs/metric.py) or plain log text. Classified once,
+"""What a worker's output line is: a metric (events/metric.py) or plain log text. Classified once,
 where the line is read (LogTail), and carried on its LogLine.
 
 Three kinds of metric lines, best first: the HOMEGPU_METRIC protocol (trainer/PROTOCOL.md), Keras's own
@@ -9,8 +9,8 @@ has shown none of a better kind, so a script printing two is not counted twice.
 
 from __future__ import annotations
 
+from homegpu.remote.events import Metric
 from homegpu.remote.logs.keras_progress import KerasProgress
-from homegpu.remote.logs.metric import Metric
 from homegpu.remote.logs.script_progress import ScriptProgress
 from homegpu.trainer.metrics import parse_metric_line
 

@@ -10,35 +10,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import time
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from homegpu.remote.events import LogLine
 from homegpu.remote.logs.classify import LineClassifier
 from homegpu.remote.logs.console import ConsoleLines
-from homegpu.remote.logs.metric import Metric
 from homegpu.remote.nodes import NODE_GONE, NodeSession, tied_to_session
 
 DEFAULT_MAX_LINES = 5_000
 RETRY_SECONDS = 1.0
-
-
-@dataclass(frozen=True)
-class LogLine:
-    """One line of a followed log; `seq` counts lines of that log from 1, across reconnects.
-
-    `worker` names the job's worker the log belongs to (several may share a node), else the node.
-    `metric` is what the line reports when it is a metric line (logs/classify.py), else None: a
-    run publishes those as WorkerMetric events, not as log text.
-    """
-
-    node: str
-    source: str
-    seq: int
-    text: str
-    worker: str = ""
-    at: float = field(default_factory=time.time)
-    metric: Metric | None = field(default=None, compare=False)
 
 
 class _Resume:

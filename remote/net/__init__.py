@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from homegpu.remote.net import bandwidth_store
 from homegpu.remote.net.bandwidth import (
-    RESNET50_PARAMS, BandwidthError, BandwidthMatrix, BandwidthMeasured, LinkCallback, LinkResult, advice,
+    RESNET50_PARAMS, BandwidthError, LinkCallback, advice,
     allreduce_seconds, format_duration, format_gbits, link_timeout, measure, pairs,
 )
 from homegpu.remote.net.bandwidth_store import links_json
@@ -14,7 +14,7 @@ from homegpu.remote.net.port_probe import bind_problem, json_object, parse_probe
 from homegpu.remote.net.reach import Endpoint, reach_problems
 
 __all__ = [
-    "RESNET50_PARAMS", "BandwidthError", "BandwidthMatrix", "BandwidthMeasured", "Endpoint", "LinkCallback",
-    "LinkResult", "advice", "allreduce_seconds", "bandwidth_store", "bind_problem", "format_duration", "format_gbits",
-    "json_object", "link_timeout", "links_json", "measure", "pairs", "parse_probe", "probe_argv", "reach_problems",
+    "RESNET50_PARAMS", "BandwidthError", "Endpoint", "LinkCallback", "advice", "allreduce_seconds", "bandwidth_store",
+    "bind_problem", "format_duration", "format_gbits", "json_object", "link_timeout", "links_json", "measure", "pairs",
+    "parse_probe", "probe_argv", "reach_problems",
 ]

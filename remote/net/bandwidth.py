@@ -16,10 +16,9 @@ import asyncio
 import json
 import math
 import random
-import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Sequence
 
+from homegpu.remote.events import BandwidthMatrix, BandwidthMeasured, LinkResult
 from homegpu.remote.net.port_probe import parse_probe, probe_argv
 from homegpu.remote.nodes import (
     NODE_GONE, NodeError, NodeOffline, NodeSession, RemoteProcess, TransportError, format_bytes,
@@ -73,54 +72,6 @@ def parse_iperf3_json(text: str) -> float:
         if isinstance(bits, (int, float)) and not isinstance(bits, bool):
             return float(bits)
     raise BandwidthError("iperf3 reported no throughput (no end.sum_received or end.sum_sent)")
-
-
-@dataclass(frozen=True)
-class LinkResult:
-    """One direction of one link: Gbit/s (10^9 bits per second), or the reason there is none."""
-
-    src: str
-    dst: str
-    gbits: float | None
-    error: str = ""
-    at: float = field(default_factory=time.time)
-
-    @property
-    def ok(self) -> bool:
-        return self.gbits is not None and not self.error
-
-
-@dataclass(frozen=True)
-class BandwidthMatrix:
-    """Every measured link, kept with the time the measurement finished."""
-
-    results: tuple[LinkResult, ...]
-    at: float = field(default_factory=time.time)
-
-    @property
-    def nodes(self) -> tuple[str, ...]:
-        """Node names in the order the links first name them."""
-        names = [name for result in self.results for name in (result.src, result.dst)]
-        return tuple(dict.fromkeys(names))
-
-    @property
-    def reachable(self) -> tuple[str, ...]:
-        """Nodes with at least one measured link: the workers a job could use now."""
-        names = [name for result in self.results if result.ok for name in (result.src, result.dst)]
-        return tuple(dict.fromkeys(names))
-
-    @property
-    def failed(self) -> tuple[LinkResult, ...]:
-        return tuple(result for result in self.results if not result.ok)
-
-    def get(self, src: str, dst: str) -> LinkResult | None:
-        """The result for src → dst, or None when that link was not measured (star mode)."""
-        return next((r for r in self.results if r.src == src and r.dst == dst), None)
-
-    def slowest(self) -> LinkResult | None:
-        """The measured link with the lowest bandwidth; None when no link was measured."""
-        measured = [result for result in self.results if result.ok]
-        return min(measured, key=lambda result: result.gbits) if measured else None
 
 
 def pairs(names: Sequence[str], star: str | None = None) -> list[tuple[str, str]]:
@@ -214,14 +165,6 @@ def link_timeout(seconds: float) -> float:
 
 
 # -- I/O: running the tests on the nodes ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BandwidthMeasured:
-    """Published on the cluster's hub when a measurement finishes."""
-
-    matrix: BandwidthMatrix
-    at: float = field(default_factory=time.time)
 
 
 # Called with (src, dst, None) before a link is measured and (src, dst, result) after it.

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Collection
 
 from homegpu.remote.config import EMBEDDED_DEFAULT, ClusterSpec, cache_dir
-from homegpu.remote.net.bandwidth import BandwidthMatrix, LinkResult
+from homegpu.remote.events import BandwidthMatrix, LinkResult
 
 
 def store_path(spec: ClusterSpec) -> Path:

@@ -17,9 +17,9 @@ import subprocess
 import threading
 
 if __package__:
-    from . import gpu_smi
+    from . import children
 else:
-    import gpu_smi
+    import children
 
 LOGIND = "org.freedesktop.login1"
 LOGIND_PATH = "/org/freedesktop/login1"
@@ -61,7 +61,7 @@ class SleepWatch:
         if gdbus is None:
             return False
         try:
-            proc = gpu_smi.spawn(gpu_smi.with_death_signal(monitor_argv(gdbus)), stdin=subprocess.DEVNULL,
+            proc = children.spawn(children.with_death_signal(monitor_argv(gdbus)), stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         except OSError:
             return False
@@ -78,5 +78,5 @@ class SleepWatch:
         except (OSError, ValueError):
             pass
         finally:
-            gpu_smi.forget(proc)
+            children.forget(proc)
             proc.wait()  # no system bus, or the agent is exiting: nothing more to hear

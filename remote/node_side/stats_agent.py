@@ -34,7 +34,8 @@ This file is the stream and its wiring; what it measures is in modules of their 
 ``gpu_nvml`` (NVML), ``smi_parse`` and ``gpu_smi`` (nvidia-smi), ``gpu_health`` (both sources'
 health keys), ``gpu_xid`` (XIDs from the kernel log), ``host_proc`` (CPU, memory, load, disk),
 ``host_power`` (RAPL), ``sleep_watch`` (logind's word that the machine is about to sleep), ``agent_common``
-(what they share) and ``process_owners`` (who owns a GPU process; without it processes have no ``owner``).
+(what they share), ``children`` (every child it starts, killed as it exits) and ``process_owners`` (who
+owns a GPU process; without it processes have no ``owner``).
 They import each other relatively on the controller and by plain name on a node::
 
     if __package__:  # imported as homegpu.remote.node_side.X: the controller and the tests
@@ -59,9 +60,10 @@ import threading
 import time
 
 if __package__:
-    from . import gpu_nvml, gpu_smi, gpu_xid, host_power, host_proc, process_owners, sleep_watch
+    from . import children, gpu_nvml, gpu_smi, gpu_xid, host_power, host_proc, process_owners, sleep_watch
     from .agent_common import describe
 else:
+    import children
     import gpu_nvml
     import gpu_smi
     import gpu_xid
@@ -79,8 +81,8 @@ PROTOCOL_VERSION = 1
 GPU_SOURCES = ("nvml", "nvidia-smi", "none")  # what a line's "source" says
 SOURCES = ("auto", *GPU_SOURCES)  # what --source takes: "auto" tries them in order
 # The node_side modules the agent runs with, each after those it imports (the bundle ships them so).
-MODULES = ("agent_common", "gpu_health", "smi_parse", "gpu_smi", "gpu_nvml", "gpu_xid", "host_proc", "host_power",
-           "process_owners", "sleep_watch")
+MODULES = ("agent_common", "children", "gpu_health", "smi_parse", "gpu_smi", "gpu_nvml", "gpu_xid", "host_proc",
+           "host_power", "process_owners", "sleep_watch")
 # The controller's pynvml source, put here by the bundle's bootstrap (nodes/agent_bundle.py); else the node's own.
 SHIPPED_PYNVML = globals().get("SHIPPED_PYNVML", b"")
 APPS_INTERVAL_S = 5.0  # how often compute processes are asked for (both GPU sources)
@@ -162,7 +164,7 @@ def emit(record):
     Once another thread has begun the exit, the line is dropped: it may hold "the agent is
     exiting" refusals of queries that are not errors of the node.
     """
-    if gpu_smi.exiting():
+    if children.exiting():
         return
     try:
         sys.stdout.write(json.dumps(record, separators=(",", ":")) + "\n")
@@ -173,7 +175,7 @@ def emit(record):
 
 def exit_now(*_):
     """Leave at once, taking any nvidia-smi child along, so nothing outlives the session."""
-    gpu_smi.kill_children()
+    children.kill_children()
     os._exit(0)
 
 
@@ -226,7 +228,7 @@ def main(argv=None):
     try:
         return stream(args)
     finally:
-        gpu_smi.kill_children()
+        children.kill_children()
 
 
 def stream(args):

@@ -1,6 +1,6 @@
 """homegpu.remote.nodes: the cluster's live sessions: one per node over SSH (or local processes), host keys,
 the stats agent's stream as snapshots (and what holds a GPU back, in words), a talking login shell in words,
-who owns each GPU process, the event hub, and node text made visible.
+who owns each GPU process, and node text made visible.
 """
 
 from __future__ import annotations
@@ -12,16 +12,11 @@ from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.nodes.connect import (
     NodeError, OfferedKey, SshTarget, connect_wait, fetch_offered_key, jump_hostname_address, ssh_target,
 )
-from homegpu.remote.nodes.events import (
-    REJOINED, RUN_ALERTS, SHRUNK, Alert, AlertCommandFailed, AlertState, EventHub, JobState, JobStateChanged, NodeState,
-    NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, QueueRunChanged, Straggler,
-    Subscription, WorkerExited,
-)
 from homegpu.remote.nodes.health import GpuHealth, ReasonTimer, held_back, link_causes, link_text
 from homegpu.remote.nodes.login_shell import SHELL_FIX, talking_shell
 from homegpu.remote.nodes.owners import FOREIGN_SHARE, foreign_memory_warnings, is_run_worker, owner_text
 from homegpu.remote.nodes.session import NODE_GONE, NodeOffline, NodeSession
-from homegpu.remote.nodes.stats import NA, GpuStats, NodeStats, StatsParseError, describe_gpus, parse_agent_line
+from homegpu.remote.nodes.stats import StatsParseError, describe_gpus, parse_agent_line
 from homegpu.remote.nodes.transport import (
     CommandResult, CommandTimeout, RemoteProcess, SshTransport, TransportError, cause, tied_to_session,
 )
@@ -30,16 +25,10 @@ from homegpu.remote.nodes.visible import visible, visible_fields
 from homegpu.remote.nodes.waiting import wait_set
 
 __all__ = [
-    "FOREIGN_SHARE", "MIB_PER_GIB", "SHELL_FIX", "NA", "NODE_GONE", "REJOINED", "RUN_ALERTS", "SHRUNK", "Alert", "AlertCommandFailed", "AlertState",
-    "AsleepNodes", "Cluster",
-    "CommandResult", "CommandTimeout", "EventHub", "GpuHealth", "GpuStats", "JobState", "JobStateChanged", "NodeError",
-    "NodeOffline", "NodeSession", "NodeState", "NodeStateChanged", "NodeStats", "NodeStatsUnavailable",
-    "NodeStatsUpdated", "OfferedKey", "PreflightResult", "QueueRunChanged", "ReasonTimer", "RemoteProcess", "SshTarget",
-    "SshTransport",
-    "StatsParseError", "Straggler", "Subscription", "TransportError", "WorkerExited", "agent_command", "agent_payload",
+    "FOREIGN_SHARE", "MIB_PER_GIB", "SHELL_FIX", "NODE_GONE", "AsleepNodes", "Cluster", "CommandResult",
+    "CommandTimeout", "GpuHealth", "NodeError", "NodeOffline", "NodeSession", "OfferedKey", "ReasonTimer",
+    "RemoteProcess", "SshTarget", "SshTransport", "StatsParseError", "TransportError", "agent_command", "agent_payload",
     "cause", "connect_wait", "describe_gpus", "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib",
-    "held_back", "link_causes", "link_text",
-    "hostkeys", "is_run_worker", "jump_hostname_address", "owner_text", "parse_agent_line", "ssh_target", "talking_shell", "tied_to_session",
-    "visible",
-    "visible_fields", "wait_set",
+    "held_back", "link_causes", "link_text", "hostkeys", "is_run_worker", "jump_hostname_address", "owner_text",
+    "parse_agent_line", "ssh_target", "talking_shell", "tied_to_session", "visible", "visible_fields", "wait_set",
 ]

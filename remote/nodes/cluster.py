@@ -6,9 +6,9 @@ import asyncio
 from typing import Iterable
 
 from homegpu.remote.config import ClusterSpec
+from homegpu.remote.events import EventHub, NodeState, Subscription
 from homegpu.remote.nodes import hostkeys
 from homegpu.remote.nodes.connect import OfferedKey, fetch_offered_key
-from homegpu.remote.nodes.events import EventHub, NodeState, Subscription
 from homegpu.remote.nodes.session import NodeSession
 
 
@@ -27,9 +27,9 @@ class Cluster:
         self.hub = EventHub()
         self.nodes = {node.name: NodeSession(spec, node, self.hub, stream_stats=stream_stats)
                       for node in spec.nodes}
-        # slurm_login by an ssh alias of its own: a session for Slurm's commands, not one of the nodes shown
+        # the placement's login by an ssh alias of its own: a session for its commands, not one of the nodes shown
         self._login_alias = NodeSession(spec, spec.slurm_login_spec(), EventHub(), stream_stats=False) \
-            if spec.uses_slurm and not spec.slurm_login_node() else None
+            if spec.login_only and not spec.slurm_login_node() else None
 
     async def __aenter__(self) -> "Cluster":
         for node in self._sessions():

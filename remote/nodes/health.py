@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Hashable, Mapping
 
-from homegpu.remote.nodes.stats import GpuStats, NodeStats
+from homegpu.remote.events import GpuStats, HeldBack, NodeStats
 
 LOAD_UTIL = 30  # % utilisation from which a GPU is under load (a starved card on a x1 link shows ~40 %)
 SLOW_CLOCK_SHARE = 0.75  # an SM clock below this share of its maximum is "well below" it
@@ -124,7 +124,8 @@ class ReasonTimer:
 class GpuHealth:
     """What holds one node's GPUs back now, judged from its stats lines as they arrive (:meth:`take`,
     every line in order): a reason counts once held ``HELD_FOR_S``, and its sentence says since when
-    in local time. The node's session keeps one while it is online."""
+    in local time. The node's session keeps one while it is online, the one judgement: its :meth:`judgement`
+    travels on each NodeStatsUpdated."""
 
     def __init__(self) -> None:
         self._timer = ReasonTimer()
@@ -149,6 +150,12 @@ class GpuHealth:
                 since = {name: _local_clock(at - seconds) for name, seconds in active_s.items()}
                 causes += held_back(gpu, active_s, since, at)
         return causes
+
+    def judgement(self) -> HeldBack:
+        """:meth:`causes` of the latest line, GPU by GPU, as the value NodeStatsUpdated carries to every reader."""
+        if self._latest is None:
+            return HeldBack()
+        return HeldBack(tuple((gpu.index, tuple(self.causes([gpu.index]))) for gpu in self._latest.gpus))
 
 
 def _gpu_key(gpu: GpuStats) -> Hashable:

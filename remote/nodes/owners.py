@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from homegpu.remote.nodes.stats import NA, GpuProcess, NodeStats, ProcessOwner
+from homegpu.remote.events import NA, GpuProcess, NodeStats, ProcessOwner
 from homegpu.remote.nodes.units import gib
 
 FOREIGN_SHARE = 0.10  # another process holding more than this share of a job's GPU is worth a warning

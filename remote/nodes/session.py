@@ -15,17 +15,17 @@ from pathlib import Path
 from typing import Sequence
 
 from homegpu.remote.config import ClusterSpec, NodeSpec
+from homegpu.remote.events import (
+    EventHub, NodeState, NodeStateChanged, NodeStats, NodeStatsUnavailable, NodeStatsUpdated, NotAvailable,
+)
 from homegpu.remote.nodes.agent_bundle import agent_command, agent_payload
 from homegpu.remote.nodes.asleep import AsleepNodes
 from homegpu.remote.nodes.backoff import Backoff
 from homegpu.remote.nodes.connect import (
     AuthFailed, HostKeyChanged, HostKeyUnknown, NodeError, address_behind_jump, open_transport,
 )
-from homegpu.remote.nodes.events import (
-    EventHub, NodeState, NodeStateChanged, NodeStatsUnavailable, NodeStatsUpdated,
-)
 from homegpu.remote.nodes.health import GpuHealth
-from homegpu.remote.nodes.stats import NodeStats, NotAvailable, StatsParseError, parse_agent_line
+from homegpu.remote.nodes.stats import StatsParseError, parse_agent_line
 from homegpu.remote.nodes.transport import CommandResult, NodeTransport, RemoteProcess, TransportError
 from homegpu.remote.nodes.waiting import wait_condition, wait_set
 
@@ -289,5 +289,5 @@ class NodeSession:
         self._note_sleeping(stats)
         self.latest = stats
         self.health.take(stats)
-        self.hub.publish(NodeStatsUpdated(self.name, stats))
+        self.hub.publish(NodeStatsUpdated(self.name, stats, held_back=self.health.judgement()))
         await self._notify()

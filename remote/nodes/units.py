@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from homegpu.remote.nodes.stats import NA
+from homegpu.remote.events import NA
 
 MIB_PER_GIB = 1024
 

@@ -65,9 +65,9 @@ def find_job(cluster: ClusterSpec, name: str | None) -> JobSpec:
 
 def job_node_specs(cluster: ClusterSpec, job: JobSpec) -> tuple[NodeSpec, ...]:
     """The job's nodes in TF_CONFIG order: as its `nodes` lists them (the first is the chief's), else
-    every node in cluster.toml's order (on a Slurm cluster every node but slurm_login: sbatch runs there)."""
+    every node in cluster.toml's order but the placement's login (ClusterSpec.login_only: sbatch runs there)."""
     if not job.nodes:
-        return tuple(node for node in cluster.nodes if not (cluster.uses_slurm and node.name == cluster.slurm_login))
+        return tuple(node for node in cluster.nodes if node.name != cluster.login_only)
     by_name = {node.name: node for node in cluster.nodes}
     return tuple(by_name[name] for name in job.nodes)
 

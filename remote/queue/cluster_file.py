@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from homegpu.remote.config import EMBEDDED_DEFAULT, ClusterSpec, ConfigError, load_cluster
-from homegpu.remote.record import Say, say_on_stderr
+from homegpu.remote.store import Say, say_on_stderr
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:

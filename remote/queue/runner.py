@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Callable
 
 from homegpu.remote.config import ClusterSpec, JobSpec
+from homegpu.remote.events import JobState, NodeStats, QueueRunChanged
 from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome
-from homegpu.remote.nodes import Cluster, JobState, NodeStats, QueueRunChanged, wait_set
+from homegpu.remote.nodes import Cluster, wait_set
+from homegpu.remote.placement import Placement, make_placement
 from homegpu.remote.queue.cluster_file import ClusterFile
 from homegpu.remote.queue.desk import QueueDesk
 from homegpu.remote.queue.entries import EntryState, QueueEntry, QueueError, QueueWriteError
@@ -38,7 +40,7 @@ from homegpu.remote.queue.overrides import apply_overrides
 from homegpu.remote.queue.resume import ATTACH, resume_action
 from homegpu.remote.queue.schedule import Decision, NodeView, decide, entry_nodes
 from homegpu.remote.queue.store import QueueStore
-from homegpu.remote.record import Say, WriteTrouble, say_on_stderr
+from homegpu.remote.store import Say, WriteTrouble, say_on_stderr
 
 TICK_SECONDS = 2.0  # how often the queue is looked at without a change to prompt it
 FRESH_STATS_INTERVALS = 3  # stats intervals to wait for a sample newer than the decision
@@ -59,7 +61,7 @@ class QueueRunner:
         self._starting: dict[str, QueueEntry] = {}  # entries between their decision and their record
         self._runs: dict[str, JobRun] = {}  # entry id -> its run, while followed
         self._cancelled_by: dict[str, str] = {}  # entry id -> who cancelled its run
-        self._in_slurm: dict[str, str] = {}  # entry id -> its run's Slurm job (scheduler "slurm"), until it ends
+        self._placed: dict[str, str] = {}  # entry id -> its run's id in the placement's queue (a Slurm job), until it ends
         self._unresumed: set[str] = set()  # active entries whose nodes did not answer yet
         self._unrecorded_ends: dict[str, tuple[EntryState, str, float]] = {}  # ends the file did not take yet
         self.trouble = WriteTrouble(say, clock)
@@ -111,10 +113,15 @@ class QueueRunner:
         return {name: NodeView(node.state, node.latest) for name, node in self.cluster.nodes.items()}
 
     def _needs(self, entries: list[QueueEntry]) -> dict[str, tuple[str, ...]]:
-        """entry id -> its run's nodes (`--set` cannot change them: overrides.py). On a Slurm cluster none: which
-        nodes a run gets, and when, is Slurm's to decide, so each entry is submitted once its --after allows."""
-        return {e.id: () if self.spec.uses_slurm else entry_nodes(self.spec, self.spec.jobs[e.job])
+        """entry id -> its run's nodes (`--set` cannot change them: overrides.py). None where the placement places
+        nodes (Slurm): which nodes a run gets, and when, is its to decide, so each entry starts once its --after
+        allows."""
+        places_nodes = self._placement().places_nodes
+        return {e.id: () if places_nodes else entry_nodes(self.spec, self.spec.jobs[e.job])
                 for e in entries if e.job in self.spec.jobs}
+
+    def _placement(self) -> Placement:
+        return make_placement(self.spec)
 
     def _entries(self) -> list[QueueEntry]:
         """The store's entries, those being started counted as starting (their nodes are taken)."""
@@ -122,10 +129,10 @@ class QueueRunner:
                 else e for e in self.store.entries()]
 
     def _decide(self, entries: list[QueueEntry]) -> Decision:
-        """schedule.decide on the entries as they are now. On a Slurm cluster an entry whose --after entries are all
-        in Slurm's queue may be submitted at once: Slurm's dependency on their Slurm jobs holds it."""
-        if self.spec.uses_slurm:
-            entries = [replace(e, after=tuple(a for a in e.after if a not in self._in_slurm)) if e.after else e
+        """schedule.decide on the entries as they are now. Where the placement places nodes (Slurm) an entry whose
+        --after entries are all in its queue may be started at once: the placement's dependency on them holds it."""
+        if self._placement().places_nodes:
+            entries = [replace(e, after=tuple(a for a in e.after if a not in self._placed)) if e.after else e
                        for e in entries]
         return decide(entries, self._views(), self._needs(entries))
 
@@ -190,18 +197,18 @@ class QueueRunner:
         return run
 
     def _new_run(self, entry: QueueEntry, job: JobSpec) -> JobRun:
-        """The entry's run; on a Slurm cluster with its priority as nice, its --after entries' Slurm jobs as its
-        dependency, and its own Slurm job noted once submitted (for the entries that wait --after it)."""
-        run = JobRun(self.cluster, job, self.experiments)
-        run.priority = entry.priority
-        run.slurm_after = tuple(self._in_slurm[after] for after in entry.after if after in self._in_slurm)
-        run.on_slurm_job = lambda job_id: self._in_slurm.__setitem__(entry.id, job_id)
-        return run
+        """The entry's run, placed with its priority (Slurm's nice), its --after entries' placed runs as its
+        dependency, and its own placed id noted once it has one (for the entries that wait --after it)."""
+        after = tuple(self._placed[after] for after in entry.after if after in self._placed)
+        placement = self._placement().for_run(self.cluster, entry.priority, after,
+                                              lambda job_id: self._placed.__setitem__(entry.id, job_id))
+        return JobRun(self.cluster, job, self.experiments, placement=placement)
 
     async def _not_yet(self, entry: QueueEntry, run: JobRun, reason: str) -> None:
-        """The entry waits, for `reason`: a Slurm job its run submitted is cancelled (the next try submits anew)."""
-        await run.cancel_allocation()
-        self._in_slurm.pop(entry.id, None)
+        """The entry waits, for `reason`: what its run placed (a Slurm job submitted) is let go (the next try places
+        anew)."""
+        await run.cancel_placement()
+        self._placed.pop(entry.id, None)
         self._wait(entry, reason)
 
     def _job(self, entry: QueueEntry) -> JobSpec | None:
@@ -318,7 +325,7 @@ class QueueRunner:
 
     def _end(self, entry: QueueEntry, state: EntryState, reason: str) -> None:
         self._cancelled_by.pop(entry.id, None)  # a cancel asked during a launch that failed is done with too
-        self._in_slurm.pop(entry.id, None)  # one waiting --after it is judged by how it ended now
+        self._placed.pop(entry.id, None)  # one waiting --after it is judged by how it ended now
         self._unrecorded_ends[entry.id] = (state, reason, self.clock())
         self._record_ends()
 

@@ -29,7 +29,8 @@ from types import MappingProxyType
 from typing import Iterable, Mapping
 
 from homegpu.remote.config import ClusterSpec, JobSpec
-from homegpu.remote.nodes import FOREIGN_SHARE, NodeState, NodeStats, gib, owner_text, visible
+from homegpu.remote.events import NodeState, NodeStats
+from homegpu.remote.nodes import FOREIGN_SHARE, gib, owner_text, visible
 from homegpu.remote.plan import job_node_specs
 from homegpu.remote.queue.entries import EntryState, QueueEntry
 

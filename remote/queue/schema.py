@@ -12,8 +12,9 @@ import sqlite3
 from pathlib import Path
 
 from homegpu.remote.queue.entries import QueueError, QueueWriteError
-from homegpu.remote.record import check_store, create_atomically, errors_as_damage, open_for_writing, room_left
-from homegpu.remote.record import transaction as sqlite_transaction
+from homegpu.remote.store import (
+    check_store, create_atomically, errors_as_damage, open_for_writing, room_left, transaction as sqlite_transaction,
+)
 
 APPLICATION_ID = 0x68677071  # "hgpq": PRAGMA application_id, which marks the file as homegpu's queue
 SCHEMA_VERSION = 1  # PRAGMA user_version

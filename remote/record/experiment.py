@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 from typing import IO
 
-from homegpu.remote.logs import Metric
+from homegpu.remote.events import Metric
 from homegpu.remote.record.run_folder import RunFolder
 
 

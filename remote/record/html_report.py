@@ -11,10 +11,12 @@ from datetime import datetime
 from html import escape
 from pathlib import Path
 
-from homegpu.remote.net import BandwidthMatrix, LinkResult, advice, format_gbits
 from homegpu.remote.config import Tariff
+from homegpu.remote.energy import Energy
+from homegpu.remote.events import BandwidthMatrix, LinkResult
+from homegpu.remote.net import advice, format_gbits
 from homegpu.remote.nodes import MIB_PER_GIB
-from homegpu.remote.record.energy import Energy, RunEnergy, run_energy
+from homegpu.remote.record.energy import RunEnergy, run_energy
 from homegpu.remote.record.html_report_analysis import RunFigures, human_duration, run_figures, summary_text, what_limited
 from homegpu.remote.record.html_report_inputs import (
     ReportError, log_tails, read_manifest, workers_from_metrics,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from homegpu.remote.net import BandwidthMatrix, allreduce_seconds, format_duration, format_gbits
+from homegpu.remote.events import BandwidthMatrix
+from homegpu.remote.net import allreduce_seconds, format_duration, format_gbits
 from homegpu.remote.record.experiment import find_stragglers
 from homegpu.remote.record.html_report_svg import format_clock as _clock
 from homegpu.remote.record.timeline_schema import Series, Timeline, WorkerTimeline

@@ -7,8 +7,9 @@ import collections
 import json
 from pathlib import Path
 
+from homegpu.remote.events import BandwidthMatrix
 from homegpu.remote.logs import TracebackFold
-from homegpu.remote.net import BandwidthMatrix, bandwidth_store
+from homegpu.remote.net import bandwidth_store
 from homegpu.remote.record.run_folder import RunFolder
 from homegpu.remote.record.timeline_schema import Series, WorkerTimeline
 

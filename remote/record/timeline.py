@@ -18,15 +18,14 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from homegpu.remote.logs import Metric, WorkerMetric
-from homegpu.remote.nodes import (
-    NA, Alert, AlertCommandFailed, JobState, JobStateChanged, NodeState, NodeStateChanged,
-    NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,
+from homegpu.remote.events import (
+    NA, Alert, AlertCommandFailed, JobState, JobStateChanged, Metric, NodeState, NodeStateChanged, NodeStatsUnavailable,
+    NodeStatsUpdated, PreflightResult, Straggler, WorkerExited, WorkerMetric,
 )
-from homegpu.remote.record.downsample import bucket_time_sql
 from homegpu.remote.record.timeline_schema import (
     SCHEMA, Timeline, TimelineDamaged, check_timeline, add_missing_columns, read_timeline,
 )
+from homegpu.remote.store import bucket_time_sql
 
 FLUSH_SECONDS = 1.0
 WAKE_SECONDS = 0.25

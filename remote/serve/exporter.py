@@ -25,9 +25,10 @@ from typing import Callable, Iterator, Sequence
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from homegpu.remote.events import NA, GpuStats, NodeState
 from homegpu.remote.history import HOST
 from homegpu.remote.node_side import THROTTLE_REASONS
-from homegpu.remote.nodes import NA, Cluster, GpuStats, NodeState, visible
+from homegpu.remote.nodes import Cluster, visible
 from homegpu.remote.serve.job_board import JobBoard
 
 MIB = 1024 * 1024

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from homegpu.remote.logs import NO_METRIC, Metric, WorkerMetric
-from homegpu.remote.nodes import JobStateChanged
+from homegpu.remote.events import NO_METRIC, JobStateChanged, Metric, WorkerMetric
 
 
 @dataclass

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from homegpu.remote.config import JobSpec
+from homegpu.remote.events import JobState, JobStateChanged, LogLine, WorkerMetric
 from homegpu.remote.jobs import JobRuntimes, LaunchError
-from homegpu.remote.logs import LogLine, LogTail, WorkerMetric
-from homegpu.remote.nodes import NODE_GONE, Cluster, JobState, JobStateChanged
+from homegpu.remote.logs import LogTail
+from homegpu.remote.nodes import NODE_GONE, Cluster
 
 FIND_SECONDS = 10.0
 FOLLOWED = "followed by homegpu serve"

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
-from homegpu.remote.nodes import NODE_GONE, AsleepNodes, Cluster, CommandTimeout, NodeSession, NodeState, cause
+from homegpu.remote.events import NodeState
+from homegpu.remote.nodes import NODE_GONE, AsleepNodes, Cluster, CommandTimeout, NodeSession, cause
 from homegpu.remote.runtimes import RuntimeError_, expand_path, make_runtime
 
 BUSY_CPU_PERCENT = 50.0  # a node busier than this is doing someone's work

@@ -12,8 +12,9 @@ import json
 import time
 from typing import Callable, Iterable
 
+from homegpu.remote.events import NodeState
 from homegpu.remote.node_side import script, send_wake_packet
-from homegpu.remote.nodes import NODE_GONE, Cluster, CommandTimeout, NodeSession, NodeState, cause
+from homegpu.remote.nodes import NODE_GONE, Cluster, CommandTimeout, NodeSession, cause
 
 PROBE_SECONDS = 3.0  # how often a booting node's SSH is tried
 PROGRESS_SECONDS = 5.0  # how often the wait says how long it has waited

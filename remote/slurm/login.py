@@ -11,7 +11,8 @@ import contextlib
 from typing import AsyncIterator
 
 from homegpu.remote.config import ClusterSpec
-from homegpu.remote.nodes import NODE_GONE, CommandResult, EventHub, NodeSession, connect_wait
+from homegpu.remote.events import EventHub
+from homegpu.remote.nodes import NODE_GONE, CommandResult, NodeSession, connect_wait
 from homegpu.remote.slurm.partitions import Partition, SinfoError, parse_sinfo, sinfo_argv
 from homegpu.remote.slurm.queue_view import SlurmJob, SqueueError, parse_squeue, squeue_argv
 

@@ -51,7 +51,7 @@ from bench_timeline import handle_stream  # noqa: E402  (beside this file: the s
 
 from homegpu.remote.config.tariff import Period, Tariff  # noqa: E402
 from homegpu.remote.history import HistoryReader, HistoryRecorder  # noqa: E402
-from homegpu.remote.nodes.events import NodeStatsUpdated  # noqa: E402
+from homegpu.remote.events import NodeStatsUpdated  # noqa: E402
 from homegpu.remote.nodes.stats import parse_agent_line  # noqa: E402
 from homegpu.remote.record.timeline import TimelineRecorder  # noqa: E402
 

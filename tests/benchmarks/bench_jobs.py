@@ -46,7 +46,7 @@ from simcluster import SimCluster, SimNode, free_job_port  # noqa: E402
 from simdocker import ensure_docker  # noqa: E402
 
 from homegpu.remote.config.cluster_spec import load_cluster  # noqa: E402
-from homegpu.remote.jobs.run import JobRun  # noqa: E402
+from homegpu.remote.jobs import JobRun  # noqa: E402
 from homegpu.remote.nodes.cluster import Cluster  # noqa: E402
 from homegpu.trainer.metrics import parse_metric_line  # noqa: E402
 

@@ -52,7 +52,8 @@ import statistics  # noqa: E402
 
 from homegpu.remote.node_side import stats_agent  # noqa: E402
 from homegpu.remote.config.cluster_spec import load_cluster  # noqa: E402
-from homegpu.remote.net.bandwidth import RESNET50_PARAMS, BandwidthMatrix, LinkResult, advice  # noqa: E402
+from homegpu.remote.net.bandwidth import RESNET50_PARAMS, advice
+from homegpu.remote.events import BandwidthMatrix, LinkResult  # noqa: E402
 from homegpu.remote.nodes.cluster import Cluster  # noqa: E402
 from homegpu.tui.cli.bandwidth import format_matrix  # noqa: E402
 

@@ -42,7 +42,7 @@ sys.path.insert(0, str(TESTS))
 
 from timeline_events import FIXTURES, RECORDED, synthetic_hour  # noqa: E402
 
-from homegpu.remote.nodes.events import EventHub, NodeStatsUpdated  # noqa: E402
+from homegpu.remote.events import EventHub, NodeStatsUpdated  # noqa: E402
 from homegpu.remote.nodes.stats import parse_agent_line  # noqa: E402
 from homegpu.remote.record.experiment import write_run_manifest  # noqa: E402
 from homegpu.remote.record.html_report import write_report  # noqa: E402

@@ -37,7 +37,7 @@ from helpers import homegpu_argv  # noqa: E402
 from simcluster import SimCluster, free_job_port  # noqa: E402
 
 from homegpu.remote.config.cluster_spec import load_cluster  # noqa: E402
-from homegpu.remote.nodes.events import JobState  # noqa: E402
+from homegpu.remote.events import JobState  # noqa: E402
 from homegpu.tui.app.main import HomegpuApp  # noqa: E402
 from homegpu.tui.app.controller import Controller  # noqa: E402
 from textual import events  # noqa: E402

@@ -13,9 +13,10 @@ from pathlib import Path
 from homegpu.remote.alerts import AlertWatcher
 from homegpu.remote.config import ClusterSpec, JobSpec
 from homegpu.remote.doctor import Check, diagnose
-from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome, attach_if_running, launch_or_attach
-from homegpu.remote.net import BandwidthMatrix, LinkCallback, bandwidth_store, link_timeout, measure, pairs
-from homegpu.remote.nodes import Cluster, OfferedKey, Subscription
+from homegpu.remote.events import BandwidthMatrix, Subscription
+from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome
+from homegpu.remote.net import LinkCallback, bandwidth_store, link_timeout, measure, pairs
+from homegpu.remote.nodes import Cluster, OfferedKey
 from homegpu.remote.plan import JobLayout, job_node_specs, last_timeline, lay_out
 from homegpu.remote.queue import QueueClient, socket_path
 from homegpu.tui.view.text import serve_command
@@ -76,7 +77,7 @@ class Controller:
             if self.job_running:
                 raise Busy(f"{self.run.job.name} is running: stop it (s) before launching another job")
             run = JobRun(self.cluster, job, self.experiments)
-            attached = await launch_or_attach(run)
+            attached = await run.launch_or_attach()
             self._follow(run)
             return attached
 
@@ -88,7 +89,7 @@ class Controller:
                     return self.run
                 run = JobRun(self.cluster, job, self.experiments)
                 with contextlib.suppress(LaunchError):
-                    if await attach_if_running(run):
+                    if await run.attach_if_running():
                         self._follow(run)
                         return run
         return None

@@ -24,9 +24,10 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Header, Input, Static, TabbedContent, TabPane
 
 from homegpu.remote.config import ClusterSpec
+from homegpu.remote.events import NodeState, Subscription
 from homegpu.remote.jobs import LaunchError
 from homegpu.remote.net import BandwidthError
-from homegpu.remote.nodes import NODE_GONE, NodeState, Subscription, visible, wait_set
+from homegpu.remote.nodes import NODE_GONE, visible, wait_set
 from homegpu.remote.plan import job_node_specs
 from homegpu.remote.queue import EntryState, QueueError
 from homegpu.tui.app.controller import Busy, Controller

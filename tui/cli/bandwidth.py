@@ -8,10 +8,8 @@ import json
 import sys
 from typing import Sequence
 
-from homegpu.remote.net import (
-    RESNET50_PARAMS, BandwidthMatrix, LinkResult, advice, bandwidth_store, format_gbits, link_timeout, links_json,
-    measure,
-)
+from homegpu.remote.events import BandwidthMatrix, LinkResult
+from homegpu.remote.net import RESNET50_PARAMS, advice, bandwidth_store, format_gbits, link_timeout, links_json, measure
 from homegpu.remote.nodes import Cluster, connect_wait
 from homegpu.tui.cli.common import UserError, load_spec
 from homegpu.tui.view.text import format_matrix

@@ -14,12 +14,13 @@ from typing import Callable, TextIO
 
 from homegpu.remote.alerts import AlertWatcher
 from homegpu.remote.config import ClusterSpec, JobSpec
-from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome, launch_or_attach
-from homegpu.remote.logs import LogLine, TracebackFold, WorkerMetric, is_harmless_tf_notice
-from homegpu.remote.nodes import (
-    Alert, AlertCommandFailed, AlertState, Cluster, JobState, JobStateChanged, NodeState, NodeStateChanged,
-    PreflightResult, Straggler, Subscription, WorkerExited,
+from homegpu.remote.events import (
+    Alert, AlertCommandFailed, AlertState, JobState, JobStateChanged, LogLine, NodeState, NodeStateChanged,
+    PreflightResult, Straggler, Subscription, WorkerExited, WorkerMetric,
 )
+from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome
+from homegpu.remote.logs import TracebackFold, is_harmless_tf_notice
+from homegpu.remote.nodes import Cluster
 from homegpu.remote.record import RunFolder
 from homegpu.tui.view.text import EpochEcho, epoch_line, number, rate_text, table
 
@@ -169,7 +170,7 @@ async def run_headless(spec: ClusterSpec, job: JobSpec, experiments: Path, detac
 
 async def _drive(run: JobRun, detach: bool, out: TextIO, flush: Callable[[], None]) -> int:
     try:
-        if await launch_or_attach(run):
+        if await run.launch_or_attach():
             print(f"{run.job.name} is already running (run {run.run_id}): attaching, nothing new is started",
                   file=out, flush=True)
     except LaunchError as exc:

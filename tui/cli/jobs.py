@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 from homegpu.remote.config import PER_GPU, ClusterSpec
+from homegpu.remote.events import NodeState
 from homegpu.remote.jobs import JobRuntimes, LaunchError, list_workers
-from homegpu.remote.nodes import Cluster, NodeState, cause
+from homegpu.remote.nodes import Cluster, cause
 from homegpu.remote.plan import JobConfigError, find_job, job_node_specs, last_timeline, lay_out
 from homegpu.remote.runtimes import WorkerStatus
 from homegpu.tui.cli.common import EXPERIMENTS, UserError, load_spec

@@ -1,7 +1,7 @@
 """`homegpu submit JOB`, `homegpu queue`, `homegpu cancel ID`: the queue that `homegpu serve` runs, reached
 through serve's socket (remote/queue/client.py). Without a serve each says in one line how to start one;
-`homegpu run` never needs one. On a Slurm cluster the queue is Slurm's: `queue` lists homegpu's Slurm jobs from
-squeue and `cancel` is scancel, on `slurm_login` (remote/slurm/login.py); no serve is needed.
+`homegpu run` never needs one. Where the placement keeps a queue of its own (Slurm's) that
+queue is listed and cancelled through the placement (remote/placement/); no serve is needed.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TextIO
 
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.queue import MAX_PRIORITY, EntryState, QueueClient, QueueError, entry_fields, socket_path
-from homegpu.remote.slurm import SlurmError, homegpu_jobs, slurm_login
+from homegpu.remote.placement import Placement, PlacementError, make_placement
 from homegpu.tui.cli.common import UserError, load_spec
 from homegpu.tui.view.queue_text import FINISHED_SHOWN, format_queue, format_slurm_queue, job_words, slurm_job_fields
 from homegpu.tui.view.text import serve_command
@@ -84,7 +84,7 @@ def client(spec: ClusterSpec) -> QueueClient:
 def _ask(request):
     try:
         return asyncio.run(request)
-    except (QueueError, SlurmError) as exc:
+    except (QueueError, PlacementError) as exc:
         raise UserError(str(exc)) from None
 
 
@@ -100,8 +100,9 @@ def run_submit(args: argparse.Namespace, out: TextIO | None = None) -> int:
 def run_queue(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     spec = load_spec(args)
-    if spec.uses_slurm:
-        return _slurm_queue(args, spec, out)
+    placed = _ask(make_placement(spec).queued())
+    if placed is not None:
+        return _placed_queue(args, spec, placed, out)
     entries = _ask(client(spec).entries())
     if args.json:
         json.dump({"entries": [entry_fields(entry) for entry in entries]}, out, indent=2)
@@ -111,14 +112,9 @@ def run_queue(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0
 
 
-def _slurm_queue(args: argparse.Namespace, spec: ClusterSpec, out: TextIO) -> int:
-    """Slurm's queue of homegpu's jobs, then, where a serve runs, its entries (those not submitted to Slurm yet
-    among them: one waiting --after another)."""
-    async def listed():
-        async with slurm_login(spec) as login:
-            return homegpu_jobs(await login.queue())
-
-    jobs = _ask(listed())
+def _placed_queue(args: argparse.Namespace, spec: ClusterSpec, jobs: list, out: TextIO) -> int:
+    """The placement's queue of homegpu's jobs (Slurm's), then, where a serve runs, its entries (those not placed
+    yet among them: one waiting --after another)."""
     try:
         entries = asyncio.run(client(spec).entries())
     except QueueError:
@@ -135,35 +131,20 @@ def _slurm_queue(args: argparse.Namespace, spec: ClusterSpec, out: TextIO) -> in
     return 0
 
 
-def _slurm_cancel(spec: ClusterSpec, ids: list[str], out: TextIO) -> int:
-    """scancel each of homegpu's Slurm jobs named; another's, or one Slurm does not know, is said and left."""
-    async def cancelled() -> int:
-        failed = 0
-        async with slurm_login(spec) as login:
-            ours = {job.job_id: job for job in homegpu_jobs(await login.queue())}
-            for id_ in ids:
-                if id_ not in ours:
-                    print(f"homegpu: {id_} is not one of homegpu's Slurm jobs (`homegpu queue` lists them)",
-                          file=sys.stderr)
-                    failed += 1
-                    continue
-                try:
-                    await login.cancel(id_)
-                except SlurmError as exc:
-                    print(f"homegpu: {exc}", file=sys.stderr)
-                    failed += 1
-                    continue
-                print(f"Slurm job {id_} ({ours[id_].job}, run {ours[id_].run_id}) cancelled", file=out)
-        return failed
-
-    return 2 if _ask(cancelled()) else 0
+def _placed_cancel(placement: Placement, ids: list[str], out: TextIO) -> int:
+    """Cancel each of homegpu's runs in the placement's queue named; another's, or one it does not know, is said
+    and left."""
+    failed = _ask(placement.cancel_queued(ids, lambda line: print(line, file=out),
+                                          lambda line: print(f"homegpu: {line}", file=sys.stderr)))
+    return 2 if failed else 0
 
 
 def run_cancel(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     spec = load_spec(args)
-    if spec.uses_slurm and all(id_.isdigit() for id_ in args.ids):  # Slurm's job ids; q-N are serve's entries
-        return _slurm_cancel(spec, args.ids, out)
+    placement = make_placement(spec)
+    if placement.owns_ids(args.ids):  # the placement's ids (Slurm's job ids); q-N are serve's entries
+        return _placed_cancel(placement, args.ids, out)
     queue, failed = client(spec), 0
     for id_ in args.ids:
         try:

@@ -6,7 +6,8 @@ import argparse
 import asyncio
 import sys
 
-from homegpu.remote.nodes import Cluster, NodeState, connect_wait
+from homegpu.remote.events import NodeState
+from homegpu.remote.nodes import Cluster, connect_wait
 from homegpu.remote.sleep_wake import NotIdle, SleepFailed, WakeFailed, put_to_sleep, wake
 from homegpu.tui.cli.common import UserError, load_spec
 

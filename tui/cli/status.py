@@ -8,7 +8,8 @@ import json
 import sys
 import time
 
-from homegpu.remote.nodes import Cluster, NodeSession, NodeState, connect_wait
+from homegpu.remote.events import NodeState
+from homegpu.remote.nodes import Cluster, NodeSession, connect_wait
 from homegpu.tui.cli.common import load_spec
 from homegpu.tui.cli.terminal import unfiltered
 from homegpu.tui.view.text import format_status, status_json

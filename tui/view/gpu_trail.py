@@ -1,7 +1,7 @@
 """The GPU trail: what the TUI saw of each GPU's utilisation and memory since it opened, over hours, bounded.
 
 Every sample goes into three tiers at once, each averaging it into buckets of its own size
-(remote/record/downsample.py's rule, the one the run's timeline uses too) and keeping a fixed number of
+(remote/store/buckets.py's rule, the one the run's timeline uses too) and keeping a fixed number of
 them: 1 s buckets for the last 10 minutes, 10 s for the last 2 hours, 60 s for the last 24 hours.
 A window is drawn from the finest tier that covers it. Values are whole percents, so the slots hold
 Python's shared small ints (and None for a gap): at most 2,760 slots, about 22 KB, per series,
@@ -14,7 +14,7 @@ import collections
 import math
 from dataclasses import dataclass, field
 
-from homegpu.remote.record import bucket_index, bucket_time
+from homegpu.remote.store import bucket_index, bucket_time
 
 # (bucket seconds, buckets kept): 10 min at 1 s, 2 h at 10 s, 24 h at 60 s.
 TIERS = ((1.0, 600), (10.0, 720), (60.0, 1440))

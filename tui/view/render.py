@@ -12,8 +12,9 @@ from typing import Sequence
 
 from rich.text import Text
 
-from homegpu.remote.net import RESNET50_PARAMS, BandwidthMatrix, advice
-from homegpu.remote.nodes import NA, Alert, GpuStats, JobState, NodeState, gib, is_run_worker, owner_text
+from homegpu.remote.events import NA, Alert, BandwidthMatrix, GpuStats, JobState, NodeState
+from homegpu.remote.net import RESNET50_PARAMS, advice
+from homegpu.remote.nodes import gib, is_run_worker, owner_text
 from homegpu.remote.plan import short_gpu_name
 from homegpu.tui.view.gpu_trail import TRAIL_WINDOWS, GpuTrail
 from homegpu.tui.view.lookback import LOOKBACK_WINDOWS, Lookback

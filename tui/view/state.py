@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Iterable
 
 from homegpu.remote.config import ClusterSpec
-from homegpu.remote.logs import LogLine, Metric, TracebackFold, WorkerMetric
-from homegpu.remote.net import BandwidthMatrix, BandwidthMeasured, LinkResult
-from homegpu.remote.nodes import (
-    RUN_ALERTS, Alert, AlertCommandFailed, AlertState, GpuHealth, GpuStats, JobState, JobStateChanged, NodeState,
-    NodeStateChanged, NodeStats, NodeStatsUnavailable, NodeStatsUpdated, PreflightResult, Straggler, WorkerExited,
-    visible, visible_fields,
+from homegpu.remote.events import (
+    RUN_ALERTS, Alert, AlertCommandFailed, AlertState, BandwidthMatrix, BandwidthMeasured, GpuStats, HeldBack, JobState,
+    JobStateChanged, LinkResult, LogLine, Metric, NodeState, NodeStateChanged, NodeStats, NodeStatsUnavailable,
+    NodeStatsUpdated, PreflightResult, Straggler, WorkerExited, WorkerMetric,
 )
+from homegpu.remote.logs import TracebackFold
+from homegpu.remote.nodes import visible, visible_fields
 from homegpu.remote.record import RunFolder
 from homegpu.tui.view.gpu_trail import GpuTrail
 from homegpu.tui.view.text import EpochEcho, epoch_line
@@ -42,7 +42,7 @@ def trail_key(gpu: GpuStats) -> int:
 @dataclass
 class NodeView:
     """One node as the screen knows it: state, latest stats, its GPUs' trail since the TUI opened and what
-    holds them back, judged line by line (a reason held a moment is not shown; remote/nodes/health.py)."""
+    holds them back as the node's session judged it (a reason held a moment is not shown; remote/nodes/health.py)."""
 
     name: str
     host: str
@@ -52,15 +52,14 @@ class NodeView:
     stats: NodeStats | None = None
     stats_problem: str = ""
     trail: dict[int, GpuTrail] = field(default_factory=dict)  # by trail_key; bounded (tui/view/gpu_trail.py)
-    health: GpuHealth = field(default_factory=GpuHealth)
+    health: HeldBack = HeldBack()  # the session's judgement, carried on NodeStatsUpdated
 
     @property
     def online(self) -> bool:
         return self.state is NodeState.ONLINE
 
-    def take_stats(self, stats: NodeStats) -> None:
-        self.stats, self.stats_problem = stats, ""
-        self.health.take(stats)
+    def take_stats(self, stats: NodeStats, held_back: HeldBack = HeldBack()) -> None:
+        self.stats, self.stats_problem, self.health = stats, "", held_back
         for gpu in stats.gpus:
             self.trail.setdefault(trail_key(gpu), GpuTrail()).add(stats.timestamp, gpu.util, gpu.mem_percent)
 
@@ -240,7 +239,7 @@ class ClusterView:
         event = visible_fields(event)
         if isinstance(event, NodeStatsUpdated):
             if event.node in self.nodes:
-                self.nodes[event.node].take_stats(event.stats)
+                self.nodes[event.node].take_stats(event.stats, event.held_back)
             return {NODES}
         if isinstance(event, (NodeStateChanged, NodeStatsUnavailable)):
             return self._node_event(event)
@@ -270,7 +269,7 @@ class ClusterView:
         else:
             node.state, node.reason, node.fingerprint = event.state, event.reason, event.fingerprint
             if not node.online:
-                node.health = GpuHealth()  # its figures stay, greyed; a reason is not held across the gap
+                node.health = HeldBack()  # its figures stay, greyed; a reason is not held across the gap
         return {NODES}
 
     def _job_event(self, event: object) -> set[str]:

@@ -14,10 +14,10 @@ from homegpu.remote.config import (
     BUDGETS, DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT, SWITCHES, AlertRules, ClusterSpec, JobSpec, Tariff,
 )
 from homegpu.remote.doctor import Check
+from homegpu.remote.events import NA, BandwidthMatrix, Metric
 from homegpu.remote.jobs import keras3_problem
-from homegpu.remote.logs import Metric
-from homegpu.remote.net import BandwidthMatrix, format_gbits
-from homegpu.remote.nodes import NA, SshTarget, gib, held_back, jump_hostname_address, owner_text
+from homegpu.remote.net import format_gbits
+from homegpu.remote.nodes import SshTarget, gib, held_back, jump_hostname_address, owner_text
 from homegpu.remote.plan import worker_slots
 
 DIAGONAL = "—"

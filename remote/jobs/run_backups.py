@@ -1,0 +1,51 @@
+"""A run's backups: the chief's kept off the chief (jobs/backup_copy.py) and put onto every worker of a new
+generation, so that all resume from the same epoch; which epoch that is."""
+
+from __future__ import annotations
+
+from homegpu.remote.events import NodeState
+from homegpu.remote.jobs.backup_copy import BackupCopy, BackupKeeper, backup_dir
+from homegpu.remote.jobs.run_state import RunState
+from homegpu.remote.jobs.watch import WorkerTrack
+from homegpu.remote.nodes import NodeSession
+
+
+class RunBackups:
+    """The run's BackupKeeper (TensorFlow jobs), kept in RunState.backup."""
+
+    def __init__(self, run: RunState) -> None:
+        self.run = run
+
+    def keep_copies(self) -> None:
+        run = self.run
+        if not run.job.is_pytorch and run.backup is None:
+            copy = BackupCopy(run.experiment.folder.path / "chief-backup")
+            run.backup = BackupKeeper(copy, self._sources, lambda line: run.publish(run.state, line))
+
+    def _backup_of(self, track: WorkerTrack) -> tuple[NodeSession, str]:
+        """A worker's node and its backup dir there."""
+        return track.runtime.node, backup_dir(track.runtime.out_dir(self.run.run_id, track.label))
+
+    def _sources(self) -> list[tuple[NodeSession, str, int]]:
+        """Where the newest backup is, best first (backup_copy.BackupSources): the chief's, and for the built-in
+        trainer, whose every worker keeps the same one, the other workers' (node online, an epoch finished)."""
+        run = self.run
+        tracks = [run.tracks[slot.label] for slot in run.slots]
+        return [(*self._backup_of(t), t.last_metric.epoch) for t in (tracks if run.job.uses_trainer else tracks[:1])
+                if t.last_metric.epoch and t.runtime.node.state is NodeState.ONLINE]
+
+    async def restore(self) -> list[str]:
+        """Put the copy of the chief's backup onto every worker, so that all resume from the same epoch."""
+        if self.run.backup is None:
+            return []
+        return await self.run.backup.put([self._backup_of(t) for t in self.run.tracks.values()])
+
+    def resume_epoch(self) -> int | None:
+        """The epochs the next generation resumes after: the copy's, else the built-in trainer's workers' (each has
+        its own backup); None for a script without a backup (it starts over, unless it resumes by itself)."""
+        run = self.run
+        if run.backup is not None and run.backup.epoch is not None:
+            return run.backup.epoch
+        if not run.job.uses_trainer:
+            return None
+        return max((t.last_metric.epoch or 0 for t in run.tracks.values()), default=0)
