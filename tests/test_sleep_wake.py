@@ -19,6 +19,8 @@ from homegpu.remote.alerts.evaluate import AlertEvaluator
 from homegpu.remote.config import ConfigError, cluster_to_toml, parse_cluster
 from homegpu.remote.config.alert_rules import AlertRules
 from homegpu.remote.doctor.sleep_wake import SleepWakeFacts, sleep_wake_check, sleep_wake_facts
+from homegpu.remote.sleep_wake import is_progress_tick
+from homegpu.remote.sleep_wake.waking import TICK
 from homegpu.remote.events import NodeState, NodeStateChanged
 from homegpu.remote.history.queries import NodeOffline, OfflineInterval
 from homegpu.remote.node_side import wake_packet
@@ -216,3 +218,11 @@ def test_doctor_names_a_wrong_mac_and_a_sudo_that_asks_for_a_password() -> None:
     assert check.ok is False and "sudo does not let alice run `systemctl suspend` without a password" in check.detail
     assert "`alice ALL=(root) NOPASSWD: systemctl suspend`" in check.fix
     assert sleep_wake_check("closet", None).ok is None
+
+
+def test_a_wakes_progress_ticks_are_told_from_its_steps() -> None:
+    """serve's log keeps a wake's steps and leaves out its ticks: the tick is the line _wake_one writes."""
+    assert is_progress_tick(TICK.format(node="node1", waited=25.4, timeout=120.0))
+    assert is_progress_tick(TICK.format(node="gpu-box.lan", waited=5, timeout=1.5))
+    assert not is_progress_tick("waking node1: magic packet for 52:54:00:12:34:56 sent from here to 10.0.0.255")
+    assert not is_progress_tick("waking node1: 25 s of up to 120 s, then more")

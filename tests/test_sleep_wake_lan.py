@@ -184,6 +184,9 @@ def test_serve_sleeps_an_idle_node_not_one_in_use_and_its_queue_wakes_it(house: 
             entry = submit(path, "demo", "--set", "epochs=1")  # the queue wakes node1 and runs there
             done = wait_state(path, entry, "succeeded", timeout=300)
             assert sleeper1.wakes == 1, done
+            said = log.read_text()  # serve's log says the queue woke it, its steps without the wait's ticks
+            assert f"homegpu serve: queue: {entry} (demo): waking node1: magic packet for {node1.mac} sent " in said, said
+            assert not re.search(r"waking node1: \d+ s of up to", said), said
             sleeper1.wait_asleep(timeout=90)  # idle again after the run: back to sleep
         history = homegpu("--config", str(path), "history", "--since", "1h", cwd=tmp_path)
         line = next(line for line in history.stdout.splitlines() if line.startswith("  node1:"))

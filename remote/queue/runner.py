@@ -40,6 +40,7 @@ from homegpu.remote.queue.overrides import apply_overrides
 from homegpu.remote.queue.resume import ATTACH, resume_action
 from homegpu.remote.queue.schedule import Decision, NodeView, decide, entry_nodes
 from homegpu.remote.queue.store import QueueStore
+from homegpu.remote.sleep_wake import is_progress_tick
 from homegpu.remote.store import Say, WriteTrouble, say_on_stderr
 
 TICK_SECONDS = 2.0  # how often the queue is looked at without a change to prompt it
@@ -53,7 +54,7 @@ class QueueRunner:
 
     def __init__(self, cluster: Cluster, store: QueueStore, experiments: Path,
                  clock: Callable[[], float] = time.time, tick: float = TICK_SECONDS, say: Say = say_on_stderr) -> None:
-        self.cluster, self.store = cluster, store
+        self.cluster, self.store, self.say = cluster, store, say
         self.cluster_file = ClusterFile(cluster.spec, say)
         self.experiments, self.clock, self.tick = Path(experiments), clock, tick
         self.desk = QueueDesk(self.cluster_file, store, changed=self.wake, stop_run=self._stop_run, clock=clock)
@@ -181,7 +182,7 @@ class QueueRunner:
         run = self._new_run(entry, job)
         decided = self._samples(entry)
         try:
-            await run.prepare(waking=lambda line: self._wait(entry, line))  # "waking n2: 25 s of up to 120 s"
+            await run.prepare(waking=lambda line: self._waking(entry, line))
             other = await run.nodes.find(running_only=True)
             if other is not None:
                 return await self._not_yet(entry, run, f"job {job.name} already runs as run {other[0]}, started "
@@ -232,6 +233,13 @@ class QueueRunner:
             return
         self._wrote()
         self._tell(entry, "cancelled", reason)
+
+    def _waking(self, entry: QueueEntry, step: str) -> None:
+        """A step of getting the entry's nodes ("waking n2: 25 s of up to 120 s"): why it waits, and in serve's log
+        each step but the wait's ticks, so the log says when and how the queue woke a machine."""
+        self._wait(entry, step)
+        if not is_progress_tick(step):
+            self.say(f"queue: {entry.id} ({entry.job}): {step}")
 
     def _wait(self, entry: QueueEntry, reason: str) -> None:
         self._note_reasons({entry.id: reason})

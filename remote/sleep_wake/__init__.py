@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from homegpu.remote.sleep_wake.idle_sleep import IdleSleeper
 from homegpu.remote.sleep_wake.sleeping import NotIdle, SleepFailed, idle_problems, put_to_sleep
-from homegpu.remote.sleep_wake.waking import WakeFailed, wake, wake_asleep
+from homegpu.remote.sleep_wake.waking import WakeFailed, is_progress_tick, wake, wake_asleep
 
-__all__ = ["IdleSleeper", "NotIdle", "SleepFailed", "WakeFailed", "idle_problems", "put_to_sleep", "wake", "wake_asleep"]
+__all__ = ["IdleSleeper", "NotIdle", "SleepFailed", "WakeFailed", "idle_problems", "is_progress_tick",
+           "put_to_sleep", "wake", "wake_asleep"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from typing import Callable, Iterable
 
@@ -24,6 +25,13 @@ WOL_HELP = ("Wake-on-LAN must be on in its BIOS/UEFI and on its NIC (on it, `eth
             "say g; `sudo ethtool -s NIC wol g` turns it on: docs/sleep.md)")
 
 Progress = Callable[[str], None]
+TICK = "waking {node}: {waited:.0f} s of up to {timeout:g} s"  # said every PROGRESS_SECONDS of a wake
+_TICK = re.compile(r"^waking \S+: \d+ s of up to \S+ s$")
+
+
+def is_progress_tick(line: str) -> bool:
+    """Whether a progress line only says how long a wake has waited (a log keeps the steps, not each tick)."""
+    return bool(_TICK.match(line))
 
 
 class WakeFailed(Exception):
@@ -74,7 +82,7 @@ async def _wake_one(cluster: Cluster, node: NodeSession, progress: Progress) -> 
                              f"(sent {sent_from}): its mac {keys.mac} must be its wired NIC's (`ip link` on it shows "
                              f"link/ether), and {WOL_HELP}{_reach_hint(node)}")
         if time.monotonic() - said >= PROGRESS_SECONDS:
-            progress(f"waking {node.name}: {waited:.0f} s of up to {keys.wake_timeout:g} s")
+            progress(TICK.format(node=node.name, waited=waited, timeout=keys.wake_timeout))
             said = time.monotonic()
         node.reconnect()  # try now, not at the sleeping node's rare retry
         try:
