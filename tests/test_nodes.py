@@ -17,8 +17,10 @@ from helpers import wait_until
 from gpu_replay import write_replay_nvidia_smi
 from simcluster import SimCluster, generate_ed25519_key
 from homegpu.remote.config.cluster_spec import load_cluster
-from homegpu.remote.events import NodeState, NodeStateChanged, NodeStatsUpdated
+from homegpu.remote.events import EventHub, NodeState, NodeStateChanged, NodeStatsUpdated
+from homegpu.remote.nodes.backoff import Backoff
 from homegpu.remote.nodes.cluster import Cluster
+from homegpu.remote.nodes.session import NodeSession
 from homegpu.remote.nodes.connect import HostKeyChanged, NodeError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
@@ -137,6 +139,24 @@ async def test_a_node_that_refuses_keeps_saying_why_between_retries(sim_cluster,
             assert cluster.node("node1").state is NodeState.OFFLINE
     finally:
         victim.start()
+
+
+async def test_a_node_back_is_seen_at_once_not_at_the_end_of_its_backoff(sim_cluster, cluster_toml):
+    # Issue 46: retries 20-30 s apart missed a machine that was back for 26 s. With a backoff of two
+    # minutes, only the probe between tries can bring node1 online within the wait below.
+    spec = load_cluster(cluster_toml)
+    victim = sim_cluster.node("node1")
+    victim.stop()
+    session = NodeSession(spec, spec.node("node1"), EventHub(), backoff=Backoff(base=120, cap=120),
+                          stream_stats=False)
+    session.start()
+    try:
+        await session.wait_for(lambda node: node.state is NodeState.OFFLINE, timeout=30)
+        victim.start()
+        await session.wait_for(lambda node: node.state is NodeState.ONLINE, timeout=20)
+    finally:
+        victim.start()
+        await session.close()
 
 
 @pytest.fixture

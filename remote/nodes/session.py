@@ -25,6 +25,7 @@ from homegpu.remote.nodes.connect import (
     AuthFailed, HostKeyChanged, HostKeyUnknown, NodeError, address_behind_jump, open_transport,
 )
 from homegpu.remote.nodes.health import GpuHealth
+from homegpu.remote.nodes.reach_probe import PROBE_EVERY_SECONDS, pause_until_reachable, probe_address
 from homegpu.remote.nodes.stats import StatsParseError, parse_agent_line
 from homegpu.remote.nodes.transport import CommandResult, NodeTransport, RemoteProcess, TransportError
 from homegpu.remote.nodes.waiting import wait_condition, wait_set
@@ -230,8 +231,15 @@ class NodeSession:
         return "reconnect requested" if self._wake.is_set() else "connection lost"
 
     async def _pause(self, delay: float | None) -> None:
-        """Sleep `delay` seconds (None: until reconnect()), cut short by reconnect()."""
-        await wait_set(self._wake, delay)
+        """Sleep `delay` seconds (None: until reconnect()), cut short by reconnect() or, for a node whose SSH
+        port did not answer, by its answering again (reach_probe.py): a machine back is seen within a second
+        or two, not at the end of a 30-second backoff."""
+        address = probe_address(self.cluster, self.spec) if delay is not None and delay > PROBE_EVERY_SECONDS \
+            else None
+        if address is None:
+            await wait_set(self._wake, delay)
+        else:
+            await pause_until_reachable(self._wake, delay, address)
 
     def _drop_transport(self) -> None:
         if self.transport is not None:
