@@ -111,14 +111,14 @@ def test_stopped_worker_trips_the_stall_watchdog(sim_cluster, tmp_path):
     (test_killed_worker_restarts_everyone_and_resumes covers that path).
     """
     config = write_config(sim_cluster, tmp_path, nodes=["node1"], epochs=3, steps_per_epoch=30,
-                          stall_timeout=10.0)
+                          stall_timeout=25.0)  # over TensorFlow's import on a busy 2-core machine
 
     def stop_the_worker():
         (victim,) = worker_processes(sim_cluster)
         os.kill(victim, signal.SIGSTOP)
 
     status, text = run_and_strike(config, tmp_path, "node1 * epoch 1/3", stop_the_worker)
-    assert "no progress for 10s (stalled)" in text and "restarting" in text, text
+    assert "no progress for 25s (stalled)" in text and "restarting" in text, text
     assert status == 0, text
     starts = [m for m in read_metrics(only_run(tmp_path)) if m.get("event") == "start"]
     assert starts[-1]["initial_epoch"] >= 1, "training did not resume from the backup"
