@@ -1,9 +1,8 @@
 """The cluster's history, recorded: one more subscriber of the event hub, writing one SQLite file.
 
-`HistoryRecorder.handle(event)` only appends rows to a buffer; the buffer is written in one
-transaction once a second by the clock (never a commit per sample), then the tiers are compacted
-once a minute and the size bound kept, so recording costs the event loop a few microseconds per
-sample. The clock is injected: with one that follows simulated time, a test or a benchmark writes a
+`HistoryRecorder.handle(event)` only appends rows to a buffer (a `SampleRecorder`, store/); the buffer is
+written in one transaction once a second by the clock, then the tiers are compacted once a minute and the
+size bound kept. The clock is injected: with one that follows simulated time, a test or a benchmark writes a
 month of history with this code in seconds.
 
 Recorded: every node's CPU and memory and every GPU's utilisation, memory, temperature and power
@@ -19,8 +18,6 @@ time is credited across it), and each later write tries again; the first that su
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import math
 import sqlite3
 import time
@@ -35,10 +32,8 @@ from homegpu.remote.history.schema import (
     HOST, HistoryError, cannot_write, open_writer, read_energy_totals, write_energy_totals,
 )
 from homegpu.remote.history.tiers import INSERT, Compactor
-from homegpu.remote.store import Say, WriteTrouble, say_on_stderr, transaction
+from homegpu.remote.store import FLUSH_SECONDS, SampleRecorder, Say, WriteTrouble, say_on_stderr, transaction
 
-FLUSH_SECONDS = 1.0
-WAKE_SECONDS = 0.25
 COMPACT_EVERY_SECONDS = 60.0
 MAX_GAP_SECONDS = 10.0  # a sample stands for at most this much GPU time (the node's agent stalled)
 MARK_SECONDS = 10.0  # how often the session's end is moved on: where a killed recorder's intervals end
@@ -46,7 +41,7 @@ MARK_SECONDS = 10.0  # how often the session's end is moved on: where a killed r
 Clock = Callable[[], float]
 
 
-class HistoryRecorder:
+class HistoryRecorder(SampleRecorder):
     """Writes the history file; one instance is its only writer.
 
     Args:
@@ -63,11 +58,13 @@ class HistoryRecorder:
         ValueError: `max_bytes` is too small.
     """
 
+    TASK_NAME = "history"
+
     def __init__(self, path: Path, max_bytes: int = DEFAULT_MAX_BYTES, clock: Clock = time.time,
                  max_gap: float = MAX_GAP_SECONDS, say: Say = say_on_stderr) -> None:
         self.path, self.clock, self.max_gap = Path(path), clock, max_gap
         self.trouble = WriteTrouble(say, clock)
-        self._db = open_writer(self.path)
+        super().__init__(open_writer(self.path))
         try:
             self.bound = SizeBound(self._db, self.path, max_bytes)
             self.compactor = Compactor(self._db)
@@ -94,19 +91,16 @@ class HistoryRecorder:
         self._down: set[int] = set()  # nodes with an offline interval open
         self._seen: set[int] = set()  # nodes with a state in this session
         self._last_flush = self._last_compact = self._marked = self.clock()
-        self._task: asyncio.Task | None = None
 
     # -- recording ----------------------------------------------------------------------------
 
-    def handle(self, event: object) -> None:
-        """Record one hub event (other kinds are ignored); writes only once a second of the clock."""
-        kind = type(event)
-        if kind is NodeStatsUpdated:
-            self._stats(event)
-        elif kind is NodeStateChanged:
-            self._state(event)
-        if not 0 <= self.clock() - self._last_flush < FLUSH_SECONDS:  # due, or the clock was set back
-            self.write()
+    def _due(self, event: object = None) -> bool:
+        """A second of the clock since the last write, or the clock was set back."""
+        return not 0 <= self.clock() - self._last_flush < FLUSH_SECONDS
+
+    def _due_at_wake(self, wake: int) -> bool:
+        """The clock decides in quiet spells too: a write once a second of it."""
+        return self._due()
 
     def write(self) -> bool:
         """flush(), and a failure said (once) instead of raised: its samples are dropped and the next write
@@ -159,63 +153,21 @@ class HistoryRecorder:
         except sqlite3.OperationalError as exc:
             raise cannot_write(self.path, exc) from None
 
-    async def run(self, subscription) -> None:
-        """Record what `subscription` brings until cancelled, taking what is queued WAKE_SECONDS apart
-        (a few wake-ups a second, not one per event), and writing at least once a second. On
-        cancellation the events still queued are recorded and written."""
-        try:
-            while True:
-                await asyncio.sleep(WAKE_SECONDS)
-                self._take(subscription)
-                if not 0 <= self.clock() - self._last_flush < FLUSH_SECONDS:
-                    self.write()  # handle() writes as events come; this covers quiet spells
-        finally:
-            self._take(subscription)
-            self.write()
-
-    def follow(self, cluster) -> "HistoryRecorder":
-        """Subscribe to `cluster`'s hub (anything with subscribe(): a Cluster, an EventHub) and record
-        in a task until stop()."""
-        subscription = cluster.subscribe()
-        self._task = asyncio.create_task(self._follow(subscription), name="history")
-        return self
-
-    async def _follow(self, subscription) -> None:
-        try:
-            await self.run(subscription)
-        finally:
-            subscription.close()
-
-    async def stop(self) -> None:
-        """End follow()'s task (what is queued is recorded) and close the file."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        self.close()
-
     def close(self) -> None:
         """Write what is buffered, end the open offline intervals and the session now, close (idempotent)."""
-        if self._db is None:
-            return
-        now = self.clock()
-        for node in sorted(self._down):
-            self._new.append(("close_down", (now, node)))
-        self._down.clear()
-        self._marked = -math.inf  # the session ends now
-        try:
-            if self.write():
-                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        except sqlite3.OperationalError as exc:  # the checkpoint, on a disk that filled since
-            self.trouble.failed(str(cannot_write(self.path, exc)), "what it holds is in its write-ahead log")
-        finally:
-            self._db.close()
-            self._db = None
+        if self._db is not None:
+            now = self.clock()
+            for node in sorted(self._down):
+                self._new.append(("close_down", (now, node)))
+            self._down.clear()
+            self._marked = -math.inf  # the session ends now
+        super().close()
 
-    def _take(self, subscription) -> None:
-        for event in subscription.drain(1_000_000):
-            self.handle(event)
+    def _checkpoint(self) -> None:
+        try:
+            super()._checkpoint()
+        except sqlite3.OperationalError as exc:  # on a disk that filled since
+            self.trouble.failed(str(cannot_write(self.path, exc)), "what it holds is in its write-ahead log")
 
     # -- per event kind ---------------------------------------------------------------------------
 
@@ -280,6 +232,8 @@ class HistoryRecorder:
             return  # already offline; or the connecting a session starts with
         self._down.add(node)
         self._new.append(("open_down", (node, event.state.value, event.reason, event.at)))
+
+    _HANDLERS = {NodeStatsUpdated: _stats, NodeStateChanged: _state}
 
     # -- the small tables, kept in memory, written with the next flush --------------------------------
 

@@ -5,8 +5,6 @@ cluster's event hub, so recording changes nothing in how a run is driven.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -32,12 +30,11 @@ class RunRecord:
         self.cluster, self.run_dir = cluster, Path(run_dir)
         self.recorder = TimelineRecorder(RunFolder(self.run_dir).timeline, nodes=list(nodes))
         self.recorder.set_meta(run_id=run_id, job=job)
-        self._task: asyncio.Task | None = None
         self.energy: RunEnergy | None = None  # the run's GPU energy, once close() wrote the report
 
     def start(self) -> "RunRecord":
         """Subscribe now: whatever the run publishes from here on is recorded."""
-        self._task = asyncio.create_task(self.recorder.run(self.cluster.subscribe()), name="timeline")
+        self.recorder.follow(self.cluster)
         return self
 
     def describe_setup(self, job: JobSpec, launches: Mapping[str, str]) -> str:
@@ -61,12 +58,7 @@ class RunRecord:
         Returns:
             (report.html's path, its text summary), or (None, why there is no report).
         """
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        self.recorder.close()
+        await self.recorder.stop()
         if not report:
             return None, "not written: the run goes on"
         self.energy = energy_of(self.run_dir)

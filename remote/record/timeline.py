@@ -1,16 +1,15 @@
 """The run's timeline: every node's and worker's samples and every event, in experiments/RUN-ID/timeline.sqlite.
 
-One more subscriber of the event hub. `TimelineRecorder.handle(event)` only appends rows to a buffer;
-the buffer is written in one transaction once a second of event time has passed (never a commit per
-sample), so recording costs the controller a few microseconds per event. Long runs stay bounded:
-samples older than `full_rate_seconds` are averaged into `bucket_seconds` buckets as time goes on.
+One more subscriber of the event hub, a `SampleRecorder` (store/): `TimelineRecorder.handle(event)` only
+appends rows to a buffer, written in one transaction once a second of event time has passed. Long runs
+stay bounded: samples older than `full_rate_seconds` are averaged into `bucket_seconds` buckets as time
+goes on.
 
 The reader, :func:`load_timeline`, turns the file back into frozen snapshots for the report.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import sqlite3
@@ -25,10 +24,8 @@ from homegpu.remote.events import (
 from homegpu.remote.record.timeline_schema import (
     SCHEMA, Timeline, TimelineDamaged, check_timeline, add_missing_columns, read_timeline,
 )
-from homegpu.remote.store import bucket_time_sql
+from homegpu.remote.store import FLUSH_SECONDS, SampleRecorder, bucket_time_sql
 
-FLUSH_SECONDS = 1.0
-WAKE_SECONDS = 0.25
 FULL_RATE_SECONDS = 3600.0
 BUCKET_SECONDS = 10.0
 COMPACT_EVERY_SECONDS = 60.0
@@ -64,7 +61,7 @@ def _num(value: object) -> float | None:
     return float(value)
 
 
-class TimelineRecorder:
+class TimelineRecorder(SampleRecorder):
     """Writes one run's timeline; one instance is the file's only writer.
 
     Args:
@@ -76,6 +73,8 @@ class TimelineRecorder:
             whole cluster's); None records every node.
     """
 
+    TASK_NAME = "timeline"
+
     def __init__(self, path: Path, full_rate_seconds: float = FULL_RATE_SECONDS,
                  bucket_seconds: float = BUCKET_SECONDS, nodes: Iterable[str] | None = None) -> None:
         self.path = Path(path)
@@ -83,7 +82,7 @@ class TimelineRecorder:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         set_aside = _set_aside_if_damaged(self.path)
         self.full_rate_seconds, self.bucket_seconds = full_rate_seconds, bucket_seconds
-        self._db = sqlite3.connect(self.path, isolation_level=None)
+        super().__init__(sqlite3.connect(self.path, isolation_level=None))
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
@@ -99,21 +98,15 @@ class TimelineRecorder:
 
     # -- recording ----------------------------------------------------------------------------
 
-    def handle(self, event: object) -> None:
-        """Record one hub event (unknown kinds are ignored); writes only once a second of event time."""
+    def _due(self, event: object) -> bool:
+        """A second of event time since the last write (the first event's time starts the count)."""
         at = getattr(event, "at", None)
         if at is None:
-            return
-        handler = _HANDLERS.get(type(event))
-        if self.nodes is not None and type(event) in _NODE_EVENTS and event.node not in self.nodes:
-            handler = None
-        if handler is not None:
-            handler(self, event)
+            return False
         self._latest = max(self._latest, at)
         if self._last_flush is None:
             self._last_flush = at
-        elif at - self._last_flush >= FLUSH_SECONDS:
-            self.flush()
+        return at - self._last_flush >= FLUSH_SECONDS
 
     def record_event(self, kind: str, at: float, summary: str = "", node: str = "", worker: str = "",
                      details: dict | None = None) -> None:
@@ -142,42 +135,16 @@ class TimelineRecorder:
         if horizon - self._compacted_until >= COMPACT_EVERY_SECONDS:
             self._compact(horizon)
 
-    async def run(self, subscription) -> None:
-        """Record what `subscription` brings until cancelled, taking what is queued WAKE_SECONDS apart.
-
-        A few wake-ups a second, not one per event: a recorder needs no latency, and each wake-up of a
-        task costs the controller more than recording an event does. Often enough that a log flood
-        (20,000 lines/s) stays within the hub's 10,000-event queue between two. Writes at least once
-        a second. On cancellation the events still queued (the run's last exits, its end) are recorded.
-        """
-        wakes_per_flush = max(1, round(FLUSH_SECONDS / WAKE_SECONDS))
-        try:
-            for wake in itertools.count(1):
-                await asyncio.sleep(WAKE_SECONDS)
-                self._take(subscription)
-                if wake % wakes_per_flush == 0:  # handle() flushes by event time; this covers quiet spells
-                    self.flush()
-        finally:
-            self._take(subscription)
-            self.flush()
-
-    def _take(self, subscription) -> None:
-        for event in subscription.drain(1_000_000):
-            self.handle(event)
-
-    def close(self) -> None:
-        """Write what is buffered and close the file (idempotent)."""
-        if self._db is None:
-            return
-        self.flush()
-        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        self._db.close()
-        self._db = None
-
     # -- per event kind ---------------------------------------------------------------------------
+
+    def _other_node(self, node: str) -> bool:
+        """Whether `node` is one this run does not use (the hub carries the whole cluster's)."""
+        return self.nodes is not None and node not in self.nodes
 
     def _stats(self, event: NodeStatsUpdated) -> None:
         stats, at, node = event.stats, event.at, event.node
+        if self._other_node(node):
+            return
         self._pending["node_samples"].append(
             (at, node, _stat(stats.cpu), _stat(stats.mem_used), _stat(stats.mem_total), _stat(stats.load[0]),
              _stat(stats.host_energy), _stat(stats.host_power)))
@@ -242,17 +209,21 @@ class TimelineRecorder:
                                                         "held_back": list(event.held_back)})
 
     def _node_state(self, event: NodeStateChanged) -> None:
+        if self._other_node(event.node):
+            return
         kind = {NodeState.OFFLINE: "node_offline", NodeState.ONLINE: "node_online",
                 NodeState.ASLEEP: "node_asleep"}.get(event.state, "node_state")
         self.record_event(kind, event.at, event.state.value + (f": {event.reason}" if event.reason else ""),
                           node=event.node, details={"state": event.state.value, "reason": event.reason})
 
     def _stats_unavailable(self, event: NodeStatsUnavailable) -> None:
+        if self._other_node(event.node):
+            return
         self.record_event("stats_unavailable", event.at, event.reason, node=event.node)
 
     def _alert(self, event: Alert) -> None:
-        if event.node and self.nodes is not None and event.node not in self.nodes:
-            return  # about a node this run does not use
+        if event.node and self._other_node(event.node):
+            return
         self.record_event("alert", event.at, f"{event.state.value}: {event.message}", node=event.node,
                           worker=event.worker, details={"alert": event.kind, "state": event.state.value,
                                                         "gpu": event.gpu, "value": event.value,
@@ -260,6 +231,12 @@ class TimelineRecorder:
 
     def _alert_command_failed(self, event: AlertCommandFailed) -> None:
         self.record_event("alert_command_failed", event.at, event.reason, details={"command": event.command})
+
+    _HANDLERS = {
+        NodeStatsUpdated: _stats, WorkerMetric: _metric, JobStateChanged: _job_state, PreflightResult: _preflight,
+        WorkerExited: _worker_exit, Straggler: _straggler, NodeStateChanged: _node_state,
+        NodeStatsUnavailable: _stats_unavailable, Alert: _alert, AlertCommandFailed: _alert_command_failed,
+    }
 
     # -- downsampling -----------------------------------------------------------------------------
 
@@ -309,21 +286,6 @@ def _set_aside_if_damaged(path: Path) -> str:
 _STATE_KINDS = {
     JobState.PREFLIGHT: "preflight_start", JobState.STARTING: "launch", JobState.RUNNING: "running",
     JobState.RESTARTING: "restart", JobState.STOPPING: "stop",
-}
-
-_NODE_EVENTS = (NodeStatsUpdated, NodeStateChanged, NodeStatsUnavailable)
-
-_HANDLERS = {
-    NodeStatsUpdated: TimelineRecorder._stats,
-    WorkerMetric: TimelineRecorder._metric,
-    JobStateChanged: TimelineRecorder._job_state,
-    PreflightResult: TimelineRecorder._preflight,
-    WorkerExited: TimelineRecorder._worker_exit,
-    Straggler: TimelineRecorder._straggler,
-    NodeStateChanged: TimelineRecorder._node_state,
-    NodeStatsUnavailable: TimelineRecorder._stats_unavailable,
-    Alert: TimelineRecorder._alert,
-    AlertCommandFailed: TimelineRecorder._alert_command_failed,
 }
 
 
