@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from homegpu.remote.events import NodeStats
-from homegpu.remote.node_side import smi_parse
+from homegpu.remote.node_side.agent import smi_parse
 from homegpu.remote.nodes.stats import parse_agent_line
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -28,7 +28,7 @@ from homegpu.remote.doctor.judge import CHECK_NAMES
 from homegpu.remote.doctor.link import LoadFacts, link_check
 from homegpu.remote.doctor.link_probe import probe_under_load
 from homegpu.remote.events import GpuStats, NodeStats, PcieLink
-from homegpu.remote.node_side import gpu_load
+from homegpu.remote.node_side.scripts import gpu_load
 from homegpu.remote.nodes import CommandResult, agent_command, agent_payload, held_back
 from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.nodes.transport import LocalTransport

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from homegpu.remote.events import NA, XidErrors
-from homegpu.remote.node_side import gpu_xid, host_proc, stats_agent
+from homegpu.remote.node_side.agent import gpu_xid, host_proc, stats_agent
 from homegpu.remote.nodes import GpuHealth, StatsParseError, held_back, parse_agent_line
 from homegpu.tui.view.text import format_status, status_json
 import test_gpu_health

@@ -20,7 +20,7 @@ from homegpu.remote.config.tariff import Tariff
 from homegpu.remote.energy import Energy
 from homegpu.remote.events import NodeState, NodeStatsUpdated
 from homegpu.remote.history import HOST, HistoryReader, HistoryRecorder
-from homegpu.remote.node_side import host_power
+from homegpu.remote.node_side.agent import host_power
 from homegpu.remote.nodes import parse_agent_line
 from homegpu.remote.record.energy import ESTIMATED, RAPL, RunEnergy, host_energy, run_energy
 from homegpu.remote.record.html_report import _energy

@@ -21,7 +21,7 @@ from homegpu.remote.config.alert_rules import AlertRules
 from homegpu.remote.doctor.sleep_wake import SleepWakeFacts, sleep_wake_check, sleep_wake_facts
 from homegpu.remote.events import NodeState, NodeStateChanged
 from homegpu.remote.history.queries import NodeOffline, OfflineInterval
-from homegpu.remote.node_side import wake_packet
+from homegpu.remote.node_side.scripts import wake_packet
 from homegpu.remote.nodes import AsleepNodes, CommandResult
 from homegpu.remote.queue import EntryState, NodeView, QueueEntry, decide
 from homegpu.tui.cli.history import Report
