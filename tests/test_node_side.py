@@ -52,3 +52,10 @@ def test_every_script_is_found_and_shipped_whole():
         assert script(name) == PATHS[name].read_text()
         compile(script(name), name, "exec")
 
+
+def test_a_name_is_in_one_folder_and_an_unknown_one_is_refused():
+    """script() looks a plain name up in agent/ and scripts/: the same name in both would ship one unseen."""
+    assert len(FILES) == len(PATHS), sorted(path.relative_to(NODE_SIDE) for path in FILES)
+    assert {path.parent.name for path in FILES} == set(SCRIPT_FOLDERS)
+    with pytest.raises(FileNotFoundError, match="no_such_script"):
+        script("no_such_script")
