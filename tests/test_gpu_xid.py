@@ -1,5 +1,5 @@
 """XID errors (issue 35): the stats agent reads the ones the NVIDIA driver logged from the kernel log
-(remote/node_side/gpu_xid.py), the controller parses them, judges a recent one in words, and `status`,
+(remote/node_side/agent/gpu_xid.py), the controller parses them, judges a recent one in words, and `status`,
 `status --json` show them.
 
 These machines have no NVIDIA GPU, so no kernel here logs an XID: every record below is built from the

@@ -1,5 +1,5 @@
 """The rest of a machine's energy (CPUs, memory, board): RAPL's counters read by the stats agent
-(remote/node_side/host_power.py) from a tree in the kernel's powercap format (tests/rapl.py: these VMs have
+(remote/node_side/agent/host_power.py) from a tree in the kernel's powercap format (tests/rapl.py: these VMs have
 none), else the draw a node's idle_watts and busy_watts estimate from its CPU use; a run's figures, its report,
 and serve's history with them."""
 

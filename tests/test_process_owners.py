@@ -1,4 +1,4 @@
-"""Who owns each GPU process: the node-side lookup (remote/node_side/process_owners.py), the words the
+"""Who owns each GPU process: the node-side lookup (remote/node_side/agent/process_owners.py), the words the
 controller makes of it (remote/nodes/owners.py) and the agent shipping it.
 
 There is no GPU here. The parsers and the classification are table-tested; the lookup runs on this
