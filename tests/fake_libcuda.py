@@ -2,7 +2,7 @@
 documented signatures (cuda.h: ``CUresult`` an int, ``CUdevice`` an int, ``CUcontext`` a pointer,
 ``CUdeviceptr`` an unsigned 64-bit integer; ``CUDA_SUCCESS`` 0, ``CUDA_ERROR_NO_DEVICE`` 100).
 
-It holds only what node_side/gpu_load.py calls. Each call checks what the driver would (cuInit first, a
+It holds only what node_side/scripts/gpu_load.py calls. Each call checks what the driver would (cuInit first, a
 context current in the calling thread, a copy between the buffers that thread allocated, sizes within
 them) and answers like it; ``cuMemcpyHtoD_v2`` sleeps as long as the bytes take at the throughput it was
 built with. At exit it says on stderr what was never released (contexts, allocations), so a test sees

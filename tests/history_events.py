@@ -9,7 +9,7 @@ own parser (remote/nodes/stats.parse_agent_line).
   agent line by the agent's own CSV parser.
 
 The recordings predate process owners, so a process's owner is added here in the agent's JSON format
-(remote/node_side/process_owners.py) before parsing; nothing else of a recording changes.
+(remote/node_side/agent/process_owners.py) before parsing; nothing else of a recording changes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from homegpu.remote.events import NodeStats
-from homegpu.remote.node_side import smi_parse
+from homegpu.remote.node_side.agent import smi_parse
 from homegpu.remote.nodes.stats import parse_agent_line
 
 FIXTURES = Path(__file__).parent / "fixtures"

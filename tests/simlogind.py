@@ -1,4 +1,4 @@
-"""A simulated machine's system bus with logind's one signal homegpu listens to (node_side/sleep_watch.py).
+"""A simulated machine's system bus with logind's one signal homegpu listens to (node_side/agent/sleep_watch.py).
 
 Each SimNode's sessions get $DBUS_SYSTEM_BUS_ADDRESS naming a socket of the node's own (SimNode.system_bus_address),
 as a real machine's point at /run/dbus/system_bus_socket. Nothing listens there unless a test starts a Logind:

@@ -41,7 +41,8 @@ def source_of(top: Path, room: str) -> Path:
 
 def modules_of(top: Path, room: str) -> list[str]:
     folder = top / room
-    return sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__") if folder.is_dir() else []
+    # rglob: node_side/'s modules are in folders of their own (agent/, scripts/), and its row names them too
+    return sorted(p.stem for p in folder.rglob("*.py") if p.stem != "__init__") if folder.is_dir() else []
 
 
 def check_rooms(section: str, top: Path, expected_order: list[str]) -> None:

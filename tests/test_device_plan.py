@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from homegpu.remote.node_side.smi_parse import parse_nvidia_smi_gpus
+from homegpu.remote.node_side.agent.smi_parse import parse_nvidia_smi_gpus
 from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.plan.device_plan import (
     NCCL,

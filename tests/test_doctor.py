@@ -30,7 +30,7 @@ from homegpu.remote.doctor.judge import (
     node_checks, python_check, tensorflow_check,
 )
 from homegpu.remote.doctor.probe import NOT_REACHABLE, diagnose, split_reason
-from homegpu.remote.node_side.smi_parse import parse_nvidia_smi_gpus
+from homegpu.remote.node_side.agent.smi_parse import parse_nvidia_smi_gpus
 from homegpu.remote.nodes.cluster import Cluster
 from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.nodes.transport import CommandResult

@@ -1,7 +1,7 @@
 """Doctor's "pcie link" row (issue 35): each GPU's PCIe link read under a short load of doctor's own.
 
 An idle card drops its link generation to save power, so the row judges a link only while
-node_side/gpu_load.py copies host→GPU on it. These machines have no GPU: the load runs against a fake
+node_side/scripts/gpu_load.py copies host→GPU on it. These machines have no GPU: the load runs against a fake
 libcuda.so.1 (tests/fake_libcuda.py), built with gcc from the CUDA driver API's documented signatures,
 whose copies take as long as a given throughput would; the link is read by the real stats agent from a
 replayed nvidia-smi that answers the health query with a row of nvidia-smi's documented fields (no
@@ -28,7 +28,7 @@ from homegpu.remote.doctor.judge import CHECK_NAMES
 from homegpu.remote.doctor.link import LoadFacts, link_check
 from homegpu.remote.doctor.link_probe import probe_under_load
 from homegpu.remote.events import GpuStats, NodeStats, PcieLink
-from homegpu.remote.node_side import gpu_load
+from homegpu.remote.node_side.scripts import gpu_load
 from homegpu.remote.nodes import CommandResult, agent_command, agent_payload, held_back
 from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.nodes.transport import LocalTransport

@@ -177,7 +177,7 @@ def test_the_same_exit_message_on_every_worker_is_a_script_error(tmp_path):
 
 
 def test_an_exit_message_is_named_even_after_the_supervisors_exit_note():
-    """The worker's log ends with the note of its supervisor (node_side/worker_process.py); the summary
+    """The worker's log ends with the note of its supervisor (node_side/scripts/worker_process.py); the summary
     names the script's own last words, as the queue and `run` show them."""
     lines = ("the experiment is broken: exit 3", "=== homegpu: node1 generation 1 exited with status 1 ===")
     verdict = judge([WorkerEnd("node1", 1, last_lines=lines)])

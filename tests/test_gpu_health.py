@@ -22,9 +22,9 @@ import pynvml
 import pytest
 
 from homegpu.remote.events import NA, GpuStats, NodeStats, PcieLink
-from homegpu.remote.node_side import gpu_health, stats_agent
-from homegpu.remote.node_side.gpu_nvml import NvmlReader, read_nvml
-from homegpu.remote.node_side.smi_parse import HEALTH_QUERY_OLDER, parse_nvidia_smi_health
+from homegpu.remote.node_side.agent import gpu_health, stats_agent
+from homegpu.remote.node_side.agent.gpu_nvml import NvmlReader, read_nvml
+from homegpu.remote.node_side.agent.smi_parse import HEALTH_QUERY_OLDER, parse_nvidia_smi_health
 from homegpu.remote.nodes import GpuHealth, ReasonTimer, StatsParseError, held_back, parse_agent_line
 from homegpu.tui.view.text import format_status, status_json
 from gpu_replay import FORMAT, HEALTH_QUERY, is_loop, replay_calls

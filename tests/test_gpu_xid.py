@@ -1,5 +1,5 @@
 """XID errors (issue 35): the stats agent reads the ones the NVIDIA driver logged from the kernel log
-(remote/node_side/gpu_xid.py), the controller parses them, judges a recent one in words, and `status`,
+(remote/node_side/agent/gpu_xid.py), the controller parses them, judges a recent one in words, and `status`,
 `status --json` show them.
 
 These machines have no NVIDIA GPU, so no kernel here logs an XID: every record below is built from the
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from homegpu.remote.events import NA, XidErrors
-from homegpu.remote.node_side import gpu_xid, host_proc, stats_agent
+from homegpu.remote.node_side.agent import gpu_xid, host_proc, stats_agent
 from homegpu.remote.nodes import GpuHealth, StatsParseError, held_back, parse_agent_line
 from homegpu.tui.view.text import format_status, status_json
 import test_gpu_health

@@ -1,5 +1,5 @@
 """The rest of a machine's energy (CPUs, memory, board): RAPL's counters read by the stats agent
-(remote/node_side/host_power.py) from a tree in the kernel's powercap format (tests/rapl.py: these VMs have
+(remote/node_side/agent/host_power.py) from a tree in the kernel's powercap format (tests/rapl.py: these VMs have
 none), else the draw a node's idle_watts and busy_watts estimate from its CPU use; a run's figures, its report,
 and serve's history with them."""
 
@@ -20,7 +20,7 @@ from homegpu.remote.config.tariff import Tariff
 from homegpu.remote.energy import Energy
 from homegpu.remote.events import NodeState, NodeStatsUpdated
 from homegpu.remote.history import HOST, HistoryReader, HistoryRecorder
-from homegpu.remote.node_side import host_power
+from homegpu.remote.node_side.agent import host_power
 from homegpu.remote.nodes import parse_agent_line
 from homegpu.remote.record.energy import ESTIMATED, RAPL, RunEnergy, host_energy, run_energy
 from homegpu.remote.record.html_report import _energy

@@ -6,8 +6,10 @@ only the groups below it; tui/ is rooms (cli, daemon, app | web, view, errors), 
 rooms below it, and nothing in view/ imports Textual. What import-linter cannot say is walked here from
 the source: another group of remote/ is reached through its package's exports (`__all__` in its
 `__init__.py`), never through its modules; the scripts that run on the nodes (node_side/) use the
-standard library and each other only; no circle among modules; every folder is packaged. Every import
-counts, also those inside functions (a lazy import still ties two modules together).
+standard library and each other only: the stats agent's modules (node_side/agent/) each other and pynvml,
+a one-shot script (node_side/scripts/) the standard library alone; no circle among modules; every folder
+is packaged. Every import counts, also those inside functions (a lazy import still ties two modules
+together).
 """
 
 from __future__ import annotations
@@ -261,7 +263,7 @@ def test_every_export_exists():
 
 def test_node_scripts_import_only_the_standard_library_and_each_other():
     # pynvml: the agent's optional NVML binding, shipped with it by the controller (nodes/agent_bundle.py);
-    # a sibling's plain name: how node_side modules import each other on a node (stats_agent.py's docstring)
+    # a sibling's plain name: how node_side modules import each other on a node (agent/stats_agent.py's docstring)
     siblings = {path.stem for path in source_files(f"remote/{NODE_SIDE}")} - {"__init__"}
     allowed = set(sys.stdlib_module_names) | {"__future__", "pynvml"} | siblings
     bad = {}
@@ -272,6 +274,25 @@ def test_node_scripts_import_only_the_standard_library_and_each_other():
             if not inside and top not in allowed:
                 bad.setdefault(path.name, []).append(module)
     assert not bad, f"node scripts import what a node does not have: {bad}"
+
+
+@pytest.mark.parametrize("folder, shipped_with", [
+    ("agent", {"pynvml"}),  # nodes/agent_bundle.py ships the folder's modules together, and pynvml
+    ("scripts", set()),  # each alone, as `python -c`: no sibling beside it on the node
+])
+def test_a_node_script_imports_only_what_is_shipped_with_it(folder, shipped_with):
+    """The agent's modules import the standard library, pynvml and each other; a one-shot script the standard
+    library alone: neither imports the other folder (node_side/'s __init__.py and each folder's say so)."""
+    own = f"homegpu.remote.{NODE_SIDE}.{folder}"
+    siblings = {path.stem for path in source_files(f"remote/{NODE_SIDE}/{folder}")} - {"__init__"}
+    allowed = set(sys.stdlib_module_names) | {"__future__"} | shipped_with | (siblings if shipped_with else set())
+    bad = {}
+    for path in source_files(f"remote/{NODE_SIDE}/{folder}"):
+        for module, _ in imports(path):
+            sibling = bool(shipped_with) and (module == own or module.startswith(f"{own}."))
+            if not sibling and module.split(".")[0] not in allowed:
+                bad.setdefault(path.name, []).append(module)
+    assert siblings and not bad, f"node_side/{folder}/ imports what is not shipped with it: {bad}"
 
 
 def test_only_the_runtimes_name_a_runtime_class():

@@ -14,12 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from homegpu.remote.node_side import script
+from homegpu.remote.node_side import SCRIPT_FOLDERS, script
 
 NODE_SIDE = Path(__file__).resolve().parent.parent / "remote" / "node_side"
 OLDEST = (3, 8)
 VERMIN = str(Path(sys.executable).parent / "vermin")  # installed with the dev extras
-SCRIPTS = sorted(path.stem for path in NODE_SIDE.glob("*.py") if path.stem != "__init__")
+# Every node script by its plain name, in agent/ (the stats agent and its modules) or scripts/ (the one-shot ones).
+FILES = [path for folder in SCRIPT_FOLDERS for path in (NODE_SIDE / folder).glob("*.py") if path.stem != "__init__"]
+PATHS = {path.stem: path for path in FILES}
+SCRIPTS = sorted(PATHS)
 
 
 def minimum_python(path: Path, target: tuple[int, int]) -> subprocess.CompletedProcess:
@@ -31,7 +34,7 @@ def minimum_python(path: Path, target: tuple[int, int]) -> subprocess.CompletedP
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_node_script_runs_on_the_oldest_python_promised(name):
-    verdict = minimum_python(NODE_SIDE / f"{name}.py", OLDEST)
+    verdict = minimum_python(PATHS[name], OLDEST)
     assert verdict.returncode == 0, f"{name}.py needs a newer Python than {OLDEST}:\n{verdict.stdout}{verdict.stderr}"
 
 
@@ -46,5 +49,13 @@ def test_the_check_fails_on_a_newer_call(tmp_path):
 def test_every_script_is_found_and_shipped_whole():
     assert {"stats_agent", "process_owners", "worker_process", "tree_sync", "job_lock", "image_relay"} <= set(SCRIPTS)
     for name in SCRIPTS:
-        assert script(name) == (NODE_SIDE / f"{name}.py").read_text()
+        assert script(name) == PATHS[name].read_text()
         compile(script(name), name, "exec")
+
+
+def test_a_name_is_in_one_folder_and_an_unknown_one_is_refused():
+    """script() looks a plain name up in agent/ and scripts/: the same name in both would ship one unseen."""
+    assert len(FILES) == len(PATHS), sorted(path.relative_to(NODE_SIDE) for path in FILES)
+    assert {path.parent.name for path in FILES} == set(SCRIPT_FOLDERS)
+    with pytest.raises(FileNotFoundError, match="no_such_script"):
+        script("no_such_script")

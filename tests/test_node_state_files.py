@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 from helpers import homegpu, job_table, wait_for
-from homegpu.remote.node_side import worker_process
+from homegpu.remote.node_side.scripts import worker_process
 from simcluster import NODE_HOME, SimCluster, alive
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers import wait_for
-from homegpu.remote.node_side import worker_process
+from homegpu.remote.node_side.scripts import worker_process
 
 SCRIPT = Path(worker_process.__file__).read_text()
 

@@ -1,4 +1,4 @@
-"""Who owns each GPU process: the node-side lookup (remote/node_side/process_owners.py), the words the
+"""Who owns each GPU process: the node-side lookup (remote/node_side/agent/process_owners.py), the words the
 controller makes of it (remote/nodes/owners.py) and the agent shipping it.
 
 There is no GPU here. The parsers and the classification are table-tested; the lookup runs on this
@@ -21,8 +21,8 @@ import pytest
 from gpu_replay import FIXTURES, write_apps_with_pids, write_replay_nvidia_smi
 from homegpu.remote.events import GpuProcess, GpuStats, NodeStats, ProcessOwner
 from homegpu.remote.jobs.launch_plan import worker_markers
-from homegpu.remote.node_side import process_owners
-from homegpu.remote.node_side.process_owners import (
+from homegpu.remote.node_side.agent import process_owners
+from homegpu.remote.node_side.agent.process_owners import (
     ProcessOwners, classify, parse_cgroup_container, parse_container_reply, parse_markers,
     parse_status_uid,
 )
@@ -217,7 +217,8 @@ def test_the_shipped_agent_marks_replayed_gpu_processes_with_real_owners(real_pr
 def test_an_agent_without_its_owners_module_still_streams(tmp_path: Path) -> None:
     """Run as a script from a folder with its other modules but without process_owners.py: processes
     simply have no owner."""
-    from homegpu.remote.node_side import AGENT_MODULES, stats_agent
+    from homegpu.remote.node_side import AGENT_MODULES
+    from homegpu.remote.node_side.agent import stats_agent
 
     node_side = Path(stats_agent.__file__).parent
     for name in {"stats_agent", *AGENT_MODULES} - {"process_owners"}:

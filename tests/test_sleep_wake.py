@@ -23,7 +23,7 @@ from homegpu.remote.sleep_wake import is_progress_tick
 from homegpu.remote.sleep_wake.waking import TICK
 from homegpu.remote.events import NodeState, NodeStateChanged
 from homegpu.remote.history.queries import NodeOffline, OfflineInterval
-from homegpu.remote.node_side import wake_packet
+from homegpu.remote.node_side.scripts import wake_packet
 from homegpu.remote.nodes import AsleepNodes, CommandResult
 from homegpu.remote.queue import EntryState, NodeView, QueueEntry, decide
 from homegpu.tui.cli.history import Report

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from homegpu.remote.config import parse_cluster
-from homegpu.remote.node_side import sleep_watch, stats_agent
+from homegpu.remote.node_side.agent import sleep_watch, stats_agent
 from homegpu.remote.nodes import AsleepNodes
 from homegpu.remote.nodes.stats import parse_agent_line
 from simlogind import Logind

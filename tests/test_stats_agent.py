@@ -23,8 +23,9 @@ from types import SimpleNamespace
 import pytest
 
 from homegpu.remote.events import NA, GpuProcess, NodeStats
-from homegpu.remote.node_side import AGENT_MODULES, gpu_nvml, gpu_smi, host_proc, stats_agent
-from homegpu.remote.node_side.gpu_nvml import (
+from homegpu.remote.node_side import AGENT_MODULES
+from homegpu.remote.node_side.agent import gpu_nvml, gpu_smi, host_proc, stats_agent
+from homegpu.remote.node_side.agent.gpu_nvml import (
     NvmlReader,
     compile_pynvml,
     load_pynvml,
@@ -32,16 +33,16 @@ from homegpu.remote.node_side.gpu_nvml import (
     read_nvml,
     read_nvml_versions,
 )
-from homegpu.remote.node_side.gpu_smi import SmiReader
-from homegpu.remote.node_side.host_proc import (
+from homegpu.remote.node_side.agent.gpu_smi import SmiReader
+from homegpu.remote.node_side.agent.host_proc import (
     cpu_percent,
     disk_free_mib,
     parse_loadavg,
     parse_meminfo,
     parse_proc_stat,
 )
-from homegpu.remote.node_side.smi_parse import LoopIterations, parse_nvidia_smi_gpus
-from homegpu.remote.node_side.stats_agent import NoGpuReader, PROTOCOL_VERSION, open_reader
+from homegpu.remote.node_side.agent.smi_parse import LoopIterations, parse_nvidia_smi_gpus
+from homegpu.remote.node_side.agent.stats_agent import NoGpuReader, PROTOCOL_VERSION, open_reader
 from homegpu.remote.nodes.agent_bundle import (
     BOOTSTRAP,
     agent_command,

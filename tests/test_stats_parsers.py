@@ -13,7 +13,7 @@ import pickle
 import pytest
 
 from homegpu.remote.events import NA, GpuProcess, GpuStats, NodeStats, NotAvailable
-from homegpu.remote.node_side.smi_parse import (
+from homegpu.remote.node_side.agent.smi_parse import (
     LoopIterations,
     clean,
     number,

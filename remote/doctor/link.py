@@ -1,7 +1,7 @@
 """The doctor's "pcie link" row: each GPU's PCIe link read under a load of the doctor's own. Pure.
 
 An idle GPU drops its link generation to save power, so a link read idle is never judged. The probe
-(remote/doctor/probe.py) has node_side/gpu_load.py copy host→GPU on every GPU, reads them meanwhile
+(remote/doctor/probe.py) has node_side/scripts/gpu_load.py copy host→GPU on every GPU, reads them meanwhile
 with the stats agent, and keeps what both said (:class:`LoadFacts`); the link is judged with the words
 `status` uses (remote/nodes/health.py's ``link_causes``), followed by the throughput the copies got.
 Where the load could not run (no libcuda, cuInit failing) the row says so and judges nothing.
@@ -23,7 +23,7 @@ NOT_JUDGED = "an idle link is not judged"
 class LoadFacts:
     """What the load probe learned on one node.
 
-    said: the load's JSON lines (node_side/gpu_load.py's docstring has their shape).
+    said: the load's JSON lines (node_side/scripts/gpu_load.py's docstring has their shape).
     reading: the stats agent's answer taken while the load ran; None when no GPU came under load.
     failure: why the load could not run where it ended without a word of its own ("" otherwise).
     """

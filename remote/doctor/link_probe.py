@@ -1,6 +1,6 @@
 """The doctor's load probe: the node's GPUs under a short load of its own, read while it runs.
 
-node_side/gpu_load.py copies host→GPU on every GPU and says when its copies run; the stats agent
+node_side/scripts/gpu_load.py copies host→GPU on every GPU and says when its copies run; the stats agent
 then reads the GPUs (their links trained up by the copies), and closing the load's stdin ends it,
 when it says what each GPU's copies got through. The pure judgement is remote/doctor/link.py's.
 """

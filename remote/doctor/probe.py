@@ -7,7 +7,7 @@ remote/doctor/judge.py turn them into :class:`Check` rows in a fixed order; the 
 come from the session's state (here), the reachable row from remote/doctor/network.py. GPUs are read
 twice with the stats agent, once through NVML and once through `nvidia-smi` (see remote/doctor/gpus.py),
 and on a node with GPUs a third time once the other probes are done, under a load of doctor's own
-(node_side/gpu_load.py: an idle link is never judged, see remote/doctor/link.py).
+(node_side/scripts/gpu_load.py: an idle link is never judged, see remote/doctor/link.py).
 
 Every command is an argv list; the transport quotes it with shlex.join, so config values never reach
 a shell unquoted.

@@ -1,7 +1,7 @@
 """The doctor's "wake and sleep" row, for a node with a `mac`: that the MAC is one of its NICs', that its
 SSH user may run its sleep command without a password (asked of sudo with `sudo -n -l`, which lists a
 command it would allow and runs nothing: the node is never put to sleep by doctor), and whether a sleep of
-its own will be heard (gdbus, node_side/sleep_watch.py).
+its own will be heard (gdbus, node_side/agent/sleep_watch.py).
 
 The probe is `sleep_wake_facts`; `sleep_wake_check` is pure.
 """

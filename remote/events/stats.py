@@ -1,6 +1,6 @@
 """A node's stats as frozen snapshots (what NodeStatsUpdated carries); nodes/stats.py parses the agent's lines.
 
-The agent (``node_side/stats_agent.py``, reading through ``gpu_nvml.py``, ``gpu_smi.py`` and
+The agent (``node_side/agent/stats_agent.py``, reading through ``gpu_nvml.py``, ``gpu_smi.py`` and
 ``host_proc.py``) writes ``null`` for anything a node cannot measure; here that becomes :data:`NA`,
 a value that formats as "n/a" and is falsy, so widgets print ``f"{gpu.power:5.0f} W"`` without a
 ``None`` check per field (the habit nvitop's ``NA`` teaches, see STYLE.md).
@@ -84,7 +84,7 @@ def _percent(part: Number, whole: Number) -> float | NotAvailable:
 
 @dataclass(frozen=True)
 class ProcessOwner:
-    """Who a GPU process belongs to, as the node's agent found out (remote/node_side/process_owners.py).
+    """Who a GPU process belongs to, as the node's agent found out (remote/node_side/agent/process_owners.py).
 
     ``kind``: "worker" (a homegpu worker: ``run_id``, ``job``, ``index``), "container" (another
     container: ``container``, ``container_name``), "process" (a user's process) or "unknown" (the
@@ -117,7 +117,7 @@ class PcieLink:
     """A GPU's PCIe link: its generation and width now, what the card and its slot can do together
     (``max_gen``, ``max_width``), what the card alone can (``gpu_max_gen``, ``gpu_max_width``), and the
     MB/s the GPU sends and receives over it (``tx_mbs``, ``rx_mbs``: NVML only); NA where the node cannot
-    tell (node_side/gpu_health.py)."""
+    tell (node_side/agent/gpu_health.py)."""
 
     gen: Number = NA
     width: Number = NA
@@ -131,7 +131,7 @@ class PcieLink:
 
 @dataclass(frozen=True)
 class XidErrors:
-    """The XID errors the NVIDIA driver logged for a GPU since boot (node_side/gpu_xid.py): how many, the last
+    """The XID errors the NVIDIA driver logged for a GPU since boot (node_side/agent/gpu_xid.py): how many, the last
     one's code and its unix time (NA while there is none)."""
 
     count: Number
@@ -146,7 +146,7 @@ class GpuStats:
     ``mem_used`` is what nvidia-smi shows, without the memory the driver reserves for itself;
     ``mem_reserved`` is that reservation where the node's NVML reports it (NA otherwise).
     Its health, read every few seconds by the agent: ``throttle`` names the clock event reasons
-    active now (node_side/gpu_health.py's names; None where unknown, () for none), the memory
+    active now (node_side/agent/gpu_health.py's names; None where unknown, () for none), the memory
     clock and both maximum clocks in MHz, and its PCIe link (``remote/nodes/health.py`` judges them);
     ``xid`` its XIDs since boot, None where the node cannot read its kernel log (or the agent predates it),
     and ``bus_id`` its PCI address (``00000000:2D:00.0``).
@@ -197,9 +197,9 @@ class NodeStats:
     mem_total: Number
     disk_free: Number
     errors: tuple[str, ...] = ()
-    host_energy: Number = NA  # the CPUs' and memory's joules by RAPL since the agent began (node_side/host_power.py)
+    host_energy: Number = NA  # the CPUs' and memory's RAPL joules since the agent began (node_side/agent/host_power.py)
     host_power: Number = NA  # without RAPL: the draw besides the GPUs estimated from `cpu` (NodeSpec.host_watts)
-    sleeping: bool = False  # logind said the machine is about to sleep (node_side/sleep_watch.py)
+    sleeping: bool = False  # logind said the machine is about to sleep (node_side/agent/sleep_watch.py)
 
     @property
     def mem_percent(self) -> float | NotAvailable:

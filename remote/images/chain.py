@@ -1,6 +1,6 @@
 """`image copy` as a chain: source → first target → second target → …, the image crossing every link once.
 
-The controller only sets the chain up and watches it: every node runs remote/node_side/image_relay.py (its
+The controller only sets the chain up and watches it: every node runs remote/node_side/scripts/image_relay.py (its
 source, under the node's python), which reads `docker save` from the source's engine or loads what
 it receives into its own while passing it on. A home LAN gives each machine one link, so N targets
 cost about one copy's time instead of N copies through one uplink, and nothing crosses the

@@ -1,6 +1,6 @@
 """Mirror a local directory onto a node, as `rsync -a --delete` would, sending only what changed.
 
-One process per sync on the node, under the node's own Python (node_side/tree_sync.py's source, nothing
+One process per sync on the node, under the node's own Python (node_side/scripts/tree_sync.py's source, nothing
 installed there): it lists the whole tree as one JSON line, we compare it with ours by size,
 modification second and mode bits (rsync's quick check), then stream the plan (removals, new
 directories) and every changed file down its stdin, in bounded chunks with flow control. The node

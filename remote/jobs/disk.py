@@ -2,7 +2,7 @@
 
 A worker that writes into a full disk fails with "No space left on device" (errno 28), and so does every
 restart; its log, on that disk too, may end mid-line and its supervisor may not record its exit. So when
-a generation fails, the run measures each failed worker's run dir on its node (node_side/disk_space.py):
+a generation fails, the run measures each failed worker's run dir on its node (node_side/scripts/disk_space.py):
 a disk with less than LOW_DISK_MB left, or a worker whose supervisor or log met ENOSPC, ends the run
 with the node, the filesystem, the room left and the fix.
 """

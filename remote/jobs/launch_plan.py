@@ -86,7 +86,7 @@ def worker_env(job: JobSpec, paths: NodePaths) -> dict[str, str]:
 
 def worker_markers(job: str, run_id: str, index: int) -> dict[str, str]:
     """Environment that marks a worker's processes as this run's, for whoever looks at the node's
-    GPU processes (the stats agent, through remote/node_side/process_owners.py); children inherit it."""
+    GPU processes (the stats agent, through remote/node_side/agent/process_owners.py); children inherit it."""
     return {MARKER_JOB: job, MARKER_RUN: run_id, MARKER_INDEX: str(index)}
 
 

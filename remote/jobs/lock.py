@@ -4,7 +4,7 @@
 to that run instead of starting another. The lock is a file under the node's work dir,
 `WORK_DIR/locks/JOB.lock`, holding the run id, the controller's host and pid and the node's time
 of its last heartbeat. All the judging and writing happens on the node in one short stdlib script
-(node_side/job_lock.py) under a flock(), so two controllers racing for it cannot both win.
+(node_side/scripts/job_lock.py) under a flock(), so two controllers racing for it cannot both win.
 
 A lock left by a dead controller is taken over (atomically: the new owner is renamed over the old):
 - its controller ran on the node's own machine and that pid is gone: at once;

@@ -65,7 +65,7 @@ _NOT_USERS = re.compile(r"(?:^|/)(?:site-packages|dist-packages|_homegpu)/|/lib(
 
 
 def is_supervisor_note(text: str) -> bool:
-    """A line the worker's supervisor (node_side/worker_process.py) wrote: it started, it exited."""
+    """A line the worker's supervisor (node_side/scripts/worker_process.py) wrote: it started, it exited."""
     return bool(_SUPERVISOR_NOTE.match(text.strip()))
 
 

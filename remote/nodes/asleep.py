@@ -4,7 +4,7 @@ tells a node that sleeps from one that is offline.
 ~/.local/share/homegpu/asleep-NAME-HASH.json (beside the history), `{"NODE": {"since": UNIX_TIME, "by_itself":
 BOOL}}` (a bare number, as older versions wrote, is a node homegpu put to sleep then), written whole through a
 private temporary file and renamed (0600). A node is marked when homegpu puts it to sleep, or when its agent
-passes on logind's word that it is about to sleep by itself (node_side/sleep_watch.py); it leaves the file
+passes on logind's word that it is about to sleep by itself (node_side/agent/sleep_watch.py); it leaves the file
 when homegpu reaches it again, or wakes it. Only a node with a `mac` is ever marked: without one it could not
 be woken.
 """

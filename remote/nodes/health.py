@@ -1,6 +1,6 @@
 """Whether a GPU is held back, and by what, in words that name the cause and its fix.
 
-Pure: a :class:`GpuStats` in (its health as the agent read it, node_side/gpu_health.py), sentences
+Pure: a :class:`GpuStats` in (its health as the agent read it, node_side/agent/gpu_health.py), sentences
 out, such as "GPU 1 thermal slowdown at 87 °C: clocks 1,200 of 1,860 MHz; improve the case's
 airflow". An XID the driver logged within ``XID_RECENT_S`` is named whatever the load, with what it
 means and its fix for the common codes. Nothing else is judged on an idle GPU: an idle card lowers its
@@ -28,7 +28,7 @@ HELD_FOR_S = 8.0
 IDLE = "gpu_idle"
 XID_RECENT_S = 3600.0  # an XID logged this long before the line is news; older ones stay in the figures only
 
-# A reason's name (node_side/gpu_health.py) -> (what it is, the fix).
+# A reason's name (node_side/agent/gpu_health.py) -> (what it is, the fix).
 REASONS = {
     "sw_power_cap": ("power cap", "raise the limit (nvidia-smi -pl) or accept it"),
     "hw_power_brake": ("power brake", "the power supply or its cables cannot feed it; check them"),

@@ -1,6 +1,6 @@
 """Who owns each GPU process, in words, and the preflight warning about GPU memory others hold.
 
-The node's agent finds the owners (remote/node_side/process_owners.py); this turns them into what `status`,
+The node's agent finds the owners (remote/node_side/agent/process_owners.py); this turns them into what `status`,
 the TUI and a run's preflight say. Pure: no I/O.
 """
 

@@ -389,7 +389,7 @@ class QueueRunner:
         if resume.action == ATTACH:
             run.adopt(entry.run_id, found[1])
             with contextlib.suppress(LaunchError):
-                await run.take_lock()  # the run's own lock, taken over (node_side/job_lock.py)
+                await run.take_lock()  # the run's own lock, taken over (node_side/scripts/job_lock.py)
             self._follow(self._mark_running(entry), run)
             return True
         await self._resume_ended(entry, run, resume.reason)

@@ -35,7 +35,7 @@ class ExperimentLog:
             lines = self.folder.log(worker).read_text(encoding="utf-8", errors="replace").splitlines()
         except FileNotFoundError:
             return 0
-        start = f"=== homegpu: {worker} generation {generation} starting ==="  # node_side/worker_process.py
+        start = f"=== homegpu: {worker} generation {generation} starting ==="  # node_side/scripts/worker_process.py
         starts = [index for index, line in enumerate(lines) if line == start]
         return len(lines) - starts[-1] if starts else 0
 

@@ -1,5 +1,5 @@
 """ProcessRuntime: each worker is a plain process on its node, started with setsid through
-node_side/worker_process.py (shipped as a `python -c` script, so nodes need no homegpu install). For nodes
+node_side/scripts/worker_process.py (shipped as a `python -c` script, so nodes need no homegpu install). For nodes
 without Docker; the worker's state lives in files under the run directory.
 """
 
@@ -18,7 +18,7 @@ _WORKER_SCRIPT = script("worker_process")
 
 
 class ProcessRuntime(Runtime):
-    """Plain processes started with setsid through node_side/worker_process.py; for nodes without Docker."""
+    """Plain processes started with setsid through node_side/scripts/worker_process.py; for nodes without Docker."""
 
     def worker_paths(self, run_id: str, label: str, code_dir: str, data_dir: str, job_python: str) -> NodePaths:
         """The node's own paths; the interpreter is the job's `python`, else the node's."""

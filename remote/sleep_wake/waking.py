@@ -1,4 +1,4 @@
-"""Waking nodes: the magic packet (node_side/wake_packet.py), sent from here or from the node's `wake_via`,
+"""Waking nodes: the magic packet (node_side/scripts/wake_packet.py), sent from here or from the node's `wake_via`,
 then SSH tried until the node answers, within its `wake_timeout`.
 
 A node homegpu put to sleep (nodes/asleep.py) stays "asleep" while it boots; its session is asked to try

@@ -46,8 +46,17 @@ NVML_RUNNER = """
 import sys
 from types import SimpleNamespace
 sys.path[:0] = [sys.argv[2], sys.argv[1]]
+try:
+    from homegpu.remote.node_side.agent import gpu_nvml, stats_agent
+except ImportError:  # a checkout from before node_side/agent/ (issue 45): its modules are at node_side/'s top
+    import importlib
+    import homegpu.remote.node_side as flat
+    sys.modules["homegpu.remote.node_side.agent"] = flat
+    for name in (*flat.AGENT_MODULES, "stats_agent"):  # the agent's alone: a one-shot script runs when imported
+        module = importlib.import_module("homegpu.remote.node_side." + name)
+        sys.modules["homegpu.remote.node_side.agent." + name] = module
+    from homegpu.remote.node_side.agent import gpu_nvml, stats_agent
 import test_stats_agent as t
-from homegpu.remote.node_side import gpu_nvml, stats_agent
 gpu = t.recorded_gpu("status_load.json")
 [process] = gpu["processes"]
 handle = t.device(gpu["name"], gpu["uuid"], gpu["util"], gpu["mem_used"], gpu["mem_total"], gpu["temp"],
@@ -117,7 +126,9 @@ def package_dir(checkout: Path, root: Path) -> Path:
 def agent_argv(source: str, checkout: Path, root: Path) -> list[str]:
     if source == "nvml":
         return [sys.executable, "-c", NVML_RUNNER, str(TESTS), str(package_dir(checkout, root))]
-    agent = checkout / "remote" / "node_side" / "stats_agent.py"
+    agent = checkout / "remote" / "node_side" / "agent" / "stats_agent.py"
+    if not agent.exists():  # a checkout from before node_side/agent/ (issue 45)
+        agent = checkout / "remote" / "node_side" / "stats_agent.py"
     return [sys.executable, str(agent), "--interval", "1", "--source", "nvidia-smi", "--work-dir", str(root)]
 
 

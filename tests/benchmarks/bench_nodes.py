@@ -50,7 +50,7 @@ from helpers import homegpu_argv  # noqa: E402
 
 import statistics  # noqa: E402
 
-from homegpu.remote.node_side import stats_agent  # noqa: E402
+from homegpu.remote.node_side.agent import stats_agent  # noqa: E402
 from homegpu.remote.config.cluster_spec import load_cluster  # noqa: E402
 from homegpu.remote.net.bandwidth import RESNET50_PARAMS, advice
 from homegpu.remote.events import BandwidthMatrix, LinkResult  # noqa: E402

@@ -37,7 +37,7 @@ from simcluster import SimCluster  # noqa: E402
 
 from homegpu.remote.config.cluster_spec import load_cluster  # noqa: E402
 from homegpu.remote.jobs.codesync import SKIP_DIRS, sync_tree  # noqa: E402
-from homegpu.remote.node_side.tree_sync import scan  # noqa: E402
+from homegpu.remote.node_side.scripts.tree_sync import scan  # noqa: E402
 from homegpu.remote.nodes.cluster import Cluster  # noqa: E402
 
 NODES, ROUNDS, CHANGED = 4, 3, 10

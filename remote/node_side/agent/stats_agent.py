@@ -38,7 +38,7 @@ health keys), ``gpu_xid`` (XIDs from the kernel log), ``host_proc`` (CPU, memory
 owns a GPU process; without it processes have no ``owner``).
 They import each other relatively on the controller and by plain name on a node::
 
-    if __package__:  # imported as homegpu.remote.node_side.X: the controller and the tests
+    if __package__:  # imported as homegpu.remote.node_side.agent.X: the controller and the tests
         from . import gpu_smi
     else:  # a node: the bundle's bootstrap, or this file run as a script
         import gpu_smi
@@ -80,7 +80,7 @@ else:
 PROTOCOL_VERSION = 1
 GPU_SOURCES = ("nvml", "nvidia-smi", "none")  # what a line's "source" says
 SOURCES = ("auto", *GPU_SOURCES)  # what --source takes: "auto" tries them in order
-# The node_side modules the agent runs with, each after those it imports (the bundle ships them so).
+# The modules of node_side/agent/ the agent runs with, each after those it imports (the bundle ships them so).
 MODULES = ("agent_common", "children", "gpu_health", "smi_parse", "gpu_smi", "gpu_nvml", "gpu_xid", "host_proc",
            "host_power", "process_owners", "sleep_watch")
 # The controller's pynvml source, put here by the bundle's bootstrap (nodes/agent_bundle.py); else the node's own.
