@@ -43,7 +43,7 @@ TF_TAG = "homegpu-test/tensorflow:2.21"
 TF_PACKAGES = ("tensorflow==2.21.0", "tf-keras==2.21.0")
 TF_CHECK = "import tensorflow as tf, tf_keras; print('tensorflow', tf.__version__, 'tf_keras', tf_keras.__version__)"
 TORCH_TAG = "homegpu-test/pytorch:2.14"
-TORCH_PACKAGES = ("torch==2.14.1",)  # what the [pytorch] extra installs here: nodes' versions must agree
+TORCH_PACKAGES = ("torch==2.14.1", "numpy")  # what the [pytorch] extra installs here: nodes' versions must agree
 TORCH_CHECK = "import torch, torch.distributed; print('torch', torch.__version__)"
 
 BUSYBOX_BINARY = "/bin/busybox"  # from Debian's busybox-static: statically linked, runs FROM scratch

@@ -34,7 +34,7 @@ def ddp_job(sim_cluster, tmp_path: Path, name: str = "ddp", **job) -> Path:
 
 
 def epoch_losses(output: str, node: str) -> dict[int, float]:
-    """The epochs (the script's own 0-based numbers) and losses `run --no-tui` showed for `node`."""
+    """The epochs (counted from 1: the script's `Epoch 0` is epoch 1) and losses `run --no-tui` showed for `node`."""
     return {int(epoch): float(loss) for found, epoch, loss in NODE_EPOCH.findall(output) if found == node}
 
 
@@ -66,11 +66,11 @@ def test_the_ddp_tutorial_trains_unchanged_on_two_nodes_and_its_loss_falls(sim_c
     assert result.returncode == 0, result.stdout + result.stderr
     for node in ("node1", "node2"):  # one process a node: rank 0 on node1, the chief, rank 1 on node2
         losses = epoch_losses(result.stdout, node)
-        assert sorted(losses) == list(range(6)), result.stdout
-        assert losses[5] < 0.5 * losses[0], f"{node} did not learn: {losses}"
+        assert sorted(losses) == list(range(1, 7)), result.stdout  # its Epoch 0..5
+        assert losses[6] < 0.5 * losses[1], f"{node} did not learn: {losses}"
     assert "generation 2" not in result.stdout and "Traceback" not in result.stdout
     (run_dir,) = (tmp_path / "experiments").iterdir()
-    assert recorded_epochs(run_dir) == {"node1": list(range(6)), "node2": list(range(6))}
+    assert recorded_epochs(run_dir) == {"node1": list(range(1, 7)), "node2": list(range(1, 7))}
     assert (run_dir / "output" / "snapshot.pt").is_file()  # the chief's snapshot came home
     assert not worker_processes(sim_cluster)
 
@@ -113,10 +113,10 @@ def test_a_killed_process_restarts_every_node_from_the_snapshot(sim_cluster, pyt
     assert "generation 2" in text
     resumed = {int(epoch) for epoch in re.findall(r"Resuming training from snapshot at Epoch (\d+)", text)}
     assert len(resumed) == 1 and min(resumed) >= 3, text
-    (epoch,) = resumed
+    (epoch,) = resumed  # epochs done: the script's next is its `Epoch {epoch}`, shown as epoch + 1
     after = text[text.index("generation 2"):]
-    assert f"node1 * epoch {epoch}/?" in after and f"node1 * epoch {epoch - 1}/?" not in after  # from the snapshot
-    assert "node2 * epoch 7/?" in after
+    assert f"node1 * epoch {epoch + 1}/?" in after and f"node1 * epoch {epoch}/?" not in after  # from the snapshot
+    assert "node2 * epoch 8/?" in after
     assert not worker_processes(sim_cluster)
 
 
@@ -154,7 +154,7 @@ def test_serve_queues_a_pytorch_job_records_its_epochs_and_alerts(sim_cluster, p
     with serving(config, tmp_path / "serve.log", experiments):
         queued = submit(config, "ddpq")
         entry = wait_state(config, queued, "succeeded", 400)
-    assert recorded_epochs(experiments / entry["run_id"]) == {"node1": [0, 1, 2], "node2": [0, 1, 2]}
+    assert recorded_epochs(experiments / entry["run_id"]) == {"node1": [1, 2, 3], "node2": [1, 2, 3]}
     alerts = (tmp_path / "alerts.txt").read_text().splitlines()
     assert f"queued_run_succeeded {queued} {entry['run_id']}" in alerts
     assert not worker_processes(sim_cluster)
@@ -181,7 +181,7 @@ def test_a_pytorch_run_is_attached_to_then_stopped_with_every_process(sim_cluste
             second.wait()
         seen["stop"] = homegpu("--config", str(config), "stop", "ddpstop", cwd=tmp_path)
 
-    status, text = run_and_strike(config, tmp_path, "node2 * epoch 1/?", attach_then_stop, job="ddpstop")
+    status, text = run_and_strike(config, tmp_path, "node2 * epoch 2/?", attach_then_stop, job="ddpstop")
     print(text[-3000:])
     assert "attaching" in seen["attached"] and seen["same"], "a duplicate torchrun was started"
     assert seen["stop"].returncode == 0 and "stopped ddpstop" in seen["stop"].stdout, seen["stop"].stderr

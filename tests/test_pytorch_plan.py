@@ -4,13 +4,18 @@ the backend every process can use, and the torchrun each node runs."""
 from __future__ import annotations
 
 import os
+import re
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
+from images import TORCH_PACKAGES
 
 from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.config.checks import ConfigError
 from homegpu.remote.plan import lay_out
+from homegpu.remote.runtimes.base import TORCH_PACKAGES as NODE_INSTALL
 
 CLUSTER = """
 [[nodes]]
@@ -168,3 +173,16 @@ def test_a_run_records_only_the_settings_that_apply_to_its_job():
     assert (demo["epochs"], demo["batch_size"]) == (3, 64) and not {"model", "data", "workers_per_node"} & demo.keys()
     assert (trainer["model"], trainer["epochs"], trainer["workers_per_node"]) == ("cnn", 4, 1) and "keras" not in trainer
     assert tf_script["keras"] == "tf-keras" and not {"model", "epochs"} & tf_script.keys()
+
+
+def test_every_install_of_torch_brings_numpy():
+    """torch's wheel leaves NumPy out, and without it every process of a run warns "Failed to initialize NumPy":
+    the [pytorch] extra, the PyTorch image, the test image and the install a node is told to run all bring it."""
+    root = Path(__file__).resolve().parent.parent
+    extra = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["pytorch"]
+    assert {re.split(r"[<>=!~ \[]", need)[0] for need in extra} >= {"torch", "numpy"}
+    (install,) = [line for line in (root / "assets" / "pytorch.Dockerfile").read_text().splitlines()
+                  if "pip install" in line]
+    assert "torch==" in install and " numpy" in install.split("pip install", 1)[1]
+    assert {package.split("==")[0] for package in TORCH_PACKAGES} >= {"torch", "numpy"}
+    assert "numpy" in NODE_INSTALL.split() and "torch" in NODE_INSTALL.split()

@@ -7,7 +7,7 @@ import pytest
 
 from homegpu.remote.jobs.failure import shows_progress
 from homegpu.remote.logs.classify import LineClassifier
-from homegpu.remote.logs.script_progress import ScriptProgress
+from homegpu.remote.logs.script_progress import EpochNumbers, ScriptProgress
 
 # line -> the event a fresh reader makes of it (pytorch/examples, the DDP tutorial, tqdm's own formats)
 ONE_LINE = [
@@ -49,19 +49,61 @@ def feed(lines: list[str]) -> list[dict | None]:
 
 
 def test_bare_epoch_headers_say_the_previous_epoch_is_done_once():
-    """The tutorial's own lines: an epoch's start, repeated by a second line (its snapshot), not a summary."""
+    """The tutorial's own lines: an epoch's start, repeated by a second line (its snapshot), not a summary.
+    It counts from 0: its `Epoch 0` is the first epoch, its `Epoch 1` header says that one is done."""
     events = feed(["[GPU0] Epoch 0 | Batchsize: 32 | Steps: 64", "Epoch 0 | Training snapshot saved at snapshot.pt",
                    "[GPU0] Epoch 1 | Batchsize: 32 | Steps: 64", "Epoch 1 | Training snapshot saved at snapshot.pt",
                    "[GPU0] Epoch 2 | Batchsize: 32 | Steps: 64"])
     assert events == [{"event": "start", "epochs": None, "initial_epoch": 0, "resumed": False}, None,
-                      {"event": "epoch", "epoch": 0, "epochs": None}, None, {"event": "epoch", "epoch": 1, "epochs": None}]
+                      {"event": "epoch", "epoch": 1, "epochs": None}, None, {"event": "epoch", "epoch": 2, "epochs": None}]
 
 
 def test_once_epoch_lines_carry_figures_bare_ones_say_nothing():
     events = feed(["[GPU0] Epoch 0 | Loss 0.5", "Epoch 0 | Training snapshot saved", "[GPU0] Epoch 1 | Loss 0.3",
                    "Epoch 1 | Training snapshot saved"])
     assert [event and event["event"] for event in events] == ["epoch", None, "epoch", None]
-    assert [event["epoch"] for event in events if event] == [0, 1]
+    assert [event["epoch"] for event in events if event] == [1, 2]
+
+
+# (lines, the epochs their "epoch" events say): a script counting from 0 and one counting from 1 both read 1, 2, 3
+NUMBERED = [
+    ([f"[GPU0] Epoch {n} | Batchsize: 32 | Steps: 64 | loss {loss}" for n, loss in enumerate((0.1605, 0.09, 0.05))],
+     [1, 2, 3]),
+    (["Epoch [1/3], Loss: 0.5", "Epoch [2/3], Loss: 0.4", "Epoch [3/3], Loss: 0.3"], [1, 2, 3]),
+    (["Epoch 0: 100%|██████████| 10/10 [00:01<00:00, 9.1it/s, loss=0.9]",
+      "Epoch 1: 100%|██████████| 10/10 [00:01<00:00, 9.1it/s, loss=0.8]",
+      "Epoch 2: 100%|██████████| 10/10 [00:01<00:00, 9.1it/s, loss=0.7]"], [1, 2, 3]),
+    (["Epoch 1/3", "Epoch 1: 100%|██████████| 10/10 [00:01<00:00, 9.1it/s, loss=0.9]", "Epoch 2/3",
+      "Epoch 2: 100%|██████████| 10/10 [00:01<00:00, 9.1it/s, loss=0.8]", "Epoch 3/3",
+      "Epoch 3: 100%|██████████| 10/10 [00:01<00:00, 9.1it/s, loss=0.7]"], [1, 2, 3]),
+]
+
+
+@pytest.mark.parametrize("lines, epochs", NUMBERED, ids=["tutorial from 0", "from 1", "bars from 0", "bars from 1"])
+def test_epochs_read_as_the_script_numbers_them(lines, epochs):
+    """The DDP tutorial's `Epoch 0` is the first epoch: a run of its epochs 0..2 has done 3, as `Epoch [1/3]` to
+    `[3/3]` of a script that counts from 1 has (the summary's EPOCHS column and `epoch N/?` show the last)."""
+    assert [event["epoch"] for event in feed(lines) if event and event["event"] == "epoch"] == epochs
+
+
+def test_a_step_of_a_script_counting_from_0_is_in_epoch_1():
+    events = feed(["Epoch 0:  45%|████▌     | 45/100 [00:02<00:01, 20.10it/s, loss=0.234]",
+                   "Epoch [0/5], Step [100/600], Loss: 2.2323"])
+    assert [event["epoch"] for event in events] == [1, 1]
+
+
+def test_a_resumed_generation_counts_as_the_first_one_did():
+    """The run's first generation said the script counts from 0; its next one resumes with `Epoch 3` (three
+    done), which alone would read as a count from 1."""
+    numbers = EpochNumbers()
+    first = ScriptProgress(numbers)
+    assert [first.feed(f"[GPU0] Epoch {n} | Loss 0.5")["epoch"] for n in range(3)] == [1, 2, 3]
+    resumed = ScriptProgress(numbers)
+    assert resumed.feed("Resuming training from snapshot at Epoch 3") is None
+    assert resumed.feed("[GPU0] Epoch 3 | Batchsize: 32 | Steps: 64") == {
+        "event": "start", "epochs": None, "initial_epoch": 3, "resumed": True}
+    assert resumed.feed("[GPU0] Epoch 4 | Batchsize: 32 | Steps: 64") == {"event": "epoch", "epoch": 4, "epochs": None}
+    assert ScriptProgress().feed("[GPU0] Epoch 3 | Loss 0.5")["epoch"] == 3  # a fresh reader: a count from 1
 
 
 def classified(lines: list[str]) -> list[str | None]:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from types import SimpleNamespace
 
 from homegpu.remote.config import NodeSpec, parse_cluster
 from homegpu.remote.events import NA, EventHub, GpuStats, LogLine, Metric, NodeStats, Straggler, WorkerMetric
 from homegpu.remote.jobs import JobRun
 from homegpu.remote.jobs.watch import WorkerTrack
 from homegpu.remote.jobs.worker_logs import WorkerLines
-from homegpu.remote.logs import classify
+from homegpu.remote.logs import LogTail, classify
+from homegpu.remote.logs.tail import FileResume
 from homegpu.remote.nodes import Cluster
 from homegpu.remote.plan import WorkerSlot
 from homegpu.remote.plan.device_plan import plan_devices
@@ -130,3 +132,29 @@ def test_the_runs_lookup_names_only_the_workers_own_gpus_as_its_nodes_session_ju
     assert cause.startswith("GPU 1 thermal slowdown at 87 °C since ") and cause.endswith("improve the case's airflow")
     run.plan = None  # no plan (a numeric layout without stats): every GPU of the node is the worker's
     assert run._generations.held_back("box") == [cause]
+
+
+class _Unstarted(LogTail):
+    def start(self) -> "_Unstarted":
+        return self
+
+
+class _Runtime:
+    """A runtime whose tails of a worker's output are only read here (nothing follows a node)."""
+
+    def tail(self, run_id: str, label: str, generation: int, follow: bool = True, **kwargs) -> LogTail:
+        return _Unstarted(SimpleNamespace(name="box"), FileResume(f"{label}.g{generation}.log", follow), **kwargs)
+
+
+def test_a_generation_reads_the_scripts_epochs_as_its_workers_first_generation_did():
+    """The DDP tutorial counts from 0; a generation resumed from its snapshot begins with `Epoch 3` (three done),
+    which alone would read as a count from 1: the worker's track keeps what the first generation showed."""
+    workers = tracks("box")
+    workers["box"].runtime = _Runtime()
+    lines = WorkerLines("ddp", "run-1", EventHub(), workers, None)
+    lines.follow(1, None)
+    first = workers["box"].tail.classifier
+    assert [first.classify(f"[GPU0] Epoch {n} | Loss 0.5").epoch for n in range(3)] == [1, 2, 3]
+    lines.follow(2, None)
+    resumed = workers["box"].tail.classifier
+    assert resumed is not first and resumed.classify("[GPU0] Epoch 3 | Loss 0.4").epoch == 4

@@ -212,10 +212,11 @@ class HistoryRecorder(SampleRecorder):
     def energy_totals(self) -> list[tuple[str, int, str, str, float]]:
         """(node, GPU index, GPU name, UUID, joules) of every GPU's energy recorded since the history began, and
         of the rest of each machine with GPU index HOST where it was measured or estimated: never less than before,
-        across serve's restarts (kept in the file with the rows they count)."""
+        across serve's restarts, killed ones too: only what the file holds (written with the rows they count, each
+        second), which is what a restart starts from."""
         names = {id_: name for name, id_ in self._nodes.items()}
         return [(names.get(node, "?"), gpu, *self._gpus.get((node, gpu), ("", "")), joules)
-                for (node, gpu), joules in sorted(self._energy.items())]
+                for (node, gpu), joules in sorted(self._energy_written.items())]
 
     def _state(self, event: NodeStateChanged) -> None:
         node = self._node(event.node)

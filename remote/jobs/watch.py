@@ -17,7 +17,7 @@ from homegpu.remote.config import JobSpec
 from homegpu.remote.events import NO_METRIC, EventHub, Metric, WorkerExited
 from homegpu.remote.jobs.failure import WorkerEnd
 from homegpu.remote.jobs.launch_plan import classify_exit
-from homegpu.remote.logs import LogTail, TracebackReader
+from homegpu.remote.logs import EpochNumbers, LogTail, TracebackReader
 from homegpu.remote.nodes import NODE_GONE
 from homegpu.remote.plan import WorkerSlot
 from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus
@@ -42,6 +42,9 @@ class WorkerTrack:
     # Its last traceback this generation, read as each line came: the header of an error whose message
     # is hundreds of lines is far above last_lines().
     tracebacks: TracebackReader = field(default_factory=TracebackReader)
+    # Whether its script counts epochs from 0 or 1, told by its first epoch line: a resumed generation's first
+    # line (`Epoch 3`) cannot tell.
+    epoch_numbers: EpochNumbers = field(default_factory=EpochNumbers)
 
     @property
     def label(self) -> str:

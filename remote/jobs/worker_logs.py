@@ -39,7 +39,8 @@ class WorkerLines:
             track.tracebacks = TracebackReader()  # this generation's
             track.tail = track.runtime.tail(self.run_id, track.label, generation,
                                             on_line=self._taker(track, (recorded or {}).get(track.label, 0)),
-                                            worker=track.label, batch_size=batch_size).start()
+                                            worker=track.label, batch_size=batch_size,
+                                            epoch_numbers=track.epoch_numbers).start()
 
     def _taker(self, track: WorkerTrack, recorded: int):
         skipped = 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from homegpu.remote.logs.classify import classify
 from homegpu.remote.logs.known_causes import KnownCause, known_cause
-from homegpu.remote.logs.script_progress import ScriptProgress
+from homegpu.remote.logs.script_progress import EpochNumbers, ScriptProgress
 from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.logs.tf_notices import is_harmless_tf_notice
 from homegpu.remote.logs.traceback_fold import TracebackFold
@@ -15,6 +15,7 @@ from homegpu.remote.logs.tracebacks import (
 )
 
 __all__ = [
-    "TRACEBACK_HEADER", "KnownCause", "LogTail", "ScriptProgress", "Traceback", "TracebackFold", "TracebackReader",
-    "classify", "clip", "is_harmless_tf_notice", "is_supervisor_note", "known_cause", "read_traceback",
+    "TRACEBACK_HEADER", "EpochNumbers", "KnownCause", "LogTail", "ScriptProgress", "Traceback", "TracebackFold",
+    "TracebackReader", "classify", "clip", "is_harmless_tf_notice", "is_supervisor_note", "known_cause",
+    "read_traceback",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from homegpu.remote.events import Metric
 from homegpu.remote.logs.keras_progress import KerasProgress
-from homegpu.remote.logs.script_progress import ScriptProgress
+from homegpu.remote.logs.script_progress import EpochNumbers, ScriptProgress
 from homegpu.trainer.metrics import parse_metric_line
 
 
@@ -26,11 +26,12 @@ class LineClassifier:
 
     Args:
         batch_size: the worker's batch size, when known, for Keras's examples/s.
+        epoch_numbers: how the worker's script numbers its epochs, as its run's earlier generations told it.
     """
 
-    def __init__(self, batch_size: int | None = None) -> None:
+    def __init__(self, batch_size: int | None = None, epoch_numbers: EpochNumbers | None = None) -> None:
         self._keras: KerasProgress | None = KerasProgress(batch_size)
-        self._script: ScriptProgress | None = ScriptProgress()
+        self._script: ScriptProgress | None = ScriptProgress(epoch_numbers)
 
     def classify(self, text: str) -> Metric | None:
         """The metric `text` carries, or None for a plain log line."""

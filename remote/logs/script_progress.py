@@ -11,7 +11,11 @@ output; these are the shapes tutorials print, turned into dicts shaped like the 
     Epoch 3: 100%|██████████| 100/100 [00:05<00:00, 19.9it/s, loss=0.2]    -> "epoch" 3 done
     100%|██████████| 100/100 [00:05<00:00, 19.9it/s]                          -> "step" 100 of 100
 
-Epoch numbers are the script's own (a 0-based count shows as printed). Figures are `name: value`,
+Epochs are counted from 1, as the protocol's are, whatever the script counts from (the examples above count
+from 1): a script whose first epoch line says `Epoch 0` counts from 0 (the DDP tutorial's `for epoch in
+range(...)`), so its `Epoch 0` is epoch 1 and its `Epoch 2` the third; any other first number is a count from 1
+(`Epoch 1/3`). EpochNumbers learns it once per worker and keeps it across the run's generations, where a resumed
+0-based script's first line is `Epoch 3`. A total (`/10`) is taken as printed. Figures are `name: value`,
 `name=value` or `Loss value`, named in lower case (`Loss` is `loss`; the protocol's counts, such as `Steps: 64`,
 are not taken as figures); a tqdm rate becomes `steps_per_sec`.
 A line must begin with the epoch (after `[...]` prefixes) or be a bar, so "Resuming from Epoch 3" is text.
@@ -32,12 +36,31 @@ _TQDM = re.compile(r"^(?P<desc>.*?)\s*(?P<percent>\d+)%\|[^|]*\|\s*(?P<n>\d+)/(?
                    r"\[[^,\]]*(?:,\s*(?P<rate>[\d.]+)(?P<unit>\w*/s|s/\w+))?[^,\]]*(?P<postfix>(?:,[^\]]*)?)\]\s*$")
 
 
-class ScriptProgress:
-    """Reads one worker's completed console lines; `feed` returns an event dict or None."""
+class EpochNumbers:
+    """How a worker's script numbers its epochs, told by the first epoch it names: `Epoch 0` means it counts
+    from 0, any other number from 1. Kept in the worker's track across the run's generations."""
 
     def __init__(self) -> None:
+        self.first: int | None = None  # the number the script gives its first epoch (0 or 1), None before any
+
+    def counted(self, printed: int) -> int:
+        """The epoch the script printed as `printed`, counted from 1."""
+        if self.first is None:
+            self.first = 0 if printed == 0 else 1
+        return printed + 1 - self.first
+
+
+class ScriptProgress:
+    """Reads one worker's completed console lines; `feed` returns an event dict or None.
+
+    Args:
+        numbers: how the script numbers its epochs, where a run's earlier generation told it (a fresh one else).
+    """
+
+    def __init__(self, numbers: EpochNumbers | None = None) -> None:
+        self.numbers = numbers or EpochNumbers()
         self.started = False
-        self.header = -1  # the last bare `Epoch N` line's N, -1 before any
+        self.header = 0  # the last bare `Epoch N` line's epoch (counted from 1), 0 before any
         self.summaries = False  # an epoch line with figures came: bare ones are headers that say nothing
 
     def feed(self, line: str) -> dict | None:
@@ -45,7 +68,7 @@ class ScriptProgress:
         text = line.strip()
         bar = _TQDM.match(text)
         if bar:
-            event = _bar(bar)
+            event = _bar(bar, self.numbers)
             self.started = True
             self.summaries = self.summaries or event["event"] == "epoch"
             return event
@@ -53,7 +76,7 @@ class ScriptProgress:
         return self._epoch_line(found, text[found.end():]) if found else None
 
     def _epoch_line(self, found: re.Match, rest: str) -> dict | None:
-        epoch, epochs = int(found.group(1)), _count(found.group(2))
+        epoch, epochs = self.numbers.counted(int(found.group(1))), _count(found.group(2))
         figures = _figures(rest)
         within = _FRACTION.search(rest)
         if within and int(within.group(1)) < int(within.group(2)):
@@ -70,13 +93,13 @@ class ScriptProgress:
         previous, self.header = self.header, epoch
         if not self.started:
             self.started = True
-            return {"event": "start", "epochs": epochs, "initial_epoch": max(epoch - 1, 0), "resumed": epoch > 1}
+            return {"event": "start", "epochs": epochs, "initial_epoch": epoch - 1, "resumed": epoch > 1}
         if epoch == previous + 1:
             return {"event": "epoch", "epoch": previous, "epochs": epochs}
         return None
 
 
-def _bar(bar: re.Match) -> dict:
+def _bar(bar: re.Match, numbers: EpochNumbers) -> dict:
     """A tqdm line: a step of its bar, or the epoch its description names done when the bar is full."""
     n, total = int(bar.group("n")), int(bar.group("total"))
     fields: dict = _figures(bar.group("postfix"))
@@ -85,9 +108,9 @@ def _bar(bar: re.Match) -> dict:
         fields["steps_per_sec"] = float(rate) if unit.endswith("/s") else round(1 / max(float(rate), 1e-9), 3)
     epoch = _EPOCH.match(bar.group("desc").strip())
     if epoch and n == total:
-        return {"event": "epoch", "epoch": int(epoch.group(1)), "epochs": _count(epoch.group(2)), "steps": total,
-                **fields}
-    where = {"epoch": int(epoch.group(1))} if epoch else {}
+        return {"event": "epoch", "epoch": numbers.counted(int(epoch.group(1))), "epochs": _count(epoch.group(2)),
+                "steps": total, **fields}
+    where = {"epoch": numbers.counted(int(epoch.group(1)))} if epoch else {}
     return {"event": "step", **where, "step": n, "steps": total, **fields}
 
 

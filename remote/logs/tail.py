@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 from homegpu.remote.events import LogLine
 from homegpu.remote.logs.classify import LineClassifier
 from homegpu.remote.logs.console import ConsoleLines
+from homegpu.remote.logs.script_progress import EpochNumbers
 from homegpu.remote.nodes import NODE_GONE, NodeSession, tied_to_session
 
 DEFAULT_MAX_LINES = 5_000
@@ -74,10 +75,10 @@ class LogTail:
 
     def __init__(self, node: NodeSession, resume: _Resume, max_lines: int = DEFAULT_MAX_LINES,
                  on_line: Callable[[LogLine], None] | None = None, worker: str = "",
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None, epoch_numbers: EpochNumbers | None = None) -> None:
         self.node, self.resume, self.on_line = node, resume, on_line
         self.worker = worker or node.name
-        self.classifier = LineClassifier(batch_size)
+        self.classifier = LineClassifier(batch_size, epoch_numbers)
         self.lines: collections.deque[LogLine] = collections.deque(maxlen=max_lines)
         self.count = 0
         self.finished = asyncio.Event()

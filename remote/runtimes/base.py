@@ -19,6 +19,7 @@ from homegpu.remote.nodes import NodeSession
 from homegpu.remote.plan import DevicePlan, WorkerDevices, WorkerSlot, process_env
 
 TORCH_CHECK = "import torch, torch.distributed; print(torch.__version__)"  # what a PyTorch job needs, its version
+TORCH_PACKAGES = "torch numpy"  # what to install for it (as the [pytorch] extra: torch warns without NumPy)
 
 STOP_GRACE_SECONDS = 10.0
 

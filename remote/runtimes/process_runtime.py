@@ -10,7 +10,9 @@ from typing import Sequence
 
 from homegpu.remote.logs import LogTail
 from homegpu.remote.node_side import script
-from homegpu.remote.runtimes.base import STOP_GRACE_SECONDS, TORCH_CHECK, NodePaths, Runtime, WorkerLaunch, WorkerStatus
+from homegpu.remote.runtimes.base import (
+    STOP_GRACE_SECONDS, TORCH_CHECK, TORCH_PACKAGES, NodePaths, Runtime, WorkerLaunch, WorkerStatus,
+)
 from homegpu.remote.runtimes.errors import RuntimeError_
 
 _TF_SCRIPT = "import tensorflow, tf_keras; print(tensorflow.__version__)"
@@ -79,7 +81,8 @@ class ProcessRuntime(Runtime):
 
     async def torch_problems(self, launch: WorkerLaunch) -> list[str]:
         """PyTorch with torch.distributed imports with the worker's python on the node (its version noted)."""
-        problems, version = await self._imports(launch.python, TORCH_CHECK, "PyTorch (torch.distributed)", "torch")
+        problems, version = await self._imports(launch.python, TORCH_CHECK, "PyTorch (torch.distributed)",
+                                              TORCH_PACKAGES)
         self.torch_version = version
         return problems
 
