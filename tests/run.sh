@@ -80,9 +80,10 @@ echo "tests/run.sh: the fast tier (pytest -m fast)" >&2
 .venv/bin/python -m pytest "${defaults[@]}" -m fast -n 2 || exit
 # The rest mostly waits (reconnects, restarts, training on the LAN), so more workers than cores could pay:
 # HOMEGPU_TEST_WORKERS=N runs it on N pytest-xdist workers, each with a LAN of its own (tests/simnet.py), with
-# --dist loadscope so a module's tests, which share its cluster, stay on one worker. One worker (the default)
-# runs it in this process, as before: a whole green run on several is not shown yet (issue 45).
-workers=${HOMEGPU_TEST_WORKERS:-1}
+# --dist loadscope so a module's tests, which share its cluster, stay on one worker. Three by default: on the
+# developers' 2-core machine the LAN tier took about 70 minutes on one (CI, 2026-11-28) and 56 on three while
+# other work loaded the machine; HOMEGPU_TEST_WORKERS=1 runs it in this process, one test at a time.
+workers=${HOMEGPU_TEST_WORKERS:-3}
 parallel=()
 if (( workers > 1 )); then parallel=(-n "$workers" --dist loadscope); fi
 echo "tests/run.sh: the fast tier passed; the rest (pytest -m 'not fast' ${parallel[*]})" >&2
