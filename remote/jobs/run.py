@@ -221,8 +221,8 @@ class JobRun:
         if failure is None:
             if all_succeeded(run.tracks.values()):
                 return JobState.SUCCEEDED, "every worker succeeded"
-            if run.backup is not None and not run.led_elsewhere:  # the run's controller keeps the one copy
-                run.backup.after_epoch()
+            for keeper in ([] if run.led_elsewhere else run.keepers()):  # the run's controller keeps the one copy
+                keeper.after_epoch()
             problem = await self._members.rejoin_at_epoch_end()
             if problem is not None and (failure := await self._restarts.restart(f"restart failed: {problem}")):
                 return JobState.FAILED, failure
