@@ -64,7 +64,9 @@ class CheckpointCopy:
         if not chosen or self.refused:
             return ""
         size = sum(size for size, _ in chosen.values())
-        if size > self.cap:
+        if size > self.cap:  # an older copy would put an older epoch over a worker's own: let it go too
+            self.discard()
+            self.epoch, self.files = None, ()
             self.refused = (f"the chief's checkpoint is {format_bytes(size)}, past the {format_bytes(self.cap)} "
                             "homegpu carries to the other workers; name the files they resume from with the job's "
                             "checkpoint key")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from homegpu.remote.events import NodeState
 from homegpu.remote.jobs.backup_copy import BackupCopy, BackupKeeper, backup_dir
 from homegpu.remote.jobs.checkpoint_copy import CheckpointCopy
+from homegpu.remote.jobs.resume_check import Carried, disagreement, drift_line
 from homegpu.remote.jobs.run_state import RunState
 from homegpu.remote.jobs.watch import WorkerTrack
 from homegpu.remote.nodes import NodeSession
@@ -18,6 +19,7 @@ class RunBackups:
 
     def __init__(self, run: RunState) -> None:
         self.run = run
+        self.checkpoint: CheckpointCopy | None = None  # RunState.checkpoints' copy, for what it carried
 
     def keep_copies(self) -> None:
         run = self.run
@@ -25,8 +27,8 @@ class RunBackups:
             copy = BackupCopy(run.experiment.folder.path / "chief-backup")
             run.backup = BackupKeeper(copy, self._sources, lambda line: run.publish(run.state, line))
         if run.job.script and run.checkpoints is None:
-            copy = CheckpointCopy(run.experiment.folder.path / "chief-checkpoint", run.job.checkpoint)
-            run.checkpoints = BackupKeeper(copy, self._chief_dir, lambda line: run.publish(run.state, line))
+            self.checkpoint = CheckpointCopy(run.experiment.folder.path / "chief-checkpoint", run.job.checkpoint)
+            run.checkpoints = BackupKeeper(self.checkpoint, self._chief_dir, lambda line: run.publish(run.state, line))
 
     def _backup_of(self, track: WorkerTrack) -> tuple[NodeSession, str]:
         """A worker's node and its backup dir there."""
@@ -47,6 +49,19 @@ class RunBackups:
         if chief.runtime.node.state is not NodeState.ONLINE:
             return []
         return [(chief.runtime.node, chief.runtime.out_dir(run.run_id, chief.label), chief.last_metric.epoch or 0)]
+
+    def drift(self) -> str | None:
+        """Where this generation's workers began at different epochs (their first epoch lines): the line naming
+        which checkpoint is missing where (resume_check.py); None while they agree."""
+        run = self.run
+        said = disagreement({label: track.first_epochs for label, track in run.tracks.items()})
+        if said is None:
+            return None
+        chief = run.chief_track()
+        copy = self.checkpoint
+        where = chief.runtime.out_dir(run.run_id, chief.label)
+        carried = Carried(where, copy.files, copy.left, copy.refused, run.job.checkpoint) if copy else Carried(where)
+        return drift_line(said, chief.label, carried)
 
     async def restore(self) -> list[str]:
         """Put the copy of the chief's backup, and of a script's checkpoint, onto every worker, so that all resume
