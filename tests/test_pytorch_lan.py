@@ -151,6 +151,24 @@ def test_the_published_multinode_py_resumes_on_both_nodes_from_the_chiefs_snapsh
     assert not worker_processes(sim_cluster)
 
 
+def test_a_snapshot_the_checkpoint_key_leaves_out_is_named_in_one_line(sim_cluster, pytorch, tmp_path):
+    """The same run with `checkpoint` naming a file the script never writes: node2 begins generation 2 at epoch 0
+    and node1 at its snapshot's, and the run stops there, naming snapshot.pt, rather than spend its restarts."""
+    config = ddp_job(sim_cluster, tmp_path, name="missing", args=["100", "10"], checkpoint="model.pt", max_restarts=3)
+    for name in ("multinode.py", "datautils.py"):
+        shutil.copy(PUBLISHED / name, tmp_path / "ddp" / name)
+    status, text = run_and_strike(config, tmp_path, "node1 | Epoch 10 | Training snapshot saved",
+                                  lambda: kill_training_process(sim_cluster, "node2"), job="missing")
+    print(text[-4000:])
+    assert status == 1, text
+    (line,) = [line for line in text.splitlines() if line.startswith("run failed: ")]
+    assert re.fullmatch(r"run failed: workers would resume from different epochs \(node1 with \d+ epochs done, node2 "
+                        r"with none done\): node2 lacks snapshot\.pt from node1's working dir, which the job's "
+                        r'checkpoint = "model\.pt" leaves out: name what the script resumes from there; stopped '
+                        r"rather than restarted", line), line
+    assert "generation 3" not in text and not worker_processes(sim_cluster)
+
+
 def test_the_pytorch_demo_from_init_trains_across_two_nodes(sim_cluster, pytorch, tmp_path):
     made = homegpu("init", "--framework", "pytorch", "--runtime", "process", "--node", "node1=node1",
                    "--node", "node2=node2", cwd=tmp_path)
