@@ -128,16 +128,23 @@ def test_a_killed_process_restarts_every_node_from_the_snapshot(sim_cluster, pyt
     assert not worker_processes(sim_cluster)
 
 
+def run_published_killing_node2(sim_cluster, tmp_path: Path, name: str, **job) -> tuple[int, str]:
+    """The published multinode.py (100 epochs, a snapshot every 10) as job `name`, node2's process killed once
+    node1 saved its snapshot of epoch 10; (status, output) of `run --no-tui`."""
+    config = ddp_job(sim_cluster, tmp_path, name=name, args=["100", "10"], **job)
+    for file in ("multinode.py", "datautils.py"):
+        shutil.copy(PUBLISHED / file, tmp_path / "ddp" / file)
+    status, text = run_and_strike(config, tmp_path, "node1 | Epoch 10 | Training snapshot saved",
+                                  lambda: kill_training_process(sim_cluster, "node2"), job=name)
+    print(text[-4000:])
+    return status, text
+
+
 def test_the_published_multinode_py_resumes_on_both_nodes_from_the_chiefs_snapshot(sim_cluster, pytorch, tmp_path):
     """The tutorial's multinode.py saves its snapshot on global rank 0 alone and has every process load it where
     the file exists: written for a shared filesystem. node2's process killed mid-run, node1's snapshot reaches
     node2 before generation 2, and both ranks go on from the same epoch to the last."""
-    config = ddp_job(sim_cluster, tmp_path, name="published", args=["100", "10"])
-    for name in ("multinode.py", "datautils.py"):
-        shutil.copy(PUBLISHED / name, tmp_path / "ddp" / name)
-    status, text = run_and_strike(config, tmp_path, "node1 | Epoch 10 | Training snapshot saved",
-                                  lambda: kill_training_process(sim_cluster, "node2"), job="published")
-    print(text[-4000:])
+    status, text = run_published_killing_node2(sim_cluster, tmp_path, "published")
     assert status == 0, text
     assert "generation 2" in text and "generation 3" not in text, text
     resumed = dict(RESUMED.findall(text[text.index("generation 2"):]))
@@ -154,12 +161,7 @@ def test_the_published_multinode_py_resumes_on_both_nodes_from_the_chiefs_snapsh
 def test_a_snapshot_the_checkpoint_key_leaves_out_is_named_in_one_line(sim_cluster, pytorch, tmp_path):
     """The same run with `checkpoint` naming a file the script never writes: node2 begins generation 2 at epoch 0
     and node1 at its snapshot's, and the run stops there, naming snapshot.pt, rather than spend its restarts."""
-    config = ddp_job(sim_cluster, tmp_path, name="missing", args=["100", "10"], checkpoint="model.pt", max_restarts=3)
-    for name in ("multinode.py", "datautils.py"):
-        shutil.copy(PUBLISHED / name, tmp_path / "ddp" / name)
-    status, text = run_and_strike(config, tmp_path, "node1 | Epoch 10 | Training snapshot saved",
-                                  lambda: kill_training_process(sim_cluster, "node2"), job="missing")
-    print(text[-4000:])
+    status, text = run_published_killing_node2(sim_cluster, tmp_path, "missing", checkpoint="model.pt", max_restarts=3)
     assert status == 1, text
     (line,) = [line for line in text.splitlines() if line.startswith("run failed: ")]
     assert re.fullmatch(r"run failed: workers would resume from different epochs \(node1 with \d+ epochs done, node2 "
