@@ -18,7 +18,7 @@ import pytest
 from script_errors import RAISED_AT, VALUES, per_replica_error
 
 from homegpu.remote.jobs.failure import (
-    TAIL_LINES, ErrorTail, WorkerEnd, error_tail, judge, might_be_script_error, shows_progress,
+    TAIL_LINES, ErrorTail, WorkerEnd, error_tail, judge, might_be_script_error, repeatable_errors, shows_progress,
 )
 from homegpu.remote.logs.tracebacks import TRACEBACK_HEADER, TracebackReader
 
@@ -268,3 +268,18 @@ def test_a_summary_names_a_bounded_number_of_workers_and_a_bounded_message():
 ])
 def test_a_scripts_own_epoch_line_with_a_loss_is_progress(line, progress):
     assert shows_progress(line) is progress
+
+
+# -- the same error in two generations -----------------------------------------------------------
+
+def test_the_errors_a_generation_repeats_are_its_own_tracebacks_and_never_a_kill_or_a_stall(tmp_path):
+    failed, peer = _end(tmp_path, "mid_training", 0), _end(tmp_path, "import_error", 1)
+    errors = repeatable_errors([failed, replace(peer, exit_status=None, stopped=True)])  # the peer stopped by homegpu
+    assert list(errors) == [("n0", "RuntimeError", "mid_training.py:5")]
+    assert errors[("n0", "RuntimeError", "mid_training.py:5")] == (
+        "n0: RuntimeError: Collective ops is aborted by: another worker failed at mid_training.py:5")
+    assert repeatable_errors([failed, peer]).keys() == {("n0", "RuntimeError", "mid_training.py:5"),
+                                                         ("n1", "ModuleNotFoundError", "import_error.py:3")}
+    for cause in (replace(peer, exit_status=-9), replace(peer, exit_status=137), replace(peer, exit_status=None),
+                  replace(peer, stalled=True), replace(peer, last_lines=("exitcode  : -9",))):  # none of the script's
+        assert repeatable_errors([failed, cause]) == {}

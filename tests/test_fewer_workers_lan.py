@@ -131,9 +131,9 @@ def test_a_tutorial_script_with_backup_and_restore_goes_on_from_the_chiefs_copie
     assert not worker_processes(sim_cluster)
 
 
-def test_a_pytorch_ddp_script_goes_on_from_each_nodes_own_snapshot(sim_cluster, pytorch, tmp_path):
+def test_a_pytorch_ddp_script_goes_on_from_the_chiefs_snapshot(sim_cluster, pytorch, tmp_path):
     """The ddp-tutorial script saves a snapshot on every node (local rank 0); torchrun starts again on the two nodes
-    left (--nnodes=2), and both resume from their own."""
+    left (--nnodes=2), and both resume from the chief's, which homegpu put onto node2 over its own."""
     (tmp_path / "ddp").mkdir()
     shutil.copy(DDP_SCRIPT, tmp_path / "ddp" / "multinode.py")
     status, text = run_losing(sim_cluster, tmp_path, "node3", job="ddp", framework="pytorch", script="ddp/multinode.py",

@@ -20,6 +20,10 @@ from simcluster import free_job_port
 from test_queue_lan import ALERT_LOG, serving, submit, wait_state
 
 DDP_SCRIPT = Path(__file__).parent / "fixtures" / "scripts" / "ddp_tutorial.py"
+# pytorch/examples' distributed/ddp-tutorial-series as published: multinode.py (gloo and the CPU for a machine
+# without a GPU) and its datautils.py; its snapshot is saved on global rank 0 alone
+PUBLISHED = Path(__file__).parent / "fixtures" / "scripts" / "ddp_tutorial_series"
+RESUMED = re.compile(r"^\s*(node\d) \| Resuming training from snapshot at Epoch (\d+)$", re.MULTILINE)
 # the tutorial's `[GPU0] Epoch 3 | Batchsize: 32 | Steps: 64 | Loss 0.1234`, read as progress; `run --no-tui` shows:
 NODE_EPOCH = re.compile(r"^(node\d) \* epoch (\d+)/\?\s+loss ([0-9.]+)", re.MULTILINE)
 
@@ -46,6 +50,14 @@ def recorded_epochs(run_dir: Path) -> dict[str, list[int]]:
         if event.get("event") == "epoch":
             found.setdefault(event["worker_label"], []).append(event["epoch"])
     return found
+
+
+def kill_training_process(sim_cluster, node: str) -> None:
+    """SIGKILL `node`'s training process (the one torchrun started, not torchrun)."""
+    victims = [pid for pid in worker_processes(sim_cluster) if pid in sim_cluster.node(node).pids()
+               and b"homegpu.trainer.torchrun" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert victims, f"{node}'s training process not found"
+    os.kill(victims[0], signal.SIGKILL)
 
 
 def test_tfconfig_shows_the_torchrun_each_node_runs(sim_cluster, tmp_path):
@@ -93,13 +105,9 @@ def test_the_tutorials_own_nccl_line_is_refused_before_anything_starts(sim_clust
 
 def test_a_killed_process_restarts_every_node_from_the_snapshot(sim_cluster, pytorch, tmp_path):
     config = ddp_job(sim_cluster, tmp_path, name="ddpkill", args=["8", "1"], env={"EPOCH_PAUSE": "2"})
-    node2 = sim_cluster.node("node2")
 
     def kill_node2s_process():
-        victims = [pid for pid in worker_processes(sim_cluster) if pid in node2.pids()
-                   and b"homegpu.trainer.torchrun" not in Path(f"/proc/{pid}/cmdline").read_bytes()]  # not torchrun
-        assert victims, "node2's training process not found"
-        os.kill(victims[0], signal.SIGKILL)
+        kill_training_process(sim_cluster, "node2")
 
     # Killed in its next epoch (its first 2 s pause there), once node2 saved its snapshot after epoch 3: node1
     # saves the same one (its epochs run in step with node2's), so both resume at the same epoch. (Killed
@@ -118,6 +126,49 @@ def test_a_killed_process_restarts_every_node_from_the_snapshot(sim_cluster, pyt
     assert f"node1 * epoch {epoch + 1}/?" in after and f"node1 * epoch {epoch}/?" not in after  # from the snapshot
     assert "node2 * epoch 8/?" in after
     assert not worker_processes(sim_cluster)
+
+
+def run_published_killing_node2(sim_cluster, tmp_path: Path, name: str, **job) -> tuple[int, str]:
+    """The published multinode.py (100 epochs, a snapshot every 10) as job `name`, node2's process killed once
+    node1 saved its snapshot of epoch 10; (status, output) of `run --no-tui`."""
+    config = ddp_job(sim_cluster, tmp_path, name=name, args=["100", "10"], **job)
+    for file in ("multinode.py", "datautils.py"):
+        shutil.copy(PUBLISHED / file, tmp_path / "ddp" / file)
+    status, text = run_and_strike(config, tmp_path, "node1 | Epoch 10 | Training snapshot saved",
+                                  lambda: kill_training_process(sim_cluster, "node2"), job=name)
+    print(text[-4000:])
+    return status, text
+
+
+def test_the_published_multinode_py_resumes_on_both_nodes_from_the_chiefs_snapshot(sim_cluster, pytorch, tmp_path):
+    """The tutorial's multinode.py saves its snapshot on global rank 0 alone and has every process load it where
+    the file exists: written for a shared filesystem. node2's process killed mid-run, node1's snapshot reaches
+    node2 before generation 2, and both ranks go on from the same epoch to the last."""
+    status, text = run_published_killing_node2(sim_cluster, tmp_path, "published")
+    assert status == 0, text
+    assert "generation 2" in text and "generation 3" not in text, text
+    resumed = dict(RESUMED.findall(text[text.index("generation 2"):]))
+    assert set(resumed) == {"node1", "node2"} and len(set(resumed.values())) == 1, text  # the same epoch
+    assert int(resumed["node1"]) >= 10 and not RESUMED.findall(text[:text.index("generation 2")])
+    (run_dir,) = (tmp_path / "experiments").iterdir()
+    for node, rank in (("node1", 0), ("node2", 1)):  # each rank's last epoch, after its resumed one
+        log = (run_dir / "logs" / f"{node}.log").read_text()
+        assert f"[GPU{rank}] Epoch {resumed[node]} |" in log[log.index("Resuming training"):], log[-2000:]
+        assert f"[GPU{rank}] Epoch 99 |" in log, log[-2000:]
+    assert not worker_processes(sim_cluster)
+
+
+def test_a_snapshot_the_checkpoint_key_leaves_out_is_named_in_one_line(sim_cluster, pytorch, tmp_path):
+    """The same run with `checkpoint` naming a file the script never writes: node2 begins generation 2 at epoch 0
+    and node1 at its snapshot's, and the run stops there, naming snapshot.pt, rather than spend its restarts."""
+    status, text = run_published_killing_node2(sim_cluster, tmp_path, "missing", checkpoint="model.pt", max_restarts=3)
+    assert status == 1, text
+    (line,) = [line for line in text.splitlines() if line.startswith("run failed: ")]
+    assert re.fullmatch(r"run failed: workers would resume from different epochs \(node1 with \d+ epochs done, node2 "
+                        r"with none done\): node2 lacks snapshot\.pt from node1's working dir, which the job's "
+                        r'checkpoint = "model\.pt" leaves out: name what the script resumes from there; stopped '
+                        r"rather than restarted", line), line
+    assert "generation 3" not in text and not worker_processes(sim_cluster)
 
 
 def test_the_pytorch_demo_from_init_trains_across_two_nodes(sim_cluster, pytorch, tmp_path):

@@ -33,7 +33,8 @@ BASE = {
 # What the Slurm keys need beside them: a cluster whose runs go through Slurm (the job keys are refused elsewhere).
 SLURM_CLUSTER = {"scheduler": "slurm", "slurm_login": "desktop"}
 NEEDS_SLURM = {("[cluster]", "scheduler"), ("[cluster]", "slurm_login")} | {("[jobs.NAME]", k) for k in SLURM_JOB_KEYS}
-COMPANIONS = {("[jobs.NAME]", "on_fewer_workers"): {"min_workers": 1}}  # a key refused without another one
+COMPANIONS = {("[jobs.NAME]", "on_fewer_workers"): {"min_workers": 1},  # a key refused without another one
+              ("[jobs.NAME]", "checkpoint"): {"script": "train.py"}}
 
 
 def page_keys() -> dict[str, set[str]]:

@@ -87,6 +87,8 @@ class JobSpec:
     min_workers: int = 0  # how few workers a run goes on with when machines leave for good (0: every one)
     on_fewer_workers: str = KEEP_GLOBAL_BATCH  # or KEEP_WORKER_BATCH: the built-in trainer's batch then
     rejoin: bool = True  # a lost node back rejoins at the end of an epoch (False: at the next restart only)
+    # what a script's chief wrote in its working dir that every worker resumes from (jobs/checkpoint_copy.py); "": all
+    checkpoint: str = ""
     # sbatch's options on a Slurm cluster (slurm_keys.py), "" where Slurm's default applies
     partition: str = ""
     account: str = ""
@@ -118,7 +120,8 @@ class JobSpec:
         unused = ((frozenset() if self.uses_trainer else TRAINER_SCHEDULE_KEYS)
                   | (frozenset() if tensorflow_trainer else TENSORFLOW_TRAINER_KEYS)
                   | (TENSORFLOW_LAYOUT_KEYS if self.is_pytorch else frozenset())
-                  | (frozenset() if self.script and not self.is_pytorch else {"keras"}))
+                  | (frozenset() if self.script and not self.is_pytorch else {"keras"})
+                  | (frozenset({"checkpoint"}) if self.uses_trainer else frozenset()))
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in unused}
 
 
@@ -182,6 +185,7 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...],
         on_fewer_workers=get("on_fewer_workers", str, KEEP_GLOBAL_BATCH,
                              v.choice((KEEP_GLOBAL_BATCH, KEEP_WORKER_BATCH))),
         rejoin=get("rejoin", bool, True),
+        checkpoint=get("checkpoint", str, "", _check_checkpoint(v, table)),
         **parse_slurm_job(v, table, path, scheduler),
     )
     _check_worker_ports(v, job)
@@ -258,6 +262,20 @@ def _check_pytorch(v: Validator, table: dict, path: tuple, job: JobSpec) -> None
         raise v.fail(path + ("workers_per_node",), "a PyTorch job runs one torchrun per node, which starts a "
                                                    "process per GPU (one on a node without GPUs)",
                      "remove workers_per_node")
+
+
+def _check_checkpoint(v: Validator, table: dict) -> Check:
+    """A path in the script's working dir (where it runs), which is what homegpu carries to every worker; only
+    with a script (the built-in trainers keep their own backup on every worker)."""
+    def check(path: tuple, value: str) -> None:
+        v.check_path(path, value)
+        if not table.get("script"):
+            raise v.fail(path, "the built-in trainer keeps its own backup on every worker", "remove checkpoint")
+        if value.startswith(("/", "~")) or ".." in value.split("/") or not value.strip("/."):
+            raise v.fail(path, f"{show(value)} is not a path in the script's working dir, the only place homegpu "
+                               "carries files from", 'write it relative to where the script runs and saves, e.g. '
+                                                     'checkpoint = "snapshot.pt"')
+    return check
 
 
 def _check_worker_ports(v: Validator, job: JobSpec) -> None:

@@ -162,6 +162,11 @@ JOBS = Section("[jobs.NAME]", (
         "a node the run went on without that is back (online) rejoins: at the end of the epoch it came back in, "
         "everyone restarting with it from the chief's backup (`false`: at the run's next restart only)",
         "rejoin = false"),
+    Key("checkpoint", "path in the script's working dir", "everything the chief wrote there",
+        "what your script's chief saves and every worker resumes from (its snapshot: a file or a folder, relative "
+        "to where the script runs): before each restart homegpu puts the chief's onto every other machine, so a "
+        "script written for a shared filesystem resumes on every node from the same epoch. See "
+        "[Your own script](your-script.md#resuming-after-a-restart)", 'checkpoint = "snapshot.pt"'),
     Key("partition", "a Slurm partition (several: comma-separated)", "Slurm's default partition",
         '`sbatch --partition`: where the run\'s Slurm job goes (`sinfo` lists them). Only with `scheduler = "slurm"`, '
         "like the four keys below ([Slurm](slurm.md))", 'partition = "gpu"'),

@@ -20,7 +20,7 @@ import posixpath
 import re
 import shutil
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 from homegpu.remote.jobs.codesync import SyncError, read_tree, sync_trees
 from homegpu.remote.nodes import NODE_GONE, NodeSession, cause, format_bytes
@@ -98,17 +98,31 @@ class BackupCopy:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+class Copy(Protocol):
+    """What a BackupKeeper keeps up to date: a BackupCopy, or a script's CheckpointCopy (checkpoint_copy.py)."""
+
+    epoch: int | None
+    refused: str
+
+    async def take(self, node: NodeSession, remote_dir: str, epoch: int) -> str: ...
+
+    async def put(self, targets: Sequence[tuple[NodeSession, str]]) -> list[str]: ...
+
+    def discard(self) -> None: ...
+
+
 # Where the newest backup is now, best first: (a node, its backup dir, the epochs it finished) for the chief and, where
-# every worker keeps the same backup (the built-in trainer), the others; none whose node is away or that finished
-# no epoch yet.
+# every worker keeps the same backup (the built-in trainer), the others; none whose node is away. One that finished no
+# epoch yet (0: a script's chief that prints none) is copied only before a new generation, never after each epoch.
 BackupSources = Callable[[], "list[tuple[NodeSession, str, int]]"]
 
 
 class BackupKeeper:
-    """Keeps a run's BackupCopy up to date: a copy in the background after each epoch the chief finishes, and a
-    fresh one before the copy is put onto the workers of a new generation. `say`: a line for the run (the cap)."""
+    """Keeps a run's BackupCopy (or CheckpointCopy) up to date: a copy in the background after each epoch the chief
+    finishes, and a fresh one before the copy is put onto the workers of a new generation. `say`: a line for the run
+    (the cap)."""
 
-    def __init__(self, copy: BackupCopy, sources: BackupSources, say: Callable[[str], None]) -> None:
+    def __init__(self, copy: Copy, sources: BackupSources, say: Callable[[str], None]) -> None:
         self.copy, self._sources, self._say = copy, sources, say
         self._copying: asyncio.Task | None = None
 
@@ -121,7 +135,7 @@ class BackupKeeper:
         if self._copying is not None and not self._copying.done():
             return
         found = self._sources()[:1]  # the chief's: the copy follows it
-        if found and found[0][2] != self.copy.epoch:
+        if found and found[0][2] and found[0][2] != self.copy.epoch:
             self._copying = asyncio.create_task(self._take(*found[0]))
 
     async def refresh(self) -> None:

@@ -7,7 +7,9 @@ once, not retried. "The same error" is the same exception type raised at the sam
 user's code (its last frame there, by its path in the job's code); never the message, which can be
 hundreds of lines holding values that differ between workers. Everything else is a fault that a
 restart can cure: a signal, a vanished worker or lost node, a stall, a failure after training began
-(a peer died, out of memory), or errors that differ between workers.
+(a peer died, out of memory), or errors that differ between workers. A fault that is the script's all the same
+(it raises at epoch 3 every time) shows as the same error ending two generations in a row: repeatable_errors gives
+what one generation is compared with the next by (run_restarts.py).
 
 Pure: the caller (the run's watch loop) gathers each worker's end: its last traceback, read as its
 lines arrived (remote/logs/tracebacks.py, so a header far above the log's end is not lost), and its
@@ -143,6 +145,24 @@ def judge(ends: Sequence[WorkerEnd]) -> Verdict:
     traceback = _traceback(first)
     return Verdict(True, script_error_summary(ends, traceback),
                    traceback.lines(TAIL_LINES) if traceback else ())
+
+
+def repeatable_errors(ends: Sequence[WorkerEnd]) -> dict[tuple, str]:
+    """A failed generation's errors, to compare with the next one's: (worker, type, place in the user's code) ->
+    "worker: Type: its first line at train.py:42" for each worker that failed by itself with a traceback. {} where
+    the generation proves nothing of the script: a worker killed, vanished or stalled, or one that failed without
+    a traceback of its own (torchrun's when its process was killed), since the cause was outside the script."""
+    errors = {}
+    for end in ends:
+        if end.stopped or end.exit_status == 0:
+            continue
+        traceback = _traceback(end)
+        if not _failed_by_itself(end) or traceback is None:
+            return {}
+        place = traceback.place(end.code_dir)
+        errors[(end.label, *traceback.key(end.code_dir))] = f"{end.label}: {_last_line(end)}" + (
+            f" at {place}" if place else "")
+    return errors
 
 
 def script_error_summary(ends: Sequence[WorkerEnd], traceback: Traceback | None) -> str:

@@ -6,7 +6,8 @@ Slurm, remote/placement/), every node passes preflight before anything starts, a
 that did start are stopped again (run_launch.py, run_generation.py). While the run lives, each worker's log is
 followed (remote/jobs/worker_logs.py) and its state is polled on the node (remote/jobs/watch.py). A worker that fails
 or stalls makes the whole run restart with the same TF_CONFIG and the next generation (run_restarts.py: the trainer's
-BackupAndRestore resumes the epoch, run_backups.py), unless it is a script error (remote/jobs/failure.py); a node
+BackupAndRestore resumes the epoch, and a script's checkpoint reaches every worker, run_backups.py), unless it is a
+script error (remote/jobs/failure.py) or the workers would resume from different epochs (resume_check.py); a node
 that does not come back goes on without it where the job's min_workers allows, and rejoins once back
 (run_members.py). The run holds its job's run lock (remote/jobs/guard.py) while it lives; a controller that attached
 to another's run follows that one (run_following.py). At the end every log is read to its end and the chief's outputs
@@ -218,11 +219,14 @@ class JobRun:
         """One look at the workers, and what follows from it: how the run ended, or None while it goes on."""
         run = self._run
         failure = await run.watch.check(run.run_id, run.generation, run.job.stall_timeout)
+        if not (run.led_elsewhere or all_succeeded(run.tracks.values())) and (drift := self._backups.drift()):
+            await self._generations.stop_workers()
+            return JobState.FAILED, drift
         if failure is None:
             if all_succeeded(run.tracks.values()):
                 return JobState.SUCCEEDED, "every worker succeeded"
-            if run.backup is not None and not run.led_elsewhere:  # the run's controller keeps the one copy
-                run.backup.after_epoch()
+            for keeper in ([] if run.led_elsewhere else run.keepers()):  # the run's controller keeps the one copy
+                keeper.after_epoch()
             problem = await self._members.rejoin_at_epoch_end()
             if problem is not None and (failure := await self._restarts.restart(f"restart failed: {problem}")):
                 return JobState.FAILED, failure

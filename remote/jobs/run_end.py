@@ -42,10 +42,12 @@ class RunEnd:
         run = self.run
         incomplete = await finish_tails(run.tracks.values(), run.run_id)
         outputs = await self._fetch_outputs("" if state is JobState.SUCCEEDED else f"the run {state.value}: {detail}")
-        if run.backup is not None:
-            await run.backup.stop()
-            if state is JobState.SUCCEEDED:
-                run.backup.copy.discard()
+        for keeper in run.keepers():
+            await keeper.stop()
+        if run.backup is not None and state is JobState.SUCCEEDED:
+            run.backup.copy.discard()
+        if run.checkpoints is not None and not outputs.error:  # what the chief wrote came home in output/
+            run.checkpoints.copy.discard()
         if state is JobState.SUCCEEDED and run.job.uses_trainer and not outputs.error:
             await remove_backups([(t.runtime.node, t.runtime.out_dir(run.run_id, t.label))
                                   for t in run.tracks.values()])
@@ -59,8 +61,8 @@ class RunEnd:
 
     async def abandon(self) -> None:
         """The watch ended by an exception: stop what follows the run here, nothing more."""
-        if self.run.backup is not None:
-            await self.run.backup.stop()
+        for keeper in self.run.keepers():
+            await keeper.stop()
         await self.leave()
 
     async def leave(self) -> None:

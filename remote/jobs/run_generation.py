@@ -74,13 +74,13 @@ class Generations:
         return None
 
     async def end(self) -> None:
-        """Stop every worker, read their logs to the end, remove what they left and take the chief's last backup
-        (before the chief may change)."""
+        """Stop every worker, read their logs to the end, remove what they left and take the chief's last backup and
+        checkpoint (before the chief may change)."""
         await self.stop_workers()
         await finish_tails(self.run.tracks.values(), self.run.run_id)  # the ended generation's whole log, first
         await self._remove_workers()
-        if self.run.backup is not None:
-            await self.run.backup.refresh()
+        for keeper in self.run.keepers():
+            await keeper.refresh()
 
     async def stop_workers(self) -> None:
         tracks = list(self.run.tracks.values())

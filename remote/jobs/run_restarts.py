@@ -1,6 +1,6 @@
-"""A run's failures judged and its restarts: a full disk or a script error ends it (restarting cannot fix them),
-anything else restarts every worker with the next generation, with backoff, while restarts are left, waiting for a
-node that is away first and going on without one that does not come back."""
+"""A run's failures judged and its restarts: a full disk, a script error or the same error ending two generations in a
+row ends it (restarting cannot fix them), anything else restarts every worker with the next generation, with backoff,
+while restarts are left, waiting for a node that is away first and going on without one that does not come back."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 from homegpu.remote.events import JobState
 from homegpu.remote.jobs.disk import full_disks
-from homegpu.remote.jobs.failure import Verdict, judge, might_be_script_error
+from homegpu.remote.jobs.failure import Verdict, judge, might_be_script_error, repeatable_errors
 from homegpu.remote.jobs.fewer import FewerWorkersRefused
 from homegpu.remote.jobs.run_generation import Generations
 from homegpu.remote.jobs.run_members import Members
@@ -25,6 +25,7 @@ class Restarts:
 
     def __init__(self, run: RunState, generations: Generations, members: Members) -> None:
         self.run, self.generations, self.members = run, generations, members
+        self._errors: tuple[int, dict[tuple, str]] = (0, {})  # the last failed generation's (repeatable_errors)
 
     async def restart(self, failure: str) -> str | None:
         """Restart every worker with the next generation, with backoff, while restarts are left.
@@ -41,6 +42,9 @@ class Restarts:
         if verdict is not None and verdict.script_error:
             await self.generations.stop_workers()
             return verdict.summary
+        if repeated := await self._repeated():
+            await self.generations.stop_workers()
+            return repeated
         while True:
             if run.job.restart != "on-failure" or run.restarts >= run.job.max_restarts \
                     or retry_is_pointless(run.job, run.tracks.values()):
@@ -76,6 +80,19 @@ class Restarts:
             await run.watch.poll(run.run_id, run.generation)
         await finish_tails(run.tracks.values(), run.run_id)  # every worker's own last lines, to compare errors
         return judge(worker_ends(run.tracks.values()))
+
+    async def _repeated(self) -> str | None:
+        """The line ending the run when this generation failed with an error the last one failed with too (the
+        same worker, exception type and place in the user's code): a restart would meet it again."""
+        run = self.run
+        await finish_tails(run.tracks.values(), run.run_id)  # each failed worker's traceback, to its end
+        errors = repeatable_errors(worker_ends(run.tracks.values()))
+        (before, last), self._errors = self._errors, (run.generation, errors)
+        same = [words for key, words in errors.items() if key in last]
+        if not same:
+            return None
+        return (f"the same error ended generations {before} and {run.generation}: {same[0]}; not "
+                "restarted again, since every generation would meet it: fix the script and run again")
 
     async def _wait_for_nodes(self) -> str:
         """Before a restart, wait for the job's nodes that are away, saying so; why they did not come back."""

@@ -45,6 +45,7 @@ class RunState:
         self.experiment: ExperimentLog | None = None
         self.record: RunRecord | None = None
         self.backup: BackupKeeper | None = None  # the chief's backup kept off the chief (TensorFlow jobs)
+        self.checkpoints: BackupKeeper | None = None  # what a script's chief wrote in its working dir (CheckpointCopy)
         self.guard: RunGuard | None = None  # the job's run lock, once take_lock() was called
         self.adopted = False  # attached to a run another controller started (adopt())
         self.on_regroup: Callable[[str], None] | None = None  # told each line of the run going on with other nodes
@@ -127,3 +128,7 @@ class RunState:
 
     def chief_track(self) -> WorkerTrack:
         return self.tracks[self.slots[0].label]
+
+    def keepers(self) -> list[BackupKeeper]:
+        """The copies kept off the chief (its backup, a script's checkpoint), each put onto every new generation."""
+        return [keeper for keeper in (self.backup, self.checkpoints) if keeper is not None]

@@ -17,6 +17,7 @@ from homegpu.remote.config import JobSpec
 from homegpu.remote.events import NO_METRIC, EventHub, Metric, WorkerExited
 from homegpu.remote.jobs.failure import WorkerEnd
 from homegpu.remote.jobs.launch_plan import classify_exit
+from homegpu.remote.jobs.resume_check import FirstEpochs
 from homegpu.remote.logs import EpochNumbers, LogTail, TracebackReader
 from homegpu.remote.nodes import NODE_GONE
 from homegpu.remote.plan import WorkerSlot
@@ -38,6 +39,7 @@ class WorkerTrack:
     tail: LogTail | None = None
     last_metric: Metric = NO_METRIC  # the latest figure of each kind, from its epoch and end lines
     progressed: bool = False  # this generation trained (a step, epoch or end metric line came)
+    first_epochs: FirstEpochs = field(default_factory=FirstEpochs)  # what this generation's first lines said
     code_dir: str = ""  # the job's code as the worker sees it (NodePaths.code_dir): where its errors are named
     # Its last traceback this generation, read as each line came: the header of an error whose message
     # is hundreds of lines is far above last_lines().

@@ -14,6 +14,7 @@ import time
 from typing import Callable, Iterable, Mapping
 
 from homegpu.remote.events import RATE_UNITS, EventHub, LogLine, Straggler, WorkerMetric
+from homegpu.remote.jobs.resume_check import FirstEpochs
 from homegpu.remote.jobs.watch import WorkerTrack
 from homegpu.remote.logs import TracebackReader
 from homegpu.remote.record import ExperimentLog, find_stragglers
@@ -36,7 +37,7 @@ class WorkerLines:
         `recorded`: worker -> lines of this generation the experiment already holds (an attach): not written again."""
         for track in self.tracks.values():
             track.last_activity = time.monotonic()
-            track.tracebacks = TracebackReader()  # this generation's
+            track.tracebacks, track.first_epochs = TracebackReader(), FirstEpochs()  # this generation's
             track.tail = track.runtime.tail(self.run_id, track.label, generation,
                                             on_line=self._taker(track, (recorded or {}).get(track.label, 0)),
                                             worker=track.label, batch_size=batch_size,
@@ -58,6 +59,7 @@ class WorkerLines:
                 self.hub.publish(line)
                 return
             track.progressed = track.progressed or metric.progressed
+            track.first_epochs.note(metric)
             if metric.event in ("epoch", "end"):  # the summary's figures: the latest of each
                 track.last_metric = track.last_metric.merged(metric)
             if self.experiment and new:
