@@ -25,6 +25,7 @@ from homegpu.remote.nodes.connect import (
     AuthFailed, HostKeyChanged, HostKeyUnknown, NodeError, address_behind_jump, open_transport,
 )
 from homegpu.remote.nodes.health import GpuHealth
+from homegpu.remote.nodes.login_time import LoginTiming
 from homegpu.remote.nodes.reach_probe import PROBE_EVERY_SECONDS, pause_until_reachable, probe_address
 from homegpu.remote.nodes.stats import StatsParseError, parse_agent_line
 from homegpu.remote.nodes.transport import CommandResult, NodeTransport, RemoteProcess, TransportError
@@ -122,6 +123,10 @@ class NodeSession:
     async def spawn(self, argv: Sequence[str]) -> RemoteProcess:
         """Start a long-running command on the node. Raises NodeOffline when it is not connected."""
         return await self._connected().start(argv)
+
+    async def time_login(self, timeout: float) -> LoginTiming | None:
+        """One login of the node's shell, timed (None: commands start without one). Raises NodeOffline."""
+        return await self._connected().time_login(timeout)
 
     @property
     def shell_banner(self) -> str:

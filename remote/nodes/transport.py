@@ -21,6 +21,8 @@ import asyncssh
 from asyncssh.constants import OPEN_REQUEST_SESSION_FAILED
 
 from homegpu.remote.nodes import exec_files
+from homegpu.remote.nodes.login_probe import time_login
+from homegpu.remote.nodes.login_time import LoginTiming
 from homegpu.remote.nodes.transport_base import (
     CHUNK_SIZE, CommandResult, CommandTimeout, NodeTransport, RemoteProcess, TransportError, cause, no_answer,
 )
@@ -275,6 +277,20 @@ class SshTransport(NodeTransport):
             raise TransportError(f"cannot start {argv[0]}: {_refusal(exc)}") from exc
         self._release_when_closed(link, started)
         return SshProcess(started, self._heard_banner)
+
+    async def time_login(self, timeout: float) -> LoginTiming:
+        """`true` through the login shell, its login timed: at most `timeout` seconds, however stuck."""
+        async def process(conn: asyncssh.SSHClientConnection):
+            return await conn.create_process(framed(["true"]), encoding=None)
+
+        try:
+            link, started = await asyncio.wait_for(self._with_session(process), timeout)
+        except asyncio.TimeoutError:
+            return LoginTiming(None, "", timeout)
+        except (asyncssh.Error, OSError) as exc:
+            raise TransportError(f"cannot start a login: {_refusal(exc)}") from exc
+        self._release_when_closed(link, started)
+        return await time_login(started, _MARK_LINE, timeout)
 
     # -- files: over SFTP where it works, else over commands (exec_files) ---------------------
 

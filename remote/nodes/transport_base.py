@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Sequence
 
+from homegpu.remote.nodes.login_time import LoginTiming
+
 
 CHUNK_SIZE = 64 * 1024
 
@@ -124,6 +126,10 @@ class NodeTransport(abc.ABC):
     @abc.abstractmethod
     async def start(self, argv: Sequence[str]) -> RemoteProcess:
         """Start argv with pipes for stdin and stdout."""
+
+    async def time_login(self, timeout: float) -> LoginTiming | None:
+        """One login of the node's shell, timed (nodes/login_time.py); None where commands start without one."""
+        return None
 
     @abc.abstractmethod
     async def home_dir(self) -> str:
