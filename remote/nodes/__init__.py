@@ -26,11 +26,12 @@ from homegpu.remote.nodes.visible import visible, visible_fields
 from homegpu.remote.nodes.waiting import wait_set
 
 __all__ = [
-    "FOREIGN_SHARE", "LOGIN_TIMEOUT_S", "MIB_PER_GIB", "SHELL_FIX", "NODE_GONE", "AsleepNodes", "Cluster", "CommandResult",
-    "CommandTimeout", "GpuHealth", "NodeError", "NodeOffline", "NodeSession", "OfferedKey", "ReasonTimer",
-    "RemoteProcess", "STUCK_LOGIN_S", "SshTarget", "SshTransport", "StatsParseError", "TransportError", "agent_command", "agent_payload",
-    "cause", "connect_wait", "describe_gpus", "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib",
-    "held_back", "link_causes", "link_text", "hostkeys", "is_run_worker", "jump_hostname_address", "login_problem",
-    "login_words", "LoginTiming", "owner_text",
-    "parse_agent_line", "ssh_target", "talking_shell", "tied_to_session", "visible", "visible_fields", "wait_set",
+    "FOREIGN_SHARE", "LOGIN_TIMEOUT_S", "MIB_PER_GIB", "SHELL_FIX", "NODE_GONE", "AsleepNodes", "Cluster",
+    "CommandResult", "CommandTimeout", "GpuHealth", "NodeError", "NodeOffline", "NodeSession", "OfferedKey",
+    "ReasonTimer", "RemoteProcess", "STUCK_LOGIN_S", "SshTarget", "SshTransport", "StatsParseError",
+    "TransportError", "agent_command", "agent_payload", "cause", "connect_wait", "describe_gpus",
+    "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib", "held_back", "link_causes", "link_text",
+    "hostkeys", "is_run_worker", "jump_hostname_address", "login_problem", "login_words", "LoginTiming",
+    "owner_text", "parse_agent_line", "ssh_target", "talking_shell", "tied_to_session", "visible", "visible_fields",
+    "wait_set",
 ]
