@@ -83,9 +83,9 @@ def _shell_warnings(node: NodeSession) -> list[str]:
 
 async def login_warnings(node: NodeSession) -> list[str]:
     """The node's slow or stuck login shell, named with its file or stale lock and the fix (the run goes on):
-    one login timed, for at most STUCK_LOGIN_S."""
+    the login its connection paid to start the relay, else one login timed, for at most STUCK_LOGIN_S."""
     try:
-        timing = await node.time_login(STUCK_LOGIN_S)
+        timing = node.last_login or await node.time_login(STUCK_LOGIN_S)
     except NODE_GONE:
         return []  # its checks say so
     problem = login_problem(timing) if timing else None

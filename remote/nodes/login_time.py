@@ -39,6 +39,11 @@ class LoginTiming:
     waited: float = 0.0
 
 
+def without_rehash(said: str) -> str:
+    """What a login said, less pyenv's words on its rehash lock (the login time row's, not a talking shell's)."""
+    return "".join(line for line in said.splitlines(keepends=True) if not line.startswith("pyenv: cannot rehash:"))
+
+
 def rehash_lock(stderr: str) -> str:
     """The path of the pyenv rehash lock the login shell waited for, from its stderr ("" when none)."""
     found = _REHASH_LOCK.search(stderr)
