@@ -363,15 +363,18 @@ class SimNode:
         """Where pyenv rehash's lock is on the node (~/.pyenv/shims/.pyenv-shim), as its logins name it."""
         return os.path.join(NODE_HOME, simshell.PYENV_SHIMS, simshell.PYENV_LOCK)
 
-    def leave_pyenv_lock(self) -> None:
-        """Leave pyenv rehash's lock behind, as a login cut off while it held the lock does: every later login
-        waits for it (the node's PyenvInit.rehash_timeout), until clear_pyenv_lock() or someone's `rm`."""
+    @contextlib.contextmanager
+    def stale_pyenv_lock(self) -> Iterator[str]:
+        """For a `with` block, pyenv rehash's lock left behind, as a login cut off while it held the lock leaves
+        it: every login waits for it (the node's PyenvInit.rehash_timeout). Yields its path on the node."""
         if self.pyenv is None:
             raise SimClusterError(f"{self.name} has no pyenv in its ~/.bashrc")
-        (self._pyenv_shims / simshell.PYENV_LOCK).touch()
-
-    def clear_pyenv_lock(self) -> None:
-        (self._pyenv_shims / simshell.PYENV_LOCK).unlink(missing_ok=True)
+        lock = self._pyenv_shims / simshell.PYENV_LOCK
+        lock.touch()
+        try:
+            yield self.pyenv_lock
+        finally:
+            lock.unlink(missing_ok=True)
 
     @property
     def pyenv_lock_left(self) -> bool:

@@ -8,7 +8,7 @@ runs before each of homegpu's commands. Two kinds are simulated:
   then `pyenv rehash`'s lock, the prototype shim ~/.pyenv/shims/.pyenv-shim, taken with noclobber and
   removed when done. A login cut off while it holds the lock leaves the file behind, and every later login
   waits for it (pyenv's PYENV_REHASH_TIMEOUT, 60 s), then says `pyenv: cannot rehash: PATH exists` on
-  stderr and goes on: `SimNode.leave_pyenv_lock()` leaves one.
+  stderr and goes on: `with SimNode.stale_pyenv_lock():` leaves one.
 
 The node's shims folder is a folder of its own, mounted at ~/.pyenv/shims in its mount namespace only, so
 this machine's pyenv (if any) and the other nodes never see its lock.

@@ -42,17 +42,26 @@ def command(path: str, argv: list[str], stdin: bytes = b"", half_close: bool = T
     return conn
 
 
+def frame(conn: socket.socket) -> tuple[bytes, bytes]:
+    kind, size = struct.unpack(">cI", conn.recv(5, socket.MSG_WAITALL))
+    return kind, conn.recv(size, socket.MSG_WAITALL) if size else b""
+
+
 def frames(conn: socket.socket) -> tuple[bytes, bytes, int | None]:
-    """(stdout, stderr, exit status) from a command's frames until the relay closes."""
+    """(stdout, stderr, exit status) from a command's frames until the relay closes; `S` first where it started."""
     data = b""
     while chunk := conn.recv(65536):
         data += chunk
     conn.close()
     out, err, status = b"", b"", None
+    kinds = []
     while data:
         kind, size = struct.unpack(">cI", data[:5])
         payload, data = data[5:5 + size], data[5 + size:]
-        if kind == b"O":
+        kinds.append(kind)
+        if kind == b"S":
+            assert kinds == [b"S"] and payload == b""
+        elif kind == b"O":
             out += payload
         elif kind == b"E":
             err += payload
@@ -89,8 +98,7 @@ def test_each_command_is_a_session_of_its_own_in_the_home_folder(relay):
 def test_the_half_close_is_the_commands_eof(relay):
     _, path = relay
     conn = command(path, ["cat"], b"kept open", half_close=False)
-    kind, size = struct.unpack(">cI", conn.recv(5, socket.MSG_WAITALL))
-    assert (kind, conn.recv(size, socket.MSG_WAITALL)) == (b"O", b"kept open")
+    assert (frame(conn), frame(conn)) == ((b"S", b""), (b"O", b"kept open"))
     conn.shutdown(socket.SHUT_WR)
     assert frames(conn) == (b"", b"", 0)
 
@@ -99,8 +107,8 @@ def test_a_closed_connection_ends_a_command_that_reads_stdin_as_sshd_does(relay)
     """tied_to_session's watcher reads stdin to its end: the controller gone, it ends, and with it the command."""
     _, path = relay
     conn = command(path, ["sh", "-c", "echo $$; exec cat"], half_close=False)
-    kind, size = struct.unpack(">cI", conn.recv(5, socket.MSG_WAITALL))
-    pid = int(conn.recv(size, socket.MSG_WAITALL))
+    assert frame(conn) == (b"S", b"")
+    pid = int(frame(conn)[1])
     conn.close()
     wait_for(lambda: not os.path.exists(f"/proc/{pid}") or _zombie(pid), 10, "cat to end with its connection")
 

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pytest
 import tomli_w
-from helpers import homegpu, wait_until
+from helpers import cmdlines, homegpu, wait_until
 
 from simcluster import SimCluster, SimNode, free_job_port
 from simshell import PyenvInit
@@ -59,12 +59,8 @@ def pyenvbox(lan) -> Iterator[SimCluster]:
 @pytest.fixture
 def stale_lock(pyenvbox: SimCluster) -> Iterator[str]:
     """pyenv rehash's lock left on pyenvbox for the test (removed after it); yields its path on the node."""
-    node = pyenvbox.node("pyenvbox")
-    node.leave_pyenv_lock()
-    try:
-        yield node.pyenv_lock
-    finally:
-        node.clear_pyenv_lock()
+    with pyenvbox.node("pyenvbox").stale_pyenv_lock() as lock:
+        yield lock
 
 
 def ssh(sim: SimCluster, command: str) -> subprocess.CompletedProcess:
@@ -163,12 +159,8 @@ def test_a_run_on_a_stale_lock_names_it_in_preflight_and_trains(pyenvbox, stale_
 @pytest.fixture
 def stuck(pyenvbox: SimCluster) -> Iterator[str]:
     """stuckbox's logins wait STUCK_FOR seconds on a lock for the test; yields the lock's path."""
-    node = pyenvbox.node("stuckbox")
-    node.leave_pyenv_lock()
-    try:
-        yield node.pyenv_lock
-    finally:
-        node.clear_pyenv_lock()
+    with pyenvbox.node("stuckbox").stale_pyenv_lock() as lock:
+        yield lock
 
 
 def test_status_says_the_login_is_stuck_and_a_run_waits_it_out_and_names_the_lock(pyenvbox, stuck, tmp_path):
@@ -195,18 +187,16 @@ async def test_commands_after_the_first_pay_no_login(pyenvbox, tmp_path):
         await session.wait_online(30)
         assert (await session.run(["echo", "first"], timeout=60)).stdout == "first\n"
         assert session.last_login is not None and session.last_login.seconds >= 0.1  # the relay's start paid it
-        node.leave_pyenv_lock()
-        try:
+        with node.stale_pyenv_lock():
             for index in range(5):
-                result = await session.run(["sh", "-c", f"echo {index}; echo e >&2; exit 3"], timeout=REHASH_TIMEOUT / 2)
+                argv = ["sh", "-c", f"echo {index}; echo e >&2; exit 3"]
+                result = await session.run(argv, timeout=REHASH_TIMEOUT / 2)
                 assert (result.exit_status, result.stdout, result.stderr) == (3, f"{index}\n", "e\n")
             process = await session.spawn(["cat"])
             process.write(b"through the relay\n")
             process.close_stdin()
             assert [line async for line in process.lines()] == ["through the relay"]
             assert await process.wait() == 0
-        finally:
-            node.clear_pyenv_lock()
         assert session.transport.relay_trouble == ""
 
 
@@ -221,15 +211,8 @@ async def test_without_unix_socket_forwarding_commands_pay_the_login_and_work(py
 
 def relay_pids(node: SimNode) -> list[int]:
     """The node's relays (node_side/command_relay.py, run as `python3 -c SOURCE`)."""
-    found = []
-    for pid in node.pids():
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if len(argv) > 2 and argv[1] == b"-c" and b"homegpu-relay-" in argv[2]:
-            found.append(pid)
-    return found
+    return [pid for pid, argv in cmdlines(node.pids()).items()
+            if len(argv) > 2 and argv[1] == b"-c" and b"homegpu-relay-" in argv[2]]
 
 
 async def test_a_relay_that_ends_is_started_again_and_relays_end_with_their_connection(pyenvbox, tmp_path):
@@ -243,11 +226,8 @@ async def test_a_relay_that_ends_is_started_again_and_relays_end_with_their_conn
         os.kill(first, signal.SIGKILL)
         assert (await session.run(["echo", "still"], timeout=60)).stdout == "still\n"  # by login, or a new relay
         await session.run(["true"], timeout=60)
-        node.leave_pyenv_lock()
-        try:  # a new relay: no login paid
+        with node.stale_pyenv_lock():  # a new relay: no login paid
             assert (await session.run(["echo", "again"], timeout=REHASH_TIMEOUT / 2)).stdout == "again\n"
-        finally:
-            node.clear_pyenv_lock()
         (second,) = relay_pids(node)
         assert second != first and session.transport.relay_trouble == ""
         shutil.rmtree(left)

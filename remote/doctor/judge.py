@@ -30,8 +30,8 @@ NOT_FOUND = 127
 NO_ANSWER = -2  # pseudo exit statuses for a command that timed out / could not be sent
 NOT_SENT = -3
 
-CHECK_NAMES = ("ssh", "host key", "login shell", "login time", "python3", "tensorflow", "docker", "nvidia container runtime", "gpus",
-               "pcie link", "iperf3", "disk", "clock", "job port", "address", "wake and sleep", "reachable")
+CHECK_NAMES = ("ssh", "host key", "login shell", "login time", "python3", "tensorflow", "docker", "nvidia container runtime",
+               "gpus", "pcie link", "iperf3", "disk", "clock", "job port", "address", "wake and sleep", "reachable")
 TF_INSTALL = "'tensorflow==2.21.*' 'tf-keras==2.21.*'"
 
 

@@ -8,7 +8,8 @@ The controller reaches the socket by SSH's forwarding to a Unix socket (no shell
 
 Each connection to the socket is one command: a JSON line `{"argv": [...]}`, then the command's stdin
 (the connection's half-close is its EOF). Back come frames of one byte of kind, four of length and the bytes:
-`O` stdout, `E` stderr, and last `X` with the exit status (four bytes, signed: -N for a signal). argv is
+first `S` once the command runs (so a controller that gets none knows it never started), then `O` stdout,
+`E` stderr, and last `X` with the exit status (four bytes, signed: -N for a signal). argv is
 exec'd, never read by a shell. As under sshd, each command is a session of its own with the login's
 environment and the home folder as its working directory, and a connection that closes closes the
 command's pipes (it reads EOF, and a write gets SIGPIPE) without killing it.
@@ -106,6 +107,7 @@ def serve_one(conn):
         except OSError as error:
             not_started(conn, lock, argv, error)
             return
+        send(conn, lock, b"S", b"")
         threading.Thread(target=relay_input, args=(conn, process.stdin, rest), daemon=True).start()
         outputs = [threading.Thread(target=relay_output, args=(pipe, conn, lock, kind), daemon=True)
                    for pipe, kind in ((process.stdout, b"O"), (process.stderr, b"E"))]

@@ -43,6 +43,7 @@ class RelayProcess(RemoteProcess):
         self._stdout = bytearray()  # stdout read past while looking for stderr or the end
         self._stderr = bytearray()
         self._ended = False
+        self._answered = False  # a first frame came: the relay took the command
         self._status: int | None = None
         self._lock = asyncio.Lock()
 
@@ -69,6 +70,7 @@ class RelayProcess(RemoteProcess):
         except (asyncio.IncompleteReadError, asyncssh.Error, OSError):
             self._ended = True  # no status: the node said none (the link died)
             return False
+        self._answered = True
         if kind == b"O":
             self._stdout += data
         elif kind == b"E":
@@ -79,6 +81,13 @@ class RelayProcess(RemoteProcess):
             self._status, self._ended = (status if status >= 0 else -1), True  # a signal: -1, as asyncssh says
             return False
         return True
+
+    async def started(self) -> bool:
+        """Whether the relay took the command (its first frame: started, or why not); False: it never will."""
+        async with self._lock:
+            while not self._answered and await self._frame():
+                pass
+            return self._answered
 
     async def read_chunk(self) -> bytes:
         async with self._lock:
@@ -113,7 +122,11 @@ async def open_command(conn: asyncssh.SSHClientConnection, socket: str, argv: Se
         raise RelayRefused(f"its sshd opens no channel to the relay's Unix socket ({cause(exc)}): "
                            "AllowStreamLocalForwarding or DisableForwarding in its sshd_config") from None
     writer.write(json.dumps({"argv": list(argv)}).encode() + b"\n")
-    return RelayProcess(reader, writer)
+    process = RelayProcess(reader, writer)
+    if not await process.started():  # the relay is gone (ended as the channel opened): the command never ran
+        process.terminate()
+        raise RelayRefused("the relay ended before it started the command")
+    return process
 
 
 async def run_command(conn: asyncssh.SSHClientConnection, socket: str, argv: Sequence[str],
