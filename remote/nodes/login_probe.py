@@ -32,10 +32,9 @@ async def time_login(process, mark: bytes, timeout: float) -> LoginTiming:
 
     readers = [asyncio.ensure_future(read_out()), asyncio.ensure_future(read_err())]
     try:
-        await asyncio.wait_for(asyncio.gather(*readers), timeout)
-    except asyncio.TimeoutError:
-        pass
-    except Exception:  # noqa: BLE001 - the link went: what was read so far is the answer
+        async with asyncio.timeout(timeout):
+            await asyncio.gather(*readers)
+    except Exception:  # noqa: BLE001 - the bound passed, or the link went: what was read so far is the answer
         pass
     finally:
         for reader in readers:
