@@ -88,15 +88,22 @@ def write_config(sim: SimCluster, path: Path, **job) -> Path:
     return sim.write_cluster_toml(path / "cluster.toml", jobs={"demo": job_table(**job)})
 
 
+def cmdlines(pids) -> dict[int, list[bytes]]:
+    """Each process's argv, from /proc (one that ended while read is left out)."""
+    found = {}
+    for pid in pids:
+        try:
+            found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+    return found
+
+
 def worker_processes(sim: SimCluster) -> list[int]:
     """Training processes running on the simulated nodes (not their supervisors, whose command
     line carries the worker's argv after `python -c SCRIPT start ... --`)."""
     found = []
-    for pid in sim.pids():
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
+    for pid, argv in cmdlines(sim.pids()).items():
         # the built-in trainer, a user's script through user_script.py, a script run by itself, torchrun,
         # or a process torchrun started (`python -u SCRIPT`)
         if argv[1:3] in ([b"-m", b"homegpu.trainer"], [b"-m", b"homegpu.trainer.user_script"],

@@ -42,6 +42,7 @@ from typing import AbstractSet, Any, Iterable, Iterator, Mapping
 import tomli_w
 
 import simnet
+import simshell
 import simsleep
 import tiers
 
@@ -231,7 +232,8 @@ class SimNode:
     def __init__(self, name: str, host: int, root: Path, authorized_keys: Path, *,
                  extra_path: bool = False, port: int | None = None, alias: str | None = None,
                  mbit: int | None = simnet.DEFAULT_MBIT, login_banner: str | None = None,
-                 lan: int = 0, jump: SimNode | None = None, gateway: bool = False) -> None:
+                 lan: int = 0, jump: SimNode | None = None, gateway: bool = False,
+                 pyenv: simshell.PyenvInit | None = None) -> None:
         self.name = name
         # A machine of the lab LAN (lan 1), reached through `jump` (ssh config ProxyJump); a gateway has
         # a second leg on the lab LAN, at 10.213.1.1, and its sshd forwards to the machines there.
@@ -239,6 +241,8 @@ class SimNode:
         # A line the node's ~/.bashrc echoes for every command (above any interactive guard, as on
         # Fedora or after a careless edit), or None for a silent shell.
         self.login_banner = login_banner
+        # pyenv's init in the node's ~/.bashrc, above any guard (tests/simshell.py), or None.
+        self.pyenv = pyenv
         # A RAPL tree in the kernel's powercap format (tests/rapl.py), seen by the node's sessions at
         # /sys/class/powercap (after a restart), or None: this machine has none (a VM), so neither has the node.
         self.powercap: Path | None = None
@@ -346,6 +350,38 @@ class SimNode:
         return f"{self._extra_path}:{BASE_PATH}" if self._extra_path else BASE_PATH
 
     @property
+    def has_own_bashrc(self) -> bool:
+        """Whether the node's sessions read a ~/.bashrc of its own (tests/simshell.py); else bash reads none."""
+        return self.login_banner is not None or self.pyenv is not None
+
+    @property
+    def _pyenv_shims(self) -> Path:
+        return self._dir / "pyenv-shims"
+
+    @property
+    def pyenv_lock(self) -> str:
+        """Where pyenv rehash's lock is on the node (~/.pyenv/shims/.pyenv-shim), as its logins name it."""
+        return os.path.join(NODE_HOME, simshell.PYENV_SHIMS, simshell.PYENV_LOCK)
+
+    @contextlib.contextmanager
+    def stale_pyenv_lock(self) -> Iterator[str]:
+        """For a `with` block, pyenv rehash's lock left behind, as a login cut off while it held the lock leaves
+        it: every login waits for it (the node's PyenvInit.rehash_timeout). Yields its path on the node."""
+        if self.pyenv is None:
+            raise SimClusterError(f"{self.name} has no pyenv in its ~/.bashrc")
+        lock = self._pyenv_shims / simshell.PYENV_LOCK
+        lock.touch()
+        try:
+            yield self.pyenv_lock
+        finally:
+            lock.unlink(missing_ok=True)
+
+    @property
+    def pyenv_lock_left(self) -> bool:
+        """Whether pyenv rehash's lock file is there now."""
+        return (self._pyenv_shims / simshell.PYENV_LOCK).exists()
+
+    @property
     def config_path(self) -> Path:
         return self._sshd_dir / "sshd_config"
 
@@ -396,10 +432,15 @@ class SimNode:
         home = shlex.join(["mount", "--bind", str(self._work_dir), os.path.join(NODE_HOME, ".homegpu")])
         if self.engine is not None:
             home += " && " + shlex.join(self.engine.bind_argv())
-        if self.login_banner is not None:  # the node's own ~/.bashrc, in its mount namespace only
+        if self.has_own_bashrc:  # the node's own ~/.bashrc, in its mount namespace only
             bashrc = self._sshd_dir / "bashrc"
-            bashrc.write_text(f"echo {shlex.quote(self.login_banner)}\n")
+            bashrc.write_text(simshell.bashrc(self.login_banner, self.pyenv))
             home += " && " + shlex.join(["mount", "--bind", str(bashrc), os.path.join(NODE_HOME, ".bashrc")])
+        if self.pyenv is not None:  # its own pyenv shims folder, where the rehash lock lives
+            self._pyenv_shims.mkdir(exist_ok=True)
+            os.makedirs(os.path.join(NODE_HOME, simshell.PYENV_SHIMS), exist_ok=True)  # the mount point
+            home += " && " + shlex.join(["mount", "--bind", str(self._pyenv_shims),
+                                         os.path.join(NODE_HOME, simshell.PYENV_SHIMS)])
         if self.powercap is not None:
             home += " && " + self._powercap_mount()
         sshd = shlex.join([SSHD, "-D", "-f", str(self.config_path), "-E", str(self.log_path)])
@@ -465,8 +506,8 @@ class SimNode:
             # hands it. Root's ~/.bashrc belongs to this machine, not to the node being simulated
             # (here it runs `pyenv init`, ~100 ms of CPU, and puts pyenv's python3 shim first);
             # with every node sharing two cores, that cost would be paid N times over serially.
-            # A node with a login banner has a ~/.bashrc of its own, which bash does read.
-            "SetEnv": f"PATH={self.session_path} {'' if self.login_banner is not None else 'SHLVL=1 '}"
+            # A node with a login banner or pyenv has a ~/.bashrc of its own, which bash does read.
+            "SetEnv": f"PATH={self.session_path} {'' if self.has_own_bashrc else 'SHLVL=1 '}"
                       f"{f'LD_LIBRARY_PATH={self._extra_lib} ' if self._extra_lib else ''}"
                       f"DBUS_SYSTEM_BUS_ADDRESS={self.system_bus_address} {MARKER_VAR}={self._marker}"
                       + "".join(f" {_set_env_word(name, value)}" for name, value in self.session_env.items()),

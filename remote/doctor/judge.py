@@ -19,7 +19,8 @@ from homegpu.remote.doctor.sleep_wake import SleepWakeFacts, sleep_wake_check
 from homegpu.remote.events import NodeStats
 from homegpu.remote.net import parse_probe
 from homegpu.remote.nodes import (
-    MIB_PER_GIB, SHELL_FIX, CommandResult, StatsParseError, gib, parse_agent_line, talking_shell,
+    MIB_PER_GIB, SHELL_FIX, CommandResult, LoginTiming, StatsParseError, gib, login_problem, login_words,
+    parse_agent_line, talking_shell,
 )
 
 MIN_PYTHON = (3, 8)
@@ -29,8 +30,8 @@ NOT_FOUND = 127
 NO_ANSWER = -2  # pseudo exit statuses for a command that timed out / could not be sent
 NOT_SENT = -3
 
-CHECK_NAMES = ("ssh", "host key", "login shell", "python3", "tensorflow", "docker", "nvidia container runtime", "gpus",
-               "pcie link", "iperf3", "disk", "clock", "job port", "address", "wake and sleep", "reachable")
+CHECK_NAMES = ("ssh", "host key", "login shell", "login time", "python3", "tensorflow", "docker", "nvidia container runtime",
+               "gpus", "pcie link", "iperf3", "disk", "clock", "job port", "address", "wake and sleep", "reachable")
 TF_INSTALL = "'tensorflow==2.21.*' 'tf-keras==2.21.*'"
 
 
@@ -88,6 +89,17 @@ def shell_check(node: str, banner: str, sftp_trouble: str, failure: str = "") ->
     if banner.strip():
         return Check(node, "login shell", False, talking_shell(banner) + files, SHELL_FIX)
     return Check(node, "login shell", True, "prints nothing for non-interactive commands" + files)
+
+
+def login_time_check(node: str, timing: LoginTiming | None) -> Check:
+    """The login time row: how long the node's login shell takes before a command, and when it is slow or stuck,
+    which file or lock and the fix. `timing` None: commands start without a login shell (this machine)."""
+    if timing is None:
+        return Check(node, "login time", None, "this machine: commands start without a login shell")
+    problem = login_problem(timing)
+    if problem:
+        return Check(node, "login time", False, *problem)
+    return Check(node, "login time", True, login_words(timing))
 
 
 def _needs_python(facts: NodeFacts, name: str) -> Check:

@@ -23,7 +23,7 @@ from typing import Sequence
 from homegpu.remote.config import DEFAULT_JOB_PORT, NodeSpec
 from homegpu.remote.doctor.check import Check
 from homegpu.remote.doctor.judge import (
-    CHECK_NAMES, NO_ANSWER, NOT_SENT, NodeFacts, gpu_count, node_checks, shell_check,
+    CHECK_NAMES, NO_ANSWER, NOT_SENT, NodeFacts, gpu_count, login_time_check, node_checks, shell_check,
 )
 from homegpu.remote.doctor.link_probe import probe_under_load
 from homegpu.remote.doctor.network import reach_checks
@@ -32,8 +32,8 @@ from homegpu.remote.events import NodeState
 from homegpu.remote.net import probe_argv
 from homegpu.remote.node_side import script
 from homegpu.remote.nodes import (
-    Cluster, CommandResult, CommandTimeout, NodeOffline, NodeSession, TransportError, agent_command, agent_payload,
-    cause, connect_wait, ssh_target,
+    LOGIN_TIMEOUT_S, NODE_GONE, Cluster, CommandResult, CommandTimeout, NodeOffline, NodeSession, TransportError,
+    agent_command, agent_payload, cause, connect_wait, ssh_target,
 )
 
 COMMAND_TIMEOUT_S = 15.0
@@ -93,8 +93,19 @@ async def _diagnose_node(session: NodeSession, job_port: int) -> list[Check]:
     if state is not NodeState.ONLINE:
         rest = [Check(session.name, name, None, NOT_REACHABLE) for name in CHECK_NAMES[2:-1]]
         return head + rest
-    facts = await gather_facts(session, job_port)
-    return head + [await _login_shell_check(session)] + node_checks(facts, alone=len(session.cluster.nodes) == 1)
+    facts, login_time = await asyncio.gather(gather_facts(session, job_port), _login_time_check(session))
+    return (head + [await _login_shell_check(session), login_time]
+            + node_checks(facts, alone=len(session.cluster.nodes) == 1))
+
+
+async def _login_time_check(session: NodeSession) -> Check:
+    """The login time row: one login timed beside the other probes, waited for past pyenv's 60 s rehash timeout
+    (LOGIN_TIMEOUT_S), so that a stale lock is named by its path and a stuck login never holds doctor longer."""
+    try:
+        timing = await session.time_login(LOGIN_TIMEOUT_S)
+    except NODE_GONE as exc:
+        return Check(session.name, "login time", None, f"not timed: {cause(exc)}")
+    return login_time_check(session.name, timing)
 
 
 async def _login_shell_check(session: NodeSession) -> Check:

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Sequence
 from homegpu.remote.config import JobSpec
 from homegpu.remote.events import JobState, LogLine, NodeState
 from homegpu.remote.logs import LogTail
-from homegpu.remote.nodes import NODE_GONE, Cluster, NodeSession, cause, connect_wait, wait_set
+from homegpu.remote.nodes import LOGIN_TIMEOUT_S, NODE_GONE, Cluster, NodeSession, cause, connect_wait, wait_set
 from homegpu.remote.plan import WorkerSlot, job_node_specs, lay_out
 from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus, expand_path, make_runtime
 
@@ -43,8 +43,13 @@ async def open_runtime(cluster: Cluster, node: NodeSession, timeout: float) -> t
     except asyncio.TimeoutError:
         raise LaunchError(f"{node.name} is {node.state.value}: {node.reason or 'no answer'}") from None
     if node.streams_stats:  # the first stats say whether the node has GPUs to hand to containers
+        first_stats = 3 * cluster.spec.stats_interval + 5
         with contextlib.suppress(asyncio.TimeoutError):
-            await node.wait_for(lambda n: n.latest is not None, 3 * cluster.spec.stats_interval + 5)
+            await node.wait_for(lambda n: n.latest is not None, first_stats)
+        waited = node.login_waiting
+        if node.latest is None and waited is not None:  # a slow login (pyenv's 60 s on a stale lock): its end
+            with contextlib.suppress(asyncio.TimeoutError):
+                await node.wait_for(lambda n: n.latest is not None, max(LOGIN_TIMEOUT_S - waited, 0) + first_stats)
     try:
         work = await expand_path(node, cluster.spec.work_dir_of(node.spec))
     except (RuntimeError_, *NODE_GONE) as exc:

@@ -15,7 +15,10 @@ from homegpu.remote.config import JobSpec
 from homegpu.remote.events import PreflightResult
 from homegpu.remote.jobs.node_checks import node_preflight, port_problems
 from homegpu.remote.net import Endpoint, reach_problems
-from homegpu.remote.nodes import SHELL_FIX, Cluster, NodeSession, describe_gpus, foreign_memory_warnings, talking_shell
+from homegpu.remote.nodes import (
+    NODE_GONE, SHELL_FIX, STUCK_LOGIN_S, Cluster, NodeSession, describe_gpus, foreign_memory_warnings, login_problem,
+    talking_shell,
+)
 from homegpu.remote.plan import DevicePlan, WorkerSlot
 from homegpu.remote.runtimes import Runtime, WorkerLaunch
 
@@ -32,9 +35,10 @@ async def run_preflight(cluster: Cluster, job: JobSpec, run_id: str, slots: Sequ
     """
     first = _first_slots(slots)
     ports = {name: _ports_on(slots, name) for name in first}
-    results = await asyncio.gather(*(
-        node_preflight(runtime_of(slot), launch_for(slot), job, local_code, ports[name])
-        for name, slot in first.items()))
+    results, logins = await asyncio.gather(
+        asyncio.gather(*(node_preflight(runtime_of(slot), launch_for(slot), job, local_code, ports[name])
+                         for name, slot in first.items())),
+        asyncio.gather(*(login_warnings(cluster.node(name)) for name in first)))
     if job.is_pytorch and not any(results):
         results = [found + torch_mismatch(name, {n: runtime_of(s).torch_version for n, s in first.items()})
                    for name, found in zip(first, results)]
@@ -43,10 +47,11 @@ async def run_preflight(cluster: Cluster, job: JobSpec, run_id: str, slots: Sequ
         found = await reach_problems(ends)
         results = [found_here + [p.text for p in found if p.node == name] for name, found_here in zip(first, results)]
     problems = []
-    for name, found in zip(first, results):
+    for name, found, login in zip(first, results, logins):
         stats = cluster.node(name).latest
         gpus = describe_gpus(stats) + (f" ({stats.source})" if stats and stats.gpus else "")
         warnings = foreign_memory_warnings(name, stats, _job_gpus(plan, name), run_id) + _shell_warnings(cluster.node(name))
+        warnings += login
         cluster.hub.publish(PreflightResult(job.name, name, tuple(found), gpus, tuple(warnings)))
         problems += found
     return problems
@@ -74,6 +79,17 @@ def _shell_warnings(node: NodeSession) -> list[str]:
     """The node's talking login shell, named with its fix (the run goes on: homegpu sets the text aside)."""
     said = talking_shell(node.shell_banner)
     return [f"{node.name}: {said}. {SHELL_FIX}"] if said else []
+
+
+async def login_warnings(node: NodeSession) -> list[str]:
+    """The node's slow or stuck login shell, named with its file or stale lock and the fix (the run goes on):
+    the login its connection paid to start the relay, else one login timed, for at most STUCK_LOGIN_S."""
+    try:
+        timing = node.last_login or await node.time_login(STUCK_LOGIN_S)
+    except NODE_GONE:
+        return []  # its checks say so
+    problem = login_problem(timing) if timing else None
+    return [f"{node.name}: {problem[0]}. {problem[1]}"] if problem else []
 
 
 def _first_slots(slots: Sequence[WorkerSlot]) -> dict[str, WorkerSlot]:

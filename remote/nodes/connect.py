@@ -181,7 +181,7 @@ async def open_transport(cluster: ClusterSpec, node: NodeSpec) -> NodeTransport:
         return LocalTransport()
     _read_ssh_config(cluster, node)  # its one line, where connect() would raise a bare ValueError or OSError
     conn = await _connect(cluster, node)
-    transport = SshTransport(conn, open_more=lambda: _connect(cluster, node))
+    transport = SshTransport(conn, open_more=lambda: _connect(cluster, node), python=node.python)
     transport.peer_address = peer_address(conn.get_extra_info("peername"))
     return transport
 

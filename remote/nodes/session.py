@@ -25,6 +25,7 @@ from homegpu.remote.nodes.connect import (
     AuthFailed, HostKeyChanged, HostKeyUnknown, NodeError, address_behind_jump, open_transport,
 )
 from homegpu.remote.nodes.health import GpuHealth
+from homegpu.remote.nodes.login_time import STUCK_LOGIN_S, LoginTiming, login_problem
 from homegpu.remote.nodes.reach_probe import PROBE_EVERY_SECONDS, pause_until_reachable, probe_address
 from homegpu.remote.nodes.stats import StatsParseError, parse_agent_line
 from homegpu.remote.nodes.transport import CommandResult, NodeTransport, RemoteProcess, TransportError
@@ -122,6 +123,29 @@ class NodeSession:
     async def spawn(self, argv: Sequence[str]) -> RemoteProcess:
         """Start a long-running command on the node. Raises NodeOffline when it is not connected."""
         return await self._connected().start(argv)
+
+    async def time_login(self, timeout: float) -> LoginTiming | None:
+        """One login of the node's shell, timed (None: commands start without one). Raises NodeOffline."""
+        return await self._connected().time_login(timeout)
+
+    @property
+    def last_login(self) -> LoginTiming | None:
+        """The login this connection paid to start its relay, timed (None: not yet, or commands pay one each)."""
+        return getattr(self.transport, "last_login", None)
+
+    @property
+    def login_waiting(self) -> float | None:
+        """Seconds the connection's login (the relay's start) has been waited for so far; None: not waiting."""
+        return getattr(self.transport, "login_waiting", None)
+
+    @property
+    def waiting_on(self) -> str:
+        """Why the node says nothing yet while online: a login not done after STUCK_LOGIN_S, in words ("": none)."""
+        waited = self.login_waiting
+        if waited is None or waited < STUCK_LOGIN_S:
+            return ""
+        detail, fix = login_problem(LoginTiming(None, "", waited))
+        return f"{detail}. {fix}"
 
     @property
     def shell_banner(self) -> str:

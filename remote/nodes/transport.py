@@ -21,6 +21,9 @@ import asyncssh
 from asyncssh.constants import OPEN_REQUEST_SESSION_FAILED
 
 from homegpu.remote.nodes import exec_files
+from homegpu.remote.nodes.login_probe import time_login
+from homegpu.remote.nodes.login_time import LoginTiming, without_rehash
+from homegpu.remote.nodes.relay import Relay, RelayRefused, open_command, run_command
 from homegpu.remote.nodes.transport_base import (
     CHUNK_SIZE, CommandResult, CommandTimeout, NodeTransport, RemoteProcess, TransportError, cause, no_answer,
 )
@@ -148,8 +151,10 @@ class SshTransport(NodeTransport):
     """A node over SSH: the first connection (stats, SFTP, forwards, keepalive), and more opened by
     `open_more` when its session channels run out, so twelve workers never meet MaxSessions."""
 
-    def __init__(self, conn: asyncssh.SSHClientConnection, open_more=None) -> None:
+    def __init__(self, conn: asyncssh.SSHClientConnection, open_more=None, python: str | None = None) -> None:
         self.conn = conn
+        # commands through one relay (nodes/relay.py) rather than a login each, where the node's python can run it
+        self._relay = Relay(conn, python, framed, _MARK_LINE, self._heard_banner) if python else None
         self._links = [_Link(conn)]
         self._open_more = open_more
         self._link_lock = asyncio.Lock()
@@ -203,7 +208,7 @@ class SshTransport(NodeTransport):
         task.add_done_callback(self._releases.discard)
 
     def _heard_banner(self, banner: bytes) -> None:
-        text = _text(banner).strip()
+        text = without_rehash(_text(banner)).strip()
         if text:
             self.shell_banner = text
 
@@ -242,16 +247,56 @@ class SshTransport(NodeTransport):
             self._sftp_client = None
             self._links[0].open -= 1
 
+    @property
+    def relay_trouble(self) -> str:
+        """Why commands go through the login shell on this connection ("" while the relay takes them)."""
+        return self._relay.trouble if self._relay else "no relay asked for"
+
+    @property
+    def relay_socket(self) -> str:
+        """Where the node's relay listens ("" while none is up)."""
+        return self._relay.socket_path if self._relay else ""
+
+    @property
+    def last_login(self) -> LoginTiming | None:
+        """The login the relay's start paid, timed (None before it, or without a relay)."""
+        return self._relay.login if self._relay else None
+
+    @property
+    def login_waiting(self) -> float | None:
+        """Seconds the relay's login has been waited for so far; None when none is waited for."""
+        return self._relay.login_waiting if self._relay else None
+
+    async def _relay_socket(self) -> str | None:
+        return await self._relay.socket() if self._relay else None
+
     async def run(self, argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None) -> CommandResult:
+        try:  # asyncio.timeout: wait_for would lose a cancel that comes as a relayed command ends (waiting.py)
+            async with asyncio.timeout(timeout):
+                return await self._run(argv, input)
+        except TimeoutError:  # an OSError since Python 3.11: say it, not "connection failed: "
+            raise no_answer(argv, timeout) from None
+
+    async def _run(self, argv: Sequence[str], input: bytes | None) -> CommandResult:
+        """Through the relay where it is up, else through a login as before."""
+        socket = await self._relay_socket()
+        if socket:
+            try:
+                return await run_command(self.conn, socket, argv, input)
+            except RelayRefused as exc:
+                await self._relay.refused(str(exc))
+            except (asyncssh.Error, OSError) as exc:
+                raise TransportError(f"connection failed during {argv[0]}: {cause(exc)}") from exc
+        return await self._run_by_login(argv, input)
+
+    async def _run_by_login(self, argv: Sequence[str], input: bytes | None) -> CommandResult:
         async def command(conn: asyncssh.SSHClientConnection):
             return await conn.run(framed(argv), input=input, encoding=None, check=False)
 
         link = None
         try:
-            link, result = await asyncio.wait_for(self._with_session(command), timeout)
-        except asyncio.TimeoutError:  # an OSError since Python 3.11: say it, not "connection failed: "
-            raise no_answer(argv, timeout) from None
+            link, result = await self._with_session(command)
         except (asyncssh.Error, OSError) as exc:
             raise TransportError(f"connection failed during {argv[0]}: {_refusal(exc)}") from exc
         finally:
@@ -266,6 +311,15 @@ class SshTransport(NodeTransport):
         )
 
     async def start(self, argv: Sequence[str]) -> RemoteProcess:
+        socket = await self._relay_socket()
+        if socket:
+            try:
+                return await open_command(self.conn, socket, argv)
+            except RelayRefused as exc:
+                await self._relay.refused(str(exc))
+            except (asyncssh.Error, OSError) as exc:
+                raise TransportError(f"cannot start {argv[0]}: {cause(exc)}") from exc
+
         async def process(conn: asyncssh.SSHClientConnection):
             return await conn.create_process(framed(argv), encoding=None)
 
@@ -275,6 +329,21 @@ class SshTransport(NodeTransport):
             raise TransportError(f"cannot start {argv[0]}: {_refusal(exc)}") from exc
         self._release_when_closed(link, started)
         return SshProcess(started, self._heard_banner)
+
+    async def time_login(self, timeout: float) -> LoginTiming:
+        """`true` through the login shell, its login timed: at most `timeout` seconds, however stuck."""
+        async def process(conn: asyncssh.SSHClientConnection):
+            return await conn.create_process(framed(["true"]), encoding=None)
+
+        try:
+            async with asyncio.timeout(timeout):
+                link, started = await self._with_session(process)
+        except TimeoutError:
+            return LoginTiming(None, "", timeout)
+        except (asyncssh.Error, OSError) as exc:
+            raise TransportError(f"cannot start a login: {_refusal(exc)}") from exc
+        self._release_when_closed(link, started)
+        return await time_login(started, _MARK_LINE, timeout)
 
     # -- files: over SFTP where it works, else over commands (exec_files) ---------------------
 
@@ -342,6 +411,8 @@ class SshTransport(NodeTransport):
         await self.conn.wait_closed()
 
     def close(self) -> None:
+        if self._relay:
+            self._relay.close()
         self._drop_sftp()
         for link in self._links:
             link.conn.close()

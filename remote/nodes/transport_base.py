@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Sequence
+
+from homegpu.remote.nodes.login_time import LoginTiming
 
 
 CHUNK_SIZE = 64 * 1024
@@ -100,12 +103,13 @@ class RemoteProcess(abc.ABC):
     def terminate(self) -> None: ...
 
     async def close(self) -> None:
-        """Terminate and wait (briefly) until it is gone, so no pipe outlives the event loop."""
+        """Terminate and wait (briefly) until it is gone, so no pipe outlives the event loop. asyncio.timeout, not
+        wait_for: Python 3.11's wait_for loses a cancel that comes as wait() ends in the same pass (nodes/waiting.py),
+        and a relay's command (nodes/relay.py) ends at once when its connection is gone."""
         self.terminate()
-        try:
-            await asyncio.wait_for(self.wait(), 5)
-        except (asyncio.TimeoutError, TransportError):
-            pass
+        with contextlib.suppress(TimeoutError, TransportError):
+            async with asyncio.timeout(5):
+                await self.wait()
 
 
 class NodeTransport(abc.ABC):
@@ -124,6 +128,10 @@ class NodeTransport(abc.ABC):
     @abc.abstractmethod
     async def start(self, argv: Sequence[str]) -> RemoteProcess:
         """Start argv with pipes for stdin and stdout."""
+
+    async def time_login(self, timeout: float) -> LoginTiming | None:
+        """One login of the node's shell, timed (nodes/login_time.py); None where commands start without one."""
+        return None
 
     @abc.abstractmethod
     async def home_dir(self) -> str:

@@ -249,8 +249,9 @@ def _node_block(node, watched: bool) -> str:
     head = f"{mark} {node.name:<12} {node.spec.host:<16} {node.address:<15} {node.state.value}"
     stats = node.latest
     if stats is None:
-        detail = f"    {node.reason}" if node.reason else "    (waiting for stats)"
-        return f"{head}\n{detail}"
+        waiting = getattr(node, "waiting_on", "")  # a login still not done, say
+        detail = node.reason or (f"(waiting for stats: {waiting})" if waiting else "(waiting for stats)")
+        return f"{head}\n    {detail}"
     head += (f"   cpu {stats.cpu:5.1f}%  load {stats.load[0]:4.2f}  "
              f"mem {gib(stats.mem_used, 5)}/{gib(stats.mem_total, 5)} GiB ({stats.mem_percent:3.0f}%)")
     if not stats.gpus:
