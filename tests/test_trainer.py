@@ -197,7 +197,8 @@ def test_defaults_and_help():
 
 ALLOWED_TOP = {"tensorflow", "tf_keras", "numpy", "homegpu"}
 TORCH_ALLOWED_TOP = {"torch", "homegpu"}
-TF_FREE = ("metrics.py", "cluster.py", "synthetic.py", "cli.py", "__main__.py")
+TF_FREE = ("metrics.py", "cluster.py", "synthetic.py", "cli.py", "__main__.py", "shares.py")
+TORCH_FILES = ("torch_demo.py", "balance_torch.py")  # PyTorch's demo and its balancing: no TensorFlow
 
 
 def _imports(path: Path) -> list[tuple[str, bool]]:
@@ -215,8 +216,8 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
 
 @pytest.mark.parametrize("path", sorted(TRAINER_DIR.glob("*.py")), ids=lambda p: p.name)
 def test_trainer_imports_only_stdlib_tensorflow_and_itself(path):
-    """(torch_demo.py: the standard library, torch and itself.)"""
-    allowed = TORCH_ALLOWED_TOP if path.name == "torch_demo.py" else ALLOWED_TOP  # PyTorch's demo: no TensorFlow
+    """(TORCH_FILES: the standard library, torch and itself.)"""
+    allowed = TORCH_ALLOWED_TOP if path.name in TORCH_FILES else ALLOWED_TOP
     for module, at_top in _imports(path):
         top = module.split(".")[0]
         assert top in sys.stdlib_module_names or top in allowed, f"{path.name} imports {module}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -38,6 +39,8 @@ class Datasets:
     num_classes: int
     validation: tf.data.Dataset | None = None
     validation_examples: int = 0
+    examples: tf.data.Dataset | None = None  # the training examples one by one, unshuffled (balance_tf.py cuts them)
+    decode: Callable | None = None  # what turns one of `examples` into an (image, label) pair, where it must
 
 
 def load(kind: str, path: str = "", *, global_batch: int, seed: int, image_size: int = 32,
@@ -101,19 +104,20 @@ def _images_labels(x: np.ndarray, y: np.ndarray, path: str, split: str) -> tuple
     return x, y.astype(np.int64)
 
 
-def _to_float(images: tf.Tensor) -> tf.Tensor:
+def to_float(images: tf.Tensor) -> tf.Tensor:
     return tf.cast(images, tf.float32)
 
 
 def _from_arrays(train, test, num_classes: int, global_batch: int, seed: int) -> Datasets:
     x, y = train
-    train_ds = _finish(tf.data.Dataset.from_tensor_slices((x, y)), global_batch, seed, shuffle=True)
+    examples = tf.data.Dataset.from_tensor_slices((x, y))
+    train_ds = _finish(examples, global_batch, seed, shuffle=True)
     val_ds = None
     if test is not None:
         val_ds = _finish(tf.data.Dataset.from_tensor_slices(test), global_batch, seed, shuffle=False)
     return Datasets(train=train_ds, train_examples=len(x), input_shape=tuple(x.shape[1:]),
                     num_classes=num_classes, validation=val_ds,
-                    validation_examples=len(test[0]) if test is not None else 0)
+                    validation_examples=len(test[0]) if test is not None else 0, examples=examples)
 
 
 def _finish(ds: tf.data.Dataset, global_batch: int, seed: int, *, shuffle: bool,
@@ -125,7 +129,7 @@ def _finish(ds: tf.data.Dataset, global_batch: int, seed: int, *, shuffle: bool,
     if decode is not None:
         ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.batch(global_batch, drop_remainder=True)
-    ds = ds.map(lambda images, labels: (_to_float(images), labels), num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.map(lambda images, labels: (to_float(images), labels), num_parallel_calls=tf.data.AUTOTUNE)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     options.deterministic = True
@@ -165,4 +169,4 @@ def _from_directory(root: str, global_batch: int, seed: int, image_size: int) ->
     files = tf.data.Dataset.from_tensor_slices((paths, np.asarray(labels, dtype=np.int64)))
     train = _finish(files, global_batch, seed, shuffle=True, decode=decode)
     return Datasets(train=train, train_examples=len(paths), input_shape=(image_size, image_size, 3),
-                    num_classes=len(classes))
+                    num_classes=len(classes), examples=files, decode=decode)

@@ -49,6 +49,7 @@ class MetricLines(keras.callbacks.Callback):
         self._train_end = self._train_start
         self._epoch = self._epoch_steps = self._window_steps = 0
         self.last: dict = {}
+        self.epoch_fields: Callable[[], dict] = dict  # more fields of each epoch line (a balanced run's shares)
 
     def on_train_begin(self, logs=None):
         self.initial_epoch = self.resume_epoch()
@@ -84,7 +85,7 @@ class MetricLines(keras.callbacks.Callback):
         values = {key: _number(logs, key) for key in EPOCH_KEYS if key in (logs or {})}
         self.last = dict(epoch=epoch + 1, epochs=self.epochs, **values,
                          examples_per_sec=round(self.local_batch * self._epoch_steps / training, 1),
-                         seconds=round(seconds, 3))
+                         seconds=round(seconds, 3), **self.epoch_fields())
         emit(self.role, event="epoch", **self.last)
         shown = "  ".join(f"{key} {value:.4f}" for key, value in values.items() if value is not None)
         print(f"epoch {epoch + 1}/{self.epochs}  {shown}  ({seconds:.1f} s, "

@@ -2,8 +2,9 @@
 
 `homegpu init --framework pytorch` writes a job that runs it, so a PyTorch user's first `homegpu run` trains
 across their machines at once, with no download: an MLP learns to tell ten Gaussian clusters apart (loss
-falls from about 2.3 within an epoch or two). Each process trains on its DistributedSampler share; gloo on
-a CPU, nccl when every process has a GPU (homegpu's plan says which). Progress goes out as the metric
+falls from about 2.3 within an epoch or two). Each process trains on its own slice of every step; gloo on
+a CPU, nccl when every process has a GPU (homegpu's plan says which). Each process's share of a step follows its
+measured speed (balance_torch.py), so unlike machines add up; the job's `balance = "even"` keeps it even. Progress goes out as the metric
 line protocol (trainer/PROTOCOL.md) from each node's first process, as its node's worker (`GROUP_RANK`).
 
 State survives a restart: after each epoch the node's first process writes `backup/snapshot.pt` in its
@@ -53,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import DataLoader
-    from torch.utils.data.distributed import DistributedSampler
+
+    from homegpu.trainer.balance_torch import BalancedBatches
 
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
@@ -82,16 +84,20 @@ def main(argv: list[str] | None = None) -> int:
     model = DistributedDataParallel(model.to(device), device_ids=[local_rank] if cuda else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     data = synthetic_set(torch)
-    sampler = DistributedSampler(data, seed=0)
-    loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler)
+    batches = BalancedBatches(data, args.batch_size)  # each process's share of a step follows its speed
+    loader = DataLoader(data, batch_sampler=batches)
     steps = min(len(loader), args.steps_per_epoch) if args.steps_per_epoch else len(loader)
     say(event="start", initial_epoch=initial, resumed=initial > 0, epochs=args.epochs, data="synthetic",
         model="mlp", steps_per_epoch=steps, collective="nccl" if cuda else "gloo",
-        replicas=dist.get_world_size(), batch_size=args.batch_size)
+        replicas=dist.get_world_size(), batch_size=args.batch_size, global_batch_size=batches.global_batch,
+        shares=batches.shares)
     started = time.time()
     loss_sum = correct = seen = 0.0
     for epoch in range(initial, args.epochs):
-        sampler.set_epoch(epoch)
+        changes = batches.changes
+        batches.set_epoch(epoch)
+        if reporting and batches.changes != changes:
+            print(shares_line(batches), flush=True)
         began = time.time()
         totals = torch.zeros(3, device=device)  # loss sum, correct, examples
         for step, (inputs, labels) in enumerate(loader):
@@ -99,9 +105,10 @@ def main(argv: list[str] | None = None) -> int:
                 break
             inputs, labels = inputs.to(device), labels.to(device)
             optimizer.zero_grad()
-            logits = model(inputs)
-            loss = torch.nn.functional.cross_entropy(logits, labels)
-            loss.backward()
+            with batches.forward(len(labels)) as weight:
+                logits = model(inputs)
+                loss = torch.nn.functional.cross_entropy(logits, labels)
+            (loss * weight).backward()  # DDP's mean of the weighted losses is the global batch's mean
             optimizer.step()
             totals += torch.stack([loss.detach() * len(labels), (logits.argmax(1) == labels).sum(),
                                    torch.tensor(len(labels), device=device)]).float()
@@ -113,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             snapshot.parent.mkdir(parents=True, exist_ok=True)
             torch.save({"model": model.module.state_dict(), "epochs": epoch + 1}, snapshot)
         say(event="epoch", epoch=epoch + 1, epochs=args.epochs, loss=loss_sum / seen, accuracy=correct / seen,
-            examples_per_sec=local_examples / seconds if seconds > 0 else None, seconds=seconds)
+            examples_per_sec=local_examples / seconds if seconds > 0 else None, seconds=seconds,
+            share=batches.share, shares=batches.shares)
     if reporting:
         (output / "DONE").write_text(json.dumps({"epochs": args.epochs, "time": time.time()}))
         if node == 0:
@@ -123,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         seconds=time.time() - started)
     dist.destroy_process_group()
     return 0
+
+
+def shares_line(batches) -> str:
+    """The line that says the shares moved, and to what."""
+    return (f"homegpu: each process's share of a step is now {'/'.join(map(str, batches.shares))} of "
+            f"{batches.global_batch} examples, by their measured speeds")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ TENSORFLOW_TRAINER_KEYS = frozenset({"data", "model", "on_fewer_workers"})
 TENSORFLOW_LAYOUT_KEYS = frozenset({"workers_per_node", "share_gpus"})  # torchrun starts a process per GPU itself
 FRAMEWORKS = ("tensorflow", "pytorch")  # pytorch: the script runs under torchrun, one per node
 KERAS_CHOICES = ("keras", "tf-keras")  # what a script's `import keras` gives: the python's own keras, or tf-keras
+BALANCE_CHOICES = ("speed", "even")  # each worker's share of a step: by its measured speed, or the same for all
 
 # (lowest, highest, unit) of each number: far beyond what a real job needs, so that only a typo (or a
 # fuzzer) meets them, and nothing downstream sees NaN, infinity or a thousand-digit integer.
@@ -89,6 +90,7 @@ class JobSpec:
     rejoin: bool = True  # a lost node back rejoins at the end of an epoch (False: at the next restart only)
     # what a script's chief wrote in its working dir that every worker resumes from (jobs/checkpoint_copy.py); "": all
     checkpoint: str = ""
+    balance: str = "speed"  # each worker's share of a step by its measured speed (trainer/shares.py), or "even"
     # sbatch's options on a Slurm cluster (slurm_keys.py), "" where Slurm's default applies
     partition: str = ""
     account: str = ""
@@ -186,6 +188,8 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...],
                              v.choice((KEEP_GLOBAL_BATCH, KEEP_WORKER_BATCH))),
         rejoin=get("rejoin", bool, True),
         checkpoint=get("checkpoint", str, "", _check_checkpoint(v, table)),
+        balance=get("balance", str, "speed", v.choice(BALANCE_CHOICES, 'use "speed" (each worker\'s share of a step '
+                                                                       'by its speed) or "even"')),
         **parse_slurm_job(v, table, path, scheduler),
     )
     _check_worker_ports(v, job)

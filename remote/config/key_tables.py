@@ -167,6 +167,11 @@ JOBS = Section("[jobs.NAME]", (
         "to where the script runs): before each restart homegpu puts the chief's onto every other machine, so a "
         "script written for a shared filesystem resumes on every node from the same epoch. See "
         "[Your own script](your-script.md#resuming-after-a-restart)", 'checkpoint = "snapshot.pt"'),
+    Key("balance", '`"speed"` or `"even"`', '`"speed"`',
+        "each worker's share of a step's global batch (`batch_size` × workers, which stays as it is): in "
+        "proportion to its measured speed, re-split as speeds change, so unlike machines add up; or the same for "
+        "every worker. The built-in PyTorch demo balances; a script of your own balances through homegpu's helper "
+        "([Your own script](your-script.md#unlike-machines))", 'balance = "even"'),
     Key("partition", "a Slurm partition (several: comma-separated)", "Slurm's default partition",
         '`sbatch --partition`: where the run\'s Slurm job goes (`sinfo` lists them). Only with `scheduler = "slurm"`, '
         "like the four keys below ([Slurm](slurm.md))", 'partition = "gpu"'),

@@ -76,7 +76,8 @@ def worker_env(job: JobSpec, paths: NodePaths) -> dict[str, str]:
     tf-keras), the job's `keras` choice for a script's own `import keras`, and where a script's
     BackupAndRestore keeps what homegpu copies off the chief (jobs/backup_copy.py)."""
     env = {"TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1", "HOMEGPU_OUTPUT_DIR": paths.output_dir,
-           "HOMEGPU_BACKUP_DIR": posixpath.join(paths.output_dir, BACKUP_DIR), **job.env}
+           "HOMEGPU_BACKUP_DIR": posixpath.join(paths.output_dir, BACKUP_DIR), "HOMEGPU_BALANCE": job.balance,
+           **job.env}
     shipped = posixpath.join(paths.code_dir, TRAINER_PACKAGE_DIR)
     env["PYTHONPATH"] = shipped if job.uses_trainer else ":".join(filter(None, (shipped, job.env.get("PYTHONPATH"))))
     if not job.uses_trainer and job.keras == "tf-keras":

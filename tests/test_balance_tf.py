@@ -1,0 +1,93 @@
+"""The built-in trainer's balancing (trainer/balance_tf.py): each worker's input cut from the same global batches,
+and in two real MultiWorkerMirroredStrategy workers on this machine the weighted gradient of an uneven split is
+the one a single process computes over the same global batch, and the shares follow a slower worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parent / "fixtures" / "scripts" / "balance_tf_check.py"
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for probe in sockets:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in sockets]
+    finally:
+        for probe in sockets:
+            probe.close()
+
+
+def run_check(tmp_path: Path, mode: str, workers: int, **env: str) -> None:
+    ports = free_ports(workers)
+    base = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1", "TF_USE_LEGACY_KERAS": "1", **env}
+    configs = [json.dumps({"cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
+                           "task": {"type": "worker", "index": rank}}) if workers > 1 else "" for rank in range(workers)]
+    processes = [subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path), mode], env={**base, "TF_CONFIG": config},
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for config in configs]
+    outputs = [process.communicate(timeout=300)[0] for process in processes]
+    failed = [f"process {rank}:\n{output[-2500:]}" for rank, (process, output) in enumerate(zip(processes, outputs))
+              if process.returncode != 0]
+    assert not failed, "\n".join(failed)
+
+
+def read(tmp_path: Path, name: str) -> dict:
+    return json.loads((tmp_path / f"{name}.json").read_text())
+
+
+def close(a, b, tolerance=1e-5) -> bool:
+    import numpy as np
+
+    return all(np.allclose(np.array(x), np.array(y), atol=tolerance) for x, y in zip(a, b))
+
+
+def test_each_worker_cuts_its_slices_from_the_same_global_batches_and_a_change_lands_at_one_step(tensorflow):
+    import tensorflow as tf
+
+    from homegpu.trainer import balance_tf
+
+    examples = tf.data.Dataset.from_tensor_slices((tf.range(64), tf.range(64, dtype=tf.int64)))
+    schedule = balance_tf.ShareSchedule(8, 2)
+    pipelines = [balance_tf.worker_pipeline(tf.distribute.InputContext(2, worker, 2), examples, schedule, 3,
+                                            lambda t: t, 64) for worker in (0, 1)]
+    iterators = [iter(pipeline) for pipeline in pipelines]
+    taken = [[list(next(iterator)[1].numpy()) for _ in range(3)] for iterator in iterators]  # 3 steps ahead
+    schedule.change([6, 2], step=1)  # decided after step 1: in force from step 1 + MARGIN_STEPS
+    taken = [mine + [list(next(iterator)[1].numpy()) for _ in range(16)] for mine, iterator in zip(taken, iterators)]
+    sizes = [[len(batch) for batch in mine] for mine in taken]
+    assert sizes[0] == [4] * 17 + [6, 6] and sizes[1] == [4] * 17 + [2, 2]
+    for step in range(19):
+        batch = taken[0][step] + taken[1][step]
+        assert len(set(batch)) == 8  # every global batch whole, each example on one worker
+    first_epoch = [label for step in range(8) for label in taken[0][step] + taken[1][step]]
+    assert sorted(first_epoch) == list(range(64))  # an epoch covers the data once
+
+
+def test_the_weighted_gradient_of_an_uneven_split_is_the_global_batchs(tmp_path, tensorflow):
+    run_check(tmp_path, "gradient", 2, HOMEGPU_SHARES="3,13")
+    run_check(tmp_path, "gradient", 1, HOMEGPU_SHARES="3,13")
+    single, workers = read(tmp_path, "single"), [read(tmp_path, "0"), read(tmp_path, "1")]
+    assert workers[0]["shares"] == [3, 13]
+    assert close(workers[0]["before"], single["before"], 0)  # the same first weights
+    assert close(workers[0]["after"], single["after"]), (workers[0]["after"], single["after"])
+    assert close(workers[1]["after"], workers[0]["after"], 0)
+    assert not close(single["mean_of_means"], single["after"], 1e-3)  # what a plain mean per worker would do
+
+
+def test_the_shares_follow_a_slower_worker(tmp_path, tensorflow):
+    run_check(tmp_path, "speed", 2)
+    workers = [read(tmp_path, "0"), read(tmp_path, "1")]
+    fast, slow = workers[0]["shares"]
+    assert fast + slow == 32 and fast >= 22, workers[0]
+    assert workers[1]["shares"] == workers[0]["shares"]
+    assert workers[0]["said"], "the change was not said"
+    assert workers[0]["speeds"][0] > 2 * workers[0]["speeds"][1]

@@ -1,0 +1,75 @@
+"""BalancedBatches (trainer/balance_torch.py) in two real DDP processes over gloo on this machine: with uneven
+shares the weighted gradient is the one a single process computes over the same global batch, an epoch covers
+the data once, and the shares follow a process that is slower."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parent / "fixtures" / "scripts" / "balance_torch_check.py"
+
+
+def run_two(tmp_path: Path, mode: str, in_a_run: bool = True, **env: str) -> list[dict]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",
+            "OMP_NUM_THREADS": "1", **({"HOMEGPU_OUTPUT_DIR": str(tmp_path)} if in_a_run else {}), **env}
+    base = {key: value for key, value in base.items() if in_a_run or key != "HOMEGPU_OUTPUT_DIR"}
+    processes = [subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path), mode], env={**base, "RANK": str(rank)},
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
+    outputs = [process.communicate(timeout=180)[0] for process in processes]
+    for process, output in zip(processes, outputs):
+        assert process.returncode == 0, output
+    return [json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in (0, 1)]
+
+
+def test_the_weighted_gradient_of_an_uneven_split_is_the_global_batchs(tmp_path, pytorch):
+    import torch
+
+    ranks = run_two(tmp_path, "gradient", HOMEGPU_SHARES="3,13")
+    assert [rank["shares"] for rank in ranks] == [[3, 13], [3, 13]]
+    assert [len(rank["indices"]) for rank in ranks] == [3, 13]
+    global_batch = ranks[0]["indices"] + ranks[1]["indices"]
+    assert len(set(global_batch)) == 16
+
+    torch.manual_seed(0)  # the same data and the same first weights as the two processes
+    source, targets = torch.randn(128, 6), torch.randint(0, 3, (128,))
+    model = torch.nn.Linear(6, 3)
+    torch.nn.functional.cross_entropy(model(source[global_batch]), targets[global_batch]).backward()
+    for got, want in zip(ranks[0]["grad"], (p.grad for p in model.parameters())):
+        assert torch.allclose(torch.tensor(got), want, atol=1e-6)
+    assert ranks[1]["grad"] == ranks[0]["grad"]  # DDP left both with the same gradient
+
+    # without the weights (each a plain mean, then DDP's mean of means) the gradient would differ
+    model.zero_grad()
+    for part in (ranks[0]["indices"], ranks[1]["indices"]):
+        (torch.nn.functional.cross_entropy(model(source[part]), targets[part]) / 2).backward()
+    assert not torch.allclose(torch.tensor(ranks[0]["grad"][0]), model.weight.grad, atol=1e-4)
+
+
+def test_the_shares_follow_a_slower_process_and_each_epoch_covers_the_data_once(tmp_path, pytorch):
+    ranks = run_two(tmp_path, "speed")
+    first, _, last = ranks[0]["epochs"]
+    assert first["began_with"] == [8, 8]  # even until the first steps are timed
+    rank0, rank1 = last["began_with"]
+    assert rank0 + rank1 == 16 and rank0 >= 11, last  # rank 1 is about four times slower
+    assert [epoch["began_with"] for epoch in ranks[1]["epochs"]] == [epoch["began_with"] for epoch in ranks[0]["epochs"]]
+    for epoch in range(3):
+        seen = [ranks[rank]["epochs"][epoch]["seen"] for rank in (0, 1)]
+        assert not set(seen[0]) & set(seen[1])
+        assert len(seen[0]) + len(seen[1]) == 128 and len(set(seen[0] + seen[1])) == 128
+
+
+@pytest.mark.parametrize(("in_a_run", "env"), [(False, {}), (True, {"HOMEGPU_BALANCE": "even"})],
+                         ids=["by hand", "balance even"])
+def test_by_hand_or_when_the_job_asks_the_split_stays_even(tmp_path, pytorch, in_a_run, env):
+    ranks = run_two(tmp_path, "speed", in_a_run, **env)
+    assert {tuple(epoch["began_with"]) for rank in ranks for epoch in rank["epochs"]} == {(8, 8)}

@@ -1,0 +1,84 @@
+"""Each worker's share of a step from its measured speed (trainer/shares.py): the split, its floor, when it is
+revised, the loss weight that keeps the gradient the global batch's mean, and the machine that slows a run."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from homegpu.trainer import shares
+
+# The issue's own figures: a desktop held to one core trains at 1,714 examples/s, a laptop held to a quarter of
+# a core at 366.
+DESKTOP, LAPTOP = 1714.0, 366.0
+
+
+@pytest.mark.parametrize(("global_batch", "speeds", "expected"), [
+    (512, [DESKTOP, LAPTOP], [422, 90]),
+    (512, [100.0, 100.0], [256, 256]),
+    (10, [1.0, 1.0, 1.0], [4, 3, 3]),  # the remainder to the largest fractions, ties to the lower rank
+    (512, [1000.0, 1.0], [480, 32]),  # the laptop's floor: an eighth of its even share
+    (512, [DESKTOP, None], [256, 256]),  # one speed unknown: the even split
+    (512, [DESKTOP, 0.0], [256, 256]),
+    (512, [DESKTOP, math.nan], [256, 256]),
+    (3, [1000.0, 1.0, 1.0], [1, 1, 1]),  # every share at its floor of one example
+    (100, [5.0, 3.0, 1.0, 1.0], [50, 30, 10, 10]),
+])
+def test_shares_follow_speed_and_sum_to_the_global_batch(global_batch, speeds, expected):
+    got = shares.split(global_batch, speeds)
+    assert got == expected
+    assert sum(got) == global_batch
+
+
+def test_every_worker_finishes_its_share_at_about_the_same_moment():
+    speeds = [DESKTOP, LAPTOP, 900.0]
+    split = shares.split(768, speeds)
+    seconds = [share / speed for share, speed in zip(split, speeds)]
+    assert max(seconds) - min(seconds) < 1.5 / min(speeds)  # rounding moves a share by one example at most
+    # together they step as fast as the sum of their speeds, not at the laptop's pace
+    assert 768 / shares.step_seconds(split, speeds) == pytest.approx(sum(speeds), rel=0.01)
+    assert 768 / shares.step_seconds(shares.even(768, 3), speeds) < 0.55 * sum(speeds)
+
+
+def test_a_share_below_the_floor_takes_the_floor_and_the_others_share_the_rest():
+    split = shares.split(800, [1000.0, 1000.0, 10.0, 10.0])
+    assert split[2:] == [shares.floor(800, 4)] * 2 == [25, 25]
+    assert split[:2] == [375, 375]
+
+
+def test_small_wobbles_keep_the_shares_and_real_changes_revise_them():
+    old = [422, 90]
+    assert not shares.changed(old, [420, 92])
+    assert not shares.changed(old, [423, 89])
+    assert shares.changed(old, [380, 132])
+    assert shares.changed([3, 1], [1, 3])
+
+
+def test_offsets_tile_the_global_batch():
+    assert shares.offsets([422, 90]) == [0, 422]
+    assert shares.offsets([4, 3, 3]) == [0, 4, 7]
+
+
+def test_the_weighted_mean_of_means_is_the_global_mean():
+    """Worker i's mean loss times its weight, averaged over workers (what DDP's all-reduce does), is the mean
+    over every example; the plain mean of means is not."""
+    losses = [[0.5] * 422, [2.0] * 90]
+    global_mean = sum(map(sum, losses)) / 512
+    weighted = [shares.loss_weight(len(part), 512, 2) * sum(part) / len(part) for part in losses]
+    assert sum(weighted) / 2 == pytest.approx(global_mean)
+    assert sum(sum(part) / len(part) for part in losses) / 2 != pytest.approx(global_mean)
+    assert shares.loss_weight(256, 512, 2) == 1.0
+
+
+def test_a_machine_whose_smallest_share_outlasts_the_others_whole_step_is_named():
+    slow = shares.slows_the_run(512, [DESKTOP, 50.0])
+    assert [(s.rank, s.floor) for s in slow] == [(1, 32)]
+    assert slow[0].floor_seconds == pytest.approx(32 / 50)
+    assert slow[0].without_seconds == pytest.approx(512 / DESKTOP)
+    line = slow[0].line("laptop", 512)
+    assert line.startswith("laptop slows the run even at its smallest share: 32 of 512 examples")
+    assert "0.64 s" in line and "0.299 s" in line
+    assert shares.slows_the_run(512, [DESKTOP, LAPTOP]) == []  # the issue's laptop adds to the run
+    assert shares.slows_the_run(512, [DESKTOP, None]) == []
+    assert shares.slows_the_run(512, [DESKTOP]) == []

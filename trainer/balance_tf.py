@@ -1,0 +1,235 @@
+"""Unlike machines add up under MultiWorkerMirroredStrategy: each replica's share of every step follows its
+measured speed (trainer/shares.py), for the built-in trainer.
+
+Three parts, each the same on every worker:
+- `ShareSchedule`: the shares in force, as variables the input pipeline reads per global batch. A change takes
+  effect at a step every worker names alike (`switch_at`, a margin past the step it was decided at, beyond what
+  the pipeline has made ahead), so every global batch is cut the same way on every worker: each example in one
+  replica, an epoch covering the data once.
+- `balanced_train`: the per-worker input pipeline: the seeded order of the examples, in global batches, each
+  cut into this worker's replicas' slices.
+- `BalancedModel.train_step`: each replica's loss is its examples' SUM over the GLOBAL batch (the collective then
+  sums the gradients into the global batch's mean, as one machine would compute it), its forward and backward
+  pass timed in the graph (`tf.timestamp`) before the collective, so a worker's speed leaves out its wait.
+- `Rebalance`: after the first steps and at each epoch's end, the workers trade their speeds (a collective) and
+  re-split when a share would move by more than 5 %; a run given shares by $HOMEGPU_SHARES starts with them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import tensorflow as tf
+import tf_keras as keras
+
+from homegpu.trainer import shares
+
+MARGIN_STEPS = 16  # past the step a change is decided at: more than the pipeline prefetches
+WARMUP_STEPS = 5
+SHARES_ENV = "HOMEGPU_SHARES"
+BALANCE_ENV = "HOMEGPU_BALANCE"
+
+
+def wanted(workers: int) -> bool:
+    """Whether this run balances: more than one worker, and the job did not ask for an even split."""
+    return workers > 1 and os.environ.get(BALANCE_ENV, "").strip().lower() != "even"
+
+
+class ShareSchedule:
+    """Each replica's examples of a global batch: `before` until step `switch_at`, `after` from it."""
+
+    def __init__(self, global_batch: int, replicas: int, first: list[int] | None = None) -> None:
+        self.global_batch, self.replicas = global_batch, replicas
+        start = first or shares.even(global_batch, replicas)
+        self.current = list(start)
+        # plain variables of this worker (made outside the strategy's scope), read by its input pipeline
+        self.before = tf.Variable(start, dtype=tf.int64, trainable=False, name="shares_before")
+        self.after = tf.Variable(start, dtype=tf.int64, trainable=False, name="shares_after")
+        self.switch_at = tf.Variable(0, dtype=tf.int64, trainable=False, name="shares_switch_at")
+
+    def at(self, step: tf.Tensor) -> tf.Tensor:
+        return tf.where(step >= self.switch_at, self.after, self.before)
+
+    def settled(self, step: int) -> bool:
+        """Whether the last change is in force by `step` (a new one may be scheduled)."""
+        return step >= int(self.switch_at.numpy())
+
+    def change(self, new: list[int], step: int) -> None:
+        self.before.assign(self.after.numpy())
+        self.after.assign(new)
+        self.switch_at.assign(step + MARGIN_STEPS)
+        self.current = list(new)
+
+
+def first_shares(global_batch: int, replicas: int) -> list[int] | None:
+    """The shares $HOMEGPU_SHARES gives (a previous run's, rescaled to this global batch), or None."""
+    try:
+        given = [int(part) for part in os.environ.get(SHARES_ENV, "").split(",")]
+    except ValueError:
+        return None
+    if len(given) != replicas or min(given) <= 0:
+        return None
+    return shares.split(global_batch, given)
+
+
+def balanced_train(strategy: tf.distribute.Strategy, examples: tf.data.Dataset, schedule: ShareSchedule, seed: int,
+                   to_float, shuffle_buffer: int, decode=None):
+    """The distributed training input: each worker's `worker_pipeline`."""
+    return strategy.distribute_datasets_from_function(
+        lambda context: worker_pipeline(context, examples, schedule, seed, to_float, shuffle_buffer, decode))
+
+
+def worker_pipeline(context: tf.distribute.InputContext, examples: tf.data.Dataset, schedule: ShareSchedule,
+                    seed: int, to_float, shuffle_buffer: int, decode=None) -> tf.data.Dataset:
+    """On every worker the same seeded order of `examples` (image, label pairs, or what `decode` makes them), in
+    global batches, each cut into this worker's replicas' slices (one element per local replica) by `schedule`."""
+    local = context.num_replicas_in_sync // context.num_input_pipelines
+    first = context.input_pipeline_id * local
+    ds = examples.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+    if decode is not None:  # after the shuffle: its buffer holds file names, not images
+        ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.batch(schedule.global_batch, drop_remainder=True).enumerate()
+
+    def slices(step, batch):
+        images, labels = batch
+        split = schedule.at(step)
+        starts = tf.cumsum(split, exclusive=True)
+
+        def cut(k):
+            replica = first + k
+            begin, size = starts[replica], split[replica]
+            return to_float(images[begin:begin + size]), labels[begin:begin + size]
+        return tf.data.Dataset.range(local).map(cut)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    options.deterministic = True
+    return ds.flat_map(slices).with_options(options).prefetch(2)
+
+
+class ComputeClock:
+    """This worker's compute time and examples since the last look: plain variables of its own (made outside the
+    strategy's scope, so neither mirrored nor saved with the model), added to by the training step in the graph."""
+
+    def __init__(self) -> None:
+        self.seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="compute_seconds")
+        self.examples = tf.Variable(0, dtype=tf.int64, trainable=False, name="computed_examples")
+
+    def take_speed(self) -> float | None:
+        """Examples per second of compute per replica since the last call; then start again."""
+        seconds, examples = float(self.seconds.numpy()), int(self.examples.numpy())
+        self.seconds.assign(0.0)
+        self.examples.assign(0)
+        return examples / seconds if seconds > 0 and examples else None
+
+
+class BalancedModel(keras.Model):
+    """A functional model whose training step weighs each replica's loss by the global batch and times its own
+    forward and backward pass; its loss is sparse categorical cross-entropy on logits, its other metrics what
+    compile() gives."""
+
+    def configure_balance(self, global_batch: int, clock: ComputeClock) -> None:
+        """Call inside the strategy's scope (the loss tracker is a synced metric), before compile()."""
+        self.global_batch, self.clock = global_batch, clock
+        self.per_example_loss = keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction=keras.losses.Reduction.NONE)
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+
+    @property
+    def metrics(self):
+        return [self.loss_tracker, *self.compiled_metrics.metrics] if self.compiled_metrics else [self.loss_tracker]
+
+    def train_step(self, data):
+        images, labels = data
+        began = tf.timestamp()
+        with tf.control_dependencies([began]):
+            images = tf.identity(images)
+        with tf.GradientTape() as tape:
+            predictions = self(images, training=True)
+            per_example = self.per_example_loss(labels, predictions)
+            loss = tf.reduce_sum(per_example) / self.global_batch  # the collective SUMS the replicas' gradients
+            if self.losses:
+                loss += tf.add_n(self.losses) / self.distribute_strategy.num_replicas_in_sync
+        gradients = tape.gradient(loss, self.trainable_variables)
+        with tf.control_dependencies([gradient for gradient in gradients if gradient is not None]):
+            ended = tf.timestamp()
+        examples = tf.shape(labels)[0]
+        self.clock.seconds.assign_add(ended - began)
+        self.clock.examples.assign_add(tf.cast(examples, tf.int64))
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        return self._track(per_example, labels, predictions)
+
+    def test_step(self, data):
+        images, labels = data
+        predictions = self(images, training=False)
+        return self._track(self.per_example_loss(labels, predictions), labels, predictions)
+
+    def _track(self, per_example, labels, predictions):
+        examples = tf.cast(tf.shape(labels)[0], tf.float32)
+        self.loss_tracker.update_state(tf.reduce_mean(per_example), sample_weight=examples)
+        self.compiled_metrics.update_state(labels, predictions)
+        return {metric.name: metric.result() for metric in self.metrics}
+
+
+def balanced(model: keras.Model, global_batch: int, clock: ComputeClock) -> BalancedModel:
+    """`model` (functional) as a BalancedModel over the same layers; inside the strategy's scope."""
+    wrapped = BalancedModel(inputs=model.inputs, outputs=model.outputs, name=model.name)
+    wrapped.configure_balance(global_batch, clock)
+    return wrapped
+
+
+class Rebalance(keras.callbacks.Callback):
+    """Trades the workers' speeds after the first steps and at each epoch's end (a collective on every worker at
+    the same step) and schedules new shares when they would move."""
+
+    def __init__(self, schedule: ShareSchedule, rank: int, workers: int, say, warmup_steps: int = WARMUP_STEPS,
+                 warm: bool = False) -> None:
+        super().__init__()
+        self.schedule, self.rank, self.workers, self.say = schedule, rank, workers, say
+        self.warmup_steps = 0 if warm else warmup_steps
+        self.step = 0
+        self.changes = 0
+        self.speeds: list[float | None] = [None] * workers
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        if self.warmup_steps and self.step == self.warmup_steps:
+            self.warmup_steps = 0
+            self._resplit()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._resplit()
+
+    def _resplit(self) -> None:
+        speed = self.model.clock.take_speed()
+        self.speeds = all_speeds(self.model.distribute_strategy, speed, self.rank, self.workers)
+        if not self.schedule.settled(self.step):
+            return  # the last change is not in force yet
+        local = self.schedule.replicas // self.workers
+        per_replica = [speed for speed in self.speeds for _ in range(local)]
+        new = shares.split(self.schedule.global_batch, per_replica)
+        if shares.changed(self.schedule.current, new):
+            self.schedule.change(new, self.step)
+            self.changes += 1
+            self.say(new, self.speeds)
+
+
+def all_speeds(strategy: tf.distribute.Strategy, speed: float | None, rank: int, workers: int) -> list[float | None]:
+    """Every worker's speed in rank order (None where one has none yet): a collective, as backup.all_agree."""
+    mine = [0.0] * workers
+    mine[rank] = speed or 0.0
+    value = tf.constant(mine, dtype=tf.float64)
+    per_replica = strategy.run(tf.function(lambda: tf.identity(value)))
+    total = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None).numpy()
+    local = strategy.num_replicas_in_sync // workers  # each of a worker's replicas gave its speed
+    return [float(value) / local or None for value in total]
+
+
+def shares_line(new: list[int], speeds: list[float | None], global_batch: int) -> str:
+    shown = ", ".join(f"{speed:.0f}" if speed else "?" for speed in speeds)
+    return (f"homegpu.trainer: each replica's share of a step is now {'/'.join(map(str, new))} of {global_batch} "
+            f"examples, by the workers' measured speeds ({shown} examples/s of compute)")
+
+
+def print_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,155 @@
+"""Unlike machines add up under PyTorch DDP: each process's share of every step follows its measured speed.
+
+DistributedSampler gives every process the same number of examples a step, so a step waits for the slowest.
+`BalancedBatches` replaces it as a DataLoader's `batch_sampler`: every process draws the same seeded order of
+the data, cuts it into global batches (batch_size × processes: the job's global batch does not change) and
+takes its own slice of each, in proportion to its speed (trainer/shares.py). An epoch still covers the data
+once, each example in one process. DDP averages the processes' gradients, so each process's mean loss is
+multiplied by its weight (share × processes / global batch), which makes the average the gradient over the
+global batch, as one machine would compute it. A tutorial-shaped script changes three lines:
+
+    batches = BalancedBatches(dataset, batch_size)              # was: DistributedSampler(dataset)
+    loader = DataLoader(dataset, batch_sampler=batches)         # was: batch_size=..., sampler=...
+    with batches.forward(len(targets)) as weight:               # around the forward pass and the loss
+        loss = F.cross_entropy(model(source), targets) * weight
+
+Speed is the forward pass's examples per second, timed here (DDP's forward waits on no other process, its
+backward does). Shares start even, or as $HOMEGPU_SHARES says (a previous run's); after the first
+`WARMUP_STEPS` steps and at each epoch's start (`set_epoch`, as with DistributedSampler) the processes trade
+their speeds over a gloo group of their own and re-split. Outside a homegpu run, or with
+$HOMEGPU_BALANCE=even, the split stays even (then it is DistributedSampler's, without padding).
+Standard library and torch only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import time
+from typing import Iterator, Sequence
+
+from homegpu.trainer import shares
+
+WARMUP_STEPS = 5  # steps timed before the first re-split of a run that starts even
+SHARES_ENV = "HOMEGPU_SHARES"  # "422,90": the first shares, from the job's last run
+BALANCE_ENV = "HOMEGPU_BALANCE"  # "even" keeps the even split
+IN_A_RUN = "HOMEGPU_OUTPUT_DIR"
+
+
+class BalancedBatches:
+    """A DataLoader `batch_sampler`: this process's slice of each global batch, sized by the processes' speeds.
+
+    Args:
+        dataset: anything with a length.
+        batch_size: the even share per process (as the script passed to its DataLoader).
+        seed: the shuffle's seed, the same on every process.
+        shuffle: shuffle each epoch (seed + epoch), as DistributedSampler does.
+        warmup_steps: steps timed before the first re-split of a run that starts even.
+    """
+
+    def __init__(self, dataset, batch_size: int, *, seed: int = 0, shuffle: bool = True,
+                 warmup_steps: int = WARMUP_STEPS) -> None:
+        import torch.distributed as dist
+
+        self.size, self.seed, self.shuffle, self.warmup_steps = len(dataset), seed, shuffle, warmup_steps
+        self.distributed = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank() if self.distributed else 0
+        self.processes = dist.get_world_size() if self.distributed else 1
+        self.global_batch = batch_size * self.processes
+        self.balancing = (self.processes > 1 and IN_A_RUN in os.environ
+                          and os.environ.get(BALANCE_ENV, "").strip().lower() != "even")
+        self.shares = self._first_shares()
+        self.changes = 0  # how many times the shares moved
+        self.epoch = 0
+        self._group = dist.new_group(backend="gloo") if self.balancing else None
+        self._rates: list[float] = []  # examples/s of each forward pass since the last re-split
+        self._steps_left_to_warm = 0 if os.environ.get(SHARES_ENV) else warmup_steps
+
+    def _first_shares(self) -> list[int]:
+        given = os.environ.get(SHARES_ENV, "")
+        if self.balancing and given:
+            try:
+                wanted = [int(part) for part in given.split(",")]
+            except ValueError:
+                wanted = []
+            if len(wanted) == self.processes and min(wanted) > 0:
+                return shares.split(self.global_batch, wanted)  # rescaled to this global batch
+        return shares.even(self.global_batch, self.processes)
+
+    @property
+    def share(self) -> int:
+        """This process's examples a step now."""
+        return self.shares[self.rank]
+
+    def weight(self, examples: int) -> float:
+        """The loss weight of a batch of `examples` (its share × processes / global batch)."""
+        return shares.loss_weight(examples, self.global_batch, self.processes)
+
+    def __len__(self) -> int:
+        return self.size // self.global_batch  # whole global batches: every process takes as many steps
+
+    def set_epoch(self, epoch: int) -> None:
+        """The next epoch's order, and shares re-split from the speeds measured so far (collective: every
+        process calls it, as it would DistributedSampler's)."""
+        self.epoch = epoch
+        self._resplit()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        import torch
+
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.size, generator=generator).tolist()
+        else:
+            order = list(range(self.size))
+        for step in range(len(self)):
+            if self._steps_left_to_warm and step == self._steps_left_to_warm:
+                self._steps_left_to_warm = 0
+                self._resplit()
+            begin = step * self.global_batch + shares.offsets(self.shares)[self.rank]
+            yield order[begin:begin + self.share]
+
+    @contextlib.contextmanager
+    def forward(self, examples: int) -> Iterator[float]:
+        """Times the forward pass of a batch of `examples` and gives its loss weight."""
+        began = time.perf_counter()
+        yield self.weight(examples)
+        _synchronize()
+        seconds = time.perf_counter() - began
+        if seconds > 0:
+            self._rates.append(examples / seconds)
+
+    def speed(self) -> float | None:
+        """This process's examples per second of forward pass since the last re-split (the median step: a step
+        the machine spent on something else says nothing of its speed), or None."""
+        return statistics.median(self._rates) if self._rates else None
+
+    def _resplit(self) -> None:
+        if not self.balancing:
+            return
+        speeds = _gather(self.speed(), self.processes, self._group)
+        self._rates = []
+        new = shares.split(self.global_batch, speeds)
+        if shares.changed(self.shares, new):
+            self.shares = new
+            self.changes += 1
+
+
+def _gather(speed: float | None, processes: int, group) -> Sequence[float | None]:
+    """Every process's speed (None where one has none yet), in rank order."""
+    import torch
+    import torch.distributed as dist
+
+    mine = torch.tensor([speed if speed is not None else 0.0], dtype=torch.float64)
+    everyone = [torch.zeros(1, dtype=torch.float64) for _ in range(processes)]
+    dist.all_gather(everyone, mine, group=group)
+    return [float(value) or None for value in everyone]
+
+
+def _synchronize() -> None:
+    """Waits for the GPU's queued work, so the forward pass's time is its own and not just its launch."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
