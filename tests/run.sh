@@ -91,7 +91,7 @@ if (( workers <= 1 )); then
 fi
 echo "tests/run.sh: the fast tier passed; the rest (pytest -m 'not fast' -n $workers --dist loadscope)" >&2
 status=0
-.venv/bin/python -m pytest "${defaults[@]}" -m "not fast" -n "$workers" --dist loadscope || status=$?
+.venv/bin/python -m pytest "${defaults[@]}" -m "not fast" -n "$workers" --dist loadscope --durations=30 || status=$?
 (( status == 1 )) || exit "$status"  # 0: all passed; 2-5: interrupted, an internal or usage error, no tests
 echo "tests/run.sh: the tests above that failed beside others run again, alone (pytest --last-failed)" >&2
 exec .venv/bin/python -m pytest "${defaults[@]}" -m "not fast" --last-failed --last-failed-no-failures none
