@@ -30,8 +30,9 @@ def free_ports(count: int) -> list[int]:
 def run_check(tmp_path: Path, mode: str, workers: int, **env: str) -> None:
     ports = free_ports(workers)
     base = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1", "TF_USE_LEGACY_KERAS": "1", **env}
-    configs = [json.dumps({"cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
-                           "task": {"type": "worker", "index": rank}}) if workers > 1 else "" for rank in range(workers)]
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    configs = [json.dumps({"cluster": cluster, "task": {"type": "worker", "index": rank}}) if workers > 1 else ""
+               for rank in range(workers)]
     processes = [subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path), mode], env={**base, "TF_CONFIG": config},
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for config in configs]
     outputs = [process.communicate(timeout=300)[0] for process in processes]

@@ -7,11 +7,9 @@ the TUI in tmux marks both and says why, and a run's straggler alert names what 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import shlex
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -21,7 +19,8 @@ from gpu_replay import FIXTURES, HOT_ON_A_RISER, nvidia_smi_in, write_replay_nvi
 from helpers import homegpu, homegpu_argv, job_table, wait_for
 import test_tui_tmux
 
-from simcluster import SimCluster, SimNode
+from simcluster import SimCluster
+from simcpu import cpu_share
 
 H100 = FIXTURES / "h100-80gb-hbm3"
 terminal_factory = test_tui_tmux.terminal_factory  # the fixture that opens and closes tmux terminals
@@ -68,28 +67,6 @@ for epoch in range(1, 6):
     epoch_done(epoch, 5, examples_per_sec=round(4096 / (time.perf_counter() - start), 1))
 """
 CPU_SHARE = 15  # % of one core left to node2's processes: a slow machine, and the straggler
-
-
-@contextmanager
-def cpu_share(node: SimNode, percent: int) -> Iterator[None]:
-    """Every process `node`'s sshd starts from now on gets `percent` % of one core (a cgroup v1 cpu quota,
-    else cgroup v2's cpu.max), the listener's children inheriting it: a machine that is slow for real."""
-    v1 = Path("/sys/fs/cgroup/cpu")
-    group = (v1 if (v1 / "cpu.cfs_quota_us").exists() else Path("/sys/fs/cgroup")) / f"homegpu-slow-{node.name}"
-    group.mkdir()
-    try:
-        if (group / "cpu.cfs_quota_us").exists():
-            (group / "cpu.cfs_period_us").write_text("100000")
-            (group / "cpu.cfs_quota_us").write_text(str(1000 * percent))
-        else:
-            (group / "cpu.max").write_text(f"{1000 * percent} 100000")
-        (group / "cgroup.procs").write_text(str(node.pid))
-        yield
-    finally:
-        for pid in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):
-                (group.parent / "cgroup.procs").write_text(pid)
-        group.rmdir()
 
 
 @pytest.fixture

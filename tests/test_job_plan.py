@@ -8,7 +8,9 @@ import pytest
 
 from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.config.job_spec import JobSpec
-from homegpu.remote.jobs.launch_plan import classify_exit, new_run_id, worker_argv, worker_cwd, worker_env
+from homegpu.remote.jobs.launch_plan import (
+    classify_exit, new_run_id, worker_argv, worker_cwd, worker_env, worker_launch,
+)
 from homegpu.remote.nodes.connect import peer_address, trust_command
 from homegpu.remote.plan.device_plan import DevicePlanError, container_env, docker_device_ids
 from homegpu.remote.plan.tfconfig import (
@@ -225,3 +227,28 @@ def test_one_layout_for_every_caller_silent_nodes_and_refusals():
     refused = lay_out(spec, spec.jobs["two"], {"box": [(0, "NVIDIA GeForce RTX 3090")], "laptop": []})
     assert refused.plan is None and refused.refusal.startswith("job two: node box: 2 workers for 1 GPU")
     assert refused.plan_lines() == [f"launch would be refused: {refused.refusal}"]
+
+
+def test_the_balance_choice_and_the_first_shares_reach_the_workers():
+    """balance reaches every worker as HOMEGPU_BALANCE; the shares a run starts with as HOMEGPU_SHARES, only where
+    the job balances by speed."""
+    paths = NodePaths(python="/opt/py", code_dir="/w/code/j", output_dir="/w/out")
+    assert worker_env(JobSpec(name="j"), paths)["HOMEGPU_BALANCE"] == "speed"
+    assert worker_env(JobSpec(name="j", balance="even"), paths)["HOMEGPU_BALANCE"] == "even"
+
+    class Here:  # the runtime's part worker_launch asks
+        def worker_paths(self, *args):
+            return paths
+
+        def out_dir(self, run_id, label):
+            return paths.output_dir
+
+    cluster = parse_cluster(CLUSTER, "cluster.toml")
+    slots = worker_slots(cluster, cluster.jobs["two"])
+    launch = worker_launch(JobSpec(name="j"), "r", 0, slots, slots[0], Here(), "/w/code/j", None, "", (422, 90))
+    assert launch.env["HOMEGPU_SHARES"] == "422,90"
+    even = worker_launch(JobSpec(name="j", balance="even"), "r", 0, slots, slots[0], Here(), "/w/code/j", None, "",
+                         (422, 90))
+    assert "HOMEGPU_SHARES" not in even.env
+    assert "HOMEGPU_SHARES" not in worker_launch(JobSpec(name="j"), "r", 0, slots, slots[0], Here(), "/w/code/j",
+                                                 None, "").env

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from homegpu.remote.config.cluster_spec import parse_cluster
-from homegpu.remote.plan.last_run import last_timeline, own_speeds
+from homegpu.remote.plan.last_run import last_shares, last_timeline, own_speeds
 from homegpu.remote.plan.tfconfig import job_device_plan
 from homegpu.remote.record.timeline_schema import SCHEMA
 
@@ -111,3 +111,27 @@ def test_a_damaged_latest_run_is_passed_over_for_the_one_before(tmp_path):
     os.utime(older / "timeline.sqlite", (1, 1))
     timeline = last_timeline(experiments, "demo")
     assert timeline is not None and timeline.meta["run_id"] == "demo-1"
+
+
+def write_metrics(run: Path, lines: list[dict]) -> None:
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_a_balanced_runs_last_shares_start_the_next_run_on_the_same_workers(tmp_path):
+    """The chief's last line that told the shares; none where the last run had other workers or told none."""
+    experiments = tmp_path / "experiments"
+    run = write_run(experiments, "demo-1", "demo", 100.0, {"desktop": 90, "closet": 90})
+    write_metrics(run, [
+        {"worker_label": "desktop", "worker": 0, "event": "start", "shares": [64, 64]},
+        {"worker_label": "closet", "worker": 1, "event": "start", "shares": [64, 64]},
+        {"worker_label": "desktop", "worker": 0, "event": "epoch", "epoch": 1, "shares": [100, 28]},
+        {"worker_label": "desktop", "worker": 0, "event": "epoch", "epoch": 2, "shares": [104, 24]},
+        {"worker_label": "desktop", "worker": 0, "event": "end"},
+    ])
+    assert last_shares(experiments, "demo", ["desktop", "closet"]) == (104, 24)
+    assert last_shares(experiments, "demo", ["closet", "desktop"]) is None  # another chief: other ranks
+    assert last_shares(experiments, "demo", ["desktop", "closet", "laptop"]) is None
+    assert last_shares(experiments, "other", ["desktop", "closet"]) is None
+    write_metrics(run, [{"worker_label": "desktop", "worker": 0, "event": "epoch", "shares": [0, "x"]},
+                        {"worker_label": "closet", "worker": 1, "event": "epoch"}])
+    assert last_shares(experiments, "demo", ["desktop", "closet"]) is None  # shares that do not read: none

@@ -4,7 +4,8 @@
 across their machines at once, with no download: an MLP learns to tell ten Gaussian clusters apart (loss
 falls from about 2.3 within an epoch or two). Each process trains on its own slice of every step; gloo on
 a CPU, nccl when every process has a GPU (homegpu's plan says which). Each process's share of a step follows its
-measured speed (balance_torch.py), so unlike machines add up; the job's `balance = "even"` keeps it even. Progress goes out as the metric
+measured speed (balance_torch.py), so unlike machines add up; the job's `balance = "even"` keeps it even.
+Progress goes out as the metric
 line protocol (trainer/PROTOCOL.md) from each node's first process, as its node's worker (`GROUP_RANK`).
 
 State survives a restart: after each epoch the node's first process writes `backup/snapshot.pt` in its

@@ -102,7 +102,8 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
     callbacks += [progress, _KeepLastEpoch(progress, os.path.join(backup.backup_dir, LAST_EPOCH_FILE))]
 
     try:
-        model.fit(balance.train if balance else sets.train, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0,
+        model.fit(balance.train if balance else sets.train, epochs=args.epochs, steps_per_epoch=steps,
+                  callbacks=callbacks, verbose=0,
                   validation_data=sets.validation if validation_steps else None,
                   validation_steps=validation_steps or None)
         model_dir = os.path.join(chief_dir, "model")

@@ -59,6 +59,15 @@ class Metric:
     steps_per_sec = property(lambda self: self.number("steps_per_sec"))
 
     @property
+    def shares(self) -> tuple[int, ...] | None:
+        """A balanced run's shares of a step, per replica or process (trainer/shares.py), or None."""
+        value = self.fields.get("shares")
+        if isinstance(value, list) and value and all(isinstance(n, int) and not isinstance(n, bool) and n > 0
+                                                     for n in value):
+            return tuple(value)
+        return None
+
+    @property
     def message(self) -> str:
         """An "error" line's message."""
         return str(self.fields.get("message", ""))

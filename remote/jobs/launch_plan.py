@@ -118,12 +118,16 @@ def _config_dir(config_source: str) -> Path:
 
 
 def worker_launch(job: JobSpec, run_id: str, generation: int, slots: Sequence[WorkerSlot], slot: WorkerSlot,
-                  runtime: Runtime, code_dir: str, plan: DevicePlan | None, script: str) -> WorkerLaunch:
+                  runtime: Runtime, code_dir: str, plan: DevicePlan | None, script: str,
+                  shares: Sequence[int] | None = None) -> WorkerLaunch:
     """How `runtime` starts `slot`'s worker: `code_dir` is the job's synced code on its node,
-    `script` the script relative to it (script_rel), `plan` every worker's devices (None: all)."""
+    `script` the script relative to it (script_rel), `plan` every worker's devices (None: all), `shares` the
+    first shares of a step a balanced run starts with (the run's or its job's last: trainer/shares.py)."""
     paths = runtime.worker_paths(run_id, slot.label, code_dir, job.data_dir, job.python)
     devices = plan.workers[slot.index] if plan else None
     env = worker_env(job, paths)
+    if shares and job.balance == "speed":
+        env["HOMEGPU_SHARES"] = ",".join(map(str, shares))
     if devices is not None:  # the job's own env may still override what the plan sets
         env = {**runtime.device_env(plan, devices), **env}
     env.update(worker_markers(job.name, run_id, slot.index))  # not the job's to override

@@ -19,7 +19,8 @@ from homegpu.remote.jobs.watch import WorkerTrack, WorkerWatch
 from homegpu.remote.nodes import Cluster, NodeSession, wait_set
 from homegpu.remote.placement import RunPlacement
 from homegpu.remote.plan import (
-    DevicePlan, JobLayout, WorkerSlot, job_node_specs, last_timeline, lay_out, tf_config_json, worker_slots,
+    DevicePlan, JobLayout, WorkerSlot, job_node_specs, last_shares, last_timeline, lay_out, tf_config_json,
+    worker_slots,
 )
 from homegpu.remote.record import ExperimentLog, RunRecord
 from homegpu.remote.runtimes import WorkerLaunch
@@ -48,6 +49,7 @@ class RunState:
         self.checkpoints: BackupKeeper | None = None  # what a script's chief wrote in its working dir (CheckpointCopy)
         self.guard: RunGuard | None = None  # the job's run lock, once take_lock() was called
         self.adopted = False  # attached to a run another controller started (adopt())
+        self._last_run_shares: tuple[int, ...] | None = None  # the job's last run's, read once: () for none
         self.on_regroup: Callable[[str], None] | None = None  # told each line of the run going on with other nodes
         self.watch = WorkerWatch(job.name, self.hub, self.tracks)  # polls and notes the tracks' statuses
         self.stop_requested = asyncio.Event()
@@ -102,7 +104,19 @@ class RunState:
 
     def launch_for(self, slot: WorkerSlot) -> WorkerLaunch:
         return worker_launch(self.job, self.run_id, self.generation, self.slots, slot, self.tracks[slot.label].runtime,
-                             self.code_dir(slot.node.name), self.plan, script_rel(self.job, self.cluster.spec.source))
+                             self.code_dir(slot.node.name), self.plan, script_rel(self.job, self.cluster.spec.source),
+                             self.first_shares())
+
+    def first_shares(self) -> tuple[int, ...] | None:
+        """The shares of a step the next generation starts with: what this run's chief said last, else what the
+        job's last run on the same workers ended with (a worker ignores shares that do not fit its run)."""
+        chief = self.tracks.get(self.slots[0].label)
+        if chief is not None and chief.last_metric.shares:
+            return chief.last_metric.shares
+        if self._last_run_shares is None:
+            self._last_run_shares = last_shares(self.experiments_root, self.job.name,
+                                                [slot.label for slot in self.slots]) or ()
+        return self._last_run_shares or None
 
     def launch_lines(self) -> dict[str, str]:
         """Worker label -> its TF_CONFIG, or for a PyTorch job its node's torchrun line (run.json)."""

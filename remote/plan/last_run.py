@@ -11,10 +11,12 @@ estimate, and then the GPU table decides for the whole job (pace.advise_pace).
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 from typing import Sequence
 
+from homegpu.remote.events import Metric
 from homegpu.remote.plan.worker_devices import WorkerDevices
 from homegpu.remote.record import (
     NodeTimeline, Timeline, TimelineDamaged, WorkerTimeline, load_timeline, read_meta, timelines,
@@ -37,6 +39,24 @@ def last_timeline(experiments: Path, job: str) -> Timeline | None:
             continue
         if timeline and any(w.examples_per_sec.measured for w in timeline.workers):
             return timeline
+    return None
+
+
+def last_shares(experiments: Path, job: str, workers: Sequence[str]) -> tuple[int, ...] | None:
+    """The shares of a step `job`'s most recent run ended with (its chief's last line that told them), where that
+    run had the same workers, in the same order; None otherwise (a new machine, or one gone, starts even)."""
+    for path in sorted(timelines(experiments), key=_mtime, reverse=True):
+        try:
+            if read_meta(path).get("job") != job:
+                continue
+            lines = [json.loads(line) for line in (path.parent / "metrics.jsonl").read_text().splitlines()]
+        except (TimelineDamaged, OSError, ValueError):
+            continue
+        ranks = {line.get("worker_label"): line.get("worker") for line in lines if isinstance(line, dict)}
+        if ranks != {label: rank for rank, label in enumerate(workers)}:
+            return None
+        told = [Metric(line).shares for line in lines if line.get("worker_label") == workers[0]]
+        return next((shares for shares in reversed(told) if shares), None)
     return None
 
 

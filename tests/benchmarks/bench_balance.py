@@ -1,0 +1,101 @@
+"""Unlike machines add up: two nodes of the simulated LAN whose CPUs are held by cgroup quotas (one core and a
+quarter of one), the built-in trainer's job alone on each, then on both with an even split and balanced by
+speed (trainer/shares.py). Prints each run's training speed (examples/s, the median epoch after the first, all
+workers together), its last accuracy, and together / the sum of the two alone. Asserts nothing.
+
+Run as root (it starts sshd servers and cgroups):
+    .venv/bin/python tests/benchmarks/bench_balance.py [--framework tensorflow|pytorch] [--epochs N]
+(default: tensorflow, 4 epochs). pytorch runs homegpu's PyTorch demo instead of the TensorFlow trainer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS))
+
+from helpers import homegpu_argv, job_table, read_metrics  # noqa: E402
+from simcluster import SimCluster  # noqa: E402
+from simcpu import cpu_share  # noqa: E402
+
+QUOTAS = {"node1": 100, "node2": 25}  # % of one core: a desktop and an old laptop
+BATCH = 256  # per worker, as in the issue's measurement
+STEPS = 8  # per epoch, alone and together: every run trains the same steps of its global batch
+
+
+def runs(framework: str, epochs: int) -> dict[str, dict]:
+    schedule = {"epochs": epochs, "batch_size": BATCH if framework == "tensorflow" else 64,
+                "steps_per_epoch": STEPS}
+    if framework == "pytorch":
+        schedule = {"framework": "pytorch", "epochs": epochs, "batch_size": 64, "steps_per_epoch": STEPS}
+    return {"node1 alone": {"nodes": ["node1"], **schedule},
+            "node2 alone": {"nodes": ["node2"], **schedule},
+            "both, even": {"nodes": ["node1", "node2"], "balance": "even", **schedule},
+            "both, balanced": {"nodes": ["node1", "node2"], "balance": "speed", **schedule}}
+
+
+def speed_of(run_dir: Path) -> tuple[float, float | None, list]:
+    """(examples/s of all workers together: the median over epochs after the first of the sum of each worker's
+    own rate, the last accuracy, the last shares)"""
+    epochs: dict[int, dict[str, dict]] = {}
+    for line in read_metrics(run_dir):
+        if line.get("event") == "epoch":
+            epochs.setdefault(line["epoch"], {})[line["worker_label"]] = line
+    rates = [sum(line["examples_per_sec"] for line in workers.values())
+             for epoch, workers in sorted(epochs.items()) if epoch > 1]
+    last = epochs[max(epochs)]
+    accuracy = next(iter(last.values())).get("accuracy")
+    shares = next(iter(last.values())).get("shares", [])
+    return statistics.median(rates), accuracy, shares
+
+
+def run(config: Path, cwd: Path, job: str) -> Path:
+    before = set((cwd / "experiments").glob("*")) if (cwd / "experiments").exists() else set()
+    began = time.monotonic()
+    done = subprocess.run(homegpu_argv("--config", str(config), "run", job, "--no-tui"), cwd=cwd, text=True,
+                          capture_output=True, timeout=1800)
+    if done.returncode != 0:
+        raise SystemExit(f"{job} failed ({done.returncode}):\n{done.stdout[-3000:]}")
+    (run_dir,) = set((cwd / "experiments").glob("*")) - before
+    print(f"  ({job}: {time.monotonic() - began:.0f} s in all)", file=sys.stderr)
+    return run_dir
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--framework", choices=("tensorflow", "pytorch"), default="tensorflow")
+    parser.add_argument("--epochs", type=int, default=4)
+    args = parser.parse_args()
+    print(f"homegpu balance benchmark, {platform.node()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}: "
+          f"{args.framework}, node1 held to {QUOTAS['node1']} % of a core, node2 to {QUOTAS['node2']} %, "
+          f"{args.epochs} epochs of {STEPS} steps\n")
+    root = Path(tempfile.mkdtemp(prefix="homegpu-bench-balance-"))
+    jobs = {name.replace(" ", "-").replace(",", ""): job_table(**table, stall_timeout=900.0)
+            for name, table in runs(args.framework, args.epochs).items()}
+    with SimCluster(2, first_host=180, name="balance") as sim, ExitStack() as quotas:
+        for node, percent in QUOTAS.items():
+            quotas.enter_context(cpu_share(sim.node(node), percent))
+        config = sim.write_cluster_toml(root / "cluster.toml", jobs=jobs)
+        figures = {}
+        for name in runs(args.framework, args.epochs):
+            figures[name] = speed_of(run(config, root, name.replace(" ", "-").replace(",", "")))
+    alone = figures["node1 alone"][0] + figures["node2 alone"][0]
+    print(f"{'run':<16} {'examples/s':>10} {'/ sum alone':>11} {'accuracy':>9}  shares")
+    for name, (speed, accuracy, shares) in figures.items():
+        shown = f"{accuracy:.3f}" if accuracy is not None else "-"
+        print(f"{name:<16} {speed:10.1f} {speed / alone:10.2f}x {shown:>9}  {json.dumps(shares)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""A simulated node whose CPU is slow for real: a cgroup quota on everything its sshd starts."""
+
+from __future__ import annotations
+
+import contextlib
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from simcluster import SimNode
+
+
+@contextmanager
+def cpu_share(node: SimNode, percent: int) -> Iterator[None]:
+    """Every process `node`'s sshd starts from now on gets `percent` % of one core (a cgroup v1 cpu quota,
+    else cgroup v2's cpu.max), the listener's children inheriting it: a machine that is slow for real."""
+    v1 = Path("/sys/fs/cgroup/cpu")
+    group = (v1 if (v1 / "cpu.cfs_quota_us").exists() else Path("/sys/fs/cgroup")) / f"homegpu-slow-{node.name}"
+    group.mkdir()
+    try:
+        if (group / "cpu.cfs_quota_us").exists():
+            (group / "cpu.cfs_period_us").write_text("100000")
+            (group / "cpu.cfs_quota_us").write_text(str(1000 * percent))
+        else:
+            (group / "cpu.max").write_text(f"{1000 * percent} 100000")
+        (group / "cgroup.procs").write_text(str(node.pid))
+        yield
+    finally:
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (group.parent / "cgroup.procs").write_text(pid)
+        group.rmdir()
