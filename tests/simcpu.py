@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import tiers
 from simcluster import SimNode
 
 
@@ -14,8 +15,16 @@ from simcluster import SimNode
 def cpu_share(node: SimNode, percent: int) -> Iterator[None]:
     """Every process `node`'s sshd starts from now on gets `percent` % of one core (a cgroup v1 cpu quota,
     else cgroup v2's cpu.max), the listener's children inheriting it: a machine that is slow for real."""
+    with cpu_quota(node.pid, f"homegpu-slow-{node.name}", percent):
+        yield
+
+
+@contextmanager
+def cpu_quota(pid: int, name: str, percent: int) -> Iterator[None]:
+    """Process `pid` and the children it starts from now on get `percent` % of one core (cgroup `name`)."""
+    tiers.need("root")
     v1 = Path("/sys/fs/cgroup/cpu")
-    group = (v1 if (v1 / "cpu.cfs_quota_us").exists() else Path("/sys/fs/cgroup")) / f"homegpu-slow-{node.name}"
+    group = (v1 if (v1 / "cpu.cfs_quota_us").exists() else Path("/sys/fs/cgroup")) / name
     group.mkdir()
     try:
         if (group / "cpu.cfs_quota_us").exists():
@@ -23,10 +32,10 @@ def cpu_share(node: SimNode, percent: int) -> Iterator[None]:
             (group / "cpu.cfs_quota_us").write_text(str(1000 * percent))
         else:
             (group / "cpu.max").write_text(f"{1000 * percent} 100000")
-        (group / "cgroup.procs").write_text(str(node.pid))
+        (group / "cgroup.procs").write_text(str(pid))
         yield
     finally:
-        for pid in (group / "cgroup.procs").read_text().split():
+        for member in (group / "cgroup.procs").read_text().split():
             with contextlib.suppress(OSError):
-                (group.parent / "cgroup.procs").write_text(pid)
+                (group.parent / "cgroup.procs").write_text(member)
         group.rmdir()

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parent / "fixtures" / "scripts" / "balance_tf_check.py"
+from simcpu import cpu_quota
+
+SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
+SCRIPT = SCRIPTS / "balance_tf_check.py"
 
 
 def free_ports(count: int) -> list[int]:
@@ -28,17 +33,29 @@ def free_ports(count: int) -> list[int]:
 
 
 def run_check(tmp_path: Path, mode: str, workers: int, **env: str) -> None:
+    run_workers([sys.executable, str(SCRIPT), str(tmp_path), mode], workers, env)
+
+
+def run_workers(argv: list[str], workers: int, env: dict[str, str], slow: int | None = None) -> list[str]:
+    """`workers` processes of `argv`, each with its TF_CONFIG (none for one), worker 1 held to `slow` % of a core;
+    their outputs, once all succeeded."""
     ports = free_ports(workers)
     base = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1", "TF_USE_LEGACY_KERAS": "1", **env}
     cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
     configs = [json.dumps({"cluster": cluster, "task": {"type": "worker", "index": rank}}) if workers > 1 else ""
                for rank in range(workers)]
-    processes = [subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path), mode], env={**base, "TF_CONFIG": config},
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for config in configs]
-    outputs = [process.communicate(timeout=300)[0] for process in processes]
+    with ExitStack() as stack:
+        processes = []
+        for rank, config in enumerate(configs):
+            processes.append(subprocess.Popen(argv, env={**base, "TF_CONFIG": config}, stdout=subprocess.PIPE,
+                                              stderr=subprocess.STDOUT, text=True))
+            if slow and rank == 1:
+                stack.enter_context(cpu_quota(processes[-1].pid, f"homegpu-test-slow-{processes[-1].pid}", slow))
+        outputs = [process.communicate(timeout=600)[0] for process in processes]
     failed = [f"process {rank}:\n{output[-2500:]}" for rank, (process, output) in enumerate(zip(processes, outputs))
               if process.returncode != 0]
     assert not failed, "\n".join(failed)
+    return outputs
 
 
 def read(tmp_path: Path, name: str) -> dict:
@@ -92,3 +109,16 @@ def test_the_shares_follow_a_slower_worker(tmp_path, tensorflow):
     assert workers[1]["shares"] == workers[0]["shares"]
     assert workers[0]["said"], "the change was not said"
     assert workers[0]["speeds"][0] > 2 * workers[0]["speeds"][1]
+
+
+def test_a_keras_io_script_with_the_balancers_lines_gives_a_slower_worker_less(tmp_path, tensorflow, root):
+    """keras.io's MultiWorkerMirroredStrategy guide with homegpu's Balancer (five lines marked `# homegpu`), run as
+    homegpu runs a script (user_script.py, keras = "tf-keras"), worker 1 held to a quarter of a core."""
+    argv = [sys.executable, "-m", "homegpu.trainer.user_script", str(SCRIPTS / "keras_io_mwms_balanced.py"), "2"]
+    outputs = run_workers(argv, 2, {"HOMEGPU_KERAS": "tf-keras", "HOMEGPU_OUTPUT_DIR": str(tmp_path)}, slow=25)
+    said = re.findall(r"share of a step is now (\d+)/(\d+) of 64", outputs[0])
+    assert said, outputs[0][-3000:]
+    fast, slow = map(int, said[-1])
+    assert fast > 2 * slow, said
+    losses = [float(loss) for loss in re.findall(r" - loss: ([0-9.]+)", outputs[0])]
+    assert len(losses) == 2 and losses[1] < losses[0], outputs[0][-3000:]

@@ -283,3 +283,22 @@ def test_measured_speeds_by_worker_label():
     # One node: nothing to leave out, but its slow GPU is pointed out against the other.
     assert advice.leave_out == ()
     assert advice.sentences == ("a#1 (GPU 1 RTX 3090) sets the pace, at about 20% of the fastest worker's",)
+
+
+def test_balanced_a_slower_machine_adds_to_the_job_unless_its_smallest_share_slows_it():
+    """Balanced (each share by speed: the built-in trainers' default) the job trains at about the sum of the
+    speeds: the issue's desktop and laptop (1,714 and 366 examples/s alone) add up, where even shares would
+    leave the laptop out; a machine whose smallest share outlasts the others' whole step is still left out."""
+    nodes = {"desktop": CPU, "laptop": CPU}
+    measured = {"desktop": 1714.0, "laptop": 366.0}
+    even = plan_devices(nodes, 1, 256, measured=measured).pace
+    assert even.leave_out == ("laptop",)
+    balanced = plan_devices(nodes, 1, 256, measured=measured, balanced=True)
+    assert balanced.pace.leave_out == () and balanced.pace.balanced
+    assert balanced.pace.sentences == ("laptop (CPU) would run at about 21% of the other workers' pace; balanced by "
+                                       "speed, with it the job trains 1.21× as fast as the other 1 worker alone",)
+    assert 'each step\'s 512 examples split by speed (balance = "speed"): desktop 422, laptop 90' in balanced.lines()
+    assert job_pace([1714.0, 366.0], balanced=True) == pytest.approx(1714 + 366, rel=0.01)
+
+    crawl = plan_devices(nodes, 1, 256, measured={"desktop": 1714.0, "laptop": 30.0}, balanced=True).pace
+    assert crawl.leave_out == ("laptop",) and crawl.sentences[0].startswith("laptop (CPU) would run at about 2%")

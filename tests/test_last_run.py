@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -59,14 +60,22 @@ def test_same_cards_are_evenly_matched_by_the_table_but_the_run_shows_the_slow_o
     """Two RTX 3090s: the table says nothing, but desktop's GPU was busy 95% and closet's 30%: closet
     waited on desktop (a throttling card, a x1 riser) and would train faster alone."""
     spec = parse_cluster(CLUSTER)
-    table = job_device_plan(spec, spec.jobs["demo"], GPUS)
+    even = replace(spec.jobs["demo"], balance="even")
+    table = job_device_plan(spec, even, GPUS)
     assert table.pace.sentences == () and not table.pace.measured
     write_run(tmp_path, "demo-20261122-100000-1", "demo", 100.0, {"desktop": 95.0, "closet": 30.0})
-    plan = job_device_plan(spec, spec.jobs["demo"], GPUS, last_timeline(tmp_path, "demo"))
+    plan = job_device_plan(spec, even, GPUS, last_timeline(tmp_path, "demo"))
     assert plan.pace.measured and plan.pace.leave_out == ("desktop",)
     assert plan.pace.speeds == pytest.approx((100 / 0.95, 100 / 0.30))
     assert "desktop (GPU 0 RTX 3090) would run at about 32% of the other workers' pace" in plan.pace.sentences[0]
     assert "speeds from the job's last run" in "\n".join(plan.lines())
+    # balanced by speed (the default), the slow card takes a smaller share and adds to the run
+    balanced = job_device_plan(spec, spec.jobs["demo"], GPUS, last_timeline(tmp_path, "demo"))
+    assert balanced.pace.leave_out == () and balanced.pace.gain == 1.0
+    assert balanced.pace.sentences[0].endswith(
+        "of the other workers' pace; balanced by speed, with it the job trains 1.31× as fast as the other 1 worker "
+        "alone")
+    assert 'each step\'s 128 examples split by speed (balance = "speed"): desktop 31, closet 97' in balanced.lines()
 
 
 def test_the_latest_run_of_this_job_counts_not_another_jobs(tmp_path):

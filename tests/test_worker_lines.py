@@ -114,6 +114,21 @@ def test_a_straggler_says_what_holds_its_gpus_back_where_its_node_shows_somethin
     assert Straggler("demo", "run-1", "slow", 300.0, 990.0).cause_text == ""  # nothing seen: the figures alone
 
 
+def test_a_straggler_in_a_balanced_run_says_what_its_share_of_a_step_is():
+    hub, workers = EventHub(), tracks("fast", "slow", "mid")
+    lines = WorkerLines("demo", "run-1", hub, workers, None)
+    rates = {"fast": 1000.0, "mid": 980.0, "slow": 300.0}
+
+    def feed():
+        for seq, (worker, rate) in enumerate(rates.items(), 1):
+            lines._taker(workers[worker], 0)(line(worker, seq, format_metric(
+                event="epoch", epoch=2, examples_per_sec=rate, shares=[227, 62, 223])))
+
+    (straggler,) = [e for e in published(hub, feed) if isinstance(e, Straggler)]
+    assert straggler.cause_text == (". Balanced: it does 62 of the 512 examples of each step, by its speed, so the "
+                                    "others do not wait for it")
+
+
 def test_the_runs_lookup_names_only_the_workers_own_gpus_as_its_nodes_session_judged_them(tmp_path):
     """Two workers on one node, one per GPU: GPU 1 is hot, so box#1 is told of it and box of nothing."""
     cluster = Cluster(parse_cluster('[[nodes]]\nname = "box"\nhost = "box"\n[jobs.demo]\nworkers_per_node = "per-gpu"\n'))

@@ -1,7 +1,7 @@
 """Unlike machines add up under MultiWorkerMirroredStrategy: each replica's share of every step follows its
 measured speed (trainer/shares.py), for the built-in trainer.
 
-Three parts, each the same on every worker:
+Four parts, each the same on every worker:
 - `ShareSchedule`: the shares in force, as variables the input pipeline reads per global batch. A change takes
   effect at a step every worker names alike (`switch_at`, a margin past the step it was decided at, beyond what
   the pipeline has made ahead), so every global batch is cut the same way on every worker: each example in one
@@ -13,6 +13,7 @@ Three parts, each the same on every worker:
   pass timed in the graph (`tf.timestamp`) before the collective, so a worker's speed leaves out its wait.
 - `Rebalance`: after the first steps and at each epoch's end, the workers trade their speeds (a collective) and
   re-split when a share would move by more than 5 %; a run given shares by $HOMEGPU_SHARES starts with them.
+`Balancer` puts them together for a script of one's own (docs/your-script.md, "Unlike machines").
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ MARGIN_STEPS = 16  # past the step a change is decided at: more than the pipelin
 WARMUP_STEPS = 5
 SHARES_ENV = "HOMEGPU_SHARES"
 BALANCE_ENV = "HOMEGPU_BALANCE"
+IN_A_RUN = "HOMEGPU_OUTPUT_DIR"
 
 
 def wanted(workers: int) -> bool:
@@ -125,15 +127,19 @@ class ComputeClock:
 
 class BalancedModel(keras.Model):
     """A functional model whose training step weighs each replica's loss by the global batch and times its own
-    forward and backward pass; its loss is sparse categorical cross-entropy on logits, its other metrics what
-    compile() gives."""
+    forward and backward pass. compile() takes the loss as usual (a Loss, its name, or a function) and uses it
+    per example."""
 
     def configure_balance(self, global_batch: int, clock: ComputeClock) -> None:
         """Call inside the strategy's scope (the loss tracker is a synced metric), before compile()."""
         self.global_batch, self.clock = global_batch, clock
-        self.per_example_loss = keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True, reduction=keras.losses.Reduction.NONE)
         self.loss_tracker = keras.metrics.Mean(name="loss")
+
+    def compile(self, optimizer="rmsprop", loss=None, metrics=None, **kwargs):
+        if loss is None:
+            raise ValueError("a balanced model needs its loss in compile(loss=...)")
+        self.per_example_loss = per_example(loss)
+        super().compile(optimizer=optimizer, metrics=metrics, **kwargs)
 
     @property
     def metrics(self):
@@ -141,7 +147,10 @@ class BalancedModel(keras.Model):
 
     def train_step(self, data):
         images, labels = data
-        began = tf.timestamp()
+        # the clock starts once the input is here (fetching it waits for the other workers: MWMS agrees a batch is
+        # there on every worker with a collective), and the forward pass starts after it
+        with tf.control_dependencies(tf.nest.flatten(data)):
+            began = tf.timestamp()
         with tf.control_dependencies([began]):
             images = tf.identity(images)
         with tf.GradientTape() as tape:
@@ -153,22 +162,31 @@ class BalancedModel(keras.Model):
         gradients = tape.gradient(loss, self.trainable_variables)
         with tf.control_dependencies([gradient for gradient in gradients if gradient is not None]):
             ended = tf.timestamp()
-        examples = tf.shape(labels)[0]
+        examples = tf.shape(per_example)[0]
         self.clock.seconds.assign_add(ended - began)
         self.clock.examples.assign_add(tf.cast(examples, tf.int64))
         self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
         return self._track(per_example, labels, predictions)
 
     def test_step(self, data):
-        images, labels = data
+        images, labels = data[0], data[1]
         predictions = self(images, training=False)
         return self._track(self.per_example_loss(labels, predictions), labels, predictions)
 
     def _track(self, per_example, labels, predictions):
-        examples = tf.cast(tf.shape(labels)[0], tf.float32)
+        examples = tf.cast(tf.shape(per_example)[0], tf.float32)
         self.loss_tracker.update_state(tf.reduce_mean(per_example), sample_weight=examples)
         self.compiled_metrics.update_state(labels, predictions)
         return {metric.name: metric.result() for metric in self.metrics}
+
+
+def per_example(loss):
+    """`loss` (a Loss, its name, or a function of labels and predictions) as one value per example."""
+    if isinstance(loss, str):
+        loss = keras.losses.get(loss)
+    if isinstance(loss, keras.losses.Loss):
+        return type(loss).from_config({**loss.get_config(), "reduction": keras.losses.Reduction.NONE})
+    return loss  # Keras's loss functions give one value per example
 
 
 def balanced(model: keras.Model, global_batch: int, clock: ComputeClock) -> BalancedModel:
@@ -233,3 +251,55 @@ def shares_line(new: list[int], speeds: list[float | None], global_batch: int) -
 
 def print_line(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+class Balancer:
+    """homegpu's balancing for a Keras script under MultiWorkerMirroredStrategy, in four lines:
+
+        balancer = Balancer(strategy, global_batch_size)
+        dataset = balancer.dataset(tf.data.Dataset.from_tensor_slices((x_train, y_train)))  # not yet batched
+        with strategy.scope():
+            model = balancer.model(build_and_compile_model())      # compiled or not
+        model.fit(dataset, epochs=3, steps_per_epoch=70, callbacks=[balancer.callback])
+
+    Outside a homegpu run, on one worker, or with the job's `balance = "even"`, it changes nothing: the dataset
+    is shuffled, repeated and batched globally as the tutorials do, the model is the script's own, the callback
+    does nothing.
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy, global_batch_size: int, *, seed: int = 0,
+                 shuffle_buffer: int = 10_000) -> None:
+        from homegpu.trainer.cluster import worker_role
+
+        role = worker_role(os.environ)
+        self.strategy, self.global_batch, self.seed, self.shuffle_buffer = (strategy, global_batch_size, seed,
+                                                                            shuffle_buffer)
+        self.on = wanted(role.workers) and IN_A_RUN in os.environ
+        self.callback: keras.callbacks.Callback = keras.callbacks.Callback()
+        if self.on:
+            replicas = strategy.num_replicas_in_sync
+            self.schedule = ShareSchedule(global_batch_size, replicas, first_shares(global_batch_size, replicas))
+            self.clock = ComputeClock()
+            chief = role.is_chief
+            self.callback = Rebalance(
+                self.schedule, role.rank, role.workers,
+                lambda new, speeds: chief and print_line(shares_line(new, speeds, global_batch_size)),
+                warm=first_shares(global_batch_size, replicas) is not None)
+
+    def dataset(self, examples: tf.data.Dataset):
+        """The training input from `examples`, one (features, label) pair each, not yet batched."""
+        if not self.on:
+            return (examples.shuffle(self.shuffle_buffer, seed=self.seed, reshuffle_each_iteration=True).repeat()
+                    .batch(self.global_batch))
+        return balanced_train(self.strategy, examples, self.schedule, self.seed, lambda t: t, self.shuffle_buffer)
+
+    def model(self, model: keras.Model) -> keras.Model:
+        """`model` (functional or Sequential) balanced; compiled again as it was when it was compiled. Call it
+        inside the strategy's scope."""
+        if not self.on:
+            return model
+        wrapped = balanced(model, self.global_batch, self.clock)
+        if model.optimizer is not None and getattr(model, "compiled_loss", None) is not None:
+            wrapped.compile(optimizer=model.optimizer, loss=model.loss,
+                            metrics=getattr(model.compiled_metrics, "_user_metrics", None))
+        return wrapped

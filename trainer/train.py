@@ -69,11 +69,9 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
         model = models.build(args.model, sets.input_shape, sets.num_classes)
         if balance:  # each replica's share of a step follows its speed (balance_tf.py)
             model = balance_tf.balanced(model, global_batch, balance.clock)
-            model.compile(optimizer=keras.optimizers.Adam(args.learning_rate), metrics=["accuracy"])
-        else:
-            model.compile(optimizer=keras.optimizers.Adam(args.learning_rate),
-                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                          metrics=["accuracy"])
+        model.compile(optimizer=keras.optimizers.Adam(args.learning_rate),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"])
 
     scratch = None if role.is_chief else os.path.join(output, f".scratch-worker{role.rank}")
     if scratch:

@@ -67,7 +67,8 @@ class Straggler:
 
     `examples_per_sec` and `others_median` are in `unit`: examples/s, or steps/s for a script whose
     batch size homegpu does not know (Keras prints steps). `held_back`: what holds the worker's GPUs
-    back as its node's stats showed it then (nodes/health.py's sentences), where anything does."""
+    back as its node's stats showed it then (nodes/health.py's sentences), where anything does; `balanced`, in a run
+    whose shares follow speed, what they gave it (so the others do not wait for it)."""
 
     job: str
     run_id: str
@@ -78,8 +79,11 @@ class Straggler:
     unit: str = "examples/s"
     epoch: int | None = None  # the epoch whose rates showed it
     held_back: tuple[str, ...] = ()
+    balanced: str = ""  # what balancing did about it (a balanced run: trainer/shares.py), in words
 
     @property
     def cause_text(self) -> str:
-        """". Held back: GPU 0 thermal slowdown ...", to follow its figures; "" where nothing was seen."""
-        return ". Held back: " + ". ".join(self.held_back) if self.held_back else ""
+        """". Held back: GPU 0 thermal slowdown ...", then what balancing did, to follow its figures; "" where
+        nothing was seen and the run is not balanced."""
+        held = ". Held back: " + ". ".join(self.held_back) if self.held_back else ""
+        return held + (f". {self.balanced}" if self.balanced else "")

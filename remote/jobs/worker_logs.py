@@ -79,8 +79,20 @@ class WorkerLines:
                 for worker, median in find_stragglers(rates):
                     causes = tuple(self.held_back(worker)) if self.held_back else ()
                     self.hub.publish(Straggler(self.job, self.run_id, worker, rates[worker], median, unit=unit,
-                                               epoch=epoch, held_back=causes))
+                                               epoch=epoch, held_back=causes,
+                                               balanced=balanced_words(self.tracks[worker], len(self.tracks))))
                 return
+
+
+def balanced_words(track: WorkerTrack, workers: int) -> str:
+    """What a balanced run's shares (its last line's) gave a worker, in words; "" for a run not balanced."""
+    shares = track.last_metric.shares
+    if not shares:
+        return ""
+    if len(shares) == workers:
+        return (f"Balanced: it does {shares[track.slot.index]} of the {sum(shares)} examples of each step, by its "
+                "speed, so the others do not wait for it")
+    return "Balanced: its share of each step follows its speed, so the others do not wait for it"
 
 
 async def stop_tails(tracks: Iterable[WorkerTrack]) -> None:

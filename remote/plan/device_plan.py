@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 from homegpu.remote.config import PER_GPU
 from homegpu.remote.plan.pace import PROCESS, PaceAdvice, advise_pace
 from homegpu.remote.plan.worker_devices import WorkerDevices
+from homegpu.trainer import shares
 from homegpu.trainer.cli import COLLECTIVE_ENV
 
 NCCL, RING = "NCCL", "RING"
@@ -106,7 +107,18 @@ class DevicePlan:
         source = ["speeds from the job's last run (its examples/s and how busy each worker's GPUs were)"
                   ] if self.pace.measured and self.pace.sentences else []
         batch = [self.batch.text] if self.batch else []
-        return rows + [f"collective {self.collective} ({why})", *batch, *source, *self.pace.sentences]
+        return rows + [f"collective {self.collective} ({why})", *batch, *self._shares_line(), *source,
+                       *self.pace.sentences]
+
+    def _shares_line(self) -> list[str]:
+        """Each worker's share of a step in a balanced job, where its speeds split it unevenly."""
+        if not (self.pace.balanced and self.batch):
+            return []
+        split = shares.split(self.batch.global_batch, self.pace.speeds)
+        if split == shares.even(self.batch.global_batch, len(split)):
+            return []
+        given = ", ".join(f"{w.label} {n}" for w, n in zip(self.workers, split))
+        return [f"each step's {self.batch.global_batch} examples split by speed (balance = \"speed\"): {given}"]
 
 
     def _torch_lines(self, width: int, at: Sequence[str], wide: int) -> list[str]:
@@ -134,7 +146,7 @@ def gpu_inventory(source: Any) -> tuple[Gpu, ...]:
 
 def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_size: int | None,
                  share_gpus: bool = False, measured: Mapping[str, float] | None = None,
-                 pytorch: bool = False) -> DevicePlan:
+                 pytorch: bool = False, balanced: bool = False) -> DevicePlan:
     """Lay the job's workers out on its nodes.
 
     Args:
@@ -147,6 +159,7 @@ def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_si
             (see ``pace.advise_pace``); without it the GPU models decide.
         pytorch: a PyTorch job: one worker (a torchrun) per node with all its GPUs, each node with as
             many processes as it has GPUs (nodes may differ), and the backend for the collective.
+        balanced: each worker's share of a step follows its speed (trainer/shares.py), for the pace advice.
 
     Raises:
         DevicePlanError: a node's GPUs are unknown, its GPUs do not split between its workers, the
@@ -165,10 +178,10 @@ def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_si
     every_gpu = all(not w.on_cpu for w in workers)
     if pytorch:
         return DevicePlan(tuple(workers), TORCH_NCCL if every_gpu else TORCH_GLOO, None,
-                          advise_pace(_torch_processes(workers), unit=PROCESS), pytorch=True)
+                          advise_pace(_torch_processes(workers), unit=PROCESS, balanced=balanced), pytorch=True)
     replicas = _equal_replicas(workers)
     return DevicePlan(tuple(workers), NCCL if every_gpu else RING, _batch(batch_size, len(workers), replicas),
-                      advise_pace(workers, measured))
+                      advise_pace(workers, measured, balanced=balanced))
 
 
 def _torch_processes(workers: Sequence[WorkerDevices]) -> list[WorkerDevices]:

@@ -9,6 +9,9 @@ each the same share.
 
 Each worker's speed comes from its last run (examples/s per worker, where the caller has a timeline)
 or else from its devices (``gpu_speed``: the GPU model's relative speed times its GPUs, or a CPU).
+
+A balanced job (its shares of a step follow speed: trainer/shares.py) is paced otherwise: every worker finishes
+its share at once, so the workers add up, less what a slow worker's smallest share costs.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from typing import Mapping, Sequence
 
 from homegpu.remote.plan.gpu_speed import CPU_SPEED, gpu_speed
 from homegpu.remote.plan.worker_devices import WorkerDevices
+from homegpu.trainer import shares
 
 HOLD_BACK = 0.8  # a kept worker under this fraction of the fastest's pace is pointed out
 WORKER, PROCESS = "worker", "process"  # what the advice calls each paced unit (TensorFlow, PyTorch)
+NOMINAL_SHARE = 256  # a worker's even share of a step, for the balanced pace (the floor is a part of it)
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class PaceAdvice:
     leave_out: tuple[str, ...]
     gain: float
     sentences: tuple[str, ...]
+    balanced: bool = False
 
 
 def worker_speed(worker: WorkerDevices) -> float:
@@ -51,13 +57,19 @@ def worker_speed(worker: WorkerDevices) -> float:
     return sum(gpu_speed(name) for name in worker.gpu_names)
 
 
-def job_pace(speeds: Sequence[float]) -> float:
-    """Synchronous data parallel: every step waits for the slowest, so pace = min × workers."""
-    return min(speeds) * len(speeds) if speeds else 0.0
+def job_pace(speeds: Sequence[float], balanced: bool = False) -> float:
+    """Synchronous data parallel: every step waits for the slowest, so pace = min × workers; balanced, each
+    worker's share follows its speed and the pace is the global batch over its slowest share's time."""
+    if not speeds:
+        return 0.0
+    if not balanced:
+        return min(speeds) * len(speeds)
+    global_batch = NOMINAL_SHARE * len(speeds)
+    return global_batch / shares.step_seconds(shares.split(global_batch, speeds), speeds)
 
 
 def advise_pace(workers: Sequence[WorkerDevices], measured: Mapping[str, float] | None = None,
-                unit: str = WORKER) -> PaceAdvice:
+                unit: str = WORKER, balanced: bool = False) -> PaceAdvice:
     """Estimate every worker's speed, find the nodes the job is faster without, and say so.
 
     Args:
@@ -66,14 +78,15 @@ def advise_pace(workers: Sequence[WorkerDevices], measured: Mapping[str, float] 
             every worker (a partial timeline would compare unlike units).
         unit: what the sentences call each of ``workers``: a TensorFlow worker, or for a PyTorch
             job a process (each of a node's GPUs, or its CPU), which DDP paces alike.
+        balanced: the job's shares of a step follow speed (the built-in trainers, balance = "speed").
     """
     use_measured = bool(measured) and all(measured.get(w.label, 0) > 0 for w in workers)
     speeds = tuple(measured[w.label] if use_measured else worker_speed(w) for w in workers)
     pairs = list(zip(workers, speeds))
-    keep = _best_nodes(pairs)
+    keep = _best_nodes(pairs, balanced)
     kept = [(w, s) for w, s in pairs if w.node in keep]
     leave_out = tuple(dict.fromkeys(w.node for w, _ in pairs if w.node not in keep))
-    gain = job_pace([s for _, s in kept]) / job_pace(speeds)
+    gain = job_pace([s for _, s in kept], balanced) / job_pace(speeds, balanced)
     sentences = []
     if leave_out:
         held = "; ".join(_share(node, pairs, kept, unit) for node in leave_out)
@@ -89,14 +102,16 @@ def advise_pace(workers: Sequence[WorkerDevices], measured: Mapping[str, float] 
         sentences.append(f"{who} ({worker.device_text}) sets the pace, at about "
                          f"{100 * pace / fastest:.0f}% of the fastest {unit}'s")
     elif slow:
-        with_them = job_pace([s for _, s in kept]) / job_pace([s for _, s in others])
+        with_them = job_pace([s for _, s in kept], balanced) / job_pace([s for _, s in others], balanced)
         held = "; ".join(_share(node, pairs, others, unit) for node in slow)
-        sentences.append(f"{held}, but with {'it' if len(slow) == 1 else 'them'} the job still trains "
-                         f"{with_them:.2f}× as fast as the other {_count(len(others), unit)} alone")
-    return PaceAdvice(speeds, use_measured, leave_out, gain, tuple(sentences))
+        but = "; balanced by speed, " if balanced else ", but "
+        sentences.append(f"{held}{but}with {'it' if len(slow) == 1 else 'them'} the job "
+                         f"{'' if balanced else 'still '}trains {with_them:.2f}× as fast as the other "
+                         f"{_count(len(others), unit)} alone")
+    return PaceAdvice(speeds, use_measured, leave_out, gain, tuple(sentences), balanced)
 
 
-def _best_nodes(pairs: Sequence[tuple[WorkerDevices, float]]) -> list[str]:
+def _best_nodes(pairs: Sequence[tuple[WorkerDevices, float]], balanced: bool = False) -> list[str]:
     """The nodes whose workers together train fastest: drop the slowest nodes while that helps.
 
     A node's pace is its slowest worker's; keeping the nodes at or above some pace is the only
@@ -104,10 +119,10 @@ def _best_nodes(pairs: Sequence[tuple[WorkerDevices, float]]) -> list[str]:
     """
     nodes = list(dict.fromkeys(w.node for w, _ in pairs))
     node_pace = {n: min(s for w, s in pairs if w.node == n) for n in nodes}
-    best, best_pace = nodes, job_pace([s for _, s in pairs])
+    best, best_pace = nodes, job_pace([s for _, s in pairs], balanced)
     for floor in sorted(set(node_pace.values())):
         chosen = [n for n in nodes if node_pace[n] >= floor]
-        pace = job_pace([s for w, s in pairs if w.node in chosen])
+        pace = job_pace([s for w, s in pairs if w.node in chosen], balanced)
         if pace > best_pace * 1.0001:  # a strict gain: on a tie, keep more nodes
             best, best_pace = chosen, pace
     return best
