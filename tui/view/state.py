@@ -81,6 +81,8 @@ class JobView:
     loss: collections.deque = field(default_factory=lambda: collections.deque(maxlen=LOSS_POINTS))
     accuracy: float | None = None
     rates: dict[str, float] = field(default_factory=dict)
+    places: dict[str, int] = field(default_factory=dict)  # worker -> its index, where its shares are
+    shares: tuple[int, ...] | None = None  # a balanced run's shares of a step (the chief's last word)
     stragglers: set[str] = field(default_factory=set)
     preflight: dict[str, PreflightResult] = field(default_factory=dict)
     exits: dict[str, WorkerExited] = field(default_factory=dict)
@@ -89,12 +91,20 @@ class JobView:
     def active(self) -> bool:
         return not self.state.finished
 
+    def share_text(self, worker: str) -> str:
+        """"422/512": the worker's share of a step in a balanced run of a worker each; "" otherwise."""
+        if not self.shares or len(self.shares) != len(self.rates) or worker not in self.places:
+            return ""
+        return f"{self.shares[self.places[worker]]}/{sum(self.shares)}"
+
     def take_metric(self, event: WorkerMetric) -> None:
         metric = event.metric
         if metric.event in ("step", "epoch") and metric.examples_per_sec is not None:
             self.rates[event.worker] = metric.examples_per_sec
+            self.places[event.worker] = event.index
         if event.index != 0:
             return  # loss and progress are global: every worker prints the same; read the chief's
+        self.shares = metric.shares or self.shares
         if metric.epochs is not None:
             self.epochs = metric.epochs
         if metric.event == "start":
