@@ -122,3 +122,20 @@ def test_a_keras_io_script_with_the_balancers_lines_gives_a_slower_worker_less(t
     assert fast > 2 * slow, said
     losses = [float(loss) for loss in re.findall(r" - loss: ([0-9.]+)", outputs[0])]
     assert len(losses) == 2 and losses[1] < losses[0], outputs[0][-3000:]
+
+
+def test_a_step_that_waits_longer_for_the_all_reduce_than_it_computes_is_said_once(tensorflow):
+    from homegpu.trainer import balance_tf
+
+    said = []
+    rebalance = balance_tf.Rebalance(balance_tf.ShareSchedule(512, 2, [422, 90]), 0, 2, print,
+                                     say_link=lambda step, compute: said.append((step, compute)))
+    for wall, steps in ((3.0, 10), (6.0, 10), (6.0, 10)):  # 0.3 s a step, then 0.6 s
+        rebalance._wall, rebalance._timed = wall, steps
+        rebalance._time_steps([1714.0, 366.0])
+    compute = max(422 / 1714, 90 / 366)
+    assert said == [(pytest.approx(0.6), pytest.approx(compute))]  # once, when the wait passed the compute
+    assert rebalance.step_seconds == pytest.approx(0.6) and rebalance.compute_seconds == pytest.approx(compute)
+    assert balance_tf.link_line(0.3, compute).startswith(
+        "homegpu.trainer: the link sets the pace, not the machines: a step takes 0.3 s, of which its slowest share "
+        "computes 0.246 s")

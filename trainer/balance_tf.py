@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import tensorflow as tf
 import tf_keras as keras
@@ -198,18 +199,30 @@ def balanced(model: keras.Model, global_batch: int, clock: ComputeClock) -> Bala
 
 class Rebalance(keras.callbacks.Callback):
     """Trades the workers' speeds after the first steps and at each epoch's end (a collective on every worker at
-    the same step) and schedules new shares when they would move."""
+    the same step) and schedules new shares when they would move. It also times the steps: where a step waits
+    longer for the collective than its slowest share takes to compute, the link sets the pace, not the machines,
+    and `say_link` is told so once, with both figures."""
 
     def __init__(self, schedule: ShareSchedule, rank: int, workers: int, say, warmup_steps: int = WARMUP_STEPS,
-                 warm: bool = False) -> None:
+                 warm: bool = False, say_link=None) -> None:
         super().__init__()
-        self.schedule, self.rank, self.workers, self.say = schedule, rank, workers, say
+        self.schedule, self.rank, self.workers, self.say, self.say_link = schedule, rank, workers, say, say_link
         self.warmup_steps = 0 if warm else warmup_steps
         self.step = 0
         self.changes = 0
         self.speeds: list[float | None] = [None] * workers
+        self.step_seconds: float | None = None  # a step's wall time, and its slowest share's compute time
+        self.compute_seconds: float | None = None
+        self._began = self._wall = 0.0
+        self._timed = 0
+        self._link_said = False
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._began = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
+        self._wall += time.perf_counter() - self._began
+        self._timed += 1
         self.step += 1
         if self.warmup_steps and self.step == self.warmup_steps:
             self.warmup_steps = 0
@@ -221,15 +234,25 @@ class Rebalance(keras.callbacks.Callback):
     def _resplit(self) -> None:
         speed = self.model.clock.take_speed()
         self.speeds = all_speeds(self.model.distribute_strategy, speed, self.rank, self.workers)
-        if not self.schedule.settled(self.step):
-            return  # the last change is not in force yet
         local = self.schedule.replicas // self.workers
         per_replica = [speed for speed in self.speeds for _ in range(local)]
+        self._time_steps(per_replica)
+        if not self.schedule.settled(self.step):
+            return  # the last change is not in force yet
         new = shares.split(self.schedule.global_batch, per_replica)
         if shares.changed(self.schedule.current, new):
             self.schedule.change(new, self.step)
             self.changes += 1
             self.say(new, self.speeds)
+
+    def _time_steps(self, per_replica: list[float | None]) -> None:
+        if self._timed and all(per_replica):
+            self.step_seconds = self._wall / self._timed
+            self.compute_seconds = shares.step_seconds(self.schedule.current, per_replica)
+            if self.say_link and not self._link_said and self.step_seconds > 2 * self.compute_seconds:
+                self._link_said = True
+                self.say_link(self.step_seconds, self.compute_seconds)
+        self._wall, self._timed = 0.0, 0
 
 
 def all_speeds(strategy: tf.distribute.Strategy, speed: float | None, rank: int, workers: int) -> list[float | None]:
@@ -247,6 +270,12 @@ def shares_line(new: list[int], speeds: list[float | None], global_batch: int) -
     shown = ", ".join(f"{speed:.0f}" if speed else "?" for speed in speeds)
     return (f"homegpu.trainer: each replica's share of a step is now {'/'.join(map(str, new))} of {global_batch} "
             f"examples, by the workers' measured speeds ({shown} examples/s of compute)")
+
+
+def link_line(step_seconds: float, compute_seconds: float) -> str:
+    return (f"homegpu.trainer: the link sets the pace, not the machines: a step takes {step_seconds:.3g} s, of which "
+            f"its slowest share computes {compute_seconds:.3g} s and the rest waits for the all-reduce; a faster "
+            "network, or a larger batch_size, helps more than balancing")
 
 
 def print_line(line: str) -> None:
@@ -284,7 +313,8 @@ class Balancer:
             self.callback = Rebalance(
                 self.schedule, role.rank, role.workers,
                 lambda new, speeds: chief and print_line(shares_line(new, speeds, global_batch_size)),
-                warm=first_shares(global_batch_size, replicas) is not None)
+                warm=first_shares(global_batch_size, replicas) is not None,
+                say_link=lambda step, compute: chief and print_line(link_line(step, compute)))
 
     def dataset(self, examples: tf.data.Dataset):
         """The training input from `examples`, one (features, label) pair each, not yet batched."""

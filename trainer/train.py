@@ -138,15 +138,21 @@ class Balance:
             progress.local_batch = sum(new[mine])
             if role.is_chief:
                 balance_tf.print_line(balance_tf.shares_line(new, speeds, self.schedule.global_batch))
-        rebalance = balance_tf.Rebalance(self.schedule, role.rank, role.workers, said, warm=self.given is not None)
+        def link(step: float, compute: float) -> None:
+            if role.is_chief:
+                balance_tf.print_line(balance_tf.link_line(step, compute))
+        rebalance = balance_tf.Rebalance(self.schedule, role.rank, role.workers, said, warm=self.given is not None,
+                                         say_link=link)
         progress.local_batch = sum(self.schedule.current[mine])
         progress.epoch_fields = lambda: {"shares": self.schedule.current,
-                                         "compute_examples_per_sec": _rounded(rebalance.speeds[role.rank])}
+                                         "compute_examples_per_sec": _rounded(rebalance.speeds[role.rank]),
+                                         "step_seconds": _rounded(rebalance.step_seconds, 4),
+                                         "compute_seconds": _rounded(rebalance.compute_seconds, 4)}
         return rebalance
 
 
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)
+def _rounded(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 class _KeepLastEpoch(keras.callbacks.Callback):
