@@ -38,11 +38,11 @@ def test_values_are_toml_and_bare_words_are_strings() -> None:
 def test_good_overrides_replace_only_their_keys() -> None:
     run = apply_overrides(CLUSTER, JOB, ["epochs=5", "batch_size=128", 'args=["--lr","0.01"]',
                                          "env.WANDB_MODE=offline", "env.SEED=3", "model=resnet",
-                                         "data=npz:/d/mnist.npz", "stall_timeout=600"])
+                                         "data=npz:/d/mnist.npz", "stall_timeout=600", "balance=even"])
     assert (run.epochs, run.batch_size, run.args, run.model, run.data) == (
         5, 128, ("--lr", "0.01"), "resnet", "npz:/d/mnist.npz")
     assert dict(run.env) == {"TF_CPP_MIN_LOG_LEVEL": "2", "WANDB_MODE": "offline", "SEED": "3"}
-    assert run.stall_timeout == 600.0 and isinstance(run.stall_timeout, float)
+    assert run.stall_timeout == 600.0 and isinstance(run.stall_timeout, float) and run.balance == "even"
     assert (run.nodes, run.name, run.steps_per_epoch) == (JOB.nodes, "train", JOB.steps_per_epoch)
     assert apply_overrides(CLUSTER, JOB, []) == JOB
     assert dict(JOB.env) == {"TF_CPP_MIN_LOG_LEVEL": "2"}  # the cluster's job is untouched
@@ -55,7 +55,7 @@ def test_good_overrides_replace_only_their_keys() -> None:
     ("epochs=0", "--set epochs=0: must be from 1 to 1,000,000, got 0; use a number in that range"),
     ("epoch=5", "--set epoch=5: unknown key 'epoch'; did you mean epochs? keys a run may set: epochs, batch_size, "
                 "steps_per_epoch, args, env, data, model, data_dir, restart, max_restarts, stall_timeout, "
-                "reconnect_timeout, keras, min_workers, on_fewer_workers, rejoin"),
+                "reconnect_timeout, keras, min_workers, on_fewer_workers, rejoin, checkpoint, balance"),
     ("args=--lr", "--set args=--lr: expected a list, got a string '--lr'; write it like args = [\"--lr\", \"0.01\"]"),
     ("args=[1]", "--set args=[1]: 1 is not a string; write every argument in quotes: args = [\"--lr\", \"0.01\"]"),
     ("model=gpt9", "--set model=gpt9: unknown value 'gpt9'; use one of:"),
