@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 import tiers
 from simcluster import SimCluster, free_job_port
@@ -147,3 +148,15 @@ def nobody_argv(code: str) -> list[str]:
 def as_nobody(code: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     """Run `code` as user nobody (nobody_argv) to its end."""
     return subprocess.run(nobody_argv(code), capture_output=True, text=True, timeout=timeout, cwd="/")
+
+
+def edited_copy(source: Path, folder: Path, edits: Sequence[tuple[str, str]]) -> Path:
+    """folder/<source's name>: `source` with each (old, new) edit made once, as a user changes a published script;
+    every `old` must be there."""
+    text = source.read_text()
+    for old, new in edits:
+        assert text.count(old) == 1, f"{source.name} has {text.count(old)} of {old!r}"
+        text = text.replace(old, new)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / source.name).write_text(text)
+    return folder / source.name

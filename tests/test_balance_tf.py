@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import edited_copy
 from simcpu import cpu_quota
 
 SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
@@ -111,10 +112,25 @@ def test_the_shares_follow_a_slower_worker(tmp_path, tensorflow):
     assert workers[0]["speeds"][0] > 2 * workers[0]["speeds"][1]
 
 
+# The lines docs/your-script.md ("Unlike machines") has a keras.io-shaped script change for homegpu's Balancer.
+BALANCER_LINES = [
+    ("import tensorflow as tf  # noqa: E402\n",
+     "import tensorflow as tf  # noqa: E402\nfrom homegpu.trainer.balance_tf import Balancer  # noqa: E402\n"),
+    ("tf.data.Dataset.from_tensor_slices((x_train, y_train)).batch(batch_size),",
+     "balancer.dataset(tf.data.Dataset.from_tensor_slices((x_train, y_train))),"),
+    ('print("Number of devices: {}".format(strategy.num_replicas_in_sync))\n',
+     'print("Number of devices: {}".format(strategy.num_replicas_in_sync))\nbalancer = Balancer(strategy, 64)\n'),
+    ("    model = get_compiled_model()", "    model = balancer.model(get_compiled_model())"),
+    ("          verbose=2)", "          verbose=2, steps_per_epoch=4000 // 64, callbacks=[balancer.callback])"),
+]
+
+
 def test_a_keras_io_script_with_the_balancers_lines_gives_a_slower_worker_less(tmp_path, tensorflow, root):
-    """keras.io's MultiWorkerMirroredStrategy guide with homegpu's Balancer (five lines marked `# homegpu`), run as
-    homegpu runs a script (user_script.py, keras = "tf-keras"), worker 1 held to a quarter of a core."""
-    argv = [sys.executable, "-m", "homegpu.trainer.user_script", str(SCRIPTS / "keras_io_mwms_balanced.py"), "2"]
+    """keras.io's MultiWorkerMirroredStrategy guide (tests/fixtures/scripts/keras_io_mwms.py) with homegpu's
+    Balancer's five lines, run as homegpu runs a script (user_script.py, keras = "tf-keras"), worker 1 held to a
+    quarter of a core."""
+    script = edited_copy(SCRIPTS / "keras_io_mwms.py", tmp_path / "code", BALANCER_LINES)
+    argv = [sys.executable, "-m", "homegpu.trainer.user_script", str(script), "2"]
     outputs = run_workers(argv, 2, {"HOMEGPU_KERAS": "tf-keras", "HOMEGPU_OUTPUT_DIR": str(tmp_path)}, slow=25)
     said = re.findall(r"share of a step is now (\d+)/(\d+) of 64", outputs[0])
     assert said, outputs[0][-3000:]

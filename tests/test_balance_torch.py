@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+
+from helpers import edited_copy
+from simcpu import cpu_quota
 
 SCRIPT = Path(__file__).parent / "fixtures" / "scripts" / "balance_torch_check.py"
 
@@ -74,3 +80,46 @@ def test_the_shares_follow_a_slower_process_and_each_epoch_covers_the_data_once(
 def test_by_hand_or_when_the_job_asks_the_split_stays_even(tmp_path, pytorch, in_a_run, env):
     ranks = run_two(tmp_path, "speed", in_a_run, **env)
     assert {tuple(epoch["began_with"]) for rank in ranks for epoch in rank["epochs"]} == {(8, 8)}
+
+
+# The lines docs/your-script.md ("Unlike machines") has the DDP tutorial's multinode.py change for BalancedBatches.
+BALANCED_BATCHES_LINES = [
+    ("from torch.distributed import init_process_group, destroy_process_group\n",
+     "from torch.distributed import init_process_group, destroy_process_group\n"
+     "from homegpu.trainer.balance_torch import BalancedBatches\n"),
+    ("        output = self.model(source)\n        loss = F.cross_entropy(output, targets)\n",
+     "        with self.train_data.batch_sampler.forward(len(targets)) as weight:\n"
+     "            output = self.model(source)\n            loss = F.cross_entropy(output, targets) * weight\n"),
+    ("self.train_data.sampler.set_epoch(epoch)", "self.train_data.batch_sampler.set_epoch(epoch)"),
+    ("        batch_size=batch_size,\n        pin_memory=True,\n        shuffle=False,\n"
+     "        sampler=DistributedSampler(dataset)\n",
+     "        batch_sampler=BalancedBatches(dataset, batch_size),\n        pin_memory=True,\n"),
+]
+
+
+def test_the_ddp_tutorials_script_with_the_helpers_lines_gives_a_slower_node_less(tmp_path, pytorch, root):
+    """pytorch/examples' multinode.py (vendored in tests/fixtures/scripts/ddp_tutorial_series) with BalancedBatches'
+    lines, two torchrun nodes here, node 1 held to a quarter of a core: its batch shrinks and node 0's grows, as
+    the script's own lines say."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    published = Path(__file__).parent / "fixtures" / "scripts" / "ddp_tutorial_series"
+    script = edited_copy(published / "multinode.py", tmp_path / "code", BALANCED_BATCHES_LINES)
+    shutil.copy(published / "datautils.py", script.parent)
+    env = {**os.environ, "HOMEGPU_OUTPUT_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    with ExitStack() as stack:
+        nodes = []
+        for rank in (0, 1):
+            argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                    "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
+                    str(script), "4", "10"]
+            nodes.append(subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+            if rank == 1:
+                stack.enter_context(cpu_quota(nodes[-1].pid, f"homegpu-test-slow-{nodes[-1].pid}", 25))
+        outputs = [node.communicate(timeout=600)[0] for node in nodes]
+    for node, output in zip(nodes, outputs):
+        assert node.returncode == 0, output[-3000:]
+    said = dict(re.findall(r"\[GPU(\d)\] Epoch 3 \| Batchsize: (\d+)", "".join(outputs)))
+    assert int(said["0"]) + int(said["1"]) == 64 and int(said["0"]) > 2 * int(said["1"]), said

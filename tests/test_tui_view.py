@@ -322,7 +322,7 @@ def test_job_summary_shows_each_workers_share_of_a_step_in_a_balanced_run(view: 
     view.apply(metric("big", 0, event="epoch", epoch=1, epochs=4, examples_per_sec=1714.0, shares=[422, 90]))
     view.apply(metric("small", 1, event="epoch", epoch=1, epochs=4, examples_per_sec=366.0, shares=[422, 90]))
     text = job_summary(view.job, 80).plain
-    assert "examples/s (share of a step, by speed):  big 1714 (422/512)  small 366 (90/512)" in text
+    assert "examples/s:  big 1714 (share 422/512)  small 366 (share 90/512)" in text
     view.apply(metric("big", 0, event="epoch", epoch=2, epochs=4, examples_per_sec=1714.0, shares=[422, 50, 40]))
     assert "examples/s:  big 1714  small 366" in job_summary(view.job, 80).plain  # shares per replica: not shown
 

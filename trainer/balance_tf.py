@@ -240,7 +240,7 @@ class Rebalance(keras.callbacks.Callback):
         if not self.schedule.settled(self.step):
             return  # the last change is not in force yet
         new = shares.split(self.schedule.global_batch, per_replica)
-        if shares.changed(self.schedule.current, new):
+        if shares.worth_changing(self.schedule.current, new, per_replica):
             self.schedule.change(new, self.step)
             self.changes += 1
             self.say(new, self.speeds)

@@ -131,7 +131,7 @@ class BalancedBatches:
         speeds = _gather(self.speed(), self.processes, self._group)
         self._rates = []
         new = shares.split(self.global_batch, speeds)
-        if shares.changed(self.shares, new):
+        if shares.worth_changing(self.shares, new, speeds):
             self.shares = new
             self.changes += 1
 

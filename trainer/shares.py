@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 FLOOR_FRACTION = 1 / 8  # the smallest share, as a part of an even share
-CHANGE_FRACTION = 0.05  # shares are revised when one would move by more than this part of itself
+CHANGE_FRACTION = 0.05  # shares are revised when that makes a step this much shorter
 
 
 def even(global_batch: int, workers: int) -> list[int]:
@@ -67,10 +67,12 @@ def _rounded(ideal: dict[int, float], total: int) -> dict[int, int]:
     return whole
 
 
-def changed(old: Sequence[int], new: Sequence[int]) -> bool:
-    """Whether `new` moves some share by more than CHANGE_FRACTION of it (and more than one example): small
-    wobbles of measured speed do not reshuffle the data."""
-    return any(abs(a - b) > max(1, CHANGE_FRACTION * a) for a, b in zip(old, new))
+def worth_changing(old: Sequence[int], new: Sequence[int], speeds: Sequence[float | None]) -> bool:
+    """Whether moving from `old` to `new` shortens a step by more than CHANGE_FRACTION at these speeds: a wobble
+    of measured speed (two alike machines measured a few per cent apart) does not reshuffle the data."""
+    if list(old) == list(new) or any(not speed for speed in speeds):
+        return False
+    return step_seconds(old, speeds) > (1 + CHANGE_FRACTION) * step_seconds(new, speeds)
 
 
 def offsets(shares: Sequence[int]) -> list[int]:

@@ -275,10 +275,10 @@ def _loss_plot(job: JobView, width: int, height: int) -> Text:
 def _rates(job: JobView) -> Text:
     if not job.rates:
         return Text("")
-    out = Text("\nexamples/s" + (" (share of a step, by speed)" if job.share_text(min(job.rates)) else "") + ":")
+    out = Text("\nexamples/s:")
     for worker, rate in sorted(job.rates.items()):
         slow = worker in job.stragglers
-        share = f" ({share})" if (share := job.share_text(worker)) else ""
+        share = f" (share {share})" if (share := job.share_text(worker)) else ""
         out.append(f"  {worker} {rate:.0f}{share}" + (" (straggler)" if slow else ""),
                    style="bold red" if slow else "")
     return out
