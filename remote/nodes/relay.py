@@ -45,6 +45,7 @@ class RelayProcess(RemoteProcess):
         self._ended = False
         self._answered = False  # a first frame came: the relay took the command
         self._status: int | None = None
+        self._lost: BaseException | None = None  # the connection's loss, where the channel ended with one
         self._lock = asyncio.Lock()
 
     def write(self, data: bytes) -> None:
@@ -67,8 +68,11 @@ class RelayProcess(RemoteProcess):
         try:
             kind, size = _FRAME.unpack(await self._reader.readexactly(_FRAME.size))
             data = await self._reader.readexactly(size)
-        except (asyncio.IncompleteReadError, asyncssh.Error, OSError):
-            self._ended = True  # no status: the node said none (the link died)
+        except asyncio.IncompleteReadError:
+            self._ended = True  # no status: the relay closed the channel without one
+            return False
+        except (asyncssh.Error, OSError) as exc:
+            self._ended, self._lost = True, exc  # no status: the link died
             return False
         self._answered = True
         if kind == b"O":
@@ -90,9 +94,12 @@ class RelayProcess(RemoteProcess):
             return self._answered
 
     async def read_chunk(self) -> bytes:
+        """The next output, b"" at its end. Raises TransportError where the connection was lost, as SshProcess."""
         async with self._lock:
             while not self._stdout and await self._frame():
                 pass
+            if not self._stdout and self._lost is not None:
+                raise TransportError(f"connection lost: {cause(self._lost)}")
             chunk, self._stdout = bytes(self._stdout), bytearray()
             return chunk
 
