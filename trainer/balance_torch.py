@@ -13,8 +13,8 @@ global batch, as one machine would compute it. A tutorial-shaped script changes 
     with batches.forward(len(targets)) as weight:               # around the forward pass and the loss
         loss = F.cross_entropy(model(source), targets) * weight
 
-Speed is the forward pass's examples per second, timed here (DDP's forward waits on no other process, its
-backward does). Shares start even, or as $HOMEGPU_SHARES says (a previous run's); after the first
+Speed is examples per second of a process's own compute: from the forward pass to the end of its backward pass,
+before DDP waits for the other processes' gradients. Shares start even, or as $HOMEGPU_SHARES says (a previous run's); after the first
 `WARMUP_STEPS` steps and at each epoch's start (`set_epoch`, as with DistributedSampler) the processes trade
 their speeds over a gloo group of their own and re-split. Outside a homegpu run, or with
 $HOMEGPU_BALANCE=even, the split stays even (then it is DistributedSampler's, without padding).
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 import time
 from typing import Iterator, Sequence
 
@@ -63,7 +62,7 @@ class BalancedBatches:
         self.changes = 0  # how many times the shares moved
         self.epoch = 0
         self._group = dist.new_group(backend="gloo") if self.balancing else None
-        self._rates: list[float] = []  # examples/s of each forward pass since the last re-split
+        self._examples, self._seconds = 0, 0.0  # compute since the last re-split
         self._steps_left_to_warm = 0 if os.environ.get(SHARES_ENV) else warmup_steps
 
     def _first_shares(self) -> list[int]:
@@ -112,24 +111,40 @@ class BalancedBatches:
 
     @contextlib.contextmanager
     def forward(self, examples: int) -> Iterator[float]:
-        """Times the forward pass of a batch of `examples` and gives its loss weight."""
+        """Gives the loss weight of a batch of `examples` and times its compute: from here to the end of the
+        backward pass that the weighted loss starts (not the wait for the other processes' gradients, which DDP
+        does after it). Balancing, the weight is a 0-dim tensor whose gradient, the first of that backward pass,
+        queues the clock's stop at its end, ahead of DDP's own wait; otherwise it is a plain number."""
+        if not self.balancing:
+            yield self.weight(examples)
+            return
+        import torch
+
         began = time.perf_counter()
-        yield self.weight(examples)
+        weight = torch.tensor(self.weight(examples), requires_grad=True)
+
+        def stop_at_the_end(_grad):
+            engine = torch.autograd.Variable._execution_engine  # what DDP queues its own wait on
+            engine.queue_callback(lambda: self._computed(began, examples))
+        weight.register_hook(stop_at_the_end)
+        yield weight
+
+    def _computed(self, began: float, examples: int) -> None:
         _synchronize()
-        seconds = time.perf_counter() - began
-        if seconds > 0:
-            self._rates.append(examples / seconds)
+        self._seconds += time.perf_counter() - began
+        self._examples += examples
 
     def speed(self) -> float | None:
-        """This process's examples per second of forward pass since the last re-split (the median step: a step
-        the machine spent on something else says nothing of its speed), or None."""
-        return statistics.median(self._rates) if self._rates else None
+        """This process's examples per second of compute since the last re-split, or None. All the time counts
+        (not a median step's): a machine held back in bursts (a CPU quota, thermal throttling) is slow on
+        average while most of its steps look fast."""
+        return self._examples / self._seconds if self._seconds > 0 and self._examples else None
 
     def _resplit(self) -> None:
         if not self.balancing:
             return
         speeds = _gather(self.speed(), self.processes, self._group)
-        self._rates = []
+        self._examples, self._seconds = 0, 0.0
         new = shares.split(self.global_batch, speeds)
         if shares.worth_changing(self.shares, new, speeds):
             self.shares = new
@@ -148,8 +163,9 @@ def _gather(speed: float | None, processes: int, group) -> Sequence[float | None
 
 
 def _synchronize() -> None:
-    """Waits for the GPU's queued work, so the forward pass's time is its own and not just its launch."""
+    """Waits for the compute stream's queued work, so the time is the compute's own and not its launch (the
+    collectives run on streams of their own, and are not waited for)."""
     import torch
 
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
+        torch.cuda.current_stream().synchronize()
