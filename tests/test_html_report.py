@@ -24,6 +24,7 @@ from homegpu.remote.logs.tracebacks import MESSAGE_LINES
 from homegpu.remote.record.energy import energy_of
 from homegpu.remote.record.experiment import ExperimentLog, write_run_manifest
 from homegpu.remote.record.html_report import ReportError, write_report
+from homegpu.remote.record.html_report_inputs import workers_from_metrics
 from homegpu.remote.record.html_report_svg import PLOT_BG, SERIES_COLOURS
 from homegpu.remote.record.run_folder import RunFolder
 from homegpu.remote.record.timeline import TimelineRecorder, load_timeline
@@ -318,3 +319,23 @@ def test_a_straggler_held_back_by_its_gpu_says_so_in_what_limited_the_run(tmp_pa
     limits = [line for line in summary.splitlines() if line.startswith("limited by: ")]
     assert limits[0].startswith("limited by: gpu2 was a straggler: 410 examples/s against 1,221")
     assert limits[0].endswith(f"at every step. Held back: {cause}.")
+
+
+def test_a_balanced_runs_shares_are_drawn_per_worker(tmp_path):
+    """Epoch lines as the balanced trainer prints them (trainer/PROTOCOL.md: `shares` in rank order): a chart of
+    each worker's share of a step; a run without shares has no such chart."""
+    run_dir = tmp_path / "experiments" / "demo-balanced"
+    run_dir.mkdir(parents=True)
+    rows = []
+    for epoch, split in enumerate(([256, 256], [422, 90], [430, 82]), 1):
+        for rank, label in enumerate(("desktop", "laptop")):
+            rows.append({"worker_label": label, "event": "epoch", "worker": rank, "workers": 2, "epoch": epoch,
+                         "time": 1795316664.0 + 10 * epoch, "loss": 1.0 / epoch, "examples_per_sec": 900.0,
+                         "shares": split})
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    workers = workers_from_metrics(run_dir / "metrics.jsonl")
+    assert [w.share.values for w in workers] == [(256.0, 422.0, 430.0), (256.0, 90.0, 82.0)]
+    html = write_report(run_dir)[0].read_text()
+    assert "Share of each step per worker" in html
+    shutil.copy(FIXTURES / "demo_metrics.jsonl", run_dir / "metrics.jsonl")
+    assert "Share of each step" not in write_report(run_dir)[0].read_text()

@@ -112,7 +112,16 @@ def _training(workers: tuple[WorkerTimeline, ...], start: float, end: float, mar
             + figure("Accuracy", "", legend(accuracy), line_chart(accuracy, start, end, markers, _HALF))
             + "</div>" + figure("Throughput per worker", "examples/s", legend(rates),
                                 line_chart(rates, start, end, markers, _WIDE, 220, y_min=0))
-            + _worker_table(workers))
+            + _shares_chart(workers, start, end, markers) + _worker_table(workers))
+
+
+def _shares_chart(workers: tuple[WorkerTimeline, ...], start: float, end: float, markers: list[Marker]) -> str:
+    """A balanced run's shares of each step over the run (trainer/shares.py); nothing for a run without."""
+    lines = [Line(w.name, SERIES_COLOURS[i % len(SERIES_COLOURS)], w.share) for i, w in enumerate(workers)]
+    if not any(line.series.measured for line in lines):
+        return ""
+    return figure("Share of each step per worker", "examples, balanced by measured speed", legend(lines),
+                  line_chart(lines, start, end, markers, _WIDE, 160, y_min=0))
 
 
 def _median(series: Series) -> str:

@@ -81,6 +81,7 @@ def workers_from_metrics(path: Path) -> tuple[WorkerTimeline, ...]:
             continue
         if isinstance(row, dict) and isinstance(row.get("worker_label"), str):
             by_worker.setdefault(row["worker_label"], []).append(row)
+    ranks = {name: rows[0].get("worker") for name, rows in by_worker.items()}
     workers = []
     for name, rows in sorted(by_worker.items()):
         batch = next((r["batch_size"] for r in rows
@@ -93,8 +94,15 @@ def workers_from_metrics(path: Path) -> tuple[WorkerTimeline, ...]:
             name, _series(steps, "loss"), _series(steps, "accuracy"), rates,
             Series(rates.times, tuple(v / batch if v is not None and batch else None for v in rates.values)),
             _series(epochs, "loss"), _series(epochs, "accuracy"), _series(epochs, "val_loss"),
-            _series(epochs, "val_accuracy")))
+            _series(epochs, "val_accuracy"), _shares(epochs, ranks.get(name), len(by_worker))))
     return tuple(workers)
+
+
+def _shares(epochs: list[dict], rank: object, workers: int) -> Series:
+    """The worker's own share of each step, from its epoch lines' `shares` (one per worker, in rank order)."""
+    rows = [row for row in epochs if isinstance(row.get("time"), (int, float)) and isinstance(rank, int)
+            and isinstance(row.get("shares"), list) and len(row["shares"]) == workers and 0 <= rank < workers]
+    return Series(tuple(row["time"] for row in rows), tuple(_number(row["shares"][rank]) for row in rows))
 
 
 def log_tails(run_dir: Path) -> dict[str, list[str]]:

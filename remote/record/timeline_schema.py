@@ -87,6 +87,7 @@ class WorkerTimeline:
     epoch_accuracy: Series
     val_loss: Series
     val_accuracy: Series
+    share: Series = Series()  # a balanced run's examples of each step this worker took, as its epoch lines said
 
 
 @dataclass(frozen=True)
