@@ -152,6 +152,6 @@ def test_a_step_that_waits_longer_for_the_all_reduce_than_it_computes_is_said_on
     compute = max(422 / 1714, 90 / 366)
     assert said == [(pytest.approx(0.6), pytest.approx(compute))]  # once, when the wait passed the compute
     assert rebalance.step_seconds == pytest.approx(0.6) and rebalance.compute_seconds == pytest.approx(compute)
-    assert balance_tf.link_line(0.3, compute).startswith(
-        "homegpu.trainer: the link sets the pace, not the machines: a step takes 0.3 s, of which its slowest share "
-        "computes 0.246 s")
+    assert balance_tf.link_line(0.6, compute).startswith(
+        "homegpu.trainer: the machines' compute does not set the pace: a step takes 0.6 s, of which its slowest "
+        "share computes 0.246 s; the rest waits for the all-reduce (the link) or the input pipeline")

@@ -226,17 +226,19 @@ class Rebalance(keras.callbacks.Callback):
         self.step += 1
         if self.warmup_steps and self.step == self.warmup_steps:
             self.warmup_steps = 0
-            self._resplit()
+            self._resplit(timed=False)  # the first steps trace the graph: their wall time says nothing of the link
 
     def on_epoch_end(self, epoch, logs=None):
         self._resplit()
 
-    def _resplit(self) -> None:
+    def _resplit(self, timed: bool = True) -> None:
         speed = self.model.clock.take_speed()
         self.speeds = all_speeds(self.model.distribute_strategy, speed, self.rank, self.workers)
         local = self.schedule.replicas // self.workers
         per_replica = [speed for speed in self.speeds for _ in range(local)]
-        self._time_steps(per_replica)
+        if timed:
+            self._time_steps(per_replica)
+        self._wall, self._timed = 0.0, 0
         if not self.schedule.settled(self.step):
             return  # the last change is not in force yet
         new = shares.split(self.schedule.global_batch, per_replica)
@@ -252,7 +254,6 @@ class Rebalance(keras.callbacks.Callback):
             if self.say_link and not self._link_said and self.step_seconds > 2 * self.compute_seconds:
                 self._link_said = True
                 self.say_link(self.step_seconds, self.compute_seconds)
-        self._wall, self._timed = 0.0, 0
 
 
 def all_speeds(strategy: tf.distribute.Strategy, speed: float | None, rank: int, workers: int) -> list[float | None]:
@@ -273,9 +274,9 @@ def shares_line(new: list[int], speeds: list[float | None], global_batch: int) -
 
 
 def link_line(step_seconds: float, compute_seconds: float) -> str:
-    return (f"homegpu.trainer: the link sets the pace, not the machines: a step takes {step_seconds:.3g} s, of which "
-            f"its slowest share computes {compute_seconds:.3g} s and the rest waits for the all-reduce; a faster "
-            "network, or a larger batch_size, helps more than balancing")
+    return (f"homegpu.trainer: the machines' compute does not set the pace: a step takes {step_seconds:.3g} s, of "
+            f"which its slowest share computes {compute_seconds:.3g} s; the rest waits for the all-reduce (the link) "
+            "or the input pipeline, which balancing cannot shorten: a faster network, or a larger batch_size, helps")
 
 
 def print_line(line: str) -> None:
