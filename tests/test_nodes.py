@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from helpers import wait_until
 
-from gpu_replay import write_replay_nvidia_smi
+from gpu_replay import nvidia_smi_in
 from simcluster import SimCluster, generate_ed25519_key
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.events import EventHub, NodeState, NodeStateChanged, NodeStatsUpdated
@@ -30,9 +31,11 @@ REPLAY_APPS = FIXTURES / "apps_none.csv"
 
 
 @pytest.fixture(scope="module")
-def replaying_node3(sim_cluster: SimCluster) -> SimCluster:
-    write_replay_nvidia_smi(sim_cluster.node("node3").extra_path, REPLAY_GPUS, REPLAY_APPS)
-    return sim_cluster
+def replaying_node3(sim_cluster: SimCluster) -> Iterator[SimCluster]:
+    """node3's nvidia-smi replays REPLAY_GPUS for this module, and is put back after it: the session's cluster
+    serves later modules, which must not find two H100s on node3 (the plan then refuses their jobs)."""
+    with nvidia_smi_in(sim_cluster.node("node3").extra_path, REPLAY_GPUS, REPLAY_APPS):
+        yield sim_cluster
 
 
 async def collect(cluster: Cluster, seconds: float) -> list[object]:

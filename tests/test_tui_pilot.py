@@ -9,12 +9,13 @@ machine has no GPU.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist
 
-from gpu_replay import write_replay_nvidia_smi
+from gpu_replay import nvidia_smi_in
 from helpers import homegpu, wait_until, worker_processes, write_config
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.events import JobState, NodeState
@@ -29,10 +30,11 @@ SIZE = (160, 48)
 
 
 @pytest.fixture(scope="module")
-def replaying_node3(sim_cluster: SimCluster) -> SimCluster:
-    write_replay_nvidia_smi(sim_cluster.node("node3").extra_path, FIXTURES / "gpus_2x_h100nvl_idle.csv",
-                            FIXTURES / "apps_none.csv")
-    return sim_cluster
+def replaying_node3(sim_cluster: SimCluster) -> Iterator[SimCluster]:
+    """node3 replays two idle H100 NVLs for this module, put back after it (the session's cluster serves others)."""
+    with nvidia_smi_in(sim_cluster.node("node3").extra_path, FIXTURES / "gpus_2x_h100nvl_idle.csv",
+                       FIXTURES / "apps_none.csv"):
+        yield sim_cluster
 
 
 def make_app(config: Path, tmp_path: Path) -> HomegpuApp:
