@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from contextlib import ExitStack
@@ -17,15 +16,14 @@ from pathlib import Path
 import pytest
 
 from helpers import edited_copy
+from simcluster import free_port
 from simcpu import cpu_quota
 
 SCRIPT = Path(__file__).parent / "fixtures" / "scripts" / "balance_torch_check.py"
 
 
 def run_two(tmp_path: Path, mode: str, in_a_run: bool = True, **env: str) -> list[dict]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port("127.0.0.1")
     base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",
             "OMP_NUM_THREADS": "1", **({"HOMEGPU_OUTPUT_DIR": str(tmp_path)} if in_a_run else {}), **env}
     base = {key: value for key, value in base.items() if in_a_run or key != "HOMEGPU_OUTPUT_DIR"}
@@ -101,9 +99,7 @@ def test_the_ddp_tutorials_script_with_the_helpers_lines_gives_a_slower_node_les
     """pytorch/examples' multinode.py (vendored in tests/fixtures/scripts/ddp_tutorial_series) with BalancedBatches'
     lines, two torchrun nodes here, node 1 held to a quarter of a core: its batch shrinks and node 0's grows, as
     the script's own lines say."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port("127.0.0.1")
     published = Path(__file__).parent / "fixtures" / "scripts" / "ddp_tutorial_series"
     script = edited_copy(published / "multinode.py", tmp_path / "code", BALANCED_BATCHES_LINES)
     shutil.copy(published / "datautils.py", script.parent)

@@ -13,7 +13,8 @@ Four parts, each the same on every worker:
   pass timed in the graph (`tf.timestamp`) before the collective, so a worker's speed leaves out its wait.
 - `Rebalance`: after the first steps and at each epoch's end, the workers trade their speeds (a collective) and
   re-split when a share would move by more than 5 %; a run given shares by $HOMEGPU_SHARES starts with them.
-`Balancer` puts them together for a script of one's own (docs/your-script.md, "Unlike machines").
+`Balancer` puts them together, for the built-in trainer and for a script of one's own (docs/your-script.md,
+"Unlike machines").
 """
 
 from __future__ import annotations
@@ -21,22 +22,17 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Callable
 
 import tensorflow as tf
 import tf_keras as keras
 
 from homegpu.trainer import shares
+from homegpu.trainer.cluster import worker_role
+from homegpu.trainer.report import IN_A_RUN
 
 MARGIN_STEPS = 16  # past the step a change is decided at: more than the pipeline prefetches
 WARMUP_STEPS = 5
-SHARES_ENV = "HOMEGPU_SHARES"
-BALANCE_ENV = "HOMEGPU_BALANCE"
-IN_A_RUN = "HOMEGPU_OUTPUT_DIR"
-
-
-def wanted(workers: int) -> bool:
-    """Whether this run balances: more than one worker, and the job did not ask for an even split."""
-    return workers > 1 and os.environ.get(BALANCE_ENV, "").strip().lower() != "even"
 
 
 class ShareSchedule:
@@ -63,17 +59,6 @@ class ShareSchedule:
         self.after.assign(new)
         self.switch_at.assign(step + MARGIN_STEPS)
         self.current = list(new)
-
-
-def first_shares(global_batch: int, replicas: int) -> list[int] | None:
-    """The shares $HOMEGPU_SHARES gives (a previous run's, rescaled to this global batch), or None."""
-    try:
-        given = [int(part) for part in os.environ.get(SHARES_ENV, "").split(",")]
-    except ValueError:
-        return None
-    if len(given) != replicas or min(given) <= 0:
-        return None
-    return shares.split(global_batch, given)
 
 
 def balanced_train(strategy: tf.distribute.Strategy, examples: tf.data.Dataset, schedule: ShareSchedule, seed: int,
@@ -209,7 +194,6 @@ class Rebalance(keras.callbacks.Callback):
         self.schedule, self.rank, self.workers, self.say, self.say_link = schedule, rank, workers, say, say_link
         self.warmup_steps = 0 if warm else warmup_steps
         self.step = 0
-        self.changes = 0
         self.speeds: list[float | None] = [None] * workers
         self.step_seconds: float | None = None  # a step's wall time, and its slowest share's compute time
         self.compute_seconds: float | None = None
@@ -244,7 +228,6 @@ class Rebalance(keras.callbacks.Callback):
         new = shares.split(self.schedule.global_batch, per_replica)
         if shares.worth_changing(self.schedule.current, new, per_replica):
             self.schedule.change(new, self.step)
-            self.changes += 1
             self.say(new, self.speeds)
 
     def _time_steps(self, per_replica: list[float | None]) -> None:
@@ -284,7 +267,8 @@ def print_line(line: str) -> None:
 
 
 class Balancer:
-    """homegpu's balancing for a Keras script under MultiWorkerMirroredStrategy, in four lines:
+    """homegpu's balancing under MultiWorkerMirroredStrategy, put together: the built-in trainer's, and a Keras
+    script's in five lines:
 
         balancer = Balancer(strategy, global_batch_size)
         dataset = balancer.dataset(tf.data.Dataset.from_tensor_slices((x_train, y_train)))  # not yet batched
@@ -292,37 +276,47 @@ class Balancer:
             model = balancer.model(build_and_compile_model())      # compiled or not
         model.fit(dataset, epochs=3, steps_per_epoch=70, callbacks=[balancer.callback])
 
-    Outside a homegpu run, on one worker, or with the job's `balance = "even"`, it changes nothing: the dataset
-    is shuffled, repeated and batched globally as the tutorials do, the model is the script's own, the callback
-    does nothing.
+    On one worker, with the job's `balance = "even"`, or outside a homegpu run (unless `by_hand_too`: the
+    built-in trainer balances wherever it runs), it changes nothing: the dataset is shuffled, repeated and
+    batched globally as the tutorials do, the model is the script's own, the callback does nothing. The chief
+    says each new split and a pace its compute does not set; `heard` functions are told each new split.
     """
 
     def __init__(self, strategy: tf.distribute.Strategy, global_batch_size: int, *, seed: int = 0,
-                 shuffle_buffer: int = 10_000) -> None:
-        from homegpu.trainer.cluster import worker_role
-
-        role = worker_role(os.environ)
+                 shuffle_buffer: int = 10_000, by_hand_too: bool = False) -> None:
+        self.role = worker_role(os.environ)
         self.strategy, self.global_batch, self.seed, self.shuffle_buffer = (strategy, global_batch_size, seed,
                                                                             shuffle_buffer)
-        self.on = wanted(role.workers) and IN_A_RUN in os.environ
+        self.on = (self.role.workers > 1 and not shares.even_asked(os.environ)
+                   and (by_hand_too or IN_A_RUN in os.environ))
+        self.heard: list[Callable[[list[int]], None]] = []
         self.callback: keras.callbacks.Callback = keras.callbacks.Callback()
         if self.on:
             replicas = strategy.num_replicas_in_sync
-            self.schedule = ShareSchedule(global_batch_size, replicas, first_shares(global_batch_size, replicas))
+            given = shares.given(os.environ, global_batch_size, replicas)
+            self.schedule = ShareSchedule(global_batch_size, replicas, given)
             self.clock = ComputeClock()
-            chief = role.is_chief
-            self.callback = Rebalance(
-                self.schedule, role.rank, role.workers,
-                lambda new, speeds: chief and print_line(shares_line(new, speeds, global_batch_size)),
-                warm=first_shares(global_batch_size, replicas) is not None,
-                say_link=lambda step, compute: chief and print_line(link_line(step, compute)))
+            self.callback = Rebalance(self.schedule, self.role.rank, self.role.workers, self._said,
+                                      warm=given is not None, say_link=self._link)
 
-    def dataset(self, examples: tf.data.Dataset):
-        """The training input from `examples`, one (features, label) pair each, not yet batched."""
+    def _said(self, new: list[int], speeds: list[float | None]) -> None:
+        for hears in self.heard:
+            hears(new)
+        if self.role.is_chief:
+            print_line(shares_line(new, speeds, self.global_batch))
+
+    def _link(self, step_seconds: float, compute_seconds: float) -> None:
+        if self.role.is_chief:
+            print_line(link_line(step_seconds, compute_seconds))
+
+    def dataset(self, examples: tf.data.Dataset, to_float=lambda t: t, decode=None):
+        """The training input from `examples`, one (features, label) pair each (or what `decode` makes one into),
+        not yet batched; `to_float` is applied to each replica's features."""
         if not self.on:
             return (examples.shuffle(self.shuffle_buffer, seed=self.seed, reshuffle_each_iteration=True).repeat()
                     .batch(self.global_batch))
-        return balanced_train(self.strategy, examples, self.schedule, self.seed, lambda t: t, self.shuffle_buffer)
+        return balanced_train(self.strategy, examples, self.schedule, self.seed, to_float, self.shuffle_buffer,
+                              decode)
 
     def model(self, model: keras.Model) -> keras.Model:
         """`model` (functional or Sequential) balanced; compiled again as it was when it was compiled. Call it

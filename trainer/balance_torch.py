@@ -29,11 +29,9 @@ import time
 from typing import Iterator, Sequence
 
 from homegpu.trainer import shares
+from homegpu.trainer.report import IN_A_RUN
 
 WARMUP_STEPS = 5  # steps timed before the first re-split of a run that starts even
-SHARES_ENV = "HOMEGPU_SHARES"  # "422,90": the first shares, from the job's last run
-BALANCE_ENV = "HOMEGPU_BALANCE"  # "even" keeps the even split
-IN_A_RUN = "HOMEGPU_OUTPUT_DIR"
 
 
 class BalancedBatches:
@@ -56,25 +54,14 @@ class BalancedBatches:
         self.rank = dist.get_rank() if self.distributed else 0
         self.processes = dist.get_world_size() if self.distributed else 1
         self.global_batch = batch_size * self.processes
-        self.balancing = (self.processes > 1 and IN_A_RUN in os.environ
-                          and os.environ.get(BALANCE_ENV, "").strip().lower() != "even")
-        self.shares = self._first_shares()
+        self.balancing = self.processes > 1 and IN_A_RUN in os.environ and not shares.even_asked(os.environ)
+        given = shares.given(os.environ, self.global_batch, self.processes) if self.balancing else None
+        self.shares = given or shares.even(self.global_batch, self.processes)
         self.changes = 0  # how many times the shares moved
         self.epoch = 0
         self._group = dist.new_group(backend="gloo") if self.balancing else None
         self._examples, self._seconds = 0, 0.0  # compute since the last re-split
-        self._steps_left_to_warm = 0 if os.environ.get(SHARES_ENV) else warmup_steps
-
-    def _first_shares(self) -> list[int]:
-        given = os.environ.get(SHARES_ENV, "")
-        if self.balancing and given:
-            try:
-                wanted = [int(part) for part in given.split(",")]
-            except ValueError:
-                wanted = []
-            if len(wanted) == self.processes and min(wanted) > 0:
-                return shares.split(self.global_batch, wanted)  # rescaled to this global batch
-        return shares.even(self.global_batch, self.processes)
+        self._steps_left_to_warm = 0 if given else warmup_steps
 
     @property
     def share(self) -> int:

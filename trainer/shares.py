@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
+SHARES_ENV = "HOMEGPU_SHARES"  # "422,90": the shares a run starts with (the run's own last, or its job's last run's)
+BALANCE_ENV = "HOMEGPU_BALANCE"  # "even": the job keeps the even split
 FLOOR_FRACTION = 1 / 8  # the smallest share, as a part of an even share
 CHANGE_FRACTION = 0.05  # shares are revised when that makes a step this much shorter
 
@@ -25,6 +27,23 @@ def even(global_batch: int, workers: int) -> list[int]:
     """The even split, the remainder to the first workers (the job's default)."""
     base, extra = divmod(global_batch, workers)
     return [base + (rank < extra) for rank in range(workers)]
+
+
+def even_asked(environ: Mapping[str, str]) -> bool:
+    """Whether the job asked for the even split (its `balance = "even"`)."""
+    return environ.get(BALANCE_ENV, "").strip().lower() == "even"
+
+
+def given(environ: Mapping[str, str], global_batch: int, workers: int) -> list[int] | None:
+    """The shares $HOMEGPU_SHARES gives, rescaled to this global batch; None where it gives none that fit
+    `workers` (a run of other machines, or no word at all)."""
+    try:
+        wanted = [int(part) for part in environ.get(SHARES_ENV, "").split(",")]
+    except ValueError:
+        return None
+    if len(wanted) != workers or min(wanted) <= 0:
+        return None
+    return split(global_batch, wanted)
 
 
 def floor(global_batch: int, workers: int) -> int:

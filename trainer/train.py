@@ -63,12 +63,12 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
                      image_size=args.image_size, samples=args.samples)
     steps = args.steps_per_epoch or max(1, sets.train_examples // global_batch)
     validation_steps = sets.validation_examples // global_batch if sets.validation is not None else 0
-    balance = Balance(strategy, sets, global_batch, args.seed) if balance_tf.wanted(role.workers) else None
+    # each replica's share of a step follows its speed (balance_tf.py), wherever the trainer runs
+    balancer = balance_tf.Balancer(strategy, global_batch, seed=args.seed, shuffle_buffer=data.SHUFFLE_BUFFER,
+                                   by_hand_too=True)
 
     with strategy.scope():
-        model = models.build(args.model, sets.input_shape, sets.num_classes)
-        if balance:  # each replica's share of a step follows its speed (balance_tf.py)
-            model = balance_tf.balanced(model, global_batch, balance.clock)
+        model = balancer.model(models.build(args.model, sets.input_shape, sets.num_classes))
         model.compile(optimizer=keras.optimizers.Adam(args.learning_rate),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
@@ -88,10 +88,12 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
                           replicas=strategy.num_replicas_in_sync,
                           batch_size=args.batch_size, global_batch_size=global_batch,
                           train_examples=sets.train_examples, validation_steps=validation_steps,
-                          tensorboard=tensorboard, **({"shares": balance.schedule.current} if balance else {})))
+                          tensorboard=tensorboard, **({"shares": balancer.schedule.current} if balancer.on else {})))
+    if balancer.on:
+        _tell_shares(balancer, role, progress)
     callbacks = [
         backup,  # first: MetricLines reads what it restored, and an epoch line follows its backup
-        *([balance.callback(role, progress)] if balance else []),  # before the epoch line, which tells its shares
+        balancer.callback,  # before the epoch line, which tells its shares
         keras.callbacks.ModelCheckpoint(os.path.join(chief_dir, "checkpoints", "last.weights.h5"),
                                         save_weights_only=True),
     ]
@@ -100,7 +102,8 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
     callbacks += [progress, _KeepLastEpoch(progress, os.path.join(backup.backup_dir, LAST_EPOCH_FILE))]
 
     try:
-        model.fit(balance.train if balance else sets.train, epochs=args.epochs, steps_per_epoch=steps,
+        train = balancer.dataset(sets.examples, data.to_float, sets.decode) if balancer.on else sets.train
+        model.fit(train, epochs=args.epochs, steps_per_epoch=steps,
                   callbacks=callbacks, verbose=0,
                   validation_data=sets.validation if validation_steps else None,
                   validation_steps=validation_steps or None)
@@ -117,38 +120,21 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-class Balance:
-    """A balanced run's parts (balance_tf.py): the shares in force, the workers' compute clock, the input cut by
-    them, and the callback that re-splits, whose line and epoch fields say so."""
+def _tell_shares(balancer: balance_tf.Balancer, role: WorkerRole, progress: MetricLines) -> None:
+    """`progress` told this worker's share of a step as it changes (its examples/s), and each epoch line the
+    shares, this worker's compute speed and a step's wall and compute time."""
+    local = balancer.schedule.replicas // role.workers
+    mine = slice(role.rank * local, (role.rank + 1) * local)
 
-    def __init__(self, strategy: tf.distribute.Strategy, sets: data.Datasets, global_batch: int, seed: int) -> None:
-        replicas = strategy.num_replicas_in_sync
-        self.given = balance_tf.first_shares(global_batch, replicas)  # a previous run's, from $HOMEGPU_SHARES
-        self.schedule = balance_tf.ShareSchedule(global_batch, replicas, self.given)
-        self.clock = balance_tf.ComputeClock()
-        self.train = balance_tf.balanced_train(strategy, sets.examples, self.schedule, seed, data.to_float,
-                                               data.SHUFFLE_BUFFER, sets.decode)
-
-    def callback(self, role: WorkerRole, progress: MetricLines) -> balance_tf.Rebalance:
-        """The Rebalance callback, telling `progress` this worker's share and the shares of each epoch line."""
-        local = self.schedule.replicas // role.workers
-        mine = slice(role.rank * local, (role.rank + 1) * local)
-
-        def said(new: list[int], speeds: list[float | None]) -> None:
-            progress.local_batch = sum(new[mine])
-            if role.is_chief:
-                balance_tf.print_line(balance_tf.shares_line(new, speeds, self.schedule.global_batch))
-        def link(step: float, compute: float) -> None:
-            if role.is_chief:
-                balance_tf.print_line(balance_tf.link_line(step, compute))
-        rebalance = balance_tf.Rebalance(self.schedule, role.rank, role.workers, said, warm=self.given is not None,
-                                         say_link=link)
-        progress.local_batch = sum(self.schedule.current[mine])
-        progress.epoch_fields = lambda: {"shares": self.schedule.current,
-                                         "compute_examples_per_sec": _rounded(rebalance.speeds[role.rank]),
-                                         "step_seconds": _rounded(rebalance.step_seconds, 4),
-                                         "compute_seconds": _rounded(rebalance.compute_seconds, 4)}
-        return rebalance
+    def share(new: list[int]) -> None:
+        progress.local_batch = sum(new[mine])
+    share(balancer.schedule.current)
+    balancer.heard.append(share)
+    rebalance = balancer.callback
+    progress.epoch_fields = lambda: {"shares": balancer.schedule.current,
+                                     "compute_examples_per_sec": _rounded(rebalance.speeds[role.rank]),
+                                     "step_seconds": _rounded(rebalance.step_seconds, 4),
+                                     "compute_seconds": _rounded(rebalance.compute_seconds, 4)}
 
 
 def _rounded(value: float | None, digits: int = 1) -> float | None:

@@ -19,7 +19,7 @@ from typing import Sequence
 from homegpu.remote.events import Metric
 from homegpu.remote.plan.worker_devices import WorkerDevices
 from homegpu.remote.record import (
-    NodeTimeline, Timeline, TimelineDamaged, WorkerTimeline, load_timeline, read_meta, timelines,
+    NodeTimeline, RunFolder, Timeline, TimelineDamaged, WorkerTimeline, load_timeline, read_meta, timelines,
 )
 
 MIN_BUSY = 0.02  # below this a GPU's utilisation says "idle", not "50× faster": no estimate
@@ -49,7 +49,7 @@ def last_shares(experiments: Path, job: str, workers: Sequence[str]) -> tuple[in
         try:
             if read_meta(path).get("job") != job:
                 continue
-            lines = [json.loads(line) for line in (path.parent / "metrics.jsonl").read_text().splitlines()]
+            lines = [json.loads(line) for line in RunFolder(path.parent).metrics.read_text().splitlines()]
         except (TimelineDamaged, OSError, ValueError):
             continue
         ranks = {line.get("worker_label"): line.get("worker") for line in lines if isinstance(line, dict)}
