@@ -81,10 +81,11 @@ def test_each_worker_cuts_its_slices_from_the_same_global_batches_and_a_change_l
     iterators = [iter(pipeline) for pipeline in pipelines]
     taken = [[list(next(iterator)[1].numpy()) for _ in range(3)] for iterator in iterators]  # 3 steps ahead
     schedule.change([6, 2], step=1)  # decided after step 1: in force from step 1 + MARGIN_STEPS
-    taken = [mine + [list(next(iterator)[1].numpy()) for _ in range(16)] for mine, iterator in zip(taken, iterators)]
+    more = balance_tf.MARGIN_STEPS
+    taken = [mine + [list(next(iterator)[1].numpy()) for _ in range(more)] for mine, iterator in zip(taken, iterators)]
     sizes = [[len(batch) for batch in mine] for mine in taken]
-    assert sizes[0] == [4] * 17 + [6, 6] and sizes[1] == [4] * 17 + [2, 2]
-    for step in range(19):
+    assert sizes[0] == [4] * (1 + more) + [6, 6] and sizes[1] == [4] * (1 + more) + [2, 2]
+    for step in range(3 + more):
         batch = taken[0][step] + taken[1][step]
         assert len(set(batch)) == 8  # every global batch whole, each example on one worker
     first_epoch = [label for step in range(8) for label in taken[0][step] + taken[1][step]]
@@ -110,6 +111,8 @@ def test_the_shares_follow_a_slower_worker(tmp_path, tensorflow):
     assert workers[1]["shares"] == workers[0]["shares"]
     assert workers[0]["said"], "the change was not said"
     assert workers[0]["speeds"][0] > 2 * workers[0]["speeds"][1]
+    overheads = workers[0]["overheads"]  # worker 1 sleeps 0.03 s between its steps
+    assert overheads[1] > overheads[0] + 0.02, workers[0]
 
 
 # The lines docs/your-script.md ("Unlike machines") has a keras.io-shaped script change for homegpu's Balancer.
@@ -140,18 +143,18 @@ def test_a_keras_io_script_with_the_balancers_lines_gives_a_slower_worker_less(t
     assert len(losses) == 2 and losses[1] < losses[0], outputs[0][-3000:]
 
 
-def test_a_step_that_waits_longer_for_the_all_reduce_than_it_computes_is_said_once(tensorflow):
+def test_a_step_that_waits_longer_for_the_all_reduce_than_its_workers_take_is_said_once(tensorflow):
     from homegpu.trainer import balance_tf
 
     said = []
     rebalance = balance_tf.Rebalance(balance_tf.ShareSchedule(512, 2, [422, 90]), 0, 2, print,
-                                     say_link=lambda step, compute: said.append((step, compute)))
+                                     say_link=lambda step, own: said.append((step, own)))
     for wall, steps in ((3.0, 10), (6.0, 10), (6.0, 10)):  # 0.3 s a step, then 0.6 s
         rebalance._wall, rebalance._timed = wall, steps
-        rebalance._time_steps([1714.0, 366.0])
-    compute = max(422 / 1714, 90 / 366)
-    assert said == [(pytest.approx(0.6), pytest.approx(compute))]  # once, when the wait passed the compute
-    assert rebalance.step_seconds == pytest.approx(0.6) and rebalance.compute_seconds == pytest.approx(compute)
-    assert balance_tf.link_line(0.6, compute).startswith(
-        "homegpu.trainer: the machines' compute does not set the pace: a step takes 0.6 s, of which its slowest "
-        "share computes 0.246 s; the rest waits for the all-reduce (the link) or the input pipeline")
+        rebalance._time_steps([1714.0, 366.0], [0.01, 0.03])
+    own = max(0.01 + 422 / 1714, 0.03 + 90 / 366)
+    assert said == [(pytest.approx(0.6), pytest.approx(own))]  # once, when the wait passed the workers' own part
+    assert rebalance.step_seconds == pytest.approx(0.6) and rebalance.own_seconds == pytest.approx(own)
+    assert balance_tf.link_line(0.6, own).startswith(
+        "homegpu.trainer: the machines do not set the pace: a step takes 0.6 s, of which the slowest worker's own "
+        "part (its compute and its update) takes 0.276 s; the rest waits for the all-reduce over the link")

@@ -67,6 +67,8 @@ def test_the_shares_follow_a_slower_process_and_each_epoch_covers_the_data_once(
     assert rank0 + rank1 == 16 and rank0 >= 11, last  # rank 1 is about four times slower
     began = [[epoch["began_with"] for epoch in rank["epochs"]] for rank in ranks]
     assert began[0] == began[1]
+    overheads = ranks[0]["overheads"]  # rank 1 sleeps 0.03 s between its steps
+    assert overheads[1] > overheads[0] + 0.02, ranks[0]
     for epoch in range(3):
         seen = [ranks[rank]["epochs"][epoch]["seen"] for rank in (0, 1)]
         assert not set(seen[0]) & set(seen[1])

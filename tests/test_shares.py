@@ -84,3 +84,29 @@ def test_a_machine_whose_smallest_share_outlasts_the_others_whole_step_is_named(
     assert shares.slows_the_run(512, [DESKTOP, LAPTOP]) == []  # the laptop adds to the run
     assert shares.slows_the_run(512, [DESKTOP, None]) == []
     assert shares.slows_the_run(512, [DESKTOP]) == []
+
+
+def test_a_worker_with_more_overhead_a_step_gets_fewer_examples_and_all_reach_the_collective_together():
+    speeds, overheads = [400.0, 70.0], [0.1, 0.35]  # the laptop's update and input take longer too
+    split = shares.split(512, speeds, overheads)
+    assert split == [451, 61]  # by speed alone: [436, 76]
+    finish = [overhead + share / speed for share, speed, overhead in zip(split, speeds, overheads)]
+    assert max(finish) - min(finish) < 1.5 / min(speeds)
+    assert shares.step_seconds(split, speeds, overheads) == pytest.approx(max(finish))
+    assert shares.step_seconds(split, speeds, overheads) < shares.step_seconds([436, 76], speeds, overheads)
+
+
+def test_a_worker_whose_overhead_alone_outlasts_the_others_step_gets_the_floor():
+    assert shares.split(512, [400.0, 70.0], [0.1, 2.0]) == [480, 32]
+
+
+def test_overhead_counts_when_judging_a_change():
+    speeds = [400.0, 70.0]
+    assert not shares.worth_changing([436, 76], [451, 61], speeds)  # by speed alone: longer
+    assert shares.worth_changing([436, 76], [451, 61], speeds, [0.1, 0.35])
+
+
+def test_the_moved_line_gives_the_shares_and_the_paces_they_come_from():
+    assert shares.moved_line("replica", [450, 62], 512, [402.4, 80.0], [0.08, None]) == (
+        "each replica's share of a step is now 450/62 of 512 examples, by their measured paces (402, 80 examples/s "
+        "of compute and 0.08, ? s a step besides)")

@@ -327,6 +327,17 @@ def test_job_summary_shows_each_workers_share_of_a_step_in_a_balanced_run(view: 
     assert "examples/s:  big 1714  small 366" in job_summary(view.job, 80).plain  # shares per replica: not shown
 
 
+def test_job_summary_shows_each_workers_step_in_parts_a_line_each(view: ClusterView) -> None:
+    view.apply(run_event(JobState.RUNNING))
+    for worker, index, rate, parts in (("big", 0, 327.0, (1.09, 0.16, 0.09)), ("small", 1, 53.0, (0.99, 0.31, 0.04))):
+        view.apply(metric(worker, index, event="epoch", epoch=3, epochs=4, examples_per_sec=rate, shares=[441, 71],
+                          **dict(zip(("compute_seconds", "overhead_seconds", "wait_seconds"), parts)),
+                          step_seconds=1.34))
+    lines = job_summary(view.job, 80).plain.splitlines()
+    assert "  big 327 (share 441/512, a step 1.1 s compute + 0.16 s besides + 0.09 s waiting)" in lines
+    assert "  small 53 (share 71/512, a step 0.99 s compute + 0.31 s besides + 0.04 s waiting)" in lines
+
+
 def test_bandwidth_summary_ages_and_advises(view: ClusterView) -> None:
     names = list(view.nodes)
     assert "press b" in bandwidth_summary(view.bandwidth, names, None, 0).plain

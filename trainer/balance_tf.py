@@ -9,10 +9,12 @@ Four parts, each the same on every worker:
 - `balanced_train`: the per-worker input pipeline: the seeded order of the examples, in global batches, each
   cut into this worker's replicas' slices.
 - `BalancedModel.train_step`: each replica's loss is its examples' SUM over the GLOBAL batch (the collective then
-  sums the gradients into the global batch's mean, as one machine would compute it), its forward and backward
-  pass timed in the graph (`tf.timestamp`) before the collective, so a worker's speed leaves out its wait.
-- `Rebalance`: after the first steps and at each epoch's end, the workers trade their speeds (a collective) and
-  re-split when a share would move by more than 5 %; a run given shares by $HOMEGPU_SHARES starts with them.
+  sums the gradients into the global batch's mean, as one machine would compute it). Its forward and backward
+  pass is timed in the graph (`tf.timestamp`) before the collective, so a worker's speed leaves out its wait, and
+  so is its overhead, from one step's all-reduce to the next step's compute.
+- `Rebalance`: after the first steps and at each epoch's end, the workers trade their speeds and overheads (a
+  collective) and re-split when that shortens a step by more than 5 %; a run given shares by $HOMEGPU_SHARES
+  starts with them.
 `Balancer` puts them together, for the built-in trainer and for a script of one's own (docs/your-script.md,
 "Unlike machines").
 """
@@ -31,7 +33,7 @@ from homegpu.trainer import shares
 from homegpu.trainer.cluster import worker_role
 from homegpu.trainer.report import IN_A_RUN
 
-MARGIN_STEPS = 16  # past the step a change is decided at: more than the pipeline prefetches
+MARGIN_STEPS = 8  # past the step a change is decided at: more than the pipeline prefetches
 WARMUP_STEPS = 5
 
 
@@ -92,23 +94,48 @@ def worker_pipeline(context: tf.distribute.InputContext, examples: tf.data.Datas
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     options.deterministic = True
-    return ds.flat_map(slices).with_options(options).prefetch(2)
+    # repeat(): the input is endless already, but flat_map hides it, and MWMS then agrees every step with a
+    # collective that every worker still has a batch
+    return ds.flat_map(slices).repeat().with_options(options).prefetch(2)
 
 
 class ComputeClock:
-    """This worker's compute time and examples since the last look: plain variables of its own (made outside the
-    strategy's scope, so neither mirrored nor saved with the model), added to by the training step in the graph."""
+    """This worker's time since the last look, added to by the training step in the graph: its compute (forward
+    and backward) and examples, and its overhead: the time from one step's all-reduce to the next step's compute
+    (the optimizer's update, the input, Keras and the callbacks between steps), which every step costs whatever
+    its share. Plain variables of its own (made outside the strategy's scope, so neither mirrored nor saved with
+    the model)."""
 
     def __init__(self) -> None:
         self.seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="compute_seconds")
         self.examples = tf.Variable(0, dtype=tf.int64, trainable=False, name="computed_examples")
+        self.overhead = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="overhead_seconds")
+        self.gaps = tf.Variable(0, dtype=tf.int64, trainable=False, name="overhead_gaps")
+        self.reduced_at = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="reduced_at")
 
-    def take_speed(self) -> float | None:
-        """Examples per second of compute per replica since the last call; then start again."""
+    def record(self, began: tf.Tensor, ended: tf.Tensor, reduced: tf.Tensor, examples: tf.Tensor) -> None:
+        """In the graph: a step computed `examples` from `began` to `ended`, its all-reduce done at `reduced`."""
+        after_a_step = self.reduced_at > 0
+        self.overhead.assign_add(tf.where(after_a_step, began - self.reduced_at, 0.0))
+        self.gaps.assign_add(tf.cast(after_a_step, tf.int64))
+        self.reduced_at.assign(reduced)
+        self.seconds.assign_add(ended - began)
+        self.examples.assign_add(tf.cast(examples, tf.int64))
+
+    def new_stretch(self) -> None:
+        """The next step follows no step of its own (an epoch's end, a collective between steps): its gap is
+        no step's overhead."""
+        self.reduced_at.assign(0.0)
+
+    def take(self) -> tuple[float | None, float | None]:
+        """(examples per second of compute per replica, seconds of overhead a step) since the last call, None
+        where there was none yet; then start again."""
         seconds, examples = float(self.seconds.numpy()), int(self.examples.numpy())
-        self.seconds.assign(0.0)
-        self.examples.assign(0)
-        return examples / seconds if seconds > 0 and examples else None
+        overhead, gaps = float(self.overhead.numpy()), int(self.gaps.numpy())
+        for variable in (self.seconds, self.examples, self.overhead, self.gaps):
+            variable.assign(tf.zeros_like(variable))
+        self.new_stretch()
+        return (examples / seconds if seconds > 0 and examples else None), (overhead / gaps if gaps else None)
 
 
 class BalancedModel(keras.Model):
@@ -119,6 +146,7 @@ class BalancedModel(keras.Model):
     def configure_balance(self, global_batch: int, clock: ComputeClock) -> None:
         """Call inside the strategy's scope (the loss tracker is a synced metric), before compile()."""
         self.global_batch, self.clock = global_batch, clock
+        self.distribute_reduction_method = "first"  # the batch logs unsummed: no collective a step for them
         self.loss_tracker = keras.metrics.Mean(name="loss")
 
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, **kwargs):
@@ -145,13 +173,18 @@ class BalancedModel(keras.Model):
             loss = tf.reduce_sum(per_example) / self.global_batch  # the collective SUMS the replicas' gradients
             if self.losses:
                 loss += tf.add_n(self.losses) / self.distribute_strategy.num_replicas_in_sync
-        gradients = tape.gradient(loss, self.trainable_variables)
-        with tf.control_dependencies([gradient for gradient in gradients if gradient is not None]):
+        pairs = [(gradient, variable) for gradient, variable in
+                 zip(tape.gradient(loss, self.trainable_variables), self.trainable_variables) if gradient is not None]
+        gradients = [gradient for gradient, _ in pairs]
+        with tf.control_dependencies(gradients):
             ended = tf.timestamp()
-        examples = tf.shape(per_example)[0]
-        self.clock.seconds.assign_add(ended - began)
-        self.clock.examples.assign_add(tf.cast(examples, tf.int64))
-        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        # the all-reduce here rather than in the optimizer: the time after it is this worker's own again
+        summed = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, gradients)
+        with tf.control_dependencies(summed):
+            reduced = tf.timestamp()
+        self.clock.record(began, ended, reduced, tf.shape(per_example)[0])
+        self.optimizer.apply_gradients(zip(summed, [variable for _, variable in pairs]),
+                                       experimental_aggregate_gradients=False)
         return self._track(per_example, labels, predictions)
 
     def test_step(self, data):
@@ -195,8 +228,9 @@ class Rebalance(keras.callbacks.Callback):
         self.warmup_steps = 0 if warm else warmup_steps
         self.step = 0
         self.speeds: list[float | None] = [None] * workers
-        self.step_seconds: float | None = None  # a step's wall time, and its slowest share's compute time
-        self.compute_seconds: float | None = None
+        self.overheads: list[float | None] = [None] * workers
+        self.step_seconds: float | None = None  # a step's wall time, and its slowest worker's own part of it
+        self.own_seconds: float | None = None
         self._began = self._wall = 0.0
         self._timed = 0
         self._link_said = False
@@ -216,50 +250,50 @@ class Rebalance(keras.callbacks.Callback):
         self._resplit()
 
     def _resplit(self, timed: bool = True) -> None:
-        speed = self.model.clock.take_speed()
-        self.speeds = all_speeds(self.model.distribute_strategy, speed, self.rank, self.workers)
+        speed, overhead = self.model.clock.take()
+        self.speeds, self.overheads = all_paces(self.model.distribute_strategy, speed, overhead, self.rank,
+                                                self.workers)
         local = self.schedule.replicas // self.workers
-        per_replica = [speed for speed in self.speeds for _ in range(local)]
+        speeds = [speed for speed in self.speeds for _ in range(local)]
+        overheads = [overhead or 0.0 for overhead in self.overheads for _ in range(local)]
         if timed:
-            self._time_steps(per_replica)
+            self._time_steps(speeds, overheads)
         self._wall, self._timed = 0.0, 0
         if not self.schedule.settled(self.step):
             return  # the last change is not in force yet
-        new = shares.split(self.schedule.global_batch, per_replica)
-        if shares.worth_changing(self.schedule.current, new, per_replica):
+        new = shares.split(self.schedule.global_batch, speeds, overheads)
+        if shares.worth_changing(self.schedule.current, new, speeds, overheads):
             self.schedule.change(new, self.step)
-            self.say(new, self.speeds)
+            self.say(new, self.speeds, self.overheads)
 
-    def _time_steps(self, per_replica: list[float | None]) -> None:
-        if self._timed and all(per_replica):
+    def _time_steps(self, speeds: list[float | None], overheads: list[float]) -> None:
+        if self._timed and all(speeds):
             self.step_seconds = self._wall / self._timed
-            self.compute_seconds = shares.step_seconds(self.schedule.current, per_replica)
-            if self.say_link and not self._link_said and self.step_seconds > 2 * self.compute_seconds:
+            self.own_seconds = shares.step_seconds(self.schedule.current, speeds, overheads)
+            if self.say_link and not self._link_said and self.step_seconds > 2 * self.own_seconds:
                 self._link_said = True
-                self.say_link(self.step_seconds, self.compute_seconds)
+                self.say_link(self.step_seconds, self.own_seconds)
 
 
-def all_speeds(strategy: tf.distribute.Strategy, speed: float | None, rank: int, workers: int) -> list[float | None]:
-    """Every worker's speed in rank order (None where one has none yet): a collective, as backup.all_agree."""
-    mine = [0.0] * workers
-    mine[rank] = speed or 0.0
+def all_paces(strategy: tf.distribute.Strategy, speed: float | None, overhead: float | None, rank: int,
+              workers: int) -> tuple[list[float | None], list[float | None]]:
+    """Every worker's speed and overhead in rank order (None where one has none yet): a collective, as
+    backup.all_agree."""
+    mine = [0.0] * (2 * workers)
+    mine[rank], mine[workers + rank] = speed or 0.0, overhead or 0.0
     value = tf.constant(mine, dtype=tf.float64)
     per_replica = strategy.run(tf.function(lambda: tf.identity(value)))
     total = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None).numpy()
-    local = strategy.num_replicas_in_sync // workers  # each of a worker's replicas gave its speed
-    return [float(value) / local or None for value in total]
+    local = strategy.num_replicas_in_sync // workers  # each of a worker's replicas gave its figures
+    everyone = [float(value) / local or None for value in total]
+    return everyone[:workers], everyone[workers:]
 
 
-def shares_line(new: list[int], speeds: list[float | None], global_batch: int) -> str:
-    shown = ", ".join(f"{speed:.0f}" if speed else "?" for speed in speeds)
-    return (f"homegpu.trainer: each replica's share of a step is now {'/'.join(map(str, new))} of {global_batch} "
-            f"examples, by the workers' measured speeds ({shown} examples/s of compute)")
-
-
-def link_line(step_seconds: float, compute_seconds: float) -> str:
-    return (f"homegpu.trainer: the machines' compute does not set the pace: a step takes {step_seconds:.3g} s, of "
-            f"which its slowest share computes {compute_seconds:.3g} s; the rest waits for the all-reduce (the link) "
-            "or the input pipeline, which balancing cannot shorten: a faster network, or a larger batch_size, helps")
+def link_line(step_seconds: float, own_seconds: float) -> str:
+    return (f"homegpu.trainer: the machines do not set the pace: a step takes {step_seconds:.3g} s, of which the "
+            f"slowest worker's own part (its compute and its update) takes {own_seconds:.3g} s; the rest waits for "
+            "the all-reduce over the link, which balancing cannot shorten: a faster network, or a larger "
+            "batch_size, helps")
 
 
 def print_line(line: str) -> None:
@@ -299,11 +333,11 @@ class Balancer:
             self.callback = Rebalance(self.schedule, self.role.rank, self.role.workers, self._said,
                                       warm=given is not None, say_link=self._link)
 
-    def _said(self, new: list[int], speeds: list[float | None]) -> None:
+    def _said(self, new: list[int], speeds: list[float | None], overheads: list[float | None]) -> None:
         for hears in self.heard:
             hears(new)
         if self.role.is_chief:
-            print_line(shares_line(new, speeds, self.global_batch))
+            print_line("homegpu.trainer: " + shares.moved_line("replica", new, self.global_batch, speeds, overheads))
 
     def _link(self, step_seconds: float, compute_seconds: float) -> None:
         if self.role.is_chief:

@@ -14,9 +14,11 @@ global batch, as one machine would compute it. A tutorial-shaped script changes 
         loss = F.cross_entropy(model(source), targets) * weight
 
 Speed is examples per second of a process's own compute: from the forward pass to the end of its backward pass,
-before DDP waits for the other processes' gradients. Shares start even, or as $HOMEGPU_SHARES says (a previous run's); after the first
-`WARMUP_STEPS` steps and at each epoch's start (`set_epoch`, as with DistributedSampler) the processes trade
-their speeds over a gloo group of their own and re-split. Outside a homegpu run, or with
+before DDP waits for the other processes' gradients. Overhead is the time a process spends on each step whatever
+its share: from the end of DDP's wait to the next forward pass (the optimizer's step, the next batch). Shares
+start even, or as $HOMEGPU_SHARES says (a previous run's); after the first `WARMUP_STEPS` steps and at each
+epoch's start (`set_epoch`, as with DistributedSampler) the processes trade their speeds and overheads over a
+gloo group of their own and re-split. Outside a homegpu run, or with
 $HOMEGPU_BALANCE=even, the split stays even (then it is DistributedSampler's, without padding).
 Standard library and torch only.
 """
@@ -61,6 +63,10 @@ class BalancedBatches:
         self.epoch = 0
         self._group = dist.new_group(backend="gloo") if self.balancing else None
         self._examples, self._seconds = 0, 0.0  # compute since the last re-split
+        self._overhead, self._gaps = 0.0, 0  # and the time from each step's all-reduce to the next's forward
+        self._reduced_at: float | None = None
+        self.speeds: Sequence[float | None] = [None] * self.processes  # every process's, at the last re-split
+        self.overheads: Sequence[float | None] = [None] * self.processes
         self._steps_left_to_warm = 0 if given else warmup_steps
 
     @property
@@ -108,45 +114,55 @@ class BalancedBatches:
         import torch
 
         began = time.perf_counter()
+        if self._reduced_at is not None:  # the last step's update, this step's input: overhead
+            self._overhead += began - self._reduced_at
+            self._gaps += 1
         weight = torch.tensor(self.weight(examples), requires_grad=True)
+        engine = torch.autograd.Variable._execution_engine  # what DDP queues its own wait on
 
-        def stop_at_the_end(_grad):
-            engine = torch.autograd.Variable._execution_engine  # what DDP queues its own wait on
-            engine.queue_callback(lambda: self._computed(began, examples))
-        weight.register_hook(stop_at_the_end)
+        def computed():
+            _synchronize()
+            self._seconds += time.perf_counter() - began
+            self._examples += examples
+            engine.queue_callback(self._reduced)  # runs after DDP's wait, queued after this one
+
+        weight.register_hook(lambda _grad: engine.queue_callback(computed))
         yield weight
 
-    def _computed(self, began: float, examples: int) -> None:
+    def _reduced(self) -> None:
         _synchronize()
-        self._seconds += time.perf_counter() - began
-        self._examples += examples
+        self._reduced_at = time.perf_counter()
 
-    def speed(self) -> float | None:
-        """This process's examples per second of compute since the last re-split, or None. All the time counts
-        (not a median step's): a machine held back in bursts (a CPU quota, thermal throttling) is slow on
-        average while most of its steps look fast."""
-        return self._examples / self._seconds if self._seconds > 0 and self._examples else None
+    def pace(self) -> tuple[float | None, float | None]:
+        """This process's examples per second of compute and seconds of overhead a step since the last re-split,
+        or None. All the time counts (not a median step's): a machine held back in bursts (a CPU quota, thermal
+        throttling) is slow on average while most of its steps look fast."""
+        speed = self._examples / self._seconds if self._seconds > 0 and self._examples else None
+        return speed, (self._overhead / self._gaps if self._gaps else None)
 
     def _resplit(self) -> None:
         if not self.balancing:
             return
-        speeds = _gather(self.speed(), self.processes, self._group)
-        self._examples, self._seconds = 0, 0.0
-        new = shares.split(self.global_batch, speeds)
-        if shares.worth_changing(self.shares, new, speeds):
+        self.speeds, self.overheads = _gather(self.pace(), self.processes, self._group)
+        self._examples, self._seconds, self._overhead, self._gaps = 0, 0.0, 0.0, 0
+        self._reduced_at = None  # the next step follows an epoch's end or this collective, not a step
+        overheads = [overhead or 0.0 for overhead in self.overheads]
+        new = shares.split(self.global_batch, self.speeds, overheads)
+        if shares.worth_changing(self.shares, new, self.speeds, overheads):
             self.shares = new
             self.changes += 1
 
 
-def _gather(speed: float | None, processes: int, group) -> Sequence[float | None]:
-    """Every process's speed (None where one has none yet), in rank order."""
+def _gather(pace: tuple[float | None, float | None], processes: int,
+            group) -> tuple[list[float | None], list[float | None]]:
+    """Every process's speed and overhead (None where one has none yet), in rank order."""
     import torch
     import torch.distributed as dist
 
-    mine = torch.tensor([speed if speed is not None else 0.0], dtype=torch.float64)
-    everyone = [torch.zeros(1, dtype=torch.float64) for _ in range(processes)]
+    mine = torch.tensor([value if value is not None else 0.0 for value in pace], dtype=torch.float64)
+    everyone = [torch.zeros(2, dtype=torch.float64) for _ in range(processes)]
     dist.all_gather(everyone, mine, group=group)
-    return [float(value) or None for value in everyone]
+    return [float(value[0]) or None for value in everyone], [float(value[1]) or None for value in everyone]
 
 
 def _synchronize() -> None:

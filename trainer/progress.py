@@ -67,12 +67,10 @@ class MetricLines(keras.callbacks.Callback):
         self._epoch_steps += 1
         self._window_steps += 1
         if self.log_every and self._epoch_steps % self.log_every == 0:
-            # tf-keras 2.21 SUMS each replica's running metrics into the batch logs under
-            # MirroredStrategy and MWMS (reduce_per_replica "auto"), so they read n times too high;
-            # with equal per-replica batches their mean is the global value. (Epoch logs are
-            # right: fit() re-reads the synced metrics there.)
-            replicas = self.model.distribute_strategy.num_replicas_in_sync
-            loss, accuracy = (_number(logs, key, 1 / replicas) for key in ("loss", "accuracy"))
+            # the running metrics over all workers, as fit() reads them at an epoch's end (the batch logs hold
+            # the first replica's own: the trainer's models keep them local, sparing a collective a step)
+            running = self.model.get_metrics_result()
+            loss, accuracy = (_number(running, key) for key in ("loss", "accuracy"))
             now = time.monotonic()
             rate = self.local_batch * self._window_steps / max(now - self._window_start, 1e-9)
             emit(self.role, event="step", epoch=self._epoch + 1, step=self._epoch_steps, loss=loss,
@@ -98,7 +96,7 @@ class MetricLines(keras.callbacks.Callback):
              seconds=round(time.monotonic() - self._train_start, 3), **fields)
 
 
-def _number(logs, key: str, scale: float = 1.0) -> float | None:
+def _number(logs, key: str) -> float | None:
     """logs[key] as a rounded float (waiting for the step if it is a tensor), or None."""
     value = (logs or {}).get(key)
-    return None if value is None else round(float(value) * scale, 6)
+    return None if value is None else round(float(value), 6)

@@ -1,10 +1,11 @@
 """Each worker's share of a step's global batch, from its measured speed: pure, standard library only.
 
 A synchronous step ends when its slowest worker does. With even shares a desktop and an old laptop step at
-the laptop's pace, slower together than the desktop alone. With shares in proportion to each worker's compute
-speed (examples/s of its own forward and backward pass, without the time it waits in the collective), every
-worker finishes its part at the same moment and the step takes global batch / sum of the speeds: machines add
-up. The global batch stays what the job says; only its split changes.
+the laptop's pace, slower together than the desktop alone. A worker's part of a step takes its overhead (what
+it does once a step whatever its share: the optimizer's update, its input, the framework's own work between
+steps) plus its share over its compute speed (examples/s of its own forward and backward pass, without the time
+it waits in the collective). Shares that make those parts equal let every worker reach the collective at the
+same moment: machines add up. The global batch stays what the job says; only its split changes.
 
 A share never drops below `floor` (an eighth of an even share, at least one example), which keeps a worker
 useful rather than idle; a machine whose floor alone takes longer than the others need for the whole step
@@ -51,9 +52,12 @@ def floor(global_batch: int, workers: int) -> int:
     return max(1, int(global_batch / workers * FLOOR_FRACTION))
 
 
-def split(global_batch: int, speeds: Sequence[float | None]) -> list[int]:
-    """Shares of `global_batch` in proportion to `speeds` (examples/s), each at least `floor`, summing to
-    `global_batch`. Any speed unknown (None, zero, not finite) gives the even split: one guess is no basis."""
+def split(global_batch: int, speeds: Sequence[float | None],
+          overheads: Sequence[float] | None = None) -> list[int]:
+    """Shares of `global_batch` that bring every worker to the step's collective at once at these `speeds`
+    (examples/s) and `overheads` (seconds a step besides the examples; none: in proportion to the speeds), each
+    at least `floor`, summing to `global_batch`. Any speed unknown (None, zero, not finite) gives the even split:
+    one guess is no basis."""
     workers = len(speeds)
     if workers == 0:
         return []
@@ -61,12 +65,14 @@ def split(global_batch: int, speeds: Sequence[float | None]) -> list[int]:
     least = floor(global_batch, workers)
     if len(known) < workers or global_batch < least * workers:
         return even(global_batch, workers)
+    fixed = list(overheads) if overheads is not None else [0.0] * workers
     clamped: set[int] = set()
-    while True:  # water-filling: a worker below the floor gets it, the rest is shared by the others' speeds
+    while True:  # water-filling: a worker below the floor gets it, the rest is shared by the others
         free = [rank for rank in range(workers) if rank not in clamped]
         left = global_batch - least * len(clamped)
-        total = sum(speeds[rank] for rank in free)
-        ideal = {rank: left * speeds[rank] / total for rank in free}
+        # every free worker done at `finish`: speed × (finish − overhead) examples each, `left` in all
+        finish = (left + sum(speeds[rank] * fixed[rank] for rank in free)) / sum(speeds[rank] for rank in free)
+        ideal = {rank: speeds[rank] * (finish - fixed[rank]) for rank in free}
         below = {rank for rank, share in ideal.items() if share < least}
         if not below:
             break
@@ -86,12 +92,41 @@ def _rounded(ideal: dict[int, float], total: int) -> dict[int, int]:
     return whole
 
 
-def worth_changing(old: Sequence[int], new: Sequence[int], speeds: Sequence[float | None]) -> bool:
-    """Whether moving from `old` to `new` shortens a step by more than CHANGE_FRACTION at these speeds: a wobble
-    of measured speed (two alike machines measured a few per cent apart) does not reshuffle the data."""
+def worth_changing(old: Sequence[int], new: Sequence[int], speeds: Sequence[float | None],
+                   overheads: Sequence[float] | None = None) -> bool:
+    """Whether moving from `old` to `new` shortens a step by more than CHANGE_FRACTION at these speeds and
+    overheads: a wobble of measured speed (two alike machines measured a few per cent apart) does not reshuffle
+    the data."""
     if list(old) == list(new) or any(not speed for speed in speeds):
         return False
-    return step_seconds(old, speeds) > (1 + CHANGE_FRACTION) * step_seconds(new, speeds)
+    return step_seconds(old, speeds, overheads) > (1 + CHANGE_FRACTION) * step_seconds(new, speeds, overheads)
+
+
+def moved_line(unit: str, new: Sequence[int], global_batch: int, speeds: Sequence[float | None],
+               overheads: Sequence[float | None]) -> str:
+    """'each replica's share of a step is now 450/62 of 512 examples, by their measured paces (402, 80
+    examples/s of compute and 0.08, 0.31 s a step besides)' (? where a figure is not known)."""
+    rates = ", ".join(f"{speed:.0f}" if speed else "?" for speed in speeds)
+    fixed = ", ".join(f"{overhead:.2g}" if overhead is not None else "?" for overhead in overheads)
+    return (f"each {unit}'s share of a step is now {'/'.join(map(str, new))} of {global_batch} examples, by their "
+            f"measured paces ({rates} examples/s of compute and {fixed} s a step besides)")
+
+
+def step_parts(share: int, speed: float | None, overhead: float | None,
+               step_seconds: float | None) -> dict[str, float]:
+    """A worker's step in parts, for its epoch line (trainer/PROTOCOL.md): `compute_seconds` (its share at its
+    speed), `overhead_seconds` (its update and input), and `wait_seconds` (the rest of the step's wall time: the
+    others, and the all-reduce over the link); those it can tell."""
+    parts = {}
+    if speed:
+        parts["compute_seconds"] = round(share / speed, 4)
+    if overhead is not None:
+        parts["overhead_seconds"] = round(overhead, 4)
+    if step_seconds is not None and len(parts) == 2:
+        parts["wait_seconds"] = round(max(0.0, step_seconds - sum(parts.values())), 4)
+    if step_seconds is not None:
+        parts["step_seconds"] = round(step_seconds, 4)
+    return parts
 
 
 def offsets(shares: Sequence[int]) -> list[int]:
@@ -110,9 +145,10 @@ def loss_weight(share: int, global_batch: int, workers: int) -> float:
     return share * workers / global_batch
 
 
-def step_seconds(shares: Sequence[int], speeds: Sequence[float]) -> float:
-    """A synchronous step's compute time: its slowest part."""
-    return max(share / speed for share, speed in zip(shares, speeds))
+def step_seconds(shares: Sequence[int], speeds: Sequence[float], overheads: Sequence[float] | None = None) -> float:
+    """A synchronous step's time up to its collective: its slowest part (overhead and compute)."""
+    fixed = overheads if overheads is not None else [0.0] * len(shares)
+    return max(overhead + share / speed for share, speed, overhead in zip(shares, speeds, fixed))
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import os
 import time
 from pathlib import Path
 
+from homegpu.trainer import shares
 from homegpu.trainer.metrics import format_metric
 
 CLASSES = 10
@@ -98,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         changes = batches.changes
         batches.set_epoch(epoch)
         if reporting and batches.changes != changes:
-            print(shares_line(batches), flush=True)
+            print("homegpu: " + shares.moved_line("process", batches.shares, batches.global_batch, batches.speeds,
+                                                  batches.overheads), flush=True)
         began = time.time()
         totals = torch.zeros(3, device=device)  # loss sum, correct, examples
         for step, (inputs, labels) in enumerate(loader):
@@ -120,9 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         if reporting:  # the node's first process keeps the node's state
             snapshot.parent.mkdir(parents=True, exist_ok=True)
             torch.save({"model": model.module.state_dict(), "epochs": epoch + 1}, snapshot)
+        parts = shares.step_parts(batches.share, *batches.pace(), seconds / steps) if batches.balancing else {}
         say(event="epoch", epoch=epoch + 1, epochs=args.epochs, loss=loss_sum / seen, accuracy=correct / seen,
             examples_per_sec=local_examples / seconds if seconds > 0 else None, seconds=seconds,
-            share=batches.share, shares=batches.shares)
+            share=batches.share, shares=batches.shares, **parts)
     if reporting:
         (output / "DONE").write_text(json.dumps({"epochs": args.epochs, "time": time.time()}))
         if node == 0:
@@ -132,12 +135,6 @@ def main(argv: list[str] | None = None) -> int:
         seconds=time.time() - started)
     dist.destroy_process_group()
     return 0
-
-
-def shares_line(batches) -> str:
-    """The line that says the shares moved, and to what."""
-    return (f"homegpu: each process's share of a step is now {'/'.join(map(str, batches.shares))} of "
-            f"{batches.global_batch} examples, by their measured speeds")
 
 
 if __name__ == "__main__":

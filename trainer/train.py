@@ -28,7 +28,7 @@ import sys
 import tensorflow as tf
 import tf_keras as keras
 
-from homegpu.trainer import balance_tf, data, models
+from homegpu.trainer import balance_tf, data, models, shares
 from homegpu.trainer.backup import NodeLocalBackup, all_done, clear_done, mark_done, read_json, write_json
 from homegpu.trainer.cluster import WorkerRole
 from homegpu.trainer.coordination import peer_timeout, tolerate_quiet_peers
@@ -72,6 +72,7 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
         model.compile(optimizer=keras.optimizers.Adam(args.learning_rate),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
+        model.distribute_reduction_method = "first"  # the batch logs unsummed: no collective a step for them
 
     scratch = None if role.is_chief else os.path.join(output, f".scratch-worker{role.rank}")
     if scratch:
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace, role: WorkerRole) -> None:
 
 def _tell_shares(balancer: balance_tf.Balancer, role: WorkerRole, progress: MetricLines) -> None:
     """`progress` told this worker's share of a step as it changes (its examples/s), and each epoch line the
-    shares, this worker's compute speed and a step's wall and compute time."""
+    shares, this worker's compute speed, and its step in parts (compute, overhead, wait)."""
     local = balancer.schedule.replicas // role.workers
     mine = slice(role.rank * local, (role.rank + 1) * local)
 
@@ -131,10 +132,10 @@ def _tell_shares(balancer: balance_tf.Balancer, role: WorkerRole, progress: Metr
     share(balancer.schedule.current)
     balancer.heard.append(share)
     rebalance = balancer.callback
-    progress.epoch_fields = lambda: {"shares": balancer.schedule.current,
-                                     "compute_examples_per_sec": _rounded(rebalance.speeds[role.rank]),
-                                     "step_seconds": _rounded(rebalance.step_seconds, 4),
-                                     "compute_seconds": _rounded(rebalance.compute_seconds, 4)}
+    progress.epoch_fields = lambda: {
+        "shares": balancer.schedule.current, "compute_examples_per_sec": _rounded(rebalance.speeds[role.rank]),
+        **shares.step_parts(max(balancer.schedule.current[mine]), rebalance.speeds[role.rank],
+                            rebalance.overheads[role.rank], rebalance.step_seconds)}
 
 
 def _rounded(value: float | None, digits: int = 1) -> float | None:

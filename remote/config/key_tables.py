@@ -168,9 +168,10 @@ JOBS = Section("[jobs.NAME]", (
         "script written for a shared filesystem resumes on every node from the same epoch. See "
         "[Your own script](your-script.md#resuming-after-a-restart)", 'checkpoint = "snapshot.pt"'),
     Key("balance", '`"speed"` or `"even"`', '`"speed"`',
-        "each worker's share of a step's global batch (`batch_size` × workers, which stays as it is): in "
-        "proportion to its measured speed, re-split as speeds change, so unlike machines add up; or the same for "
-        "every worker. The built-in PyTorch demo balances; a script of your own balances through homegpu's helper "
+        "each worker's share of a step's global batch (`batch_size` × workers, which stays as it is): by its "
+        "measured pace (compute speed, and what a step costs it besides), re-split as paces change, so unlike "
+        "machines add up; or the same for every worker. The built-in trainer and the PyTorch demo balance; a script "
+        "of your own balances through homegpu's helper "
         "([Your own script](your-script.md#unlike-machines))", 'balance = "even"'),
     Key("partition", "a Slurm partition (several: comma-separated)", "Slurm's default partition",
         '`sbatch --partition`: where the run\'s Slurm job goes (`sinfo` lists them). Only with `scheduler = "slurm"`, '

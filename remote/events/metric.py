@@ -57,6 +57,11 @@ class Metric:
     val_accuracy = property(lambda self: self._accuracy("val_"))
     examples_per_sec = property(lambda self: self.number("examples_per_sec"))
     steps_per_sec = property(lambda self: self.number("steps_per_sec"))
+    # a balanced run's step of this worker in parts (trainer/shares.py step_parts)
+    step_seconds = property(lambda self: self.number("step_seconds"))
+    compute_seconds = property(lambda self: self.number("compute_seconds"))
+    overhead_seconds = property(lambda self: self.number("overhead_seconds"))
+    wait_seconds = property(lambda self: self.number("wait_seconds"))
 
     @property
     def shares(self) -> tuple[int, ...] | None:

@@ -34,6 +34,9 @@ BATCH = 256  # per worker, as in the issue's measurement
 STEPS = 8  # per epoch, alone and together: every run trains the same steps of its global batch
 
 
+RUNS = ("node1-alone", "node2-alone", "both-even", "both-balanced")
+
+
 def runs(framework: str, epochs: int) -> dict[str, dict]:
     schedule = {"epochs": epochs, "batch_size": BATCH if framework == "tensorflow" else 64,
                 "steps_per_epoch": STEPS}
@@ -76,12 +79,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--framework", choices=("tensorflow", "pytorch"), default="tensorflow")
     parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--only", action="append", choices=RUNS, metavar="RUN",
+                        help=f"run only this one (repeatable): {', '.join(RUNS)}")
+    parser.add_argument("--epochs-shown", action="store_true", help="print each worker's epoch lines too")
     args = parser.parse_args()
     print(f"homegpu balance benchmark, {platform.node()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}: "
           f"{args.framework}, node1 held to {QUOTAS['node1']} % of a core, node2 to {QUOTAS['node2']} %, "
           f"{args.epochs} epochs of {STEPS} steps\n")
     root = Path(tempfile.mkdtemp(prefix="homegpu-bench-balance-"))
-    jobs = {name.replace(" ", "-").replace(",", ""): job_table(**table, stall_timeout=900.0)
+    jobs = {slug(name): job_table(**table, stall_timeout=900.0)
             for name, table in runs(args.framework, args.epochs).items()}
     with SimCluster(2, first_host=180, name="balance") as sim, ExitStack() as quotas:
         for node, percent in QUOTAS.items():
@@ -89,13 +95,31 @@ def main() -> None:
         config = sim.write_cluster_toml(root / "cluster.toml", jobs=jobs)
         figures = {}
         for name in runs(args.framework, args.epochs):
-            figures[name] = speed_of(run(config, root, name.replace(" ", "-").replace(",", "")))
-    alone = figures["node1 alone"][0] + figures["node2 alone"][0]
+            if not args.only or slug(name) in args.only:
+                run_dir = run(config, root, slug(name))
+                figures[name] = speed_of(run_dir)
+                if args.epochs_shown:
+                    show_epochs(run_dir)
+    alone = sum(figures[name][0] for name in ("node1 alone", "node2 alone") if name in figures)
     print(f"{'run':<16} {'examples/s':>10} {'/ sum alone':>11} {'accuracy':>9}  shares")
     for name, (speed, accuracy, shares) in figures.items():
         shown = f"{accuracy:.3f}" if accuracy is not None else "-"
-        print(f"{name:<16} {speed:10.1f} {speed / alone:10.2f}x {shown:>9}  {json.dumps(shares)}")
+        ratio = f"{speed / alone:10.2f}x" if alone and len(figures) == len(RUNS) else f"{'-':>11}"
+        print(f"{name:<16} {speed:10.1f} {ratio} {shown:>9}  {json.dumps(shares)}")
 
+
+def slug(name: str) -> str:
+    return name.replace(" ", "-").replace(",", "")
+
+
+def show_epochs(run_dir: Path) -> None:
+    """Each epoch line of each worker: where a run's time went."""
+    keys = ("examples_per_sec", "seconds", "shares", "compute_examples_per_sec", "compute_seconds", "overhead_seconds",
+            "wait_seconds", "step_seconds")
+    for line in read_metrics(run_dir):
+        if line.get("event") == "epoch":
+            shown = "  ".join(f"{key} {json.dumps(line[key])}" for key in keys if key in line)
+            print(f"    epoch {line['epoch']} {line['worker_label']}: {shown}")
 
 if __name__ == "__main__":
     main()
