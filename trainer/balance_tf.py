@@ -255,7 +255,7 @@ class Rebalance(keras.callbacks.Callback):
                                                 self.workers)
         local = self.schedule.replicas // self.workers
         speeds = [speed for speed in self.speeds for _ in range(local)]
-        overheads = [overhead or 0.0 for overhead in self.overheads for _ in range(local)]
+        overheads = [overhead for overhead in self.overheads for _ in range(local)]
         if timed:
             self._time_steps(speeds, overheads)
         self._wall, self._timed = 0.0, 0
@@ -266,7 +266,7 @@ class Rebalance(keras.callbacks.Callback):
             self.schedule.change(new, self.step)
             self.say(new, self.speeds, self.overheads)
 
-    def _time_steps(self, speeds: list[float | None], overheads: list[float]) -> None:
+    def _time_steps(self, speeds: list[float | None], overheads: list[float | None]) -> None:
         if self._timed and all(speeds):
             self.step_seconds = self._wall / self._timed
             self.own_seconds = shares.step_seconds(self.schedule.current, speeds, overheads)
@@ -339,9 +339,9 @@ class Balancer:
         if self.role.is_chief:
             print_line("homegpu.trainer: " + shares.moved_line("replica", new, self.global_batch, speeds, overheads))
 
-    def _link(self, step_seconds: float, compute_seconds: float) -> None:
+    def _link(self, step_seconds: float, own_seconds: float) -> None:
         if self.role.is_chief:
-            print_line(link_line(step_seconds, compute_seconds))
+            print_line(link_line(step_seconds, own_seconds))
 
     def dataset(self, examples: tf.data.Dataset, to_float=lambda t: t, decode=None):
         """The training input from `examples`, one (features, label) pair each (or what `decode` makes one into),

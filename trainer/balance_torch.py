@@ -146,9 +146,8 @@ class BalancedBatches:
         self.speeds, self.overheads = _gather(self.pace(), self.processes, self._group)
         self._examples, self._seconds, self._overhead, self._gaps = 0, 0.0, 0.0, 0
         self._reduced_at = None  # the next step follows an epoch's end or this collective, not a step
-        overheads = [overhead or 0.0 for overhead in self.overheads]
-        new = shares.split(self.global_batch, self.speeds, overheads)
-        if shares.worth_changing(self.shares, new, self.speeds, overheads):
+        new = shares.split(self.global_batch, self.speeds, self.overheads)
+        if shares.worth_changing(self.shares, new, self.speeds, self.overheads):
             self.shares = new
             self.changes += 1
 

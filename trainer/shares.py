@@ -53,9 +53,10 @@ def floor(global_batch: int, workers: int) -> int:
 
 
 def split(global_batch: int, speeds: Sequence[float | None],
-          overheads: Sequence[float] | None = None) -> list[int]:
+          overheads: Sequence[float | None] | None = None) -> list[int]:
     """Shares of `global_batch` that bring every worker to the step's collective at once at these `speeds`
-    (examples/s) and `overheads` (seconds a step besides the examples; none: in proportion to the speeds), each
+    (examples/s) and `overheads` (seconds a step besides the examples, None where not known yet; none at all: in
+    proportion to the speeds), each
     at least `floor`, summing to `global_batch`. Any speed unknown (None, zero, not finite) gives the even split:
     one guess is no basis."""
     workers = len(speeds)
@@ -65,7 +66,7 @@ def split(global_batch: int, speeds: Sequence[float | None],
     least = floor(global_batch, workers)
     if len(known) < workers or global_batch < least * workers:
         return even(global_batch, workers)
-    fixed = list(overheads) if overheads is not None else [0.0] * workers
+    fixed = _fixed(overheads, workers)
     clamped: set[int] = set()
     while True:  # water-filling: a worker below the floor gets it, the rest is shared by the others
         free = [rank for rank in range(workers) if rank not in clamped]
@@ -93,7 +94,7 @@ def _rounded(ideal: dict[int, float], total: int) -> dict[int, int]:
 
 
 def worth_changing(old: Sequence[int], new: Sequence[int], speeds: Sequence[float | None],
-                   overheads: Sequence[float] | None = None) -> bool:
+                   overheads: Sequence[float | None] | None = None) -> bool:
     """Whether moving from `old` to `new` shortens a step by more than CHANGE_FRACTION at these speeds and
     overheads: a wobble of measured speed (two alike machines measured a few per cent apart) does not reshuffle
     the data."""
@@ -145,10 +146,16 @@ def loss_weight(share: int, global_batch: int, workers: int) -> float:
     return share * workers / global_batch
 
 
-def step_seconds(shares: Sequence[int], speeds: Sequence[float], overheads: Sequence[float] | None = None) -> float:
+def step_seconds(shares: Sequence[int], speeds: Sequence[float],
+                 overheads: Sequence[float | None] | None = None) -> float:
     """A synchronous step's time up to its collective: its slowest part (overhead and compute)."""
-    fixed = overheads if overheads is not None else [0.0] * len(shares)
+    fixed = _fixed(overheads, len(shares))
     return max(overhead + share / speed for share, speed, overhead in zip(shares, speeds, fixed))
+
+
+def _fixed(overheads: Sequence[float | None] | None, workers: int) -> list[float]:
+    """Each worker's overhead, 0 where it is not known (none given: every one)."""
+    return [overhead or 0.0 for overhead in overheads] if overheads is not None else [0.0] * workers
 
 
 @dataclass(frozen=True)

@@ -276,11 +276,11 @@ def _rates(job: JobView) -> Text:
     if not job.rates:
         return Text("")
     out = Text("\nexamples/s:")
-    by_step = any(job.step_text(worker) for worker in job.rates)  # a balanced run: a worker a line
+    by_step = bool(job.steps)  # a balanced run that tells each worker's step in parts: a worker a line
     for worker, rate in sorted(job.rates.items()):
         slow = worker in job.stragglers
-        told = [text for text in (f"share {job.share_text(worker)}" if job.share_text(worker) else "",
-                                  job.step_text(worker)) if text]
+        share = job.share_text(worker)
+        told = [text for text in (share and f"share {share}", job.step_text(worker)) if text]
         shown = f"{worker} {rate:.0f}" + (f" ({', '.join(told)})" if told else "") + (" (straggler)" if slow else "")
         out.append(f"\n  {shown}" if by_step else f"  {shown}", style="bold red" if slow else "")
     return out
