@@ -24,6 +24,7 @@ import fcntl
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -362,6 +363,9 @@ def main() -> int:
     """`python tests/images.py`: build the images ahead of the tests (a CI step)."""
     from simdocker import ensure_docker  # this file's directory is on sys.path when run as a script
 
+    # tests/run.sh stops a build it started beside the fast tier when that fails: end as Ctrl-C would, so the
+    # build's children are killed and a Docker engine started here is stopped again
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     engine = ensure_docker()
     client = docker.DockerClient(base_url=f"unix://{engine.socket_path}")
     try:

@@ -76,8 +76,21 @@ if (( $# )); then
 fi
 # The whole suite: the fast tier first (a minute or two), and the rest only when it passed, so a broken fast
 # test is said within minutes, not after the LAN tests.
+# The Docker test images take minutes on a fresh machine, most of it waiting on the network and the disk
+# (debootstrap, pip): they are built beside the fast tier, under the lock the tests' image fixtures take, so a test
+# that needs one waits for it, and builds it itself if this failed (and fails, naming why, if that fails too).
+images_log=$(mktemp /tmp/homegpu-test-images.XXXXXX.log)
+echo "tests/run.sh: building the test images beside the fast tier (python tests/images.py > $images_log)" >&2
+.venv/bin/python tests/images.py >"$images_log" 2>&1 &
+images=$!
 echo "tests/run.sh: the fast tier (pytest -m fast)" >&2
-.venv/bin/python -m pytest "${defaults[@]}" -m fast -n 2 || exit
+fast=0
+.venv/bin/python -m pytest "${defaults[@]}" -m fast -n 2 || fast=$?
+if (( fast )); then
+    kill -TERM "$images" 2>/dev/null || true
+    wait "$images" 2>/dev/null || true
+    exit "$fast"
+fi
 # The rest mostly waits (reconnects, restarts, training on the LAN), so more workers than cores pay:
 # HOMEGPU_TEST_WORKERS=N runs it on N pytest-xdist workers (2 by default), each with a LAN of its own
 # (tests/simnet.py), with --dist loadscope so a module's tests, which share its cluster, stay on one worker; 1 runs
@@ -92,6 +105,8 @@ fi
 echo "tests/run.sh: the fast tier passed; the rest (pytest -m 'not fast' -n $workers --dist loadscope)" >&2
 status=0
 .venv/bin/python -m pytest "${defaults[@]}" -m "not fast" -n "$workers" --dist loadscope --durations=30 || status=$?
+wait "$images" || echo "tests/run.sh: building the test images beside the fast tier failed (the tests built them" \
+    "again): $(tail -n 3 "$images_log")" >&2
 (( status == 1 )) || exit "$status"  # 0: all passed; 2-5: interrupted, an internal or usage error, no tests
 echo "tests/run.sh: the tests above that failed beside others run again, alone (pytest --last-failed)" >&2
 exec .venv/bin/python -m pytest "${defaults[@]}" -m "not fast" --last-failed --last-failed-no-failures none

@@ -11,9 +11,11 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 
@@ -50,6 +52,10 @@ def test_demo_job_trains_across_two_nodes(sim_cluster, tmp_path):
     for node in ("node1", "node2"):  # the model is home: the workers' backups are gone from their disks
         outs = list(sim_cluster.node(node).work_dir.glob(f"runs/{run_dir.name}/out/*"))
         assert outs and not any((out / "backup").exists() for out in outs), outs
+        remembered = sim_cluster.node(node).work_dir / "import-checks.json"  # preflight's import, on its disk
+        assert stat.S_IMODE(remembered.stat().st_mode) == 0o600, remembered
+        said = [entry["said"] for entry in json.loads(remembered.read_text()).values()]
+        assert said == [metadata.version("tensorflow")], said
 
 
 def test_killed_worker_restarts_everyone_and_resumes(sim_cluster, tmp_path):
@@ -213,6 +219,18 @@ def test_preflight_failure_starts_nothing_and_names_the_node(sim_cluster, tmp_pa
     result = homegpu("--config", str(config), "run", "demo", "--no-tui", cwd=tmp_path)
     assert result.returncode == 1
     assert "node1: data_dir /nonexistent/datasets does not exist" in result.stderr
+    assert not worker_processes(sim_cluster)
+
+
+def test_a_python_without_tensorflow_is_refused_at_preflight_and_not_remembered(sim_cluster, tmp_path):
+    config = write_config(sim_cluster, tmp_path, python="/usr/bin/python3")  # Debian's: no TensorFlow
+    result = homegpu("--config", str(config), "run", "demo", "--no-tui", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    for node in ("node1", "node2"):
+        assert (f"{node}: TensorFlow with tf-keras is not importable by /usr/bin/python3; install it there: "
+                "/usr/bin/python3 -m pip install 'tensorflow==2.21.*' 'tf-keras==2.21.*'") in result.stderr
+        remembered = sim_cluster.node(node).work_dir / "import-checks.json"
+        assert not remembered.exists() or "/usr/bin/python3" not in remembered.read_text()
     assert not worker_processes(sim_cluster)
 
 

@@ -6,6 +6,7 @@ without Docker; the worker's state lives in files under the run directory.
 from __future__ import annotations
 
 import json
+import posixpath
 from typing import Sequence
 
 from homegpu.remote.logs import LogTail
@@ -16,7 +17,10 @@ from homegpu.remote.runtimes.base import (
 from homegpu.remote.runtimes.errors import RuntimeError_
 
 _TF_SCRIPT = "import tensorflow, tf_keras; print(tensorflow.__version__)"
+_TF_DISTS = ("tensorflow,tensorflow-cpu", "tf-keras")  # what _TF_SCRIPT imports, as installed (either name)
 _WORKER_SCRIPT = script("worker_process")
+_IMPORT_CHECK = script("import_check")
+IMPORT_CHECKS_FILE = "import-checks.json"  # in the node's work dir: the imports that worked (import_check.py)
 
 
 class ProcessRuntime(Runtime):
@@ -76,19 +80,22 @@ class ProcessRuntime(Runtime):
 
     async def trainer_problems(self, launch: WorkerLaunch) -> list[str]:
         """TensorFlow and tf-keras import with the worker's python on the node."""
-        return (await self._imports(launch.python, _TF_SCRIPT, "TensorFlow with tf-keras",
+        return (await self._imports(launch.python, (_TF_SCRIPT, *_TF_DISTS), "TensorFlow with tf-keras",
                                     "'tensorflow==2.21.*' 'tf-keras==2.21.*'"))[0]
 
     async def torch_problems(self, launch: WorkerLaunch) -> list[str]:
         """PyTorch with torch.distributed imports with the worker's python on the node (its version noted)."""
-        problems, version = await self._imports(launch.python, TORCH_CHECK, "PyTorch (torch.distributed)",
-                                              TORCH_PACKAGES)
+        problems, version = await self._imports(launch.python, (TORCH_CHECK, "torch"), "PyTorch (torch.distributed)",
+                                                TORCH_PACKAGES)
         self.torch_version = version
         return problems
 
-    async def _imports(self, python: str, script: str, what: str, packages: str) -> tuple[list[str], str]:
-        """(the problem, if `script` fails with `python` on the node; the last line it printed)."""
-        result = await self.node.run([python, "-c", script], timeout=180)
+    async def _imports(self, python: str, check: tuple[str, ...], what: str, packages: str) -> tuple[list[str], str]:
+        """(the problem, if `check`'s script fails with `python` on the node; the last line it printed). `check`: the
+        script and the distributions it imports; the node imports them again only when those changed since an
+        import there last worked (node_side/scripts/import_check.py)."""
+        state = posixpath.join(posixpath.dirname(self.run_root), IMPORT_CHECKS_FILE)
+        result = await self.node.run([python, "-c", _IMPORT_CHECK, state, *check], timeout=180)
         if result.ok:
             return [], (result.stdout.strip().splitlines() or [""])[-1]
         return [f"{self.node.name}: {what} is not importable by {python}; install it there: "

@@ -3,7 +3,8 @@
 Each does one thing and exits: a worker started, inspected or stopped (``worker_process``), code sync's node
 half (``tree_sync``), the run lock's file (``job_lock``), a link of an image copy chain (``image_relay``),
 doctor's and preflight's probes (``port_bind``, ``port_listen``, ``port_connect``, ``tf_versions``,
-``clock_echo``, ``docker_socket``, ``gpu_load``, ``disk_space``) and Wake-on-LAN's packet (``wake_packet``).
+``import_check``, ``clock_echo``, ``docker_socket``, ``gpu_load``, ``disk_space``) and Wake-on-LAN's packet
+(``wake_packet``).
 
 The rules, for every script here:
 
