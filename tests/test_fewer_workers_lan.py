@@ -131,17 +131,28 @@ def test_a_tutorial_script_with_backup_and_restore_goes_on_from_the_chiefs_copie
     assert not worker_processes(sim_cluster)
 
 
-def test_a_pytorch_ddp_script_goes_on_from_the_chiefs_snapshot(sim_cluster, pytorch, tmp_path):
+def test_a_pytorch_ddp_script_goes_on_from_the_chiefs_snapshot_and_the_node_back_rejoins(sim_cluster, pytorch,
+                                                                                         tmp_path):
     """The ddp-tutorial script saves a snapshot on every node (local rank 0); torchrun starts again on the two nodes
-    left (--nnodes=2), and both resume from the chief's, which homegpu put onto node2 over its own."""
+    left (--nnodes=2), and both resume from the chief's, which homegpu put onto node2 over its own. node3 is switched
+    on again: at the chief's next epoch end all three start again (--nnodes=3) from the chief's snapshot, put onto
+    node3 over the stale one it kept from before it left."""
     (tmp_path / "ddp").mkdir()
     shutil.copy(DDP_SCRIPT, tmp_path / "ddp" / "multinode.py")
+    node3 = sim_cluster.node("node3")
     status, text = run_losing(sim_cluster, tmp_path, "node3", job="ddp", framework="pytorch", script="ddp/multinode.py",
-                              args=["6", "1"], min_workers=2)
+                              args=["10", "1"], min_workers=2, env={"EPOCH_PAUSE": "1"},
+                              then=("node3 lost (offline 8 s)", node3.start))
     assert status == 0, text
     assert ("node3 lost (offline 8 s): going on with node1, node2 from the script's own checkpoint if it keeps one, "
             "else from its start (the script's own batch)") in text, text
-    after = text[text.index("generation 2"):]
-    resumed = {int(epoch) for epoch in re.findall(r"Resuming training from snapshot at Epoch (\d+)", after)}
-    assert len(resumed) == 1 and min(resumed) >= 2, after
-    assert "node2 * epoch 6/?" in after and not worker_processes(sim_cluster)  # its Epoch 5, the last
+    second = text[text.index("generation 2 starting"):text.index("node3 back: rejoining")]
+    resumed = {int(epoch) for epoch in re.findall(r"Resuming training from snapshot at Epoch (\d+)", second)}
+    assert len(resumed) == 1 and min(resumed) >= 2, second
+    assert ("node3 back: rejoining with node1, node2, node3 from the script's own checkpoint if it keeps one, else "
+            "from its start (the script's own batch)") in text, text
+    third = text[text.index("generation 3 starting"):]
+    again = re.findall(r"node(\d) \| .*Resuming training from snapshot at Epoch (\d+)", third)
+    assert {node for node, _ in again} == {"1", "2", "3"}, third  # every rank, node3's from the chief's copy
+    assert len({int(epoch) for _, epoch in again}) == 1 and int(again[0][1]) > min(resumed), third
+    assert "node3 * epoch 10/?" in third and not worker_processes(sim_cluster)  # its Epoch 9, the last

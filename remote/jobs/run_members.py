@@ -43,11 +43,9 @@ class Members:
                   SHRUNK)
 
     def returned(self) -> list[str]:
-        """The nodes the run went on without that are online again, in the job's order. Not for a PyTorch job: its
-        script's snapshot is its own, kept on each node, and a node back would resume from its stale one."""
+        """The nodes the run went on without that are online again, in the job's order. A node back resumes from the
+        same backup or checkpoint as the others: the chief's copy is put onto it (RunBackups.restore)."""
         run = self.run
-        if run.job.is_pytorch:
-            return []
         lost = {track.slot.node.name for track in run.lost_tracks}
         return [name for name in run.every_node
                 if name in lost and run.cluster.node(name).state is NodeState.ONLINE]
