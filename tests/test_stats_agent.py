@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -877,15 +878,17 @@ def split_payload(payload: bytes) -> list[bytes]:
     return parts
 
 
-def test_payload_is_pynvml_then_the_module_names_then_each_module_then_the_agent() -> None:
+def test_payload_is_pynvml_then_the_module_names_then_each_module_then_the_agent_compressed() -> None:
     import pynvml
 
-    nvml, names, *modules, agent = split_payload(agent_payload())
+    [compressed] = split_payload(agent_payload())
+    nvml, names, *modules, agent = split_payload(zlib.decompress(compressed))
     assert nvml == Path(pynvml.__file__).read_bytes()
     assert names.decode().split() == list(AGENT_MODULES)
     assert modules == [path.read_bytes() for path in MODULE_FILES]
     assert OWNERS.read_bytes() in modules
     assert agent == AGENT.read_bytes()
+    assert len(agent_payload()) < len(b"".join([nvml, names, *modules, agent])) / 3  # what SSH carries to each node
 
 
 def imported_modules(source: Path) -> set[str]:
