@@ -28,6 +28,7 @@ the ratio now / before. Without it, the figures are this checkout's alone, as be
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -47,6 +48,7 @@ import simnet  # noqa: E402
 from simcluster import SimCluster  # noqa: E402
 
 from helpers import homegpu_argv  # noqa: E402
+from bench_agent import CpuGroup  # noqa: E402
 
 import statistics  # noqa: E402
 
@@ -171,8 +173,8 @@ def steady_benchmark(sim: SimCluster, config: Path) -> None:
 
 # --- side by side with another checkout (--against) ------------------------------------------------------
 
-# Runs in a Python of its own whose `homegpu` is one checkout: `snapshot N` prints the best of 3 first snapshots
-# of N nodes; `steady` connects every node, prints "go" once settled, its own CPU over STEADY_SECONDS, then "done".
+# Runs in a Python of its own whose `homegpu` is one checkout: `snapshot N` prints its first snapshot of N nodes (cold:
+# as a user's first screen, nothing read yet) and the best of 2 more (warm: what the process keeps, kept); `steady` connects every node, prints "go" once settled, its own CPU over STEADY_SECONDS, then "done".
 CHILD = """
 import asyncio, sys, time
 from homegpu.remote.config.cluster_spec import load_cluster
@@ -196,7 +198,8 @@ async def steady(seconds):
         print(time.process_time() - own, flush=True)
         print("done", flush=True)
 if part == "snapshot":
-    print(min(asyncio.run(first(int(sys.argv[3]))) for _ in range(3)))
+    cold, *warm = [asyncio.run(first(int(sys.argv[3]))) for _ in range(3)]
+    print(cold, min(warm))
 else:
     asyncio.run(steady(float(sys.argv[3])))
 """
@@ -211,11 +214,13 @@ def checkout_python(checkout: Path, root: Path) -> tuple[list[str], dict[str, st
     return [sys.executable, "-c", CHILD], {**os.environ, "PYTHONPATH": str(folder)}
 
 
-def child_snapshot_seconds(checkout: Path, root: Path, config: Path, nodes: int) -> float:
+def child_snapshot_seconds(checkout: Path, root: Path, config: Path, nodes: int) -> tuple[float, float]:
+    """(the cold first snapshot, the best warm one) of `nodes` nodes by `checkout`'s controller."""
     argv, env = checkout_python(checkout, root)
     done = subprocess.run([*argv, str(config), "snapshot", str(nodes)], env=env, capture_output=True, text=True,
                           timeout=600, check=True)
-    return float(done.stdout.split()[-1])
+    cold, warm = done.stdout.split()[-2:]
+    return float(cold), float(warm)
 
 
 def process_tree_cpu(pid: int) -> float:
@@ -224,12 +229,27 @@ def process_tree_cpu(pid: int) -> float:
     return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
-def nodes_cpu_seconds(sim: SimCluster) -> float:
-    """cluster_cpu_seconds without this process: the nodes' sshd, sessions and agents only."""
-    return cluster_cpu_seconds(sim) - sum(os.times()[:4])
+def nodes_group(sim: SimCluster) -> CpuGroup:
+    """A cgroup holding every process of the nodes, and so all they start (sessions, agents, nvidia-smi, the command
+    relays' detached children): their CPU counted to the nanosecond, ended processes included whoever reaps them,
+    where summing /proc's reaped-children fields loses a process whose parent is not a node's."""
+    group = CpuGroup(f"homegpu-bench-nodes-{os.getpid()}")
+    for pid in sim.pids():
+        with contextlib.suppress(OSError):
+            (group.path / "cgroup.procs").write_text(str(pid))
+    return group
 
 
-def child_steady(checkout: Path, root: Path, config: Path, sim: SimCluster) -> tuple[float, float]:
+def leave_group(group: CpuGroup) -> None:
+    """Move what is left back to the root cgroup (the nodes stop with the cluster), then remove the group."""
+    for pid in (group.path / "cgroup.procs").read_text().split():
+        with contextlib.suppress(OSError):
+            (group.path.parent / "cgroup.procs").write_text(pid)
+    with contextlib.suppress(OSError):
+        group.path.rmdir()
+
+
+def child_steady(checkout: Path, root: Path, config: Path, group: CpuGroup) -> tuple[float, float]:
     """(controller CPU s, all CPU s: the controller's and the nodes') over STEADY_SECONDS, the controller being
     `checkout`'s in a process of its own."""
     argv, env = checkout_python(checkout, root)
@@ -237,9 +257,9 @@ def child_steady(checkout: Path, root: Path, config: Path, sim: SimCluster) -> t
                              text=True)
     try:
         assert child.stdout.readline().strip() == "go", "the controller did not settle"
-        nodes, controller = nodes_cpu_seconds(sim), process_tree_cpu(child.pid)
+        nodes, controller = group.used_ns() / 1e9, process_tree_cpu(child.pid)
         own = float(child.stdout.readline())
-        nodes, controller = nodes_cpu_seconds(sim) - nodes, process_tree_cpu(child.pid) - controller
+        nodes, controller = group.used_ns() / 1e9 - nodes, process_tree_cpu(child.pid) - controller
         assert child.stdout.readline().strip() == "done"
     finally:
         child.wait(timeout=60)
@@ -260,19 +280,31 @@ def side_by_side(sim: SimCluster, config: Path, root: Path, parts: list[str], ag
 
     def note(figure: str, name: str, value: float) -> None:
         figures.setdefault(figure, {n: [] for n in checkouts})[name].append(value)
+    group = nodes_group(sim)
+    try:
+        alternate(sim, config, root, parts, checkouts, rounds, group, note)
+    finally:
+        leave_group(group)
+    print(f"\nside by side: now = {TESTS.parent}, before = {against}; {rounds} alternations, median (runs)")
+    for figure, runs in figures.items():
+        print(median_line(figure, "s" if figure.startswith("first") else "% of a core", runs))
+
+
+def alternate(sim: SimCluster, config: Path, root: Path, parts: list[str], checkouts: dict[str, Path], rounds: int,
+              group: CpuGroup, note) -> None:
+    """Each checkout in turn, `rounds` times: its first snapshots and its steady state, noted by figure."""
     for _ in range(rounds):
         for name, checkout in checkouts.items():
             if "snapshot" in parts:
                 for size in SIZES:
-                    note(f"first snapshot, {size} node(s)", name, child_snapshot_seconds(checkout, root, config, size))
+                    cold, warm = child_snapshot_seconds(checkout, root, config, size)
+                    note(f"first snapshot, {size} node(s), cold", name, cold)
+                    note(f"first snapshot, {size} node(s), warm", name, warm)
             if "steady" in parts:
-                own, everything = child_steady(checkout, root, config, sim)
+                own, everything = child_steady(checkout, root, config, group)
                 n = len(sim.nodes)
-                note(f"steady: controller per node", name, 100 * own / STEADY_SECONDS / n)
+                note("steady: controller per node", name, 100 * own / STEADY_SECONDS / n)
                 note(f"steady: all CPU ({n} nodes, 1 Hz)", name, 100 * everything / STEADY_SECONDS)
-    print(f"\nside by side: now = {TESTS.parent}, before = {against}; {rounds} alternations, median (runs)")
-    for figure, runs in figures.items():
-        print(median_line(figure, "s" if figure.startswith("first") else "% of a core", runs))
 
 
 def main() -> None:

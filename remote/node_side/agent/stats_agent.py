@@ -256,8 +256,7 @@ def stream(args):
     xids = gpu_xid.XidLog(every=health_every, light_first=not args.once)
     cpu_before = host_proc.read_cpu([])
     sleep = sleep_watch.SleepWatch()
-    if not args.once:
-        sleep.start()
+    listening = False  # for logind's word: started once the first line is out
     # The first line comes after a short CPU window, the next ones on the interval's beat from it.
     due = time.monotonic() + min(args.interval, FIRST_WINDOW_S)
     while True:
@@ -273,6 +272,9 @@ def stream(args):
         emit(record)
         if args.once:
             return 0
+        if not listening:  # after the first line, which a node's first screen waits for
+            sleep.start()
+            listening = True
         # Keep the beat; after a sample slower than the interval, do not try to catch up.
         due = max(due + args.interval, time.monotonic())
 
