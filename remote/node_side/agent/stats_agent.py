@@ -16,17 +16,15 @@ began (``host_power.py``). A value the node cannot measure is ``null``; nothing 
 wrong while measuring stops the stream, it lands in ``errors``.
 
 Each GPU also carries its health, read every ``HEALTH_INTERVAL_S`` (some of its NVML calls are slow)
-from the second line on (the first, which a node's first screen waits for, has them null) and repeated on the
-lines between: ``throttle`` (the active clock event reasons by name, see
+and repeated on the lines between: ``throttle`` (the active clock event reasons by name, see
 ``gpu_health.THROTTLE_REASONS``), ``mem_clock``, ``sm_clock_max``, ``mem_clock_max``, ``pcie``
 (``{"gen","width","max_gen","max_width","gpu_max_gen","gpu_max_width","tx_mbs","rx_mbs"}``) and
 ``bus_id``; ``gpu_health.py`` says what each means. At the same cadence ``gpu_xid.py`` reads the kernel
 log for both sources and gives each GPU ``xid`` (``{"count","last","last_at"}``: the XIDs the driver
-logged for it since boot; from the second line on too). They are optional keys of protocol version 1: a
-controller that predates them ignores them (``nodes/stats.py`` reads the keys it knows), and one that knows
-them reads their absence from an older agent as "not available". So is ``"sleeping": true``, on a line written
-at once when logind says the machine is about to sleep (``sleep_watch.py``), and on every line until it says it
-woke.
+logged for it since boot). They are optional keys of protocol version 1: a controller that predates them
+ignores them (``nodes/stats.py`` reads the keys it knows), and one that knows them reads their
+absence from an older agent as "not available". So is ``"sleeping": true``, on a line written at once when
+logind says the machine is about to sleep (``sleep_watch.py``), and on every line until it says it woke.
 
 The agent exits when its stdin reaches EOF (the SSH session closed), on SIGTERM/SIGHUP/SIGINT and
 when stdout is gone (SIGPIPE), and kills its ``nvidia-smi`` children first; on Linux the kernel
@@ -110,8 +108,7 @@ def open_reader(source, nvml, smi_path, interval=None, apps_every=1, owners=None
     gives the "none" reader, so the node still streams its CPU and memory. ``interval`` (None for
     an agent that samples once) is passed on to ``gpu_smi.SmiReader``, ``apps_every``, ``health_every``
     and ``owners`` (a ``process_owners.ProcessOwners``, or None to leave processes without owners) to
-    both readers. A streaming reader's first read leaves health to the next (the first line waits for no
-    health query).
+    both readers.
     ``nvml`` is a pynvml-like module or why there is none (see ``gpu_nvml.load_pynvml``).
     """
     notes = []
@@ -121,7 +118,7 @@ def open_reader(source, nvml, smi_path, interval=None, apps_every=1, owners=None
         else:
             try:
                 return gpu_nvml.NvmlReader(nvml, apps_every=apps_every, owners=owners,
-                                           health_every=health_every, light_first=interval is not None), notes
+                                           health_every=health_every), notes
             except Exception as exc:  # noqa: BLE001 - NVMLError, OSError, ... all mean "no NVML"
                 notes.append(f"nvml: {describe(exc)}")
     if source in ("auto", "nvidia-smi"):
@@ -253,7 +250,7 @@ def stream(args):
     rapl = host_power.RaplCounter()
     if rapl.problem:
         notes.append(rapl.problem)
-    xids = gpu_xid.XidLog(every=health_every, light_first=not args.once)
+    xids = gpu_xid.XidLog(every=health_every)
     cpu_before = host_proc.read_cpu([])
     sleep = sleep_watch.SleepWatch()
     listening = False  # for logind's word: started once the first line is out
