@@ -99,6 +99,14 @@ class CpuGroup:
         stat = dict(line.split() for line in (self.path / "cpu.stat").read_text().splitlines())
         return int(stat["usage_usec"]) * 1000
 
+    def release(self) -> None:
+        """Move what is left to the parent group (it goes on, measured no more), then remove the group."""
+        for pid in (self.path / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (self.path.parent / "cgroup.procs").write_text(pid)
+        with contextlib.suppress(OSError):
+            self.path.rmdir()
+
     def remove(self) -> None:
         """Kill what is left in the group, then remove it."""
         for _ in range(50):

@@ -65,23 +65,22 @@ STEADY_SECONDS = 10.0
 BANDWIDTH_NODES = 4
 DEMO_PARAMS = 545_098  # the built-in small_cnn on 32×32×3 images, 10 classes (trainer/models.py)
 
-def cluster_cpu_seconds(sim: SimCluster) -> float:
-    """CPU seconds so far of this controller (and the children it reaped: ssh clients) and of
-    every process of every node (sshd, sessions, agents, nvidia-smi, and what they reaped).
-
-    Only this run's processes count, so other work on the machine does not. A process that ends
-    moves its time into its parent's reaped-children fields, so the sum carries across exits
-    as long as the parent is a node process (the sshd listener is).
-    """
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = sum(os.times()[:4])
+def nodes_group(sim: SimCluster) -> CpuGroup:
+    """A cgroup holding every process of the nodes, and so all they start (sessions, agents, nvidia-smi, the command
+    relays' detached children): their CPU counted to the nanosecond, ended processes included whoever reaps them,
+    where summing /proc's reaped-children fields loses a process whose parent is not a node's (the sums went
+    negative once the relay's children were reparented)."""
+    group = CpuGroup(f"homegpu-bench-nodes-{os.getpid()}")
     for pid in sim.pids():
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # ended meanwhile: its parent's reaped-children time has it
-        total += sum(int(value) for value in fields[11:15]) / ticks  # utime stime cutime cstime
-    return total
+        with contextlib.suppress(OSError):
+            (group.path / "cgroup.procs").write_text(str(pid))
+    return group
+
+
+def cluster_cpu_seconds(nodes: CpuGroup) -> float:
+    """CPU seconds so far of this controller (and the children it reaped: ssh clients) and of every process of
+    every node (nodes_group). Only this run's processes count, so other work on the machine does not."""
+    return sum(os.times()[:4]) + nodes.used_ns() / 1e9
 
 
 async def first_snapshot_seconds(config: Path, nodes: int) -> float:
@@ -109,19 +108,19 @@ def sequential_ssh_seconds(sim: SimCluster, nodes: int) -> float:
     return time.perf_counter() - start
 
 
-async def steady_agents(sim: SimCluster, config: Path) -> tuple[float, float]:
+async def steady_agents(nodes: CpuGroup, config: Path) -> tuple[float, float]:
     """(controller CPU s, cluster CPU s) over STEADY_SECONDS with every node streaming."""
     async with Cluster(load_cluster(config)) as cluster:
         await cluster.wait_settled(timeout=60)
         await asyncio.sleep(2)  # let start-up work settle
-        own, machine = time.process_time(), cluster_cpu_seconds(sim)
+        own, machine = time.process_time(), cluster_cpu_seconds(nodes)
         await asyncio.sleep(STEADY_SECONDS)
-        return time.process_time() - own, cluster_cpu_seconds(sim) - machine
+        return time.process_time() - own, cluster_cpu_seconds(nodes) - machine
 
 
-def steady_polling(sim: SimCluster) -> float:
+def steady_polling(sim: SimCluster, nodes: CpuGroup) -> float:
     """Cluster CPU s over STEADY_SECONDS polling every node with ssh + nvidia-smi once a second."""
-    machine = cluster_cpu_seconds(sim)
+    machine = cluster_cpu_seconds(nodes)
     deadline = time.monotonic() + STEADY_SECONDS
     while time.monotonic() < deadline:
         tick = time.monotonic()
@@ -130,7 +129,7 @@ def steady_polling(sim: SimCluster) -> float:
         for proc in procs:
             proc.wait()
         time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
-    return cluster_cpu_seconds(sim) - machine
+    return cluster_cpu_seconds(nodes) - machine
 
 
 def bandwidth_benchmark(sim: SimCluster, root: Path) -> None:
@@ -160,9 +159,9 @@ def snapshot_benchmark(sim: SimCluster, config: Path) -> None:
         print(f"  {size:>5}  {ours:8.3f}  {loop:8.3f}  {loop / ours:11.1f}x  {ours / one:8.2f}x")
 
 
-def steady_benchmark(sim: SimCluster, config: Path) -> None:
-    controller, machine_agents = asyncio.run(steady_agents(sim, config))
-    machine_polling = steady_polling(sim)
+def steady_benchmark(sim: SimCluster, config: Path, nodes: CpuGroup) -> None:
+    controller, machine_agents = asyncio.run(steady_agents(nodes, config))
+    machine_polling = steady_polling(sim, nodes)
     n = len(sim.nodes)
     print(f"\nsteady state at 1 Hz, {n} nodes, {STEADY_SECONDS:g} s")
     print(f"  controller CPU per node:       {100 * controller / STEADY_SECONDS / n:6.3f} % of a core")
@@ -173,8 +172,9 @@ def steady_benchmark(sim: SimCluster, config: Path) -> None:
 
 # --- side by side with another checkout (--against) ------------------------------------------------------
 
-# Runs in a Python of its own whose `homegpu` is one checkout: `snapshot N` prints its first snapshot of N nodes (cold:
-# as a user's first screen, nothing read yet) and the best of 2 more (warm: what the process keeps, kept); `steady` connects every node, prints "go" once settled, its own CPU over STEADY_SECONDS, then "done".
+# Runs in a Python of its own whose `homegpu` is one checkout: `snapshot N` prints its first snapshot of N nodes
+# (cold: as a user's first screen, nothing read yet) and the best of 2 more (warm: what the process keeps, kept);
+# `steady` connects every node, prints "go" once settled, its own CPU over STEADY_SECONDS, then "done".
 CHILD = """
 import asyncio, sys, time
 from homegpu.remote.config.cluster_spec import load_cluster
@@ -229,26 +229,6 @@ def process_tree_cpu(pid: int) -> float:
     return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
-def nodes_group(sim: SimCluster) -> CpuGroup:
-    """A cgroup holding every process of the nodes, and so all they start (sessions, agents, nvidia-smi, the command
-    relays' detached children): their CPU counted to the nanosecond, ended processes included whoever reaps them,
-    where summing /proc's reaped-children fields loses a process whose parent is not a node's."""
-    group = CpuGroup(f"homegpu-bench-nodes-{os.getpid()}")
-    for pid in sim.pids():
-        with contextlib.suppress(OSError):
-            (group.path / "cgroup.procs").write_text(str(pid))
-    return group
-
-
-def leave_group(group: CpuGroup) -> None:
-    """Move what is left back to the root cgroup (the nodes stop with the cluster), then remove the group."""
-    for pid in (group.path / "cgroup.procs").read_text().split():
-        with contextlib.suppress(OSError):
-            (group.path.parent / "cgroup.procs").write_text(pid)
-    with contextlib.suppress(OSError):
-        group.path.rmdir()
-
-
 def child_steady(checkout: Path, root: Path, config: Path, group: CpuGroup) -> tuple[float, float]:
     """(controller CPU s, all CPU s: the controller's and the nodes') over STEADY_SECONDS, the controller being
     `checkout`'s in a process of its own."""
@@ -273,18 +253,15 @@ def median_line(label: str, unit: str, runs: dict[str, list[float]]) -> str:
     return f"  {label:<34} {shown} {unit}   now / before {now / before:.2f}x"
 
 
-def side_by_side(sim: SimCluster, config: Path, root: Path, parts: list[str], against: Path, rounds: int) -> None:
+def side_by_side(sim: SimCluster, config: Path, root: Path, parts: list[str], against: Path, rounds: int,
+                 group: CpuGroup) -> None:
     """Each figure for this checkout and `against`, alternating `rounds` times: runs, medians, ratios."""
     checkouts = {"now": TESTS.parent, "before": against}
     figures: dict[str, dict[str, list[float]]] = {}
 
     def note(figure: str, name: str, value: float) -> None:
         figures.setdefault(figure, {n: [] for n in checkouts})[name].append(value)
-    group = nodes_group(sim)
-    try:
-        alternate(sim, config, root, parts, checkouts, rounds, group, note)
-    finally:
-        leave_group(group)
+    alternate(sim, config, root, parts, checkouts, rounds, group, note)
     print(f"\nside by side: now = {TESTS.parent}, before = {against}; {rounds} alternations, median (runs)")
     for figure, runs in figures.items():
         print(median_line(figure, "s" if figure.startswith("first") else "% of a core", runs))
@@ -322,15 +299,19 @@ def main() -> None:
             write_replay_nvidia_smi(node.extra_path, FIXTURES / "gpus_2x_h100nvl_idle.csv",
                                     FIXTURES / "apps_none.csv")
         config = sim.write_cluster_toml(root / "cluster.toml")
-        if "bandwidth" in parts:
-            bandwidth_benchmark(sim, root)
-        if against is not None:
-            side_by_side(sim, config, root, parts, against, rounds)
-            return
-        if "snapshot" in parts:
-            snapshot_benchmark(sim, config)
-        if "steady" in parts:
-            steady_benchmark(sim, config)
+        nodes = nodes_group(sim)
+        try:
+            if "bandwidth" in parts:
+                bandwidth_benchmark(sim, root)
+            if against is not None:
+                side_by_side(sim, config, root, parts, against, rounds, nodes)
+                return
+            if "snapshot" in parts:
+                snapshot_benchmark(sim, config)
+            if "steady" in parts:
+                steady_benchmark(sim, config, nodes)
+        finally:
+            nodes.release()
 
 
 if __name__ == "__main__":
