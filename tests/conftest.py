@@ -25,7 +25,7 @@ from simcluster import (
 from simdocker import DockerEngine, ensure_docker
 
 # Test images built locally (tests/images.py): busybox in seconds, Python + TensorFlow 2.21 in ~100 s.
-from images import busybox_image, tf_image, torch_image  # noqa: E402,F401  (session fixtures)
+from images import busybox_image, jax_image, tf_image, torch_image  # noqa: E402,F401  (session fixtures)
 
 T = TypeVar("T")
 
@@ -109,6 +109,13 @@ def pytorch() -> None:
     """PyTorch installed here (the nodes' python is this one): a test that runs a PyTorch job takes this."""
     if importlib.util.find_spec("torch") is None:
         pytest.fail("torch not installed: pip install -e '.[pytorch]' (or bash tests/run.sh)", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def jax() -> None:
+    """JAX installed here (the nodes' python is this one): a test that runs a JAX job takes this."""
+    if importlib.util.find_spec("jax") is None:
+        pytest.fail("jax not installed: pip install -e '.[jax]' (or bash tests/run.sh)", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -10,10 +11,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import tiers
 from simcluster import SimCluster, free_job_port
+from simdocker import NodeEngine, own_engines
 
 
 def homegpu_argv(*args: str) -> list[str]:
@@ -130,6 +132,41 @@ def run_and_strike(config: Path, cwd: Path, cue: str, strike, job: str = "demo")
     finally:
         process.kill()
     return process.returncode, "".join(output)
+
+
+@contextlib.contextmanager
+def node1_engine_holding(sim_cluster: SimCluster, image: str, folder: Path) -> Iterator[NodeEngine]:
+    """node1 with a Docker engine of its own holding `image`, copied there by homegpu's `image copy` from node3
+    (which uses this machine's engine), for the block."""
+    with own_engines(sim_cluster, ["node1"]) as engines:
+        toml = sim_cluster.write_cluster_toml(folder / "cluster.toml", runtime="docker")
+        copy = homegpu("--config", str(toml), "image", "copy", image, "--from", "node3", "--to", "node1",
+                       timeout=900)
+        assert copy.returncode == 0, copy.stdout + copy.stderr
+        yield engines["node1"]
+
+
+def init_demo(sim_cluster: SimCluster, tmp_path: Path, framework: str) -> Path:
+    """`homegpu init --framework FRAMEWORK` for process nodes node1 and node2 in tmp_path, then what a user adds by
+    hand: the python with the framework on the nodes (this one), the nodes' known keys and a free job port."""
+    made = homegpu("init", "--framework", framework, "--runtime", "process", "--node", "node1=node1",
+                   "--node", "node2=node2", cwd=tmp_path)
+    assert made.returncode == 0, made.stdout + made.stderr
+    config = tmp_path / "cluster.toml"
+    text = config.read_text().replace('runtime = "process"\n', f'runtime = "process"\npython = "{sys.executable}"\n')
+    text = text.replace('name = "home"\n', f'name = "home"\nknown_hosts = "{sim_cluster.known_hosts_path}"\n', 1)
+    text = text.replace("port = 29500\n", "").replace("[jobs.demo]\n", f"[jobs.demo]\nport = {free_job_port()}\n")
+    config.write_text(text)
+    return config
+
+
+def demo_accuracies(output: str, epochs: int) -> dict[str, float]:
+    """node -> the accuracy `run --no-tui` showed for the demo's last epoch."""
+    found = {}
+    for node in ("node1", "node2"):
+        last = [line for line in output.splitlines() if line.startswith(f"{node} * epoch {epochs}/{epochs}")]
+        found[node] = float(last[0].split("accuracy ")[1].split()[0]) if last else 0.0
+    return found
 
 
 NOBODY = 65534

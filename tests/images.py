@@ -7,13 +7,14 @@ Images built once per Docker engine and reused by every later run (the tag is th
 - `homegpu-test/tensorflow:2.21`: Debian bookworm (debootstrap) with Python 3.11 and a venv holding
   tensorflow + tf-keras 2.21. Takes minutes (most of it pip); the orchestration tests train in it.
 - `homegpu-test/pytorch:2.14`: the same Debian with torch 2.14.1 from PyPI (5.4 GB with its CUDA
-  libraries); the PyTorch jobs' Docker tests train in it. Both start from `homegpu-test/debian:bookworm`,
-  debootstrapped once.
+  libraries); the PyTorch jobs' Docker tests train in it.
+- `homegpu-test/jax:0.10`: the same Debian with jax 0.10.2 (CPU) from PyPI; the JAX jobs' Docker test trains in
+  it. All three Python images start from `homegpu-test/debian:bookworm`, debootstrapped once.
 
 A CI job can build them all ahead of the tests with `python tests/images.py`. Building is serialised
 with a lock file, so two test runs on one machine do not build the same image twice at once.
 
-The `tf_image`, `torch_image` and `busybox_image` fixtures live here too (tests/conftest.py imports them); they fail,
+The `tf_image`, `torch_image`, `jax_image` and `busybox_image` fixtures live here too (tests/conftest.py imports them); they fail,
 never skip, when the image cannot be built.
 """
 
@@ -46,6 +47,9 @@ TF_CHECK = "import tensorflow as tf, tf_keras; print('tensorflow', tf.__version_
 TORCH_TAG = "homegpu-test/pytorch:2.14"
 TORCH_PACKAGES = ("torch==2.14.1", "numpy")  # what the [pytorch] extra installs here: nodes' versions must agree
 TORCH_CHECK = "import torch, torch.distributed; print('torch', torch.__version__)"
+JAX_TAG = "homegpu-test/jax:0.10"
+JAX_PACKAGES = ("jax==0.10.2", "numpy")  # what the [jax] extra installs here: nodes' versions must agree
+JAX_CHECK = "import jax, jax.distributed; print('jax', jax.__version__)"
 
 BUSYBOX_BINARY = "/bin/busybox"  # from Debian's busybox-static: statically linked, runs FROM scratch
 BUSYBOX_DOCKERFILE = b"""\
@@ -182,6 +186,11 @@ def ensure_torch_image(client: docker.DockerClient, progress: Progress = _stderr
     """The tag of the Python + PyTorch test image, built if missing (a few minutes: torch from PyPI
     brings its CUDA libraries, 5.4 GB, FACTS.md)."""
     return _ensure_python_image(client, TORCH_TAG, TORCH_PACKAGES, TORCH_CHECK, progress)
+
+
+def ensure_jax_image(client: docker.DockerClient, progress: Progress = _stderr) -> str:
+    """The tag of the Python + JAX (CPU) test image, built if missing (under a minute: jax and jaxlib from PyPI)."""
+    return _ensure_python_image(client, JAX_TAG, JAX_PACKAGES, JAX_CHECK, progress)
 
 
 def _ensure_python_image(client: docker.DockerClient, tag: str, packages: tuple[str, ...], check: str,
@@ -354,6 +363,12 @@ def torch_image(request: pytest.FixtureRequest, docker_engine) -> str:
 
 
 @pytest.fixture(scope="session")
+def jax_image(request: pytest.FixtureRequest, docker_engine) -> str:
+    """Tag of the Python + JAX image in the docker_engine (built on first use)."""
+    return _ensure(request, docker_engine.socket_path, ensure_jax_image)
+
+
+@pytest.fixture(scope="session")
 def busybox_image(request: pytest.FixtureRequest, docker_engine) -> str:
     """Tag of the busybox image in the docker_engine (built on first use, in seconds)."""
     return _ensure(request, docker_engine.socket_path, ensure_busybox_image)
@@ -369,7 +384,7 @@ def main() -> int:
     engine = ensure_docker()
     client = docker.DockerClient(base_url=f"unix://{engine.socket_path}")
     try:
-        for ensure in (ensure_busybox_image, ensure_tf_image, ensure_torch_image):
+        for ensure in (ensure_busybox_image, ensure_tf_image, ensure_torch_image, ensure_jax_image):
             print(ensure(client))
     finally:
         client.close()

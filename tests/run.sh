@@ -62,7 +62,7 @@ fi
 stamp=.venv/.homegpu-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
-    .venv/bin/python -m pip install -q -e '.[dev,docs,tensorflow,pytorch]'
+    .venv/bin/python -m pip install -q -e '.[dev,docs,tensorflow,pytorch,jax]'
     echo "$want" > "$stamp"
 fi
 

@@ -40,6 +40,18 @@ PER_REPLICA_LAST = ("}) with an unsupported type (<class 'tensorflow.python.dist
      "never joined the rendezvous", "reachable row"),
     ("RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection closed by peer "
      "[10.213.0.3]:47845", "", "a peer process ended", "other nodes' logs"),
+    # JAX's, as jax 0.10.2 prints them: its coordination service ends the process from C++ (no traceback)
+    ("*** Check failure stack trace: ***", "F1128 18:54:17.963561   11068 client.h:80] Terminating process because "
+     "the JAX distributed service detected fatal errors. This most likely indicates that another task died; see the "
+     "other task logs for more details. absl::Status: DEADLINE_EXCEEDED: Deadline Exceeded\n\nRPC: "
+     "/xla.coordination.CoordinationService/RegisterTask", "never joined the coordinator", "reachable row"),
+    ("*** Check failure stack trace: ***", "F1128 client.h:80] Terminating process because the JAX distributed "
+     "service detected fatal errors. This most likely indicates that another task died; see the other task logs "
+     "for more details.", "another JAX process ended", "other processes' logs"),
+    ("jax.errors.JaxRuntimeError: UNKNOWN: Gloo all-reduce failed: [external/gloo/gloo/transport/tcp/pair.cc:547] "
+     "Connection closed by peer [10.213.0.3]:20193", "", "a peer process ended", "other nodes' logs"),
+    ("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4294967296 bytes.", "",
+     "out of memory", "batch_size"),
 ])
 def test_known_causes_name_their_fix(exception, context, cause, fix):
     found = known_cause(exception, context)

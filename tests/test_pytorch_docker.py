@@ -9,22 +9,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import homegpu, worker_processes
+from helpers import homegpu, node1_engine_holding, worker_processes
 
 from simcluster import SimCluster, free_job_port
-from simdocker import own_engines
 from test_pytorch_lan import DDP_SCRIPT, epoch_losses
 
 
 @pytest.fixture(scope="module")
 def node1_engine(sim_cluster: SimCluster, docker_engine, torch_image, tmp_path_factory):
     """node1 with an engine of its own holding the PyTorch image, copied there by homegpu from node3."""
-    with own_engines(sim_cluster, ["node1"]) as engines:
-        toml = sim_cluster.write_cluster_toml(tmp_path_factory.mktemp("copy") / "cluster.toml", runtime="docker")
-        copy = homegpu("--config", str(toml), "image", "copy", torch_image, "--from", "node3", "--to", "node1",
-                       timeout=900)
-        assert copy.returncode == 0, copy.stdout + copy.stderr
-        yield engines["node1"]
+    with node1_engine_holding(sim_cluster, torch_image, tmp_path_factory.mktemp("copy")) as engine:
+        yield engine
 
 
 def mixed_job(sim_cluster: SimCluster, tmp_path: Path, image: str, docker_node: str = "node1", name: str = "ddp",

@@ -15,9 +15,11 @@ from images import TORCH_PACKAGES
 from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.config.checks import ConfigError
 from homegpu.remote.plan import lay_out
-from homegpu.remote.runtimes.base import TORCH_PACKAGES as NODE_INSTALL
+from homegpu.remote.runtimes.framework_needs import TORCH, version_mismatch
 
-CLUSTER = """
+NODE_INSTALL = TORCH.packages
+
+TWO_NODES = """
 [[nodes]]
 name = "desktop"
 host = "desktop"
@@ -26,7 +28,8 @@ address = "10.0.0.20"
 name = "laptop"
 host = "laptop"
 address = "10.0.0.30"
-[jobs.ddp]
+"""
+CLUSTER = TWO_NODES + """[jobs.ddp]
 framework = "pytorch"
 script = "multinode.py"
 args = ["50", "10"]
@@ -83,7 +86,7 @@ def test_a_tensorflow_job_still_gets_its_tf_config():
 @pytest.mark.parametrize("table, words", [
     ('framework = "pytorch"\nmodel = "resnet"\n', "the built-in TensorFlow trainer's key: the PyTorch demo trains"),
     ('framework = "pytorch"\nscript = "x.py"\nworkers_per_node = 2\n', "a PyTorch job runs one torchrun per node"),
-    ('framework = "jax"\n', 'use one of: "tensorflow", "pytorch"'),
+    ('framework = "mxnet"\n', 'use one of: "tensorflow", "pytorch", "jax"'),
 ])
 def test_what_a_pytorch_job_cannot_be_is_one_line(table, words):
     with pytest.raises(ConfigError) as caught:
@@ -137,14 +140,12 @@ def test_a_jobs_framework_unset_is_read_from_its_scripts_imports(tmp_path, scrip
 
 
 def test_nodes_with_different_torch_versions_are_named_once():
-    from homegpu.remote.jobs.preflight import torch_mismatch
-
     versions = {"desktop": "2.14.1+cu130", "laptop": "2.13.0", "closet": ""}
-    assert torch_mismatch("desktop", versions) == [
+    assert version_mismatch(TORCH, "desktop", versions) == [
         "torch differs between the nodes (2.14.1+cu130 on desktop, 2.13.0 on laptop): DDP's processes must run one "
         "version; install the same torch on every node (python -m pip install torch==2.14.1)"]
-    assert torch_mismatch("laptop", versions) == []  # said once, by the first node
-    assert torch_mismatch("desktop", {"desktop": "2.14.1", "laptop": "2.14.1"}) == []
+    assert version_mismatch(TORCH, "laptop", versions) == []  # said once, by the first node
+    assert version_mismatch(TORCH, "desktop", {"desktop": "2.14.1", "laptop": "2.14.1"}) == []
 
 
 def test_torchrun_runs_on_the_interface_that_holds_the_nodes_address(monkeypatch):

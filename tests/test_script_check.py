@@ -57,7 +57,14 @@ def test_the_refusal_names_the_file_line_and_both_fixes(tmp_path, monkeypatch):
     assert problem.startswith("train.py:4: `import keras` is Keras 3, which cannot train under "
                               "MultiWorkerMirroredStrategy")
     assert "import tf_keras as keras" in problem and 'keras = "tf-keras" in [jobs.mnist]' in problem
+    assert 'framework = "jax" and keras.distribution.DataParallel' in problem  # Keras 3's own way across machines
     assert "\n" not in problem
+
+
+def test_a_jax_job_with_keras_3_is_not_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    job, source = write_job(tmp_path, {"train.py": KERAS_IO_STYLE}, framework="jax")
+    assert keras3_problem(job, source, workers=2) == ""
 
 
 def test_the_import_is_found_in_the_code_dirs_other_files(tmp_path, monkeypatch):

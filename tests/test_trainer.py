@@ -199,6 +199,8 @@ ALLOWED_TOP = {"tensorflow", "tf_keras", "numpy", "homegpu"}
 TORCH_ALLOWED_TOP = {"torch", "homegpu"}
 TF_FREE = ("metrics.py", "cluster.py", "synthetic.py", "cli.py", "__main__.py", "shares.py")
 TORCH_FILES = ("torch_demo.py", "balance_torch.py")  # PyTorch's demo and its balancing: no TensorFlow
+JAX_ALLOWED_TOP = {"jax", "numpy", "homegpu"}
+JAX_FILES = ("jax_demo.py", "jax_cluster.py")  # JAX's demo and its cluster environment: no TensorFlow
 
 
 def _imports(path: Path) -> list[tuple[str, bool]]:
@@ -216,8 +218,9 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
 
 @pytest.mark.parametrize("path", sorted(TRAINER_DIR.glob("*.py")), ids=lambda p: p.name)
 def test_trainer_imports_only_stdlib_tensorflow_and_itself(path):
-    """(TORCH_FILES: the standard library, torch and itself.)"""
-    allowed = TORCH_ALLOWED_TOP if path.name in TORCH_FILES else ALLOWED_TOP
+    """(TORCH_FILES: the standard library, torch and itself; JAX_FILES: jax, numpy and itself.)"""
+    allowed = TORCH_ALLOWED_TOP if path.name in TORCH_FILES else JAX_ALLOWED_TOP if path.name in JAX_FILES \
+        else ALLOWED_TOP
     for module, at_top in _imports(path):
         top = module.split(".")[0]
         assert top in sys.stdlib_module_names or top in allowed, f"{path.name} imports {module}"

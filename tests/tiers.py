@@ -27,6 +27,7 @@ NEEDS = {
     "tensorflow": "TensorFlow on this machine",
     "browser": "Debian's chromium",
     "pytorch": "PyTorch on this machine",
+    "jax": "JAX on this machine",
     "root": "root (namespaces, a second Unix user)",
 }
 # fixture -> the marks a test that uses it (even through another fixture) gets.
@@ -37,14 +38,17 @@ FIXTURE_NEEDS = {
     "busybox_image": ("docker", "root"),
     "tf_image": ("docker", "tensorflow", "root"),
     "torch_image": ("docker", "pytorch", "root"),
+    "jax_image": ("docker", "jax", "root"),
     "tensorflow": ("tensorflow",),
     "chromium": ("browser",),
     "pytorch": ("pytorch",),
+    "jax": ("jax",),
     "root": ("root",),
 }
 # what to take for each mark, as the failure says
 FIXTURE_FOR = {"lan": "lan (or sim_cluster)", "docker": "docker_engine", "tensorflow": "tensorflow",
-               "browser": "chromium", "pytorch": "pytorch", "root": "root"}
+               "browser": "chromium", "pytorch": "pytorch", "jax": "jax",
+               "root": "root"}
 FAST = "fast"
 TF_MODULES = ("tensorflow", "tf_keras")
 NOTES_ENV = "HOMEGPU_TEST_TF_NOTES"  # where a Python started by a test notes that it imported TensorFlow

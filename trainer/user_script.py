@@ -5,8 +5,10 @@ holds homegpu/trainer (the synced `_homegpu/`). Before the script runs:
 - in a multi-worker run, the two settings that let the built-in trainer ride out a Wi-Fi drop: gRPC's
   TCP_USER_TIMEOUT raised (link_patience.py) and, once the script imports TensorFlow, the coordination
   service's heartbeat timeout (coordination.py), both to $HOMEGPU_PEER_TIMEOUT (120 s);
-- with HOMEGPU_KERAS=tf-keras (the job's `keras = "tf-keras"`), `import keras` gives tf-keras.
-TensorFlow itself is not imported here, so whatever the script sets before importing it still counts.
+- with HOMEGPU_KERAS=tf-keras (the job's `keras = "tf-keras"`), `import keras` gives tf-keras;
+- in a JAX run, once the script imports JAX, homegpu as a cluster environment it detects (jax_cluster.py), so
+  `jax.distributed.initialize()` needs no arguments.
+TensorFlow and JAX are not imported here, so whatever the script sets before importing it still counts.
 
 The script sees what `python SCRIPT ARGS` gives it: `__name__ == "__main__"`, its `__file__`, `sys.argv`,
 its own folder first on sys.path, the working dir, its exit status, and a traceback that starts in its
@@ -23,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from homegpu.trainer import jax_cluster
 from homegpu.trainer.cluster import ClusterConfigError, worker_role
 from homegpu.trainer.coordination import peer_timeout, tolerate_quiet_peers
 from homegpu.trainer.keras_alias import use_tf_keras_for_keras
@@ -86,6 +89,8 @@ def prepare_for_run(env: os._Environ | dict = os.environ) -> None:
     """Everything homegpu sets up in this process before the script runs (see the module's docstring)."""
     if env.get(KERAS_ENV) == "tf-keras":
         use_tf_keras_for_keras()
+    if jax_cluster.in_run(env):
+        after_import("jax", jax_cluster.register)
     try:
         multi_worker = worker_role(env).multi_worker
     except ClusterConfigError:

@@ -23,7 +23,7 @@ from homegpu.trainer import MODELS
 
 DEFAULT_IMAGE = "homegpu/tensorflow:2.21"
 # A job's image when it names none, by framework: what `homegpu image build --framework F` builds.
-DEFAULT_IMAGES = {"tensorflow": DEFAULT_IMAGE, "pytorch": "homegpu/pytorch:2.14"}
+DEFAULT_IMAGES = {"tensorflow": DEFAULT_IMAGE, "pytorch": "homegpu/pytorch:2.14", "jax": "homegpu/jax:0.10"}
 DEFAULT_JOB_PORT = 23456
 RESTART_POLICIES = ("never", "on-failure")
 KEEP_GLOBAL_BATCH, KEEP_WORKER_BATCH = "keep-global-batch", "keep-worker-batch"  # on_fewer_workers (jobs/fewer.py)
@@ -31,7 +31,7 @@ KEEP_GLOBAL_BATCH, KEEP_WORKER_BATCH = "keep-global-batch", "keep-worker-batch" 
 TRAINER_SCHEDULE_KEYS = frozenset({"epochs", "batch_size", "steps_per_epoch"})  # the built-in trainers
 TENSORFLOW_TRAINER_KEYS = frozenset({"data", "model", "on_fewer_workers"})
 TENSORFLOW_LAYOUT_KEYS = frozenset({"workers_per_node", "share_gpus"})  # torchrun starts a process per GPU itself
-FRAMEWORKS = ("tensorflow", "pytorch")  # pytorch: the script runs under torchrun, one per node
+FRAMEWORKS = ("tensorflow", "pytorch", "jax")  # pytorch: under torchrun, one per node; jax: jax.distributed
 KERAS_CHOICES = ("keras", "tf-keras")  # what a script's `import keras` gives: the python's own keras, or tf-keras
 BALANCE_CHOICES = ("speed", "even")  # each worker's share of a step: by its measured speed, or the same for all
 
@@ -84,7 +84,7 @@ class JobSpec:
     stall_timeout: float = 300.0
     reconnect_timeout: float = 300.0  # how long a restart waits for a node that is away (rebooting)
     keras: str = "keras"  # "tf-keras": a script's `import keras` gets tf-keras (Keras 3 cannot train under MWMS)
-    framework: str = "tensorflow"  # or "pytorch": torchrun on each node, a process per GPU
+    framework: str = "tensorflow"  # or "pytorch": torchrun on each node, a process per GPU; or "jax"
     min_workers: int = 0  # how few workers a run goes on with when machines leave for good (0: every one)
     on_fewer_workers: str = KEEP_GLOBAL_BATCH  # or KEEP_WORKER_BATCH: the built-in trainer's batch then
     rejoin: bool = True  # a lost node back rejoins at the end of an epoch (False: at the next restart only)
@@ -103,6 +103,10 @@ class JobSpec:
         return self.framework == "pytorch"
 
     @property
+    def is_tensorflow(self) -> bool:
+        return self.framework == "tensorflow"
+
+    @property
     def uses_trainer(self) -> bool:
         return not self.script
 
@@ -118,11 +122,11 @@ class JobSpec:
         """The keys that apply to this job, with their values, as its run records them (run.json, the
         report): a script leaves out the built-in trainer's schedule and model, a PyTorch job
         TensorFlow's worker layout, and only a TensorFlow script keeps `keras`."""
-        tensorflow_trainer = self.uses_trainer and not self.is_pytorch
+        tensorflow_trainer = self.uses_trainer and self.is_tensorflow
         unused = ((frozenset() if self.uses_trainer else TRAINER_SCHEDULE_KEYS)
                   | (frozenset() if tensorflow_trainer else TENSORFLOW_TRAINER_KEYS)
                   | (TENSORFLOW_LAYOUT_KEYS if self.is_pytorch else frozenset())
-                  | (frozenset() if self.script and not self.is_pytorch else {"keras"})
+                  | (frozenset() if self.script and self.is_tensorflow else {"keras"})
                   | (frozenset({"checkpoint"}) if self.uses_trainer else frozenset()))
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in unused}
 
@@ -157,7 +161,8 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...],
         if not value:
             raise v.fail(key_path, "the node list is empty", "leave nodes out to use every node")
 
-    framework = get("framework", str, _script_framework(v.file, table.get("script")), v.choice(FRAMEWORKS))
+    framework = get("framework", str, _script_framework(v.file, table.get("script"), table.get("env")),
+                    v.choice(FRAMEWORKS))
     job = JobSpec(
         name=name,
         image=get("image", str, DEFAULT_IMAGES[framework], _check_image(v)),
@@ -194,7 +199,7 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...],
     )
     _check_worker_ports(v, job)
     _check_min_workers(v, table, path, job, node_names)
-    _check_pytorch(v, table, path, job)
+    _check_framework_keys(v, table, path, job)
     _refuse_trainer_keys(v, table, path, job)
     return job
 
@@ -231,41 +236,75 @@ def _refuse_trainer_keys(v: Validator, table: dict, path: tuple, job: JobSpec) -
                          f'"..."]), or remove {key}')
 
 
-def _script_framework(config_file: str, script: object) -> str:
-    """A job's framework when its table names none: "pytorch" for a script (relative to the cluster file)
-    that uses torch.distributed or DDP and imports no TensorFlow or Keras, else "tensorflow"."""
-    if not isinstance(script, str) or not script:
-        return "tensorflow"
-    path = Path(config_file).parent / Path(script).expanduser()
-    try:
-        if path.stat().st_size > MAX_SCRIPT_BYTES:
-            return "tensorflow"
-        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, SyntaxError, ValueError, RecursionError):
+def _script_framework(config_file: str, script: object, env: object = None) -> str:
+    """A job's framework when its table names none, from its script (relative to the cluster file): "jax" for one
+    that uses jax.distributed, or Keras with the JAX backend (KERAS_BACKEND set to "jax" in the job's env or by the
+    script); "pytorch" for one that uses torch.distributed or DDP and imports no TensorFlow or Keras; else
+    "tensorflow"."""
+    tree = _script_tree(config_file, script)
+    if tree is None:
         return "tensorflow"  # read again at launch; a script that does not parse is Python's to report
     modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-    distributed = any(m.startswith(("torch.distributed", "torch.nn.parallel")) for m in modules) or any(
-        isinstance(node, ast.Attribute) and node.attr == "distributed" and isinstance(node.value, ast.Name)
-        and node.value.id == "torch" for node in ast.walk(tree))
-    tensorflow = any(m.split(".")[0] in ("tensorflow", "keras", "tf_keras") for m in modules)
+    roots = {m.split(".")[0] for m in modules}
+    from_jax = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == "jax"
+                for alias in node.names}
+    if "jax.distributed" in modules or "distributed" in from_jax or _uses(tree, "jax", "distributed") or (
+            "keras" in roots and _keras_on_jax(tree, env)):
+        return "jax"
+    distributed = any(m.startswith(("torch.distributed", "torch.nn.parallel")) for m in modules) or _uses(
+        tree, "torch", "distributed")
+    tensorflow = bool(roots & {"tensorflow", "keras", "tf_keras"})
     return "pytorch" if distributed and not tensorflow else "tensorflow"
 
 
-def _check_pytorch(v: Validator, table: dict, path: tuple, job: JobSpec) -> None:
-    """A PyTorch job runs under torchrun, which starts one process per GPU itself; without a script, the
-    built-in PyTorch demo (synthetic data, its own model)."""
-    if not job.is_pytorch:
+def _script_tree(config_file: str, script: object) -> ast.AST | None:
+    """The script's syntax tree; None where there is no script, or it is too large, unreadable or not Python."""
+    if not isinstance(script, str) or not script:
+        return None
+    path = Path(config_file).parent / Path(script).expanduser()
+    try:
+        if path.stat().st_size > MAX_SCRIPT_BYTES:
+            return None
+        return ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return None
+
+
+def _uses(tree: ast.AST, module: str, attribute: str) -> bool:
+    """Whether the script names `module.attribute` (e.g. torch.distributed, jax.distributed.initialize)."""
+    return any(isinstance(node, ast.Attribute) and node.attr == attribute and isinstance(node.value, ast.Name)
+               and node.value.id == module for node in ast.walk(tree))
+
+
+def _keras_on_jax(tree: ast.AST, env: object) -> bool:
+    """KERAS_BACKEND is "jax": in the job's env, or set by the script (`os.environ["KERAS_BACKEND"] = "jax"`, as
+    keras.io's examples begin)."""
+    if isinstance(env, dict) and env.get("KERAS_BACKEND") == "jax":
+        return True
+    return any(isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value == "jax"
+               and any(isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant)
+                       and t.slice.value == "KERAS_BACKEND" for t in node.targets) for node in ast.walk(tree))
+
+
+def _check_framework_keys(v: Validator, table: dict, path: tuple, job: JobSpec) -> None:
+    """The PyTorch and JAX demos train their own model on synthetic data; a PyTorch job runs under torchrun, which
+    starts one process per GPU itself."""
+    if job.is_tensorflow:
         return
+    name = {"pytorch": "PyTorch", "jax": "JAX"}[job.framework]
     for key in ("data", "model"):
         if job.uses_trainer and key in table:
-            raise v.fail(path + (key,), "the built-in TensorFlow trainer's key: the PyTorch demo trains its own "
+            raise v.fail(path + (key,), f"the built-in TensorFlow trainer's key: the {name} demo trains its own "
                                         "model on synthetic data",
-                         f'remove {key}, or name your DDP script with script = "train.py"')
-    if "workers_per_node" in table:
+                         f'remove {key}, or name your script with script = "train.py"')
+    if job.is_pytorch and "workers_per_node" in table:
         raise v.fail(path + ("workers_per_node",), "a PyTorch job runs one torchrun per node, which starts a "
                                                    "process per GPU (one on a node without GPUs)",
                      "remove workers_per_node")
+    if job.keras == "tf-keras":
+        raise v.fail(path + ("keras",), f"tf-keras runs on TensorFlow, and this is a {name} job",
+                     "remove keras")
 
 
 def _check_checkpoint(v: Validator, table: dict) -> Check:

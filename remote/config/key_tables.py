@@ -92,9 +92,11 @@ NODES = Section("[[nodes]]", (
 ))
 
 JOBS = Section("[jobs.NAME]", (
-    Key("image", "string", '`"homegpu/tensorflow:2.21"`; a PyTorch job: `"homegpu/pytorch:2.14"`',
+    Key("image", "string", '`"homegpu/tensorflow:2.21"`; a PyTorch job: `"homegpu/pytorch:2.14"`; a JAX job: '
+        '`"homegpu/jax:0.10"`',
         "image for Docker nodes (`homegpu image build` makes it from `assets/Dockerfile`; `--framework pytorch` "
-        "from `assets/pytorch.Dockerfile`)", 'image = "homegpu/tensorflow:2.21"'),
+        "from `assets/pytorch.Dockerfile`, `--framework jax` from `assets/jax.Dockerfile`)",
+        'image = "homegpu/tensorflow:2.21"'),
     Key("python", "path", "the node's `python`", "interpreter for process nodes", 'python = "/opt/tf/bin/python"'),
     Key("script", "path", "none: the built-in trainer",
         "your entry file, relative to cluster.toml; it runs in the worker's output dir (`$HOMEGPU_OUTPUT_DIR`, "
@@ -105,10 +107,14 @@ JOBS = Section("[jobs.NAME]", (
         "[Your own script](your-script.md#what-is-shipped); mounted read-only in containers)",
         'code_dir = "my_model"'),
     Key("args", "list of strings", "`[]`", "arguments for `script`", 'args = ["--lr", "0.01"]'),
-    Key("framework", '`"tensorflow"` or `"pytorch"`',
-        '`"pytorch"` for a script that uses `torch.distributed` or DDP and imports no TensorFlow, else `"tensorflow"`',
+    Key("framework", '`"tensorflow"`, `"pytorch"` or `"jax"`',
+        '`"jax"` for a script that uses `jax.distributed`, or Keras with `KERAS_BACKEND` `"jax"` (in `env` or set '
+        'by the script); `"pytorch"` for one that uses `torch.distributed` or DDP and imports no TensorFlow; else '
+        '`"tensorflow"`',
         '`"pytorch"`: the `script` runs under torchrun on each node, a process per GPU (see '
-        "[A PyTorch script](your-script.md#a-pytorch-script)); `workers_per_node` does not apply",
+        "[A PyTorch script](your-script.md#a-pytorch-script)); `workers_per_node` does not apply. `\"jax\"`: a "
+        "process per worker, and `jax.distributed.initialize()` needs no arguments (see "
+        "[A JAX script](your-script.md#a-jax-script))",
         'framework = "pytorch"'),
     Key("data", "string", '`"synthetic"`',
         'built-in trainer\'s data: `"synthetic"` (no download), `"npz:FILE"` (mnist format), `"dir:FOLDER"` '

@@ -11,7 +11,7 @@ import tomli_w
 from homegpu.remote.config.cluster_spec import (
     DEFAULT_CLUSTER_NAME, DEMO_JOB, AlertRules, ClusterSpec, NodeSpec, SshDefaults,
 )
-from homegpu.remote.config.job_spec import JobSpec
+from homegpu.remote.config.job_spec import DEFAULT_JOB_PORT, JobSpec
 from homegpu.remote.config.node_sleep_wake import NodeSleepWake
 from homegpu.remote.config.slurm_keys import scheduler_keys
 
@@ -22,7 +22,7 @@ STARTER_HEADER = """\
 # runtime is "docker" (containers, GPUs passed through) or "process" (plain python on the node);
 # python is the interpreter of a process node ("python3" unless set; here, the one homegpu runs under).
 # [jobs.demo] trains the built-in model on synthetic data across every node: `homegpu run demo`
-# (framework = "pytorch": the PyTorch demo, DDP under torchrun on each node).
+# (framework = "pytorch": the PyTorch demo, DDP under torchrun on each node; "jax": the JAX demo).
 # Check it with `homegpu check`, then `homegpu doctor`; the full reference is docs/reference.md.
 
 """
@@ -74,13 +74,14 @@ def starter_cluster(nodes: tuple[NodeSpec, ...] = (), user: str | None = None,
     """What `homegpu init` writes: `nodes` (else this machine) and a `demo` job ready to run.
 
     The demo job is the built-in trainer on synthetic data across every node (with `framework`
-    "pytorch", the PyTorch demo under torchrun), so init → check → doctor → tfconfig → run needs no
-    edit. Nodes keep the runtime they were given. This machine alone gets two TensorFlow workers, so
+    "pytorch", the PyTorch demo under torchrun; "jax", the JAX demo), so init → check → doctor → tfconfig → run
+    needs no edit. Nodes keep the runtime they were given. This machine alone gets two TensorFlow workers, so
     that MultiWorkerMirroredStrategy really synchronises.
     """
     nodes = nodes or (NodeSpec.this_machine(),)
-    if framework == "pytorch":
-        demo = JobSpec(name=DEMO_JOB, framework="pytorch", epochs=5, port=29500)
+    if framework in ("pytorch", "jax"):
+        port = 29500 if framework == "pytorch" else DEFAULT_JOB_PORT
+        demo = JobSpec(name=DEMO_JOB, framework=framework, epochs=5, port=port)
     else:
         demo = JobSpec(name=DEMO_JOB, workers_per_node=2 if len(nodes) == 1 else 1)
     return ClusterSpec(name=name, nodes=nodes, ssh=SshDefaults(user=user), jobs=MappingProxyType({DEMO_JOB: demo}))
@@ -134,7 +135,7 @@ _TRAINER_KEYS = ("data", "model", "epochs")
 
 
 def _job_dict(job: JobSpec) -> dict[str, Any]:
-    shown = ("epochs",) if job.is_pytorch else _TRAINER_KEYS  # the PyTorch demo has its own data and model
+    shown = _TRAINER_KEYS if job.is_tensorflow else ("epochs",)  # the other demos have their own data and model
     table = {key: getattr(job, key) for key in shown} if job.uses_trainer else {}
     table.update(_non_default(job, JobSpec(name=job.name)))
     table.pop("name", None)

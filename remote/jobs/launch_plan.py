@@ -15,7 +15,8 @@ from homegpu.remote.config import EMBEDDED_DEFAULT, JobSpec
 from homegpu.remote.jobs.backup_copy import BACKUP_DIR
 from homegpu.remote.node_side import MARKER_INDEX, MARKER_JOB, MARKER_RUN
 from homegpu.remote.plan import (
-    TORCH_DEMO_MODULE, DevicePlan, WorkerSlot, docker_device_ids, tf_config_json, torchrun_argv,
+    JAX_DEMO_MODULE, TORCH_DEMO_MODULE, DevicePlan, WorkerSlot, docker_device_ids, jax_env, tf_config_json,
+    torchrun_argv,
 )
 from homegpu.remote.runtimes import NodePaths, Runtime, WorkerLaunch
 
@@ -31,7 +32,9 @@ def new_run_id(job: str, now: float | None = None) -> str:
 def worker_argv(job: JobSpec, paths: NodePaths, script_rel: str = "") -> tuple[str, ...]:
     """The worker's command: the built-in trainer, or the user's script (`script_rel`, relative
     to the synced code dir) with its args, started through trainer/user_script.py (which runs it
-    as `python SCRIPT ARGS` would). Workers run in their output dir (see worker_cwd)."""
+    as `python SCRIPT ARGS` would), or the built-in JAX demo. Workers run in their output dir (see worker_cwd)."""
+    if job.uses_trainer and job.framework == "jax":
+        return (paths.python, *_demo_program(JAX_DEMO_MODULE, job, paths))
     if job.uses_trainer:
         argv = [paths.python, "-m", "homegpu.trainer", "--data", _data_arg(job.data, paths),
                 "--model", job.model, "--epochs", str(job.epochs), "--batch-size", str(job.batch_size),
@@ -46,7 +49,12 @@ def _torch_program(job: JobSpec, paths: NodePaths, script_rel: str) -> list[str]
     """What torchrun starts in each process: the job's script and args, or the built-in PyTorch demo."""
     if not job.uses_trainer:
         return [_script_path(job, paths, script_rel), *job.args]
-    program = ["-m", TORCH_DEMO_MODULE, "--epochs", str(job.epochs), "--batch-size", str(job.batch_size),
+    return _demo_program(TORCH_DEMO_MODULE, job, paths)
+
+
+def _demo_program(module: str, job: JobSpec, paths: NodePaths) -> list[str]:
+    """`-m MODULE` with the job's schedule: the PyTorch or the JAX demo."""
+    program = ["-m", module, "--epochs", str(job.epochs), "--batch-size", str(job.batch_size),
                "--output", paths.output_dir]
     return program + (["--steps-per-epoch", str(job.steps_per_epoch)] if job.steps_per_epoch else [])
 
@@ -73,9 +81,10 @@ def _data_arg(data: str, paths: NodePaths) -> str:
 def worker_env(job: JobSpec, paths: NodePaths) -> dict[str, str]:
     """Environment for a worker: the job's env, the shipped trainer package first on PYTHONPATH (a
     user's script gets the job's PYTHONPATH back from user_script.py), legacy Keras (`tf.keras` is
-    tf-keras), the job's `keras` choice for a script's own `import keras`, and where a script's
-    BackupAndRestore keeps what homegpu copies off the chief (jobs/backup_copy.py)."""
-    env = {"TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1", "HOMEGPU_OUTPUT_DIR": paths.output_dir,
+    tf-keras) or, in a JAX job, Keras 3 on JAX, the job's `keras` choice for a script's own `import keras`,
+    and where a script's BackupAndRestore keeps what homegpu copies off the chief (jobs/backup_copy.py)."""
+    keras = {"KERAS_BACKEND": "jax"} if job.framework == "jax" else {"TF_USE_LEGACY_KERAS": "1"}
+    env = {**keras, "PYTHONUNBUFFERED": "1", "HOMEGPU_OUTPUT_DIR": paths.output_dir,
            "HOMEGPU_BACKUP_DIR": posixpath.join(paths.output_dir, BACKUP_DIR), "HOMEGPU_BALANCE": job.balance,
            **job.env}
     shipped = posixpath.join(paths.code_dir, TRAINER_PACKAGE_DIR)
@@ -130,6 +139,8 @@ def worker_launch(job: JobSpec, run_id: str, generation: int, slots: Sequence[Wo
         env["HOMEGPU_SHARES"] = ",".join(map(str, shares))
     if devices is not None:  # the job's own env may still override what the plan sets
         env = {**runtime.device_env(plan, devices), **env}
+    if job.framework == "jax":
+        env.update(jax_env(slots, slot))
     env.update(worker_markers(job.name, run_id, slot.index))  # not the job's to override
     if job.is_pytorch:
         processes = devices.replicas if devices is not None else 1
@@ -138,7 +149,7 @@ def worker_launch(job: JobSpec, run_id: str, generation: int, slots: Sequence[Wo
         argv = worker_argv(job, paths, script)
     return WorkerLaunch(
         job=job.name, run_id=run_id, generation=generation, slot=slot,
-        tf_config="" if job.is_pytorch else tf_config_json(slots, slot.index),
+        tf_config=tf_config_json(slots, slot.index) if job.is_tensorflow else "",
         argv=argv, cwd=worker_cwd(paths), python=paths.python,
         code_dir=code_dir, output_dir=runtime.out_dir(run_id, slot.label),
         env=env, image=job.image, data_dir=job.data_dir,

@@ -8,7 +8,7 @@ from pathlib import Path
 from homegpu.remote.config import JobSpec
 from homegpu.remote.net import bind_problem, parse_probe, probe_argv
 from homegpu.remote.nodes import NODE_GONE
-from homegpu.remote.runtimes import Runtime, WorkerLaunch
+from homegpu.remote.runtimes import NEEDS, Runtime, WorkerLaunch
 
 _PATH_SCRIPT = "import os, sys; print(os.path.exists(os.path.expanduser(sys.argv[1])))"
 
@@ -20,8 +20,8 @@ async def node_preflight(runtime: Runtime, launch: WorkerLaunch, job: JobSpec, l
     checks = [runtime.preflight(launch), port_problems(runtime, launch.slot.address, ports)]
     if job.data_dir:
         checks.append(_exists(runtime, job.data_dir, "data_dir", "create it or fix data_dir in the job"))
-    if job.is_pytorch:
-        checks.append(runtime.torch_problems(launch))
+    if job.framework in NEEDS:
+        checks.append(runtime.framework_problems(launch, NEEDS[job.framework]))
     elif job.uses_trainer or job.keras == "tf-keras":  # both need tf-keras on the node
         checks.append(runtime.trainer_problems(launch))
     try:  # each check is a round trip to the node: ask them all at once

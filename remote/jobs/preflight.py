@@ -20,7 +20,7 @@ from homegpu.remote.nodes import (
     talking_shell,
 )
 from homegpu.remote.plan import DevicePlan, WorkerSlot
-from homegpu.remote.runtimes import Runtime, WorkerLaunch
+from homegpu.remote.runtimes import NEEDS, Runtime, WorkerLaunch, version_mismatch
 
 RuntimeOf = Callable[[WorkerSlot], Runtime]
 
@@ -39,8 +39,9 @@ async def run_preflight(cluster: Cluster, job: JobSpec, run_id: str, slots: Sequ
         asyncio.gather(*(node_preflight(runtime_of(slot), launch_for(slot), job, local_code, ports[name])
                          for name, slot in first.items())),
         asyncio.gather(*(login_warnings(cluster.node(name)) for name in first)))
-    if job.is_pytorch and not any(results):
-        results = [found + torch_mismatch(name, {n: runtime_of(s).torch_version for n, s in first.items()})
+    if job.framework in NEEDS and not any(results):
+        versions = {n: runtime_of(s).framework_version for n, s in first.items()}
+        results = [found + version_mismatch(NEEDS[job.framework], name, versions)
                    for name, found in zip(first, results)]
     if not any(results):  # each node ready by itself: now prove the network between them
         ends = [Endpoint(cluster.node(name), slot.address, tuple(ports[name])) for name, slot in first.items()]
@@ -63,16 +64,6 @@ async def restart_port_problems(slots: Sequence[WorkerSlot], runtime_of: Runtime
     found = await asyncio.gather(*(port_problems(runtime_of(slot), slot.address, _ports_on(slots, name))
                                    for name, slot in first.items()), return_exceptions=True)
     return [p for item in found for p in ([str(item)] if isinstance(item, BaseException) else item)]
-
-
-def torch_mismatch(node: str, versions: dict[str, str]) -> list[str]:
-    """`node`'s problem when the nodes run different torch versions (the first node names it once)."""
-    known = {name: version for name, version in versions.items() if version}
-    if len(set(known.values())) < 2 or node != next(iter(known)):
-        return []
-    listed = ", ".join(f"{version} on {name}" for name, version in known.items())
-    return [f"torch differs between the nodes ({listed}): DDP's processes must run one version; install the "
-            f"same torch on every node (python -m pip install torch=={known[node].split('+')[0]})"]
 
 
 def _shell_warnings(node: NodeSession) -> list[str]:

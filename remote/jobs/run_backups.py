@@ -23,7 +23,7 @@ class RunBackups:
 
     def keep_copies(self) -> None:
         run = self.run
-        if not run.job.is_pytorch and run.backup is None:
+        if run.job.is_tensorflow and run.backup is None:
             copy = BackupCopy(run.experiment.folder.path / "chief-backup")
             run.backup = BackupKeeper(copy, self._sources, lambda line: run.publish(run.state, line))
         if run.job.script and run.checkpoints is None:

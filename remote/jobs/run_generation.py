@@ -29,8 +29,9 @@ class Generations:
             LaunchError: naming each worker that did not start and why.
         """
         run = self.run
-        what = "torchrun on" if run.job.is_pytorch else "TensorFlow on"
-        run.publish(JobState.STARTING, f"starting {what} {len(run.slots)} {'node' if run.job.is_pytorch else 'worker'}(s)")
+        what = {"pytorch": "torchrun on", "jax": "JAX on"}.get(run.job.framework, "TensorFlow on")
+        unit = {"pytorch": "node", "jax": "process"}.get(run.job.framework, "worker")
+        run.publish(JobState.STARTING, f"starting {what} {len(run.slots)} {unit}(s)")
         launches = [run.launch_for(slot) for slot in run.slots]
         results = await asyncio.gather(*(run.tracks[l.label].runtime.start(l) for l in launches),
                                        return_exceptions=True)

@@ -119,8 +119,9 @@ class RunState:
         return self._last_run_shares or None
 
     def launch_lines(self) -> dict[str, str]:
-        """Worker label -> its TF_CONFIG, or for a PyTorch job its node's torchrun line (run.json)."""
-        if not self.job.is_pytorch:
+        """Worker label -> its TF_CONFIG, or for a PyTorch job its node's torchrun line, for a JAX job its
+        process's variables and command (run.json)."""
+        if self.job.is_tensorflow:
             return {s.label: tf_config_json(self.slots, s.index) for s in self.slots}
         layout = JobLayout(tuple(self.slots), self.plan)
         return {s.label: layout.launch_line(self.job, s) for s in self.slots}

@@ -125,14 +125,16 @@ def nccl_on_cpu_problem(job: JobSpec, config_source: str, plan: DevicePlan | Non
 
 def keras3_problem(job: JobSpec, config_source: str, workers: int) -> str:
     """One line refusing a multi-worker run of a script that would train with Keras 3; "" when fine."""
-    if job.uses_trainer or job.keras == "tf-keras" or workers < 2:
+    if job.uses_trainer or not job.is_tensorflow or job.keras == "tf-keras" or workers < 2:
         return ""  # one worker: Keras 3 trains under the strategy alone (checked on TF 2.21)
     found = find_keras3_under_mwms(job_files(job, config_source))
     if found is None:
         return ""
     return (f"{_shown(found.path)}:{found.line}: `{found.statement}` is Keras 3, which cannot train under "
             f"MultiWorkerMirroredStrategy (keras-team/keras#20585); write `import tf_keras as keras` there, "
-            f"or set keras = \"tf-keras\" in [jobs.{job.name}] to run the script unchanged with tf-keras")
+            f"or set keras = \"tf-keras\" in [jobs.{job.name}] to run the script unchanged with tf-keras, or "
+            f"train with Keras 3 on JAX: framework = \"jax\" and keras.distribution.DataParallel (docs: "
+            f"your-script.md, A JAX script)")
 
 
 def job_files(job: JobSpec, config_source: str) -> list[Path]:

@@ -15,7 +15,7 @@ from typing import Callable
 
 _NO_MODULE = re.compile(r"No module named '(?P<module>[^']+)'")
 _OUT_OF_MEMORY = ("OOM when allocating", "CUDA_ERROR_OUT_OF_MEMORY", "RESOURCE_EXHAUSTED: Out of memory",
-                  "CUDA out of memory")  # the last: PyTorch's torch.OutOfMemoryError
+                  "CUDA out of memory")  # XLA's (TensorFlow's and JAX's), then PyTorch's torch.OutOfMemoryError
 _PORT_IN_USE = ("Address already in use", "Failed to add port", "Could not start gRPC server")
 
 
@@ -86,6 +86,25 @@ _rendezvous_timeout = _phrases(
     "check that every node reaches the chief's job port (homegpu doctor, its reachable row)")
 
 
+# JAX's coordination service (jax.distributed), whose fatal errors end the process from C++ with no traceback.
+_JAX_FATAL = "JAX distributed service detected fatal errors"
+
+
+def _jax_never_joined(exception: str, text: str) -> KnownCause | None:
+    if "RegisterTask" in text and "DEADLINE_EXCEEDED" in text or "Barrier timed out" in text:
+        return KnownCause("a JAX process never joined the coordinator at process 0's port",
+                          "check that every node reaches the chief's job port (homegpu doctor, its reachable row); "
+                          "a process that failed before jax.distributed.initialize() says why in its log")
+    return None
+
+
+def _jax_peer_gone(exception: str, text: str) -> KnownCause | None:
+    if _JAX_FATAL in text:
+        return KnownCause("another JAX process ended (its node's log says why)",
+                          "read the other processes' logs; homegpu restarts the job when it can")
+    return None
+
+
 def _peer_gone(exception: str, text: str) -> KnownCause | None:
     if "gloo" in text and any(words in text for words in _PEER_GONE):
         return KnownCause("a peer process ended (its node's log says why)",
@@ -96,7 +115,7 @@ def _peer_gone(exception: str, text: str) -> KnownCause | None:
 # In order: the first that knows wins ("is Keras 3-only" may come as a ModuleNotFoundError).
 _TABLE: tuple[Callable[[str, str], KnownCause | None], ...] = (
     _keras3_only, _keras3_per_replica, _missing_module, _out_of_memory, _port_in_use,
-    _nccl_without_gpu, _nccl_failed, _rendezvous_timeout, _peer_gone,
+    _nccl_without_gpu, _nccl_failed, _rendezvous_timeout, _jax_never_joined, _jax_peer_gone, _peer_gone,
 )
 
 

@@ -29,6 +29,8 @@ from homegpu.trainer.cli import COLLECTIVE_ENV
 NCCL, RING = "NCCL", "RING"
 # A PyTorch job's backend: NCCL moves tensors between GPUs only, so one process on a CPU needs gloo.
 TORCH_NCCL, TORCH_GLOO = "nccl", "gloo"
+# JAX's collectives between processes: NCCL on GPUs, gloo on CPUs; one computation cannot mix the two.
+JAX_NCCL, JAX_GLOO = "NCCL", "gloo"
 HIDE_ALL_GPUS = "-1"  # CUDA_VISIBLE_DEVICES value that leaves a process no GPU at all
 
 
@@ -77,10 +79,14 @@ class DevicePlan:
     """Every worker's devices, the collective they all use, the batch arithmetic and who sets the pace."""
 
     workers: tuple[WorkerDevices, ...]
-    collective: str  # TensorFlow's (NCCL, RING) or, for PyTorch, the backend (nccl, gloo)
+    collective: str  # TensorFlow's (NCCL, RING), PyTorch's backend (nccl, gloo) or JAX's (NCCL, gloo)
     batch: BatchPlan | None  # None for a user's script: its batch is its own
     pace: PaceAdvice
-    pytorch: bool = False  # each worker is a torchrun on its node, a process per GPU (`replicas`)
+    framework: str = "tensorflow"  # pytorch: each worker is a torchrun on its node, a process per GPU (`replicas`)
+
+    @property
+    def pytorch(self) -> bool:
+        return self.framework == "pytorch"
 
     @property
     def processes(self) -> int:
@@ -101,6 +107,8 @@ class DevicePlan:
         wide = max(map(len, at))
         if self.pytorch:
             return self._torch_lines(width, at, wide)
+        if self.framework == "jax":
+            return self._jax_lines(width, at, wide)
         rows = [f"worker {w.index}  {w.label:<{width}}  {a:<{wide}}{w.device_text}"
                 for w, a in zip(self.workers, at)]
         why = "every worker has a GPU" if self.collective == NCCL else "a worker runs on CPU"
@@ -129,6 +137,15 @@ class DevicePlan:
                        *self.pace.sentences]
 
 
+    def _jax_lines(self, width: int, at: Sequence[str], wide: int) -> list[str]:
+        rows = [f"process {w.index}  {w.label:<{width}}  {a:<{wide}}{w.device_text}"
+                for w, a in zip(self.workers, at)]
+        why = "every process has a GPU" if self.collective == JAX_NCCL else "every process runs on CPU"
+        count = len(self.workers)
+        return rows + [f"jax.distributed: {count} process{'es' if count != 1 else ''}, the coordinator on process 0; "
+                       f"collectives {self.collective} ({why})", *self.pace.sentences]
+
+
 def gpu_inventory(source: Any) -> tuple[Gpu, ...]:
     """A node's GPUs from NodeStats (its ``gpus``), GpuStats-like objects or (index, name) pairs.
 
@@ -146,7 +163,7 @@ def gpu_inventory(source: Any) -> tuple[Gpu, ...]:
 
 def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_size: int | None,
                  share_gpus: bool = False, measured: Mapping[str, float] | None = None,
-                 pytorch: bool = False, balanced: bool = False) -> DevicePlan:
+                 framework: str = "tensorflow", balanced: bool = False) -> DevicePlan:
     """Lay the job's workers out on its nodes.
 
     Args:
@@ -157,8 +174,9 @@ def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_si
         share_gpus: let several workers of a node use one GPU when it has fewer GPUs than workers.
         measured: examples/s per worker label from the job's last run, for the pace advice
             (see ``pace.advise_pace``); without it the GPU models decide.
-        pytorch: a PyTorch job: one worker (a torchrun) per node with all its GPUs, each node with as
-            many processes as it has GPUs (nodes may differ), and the backend for the collective.
+        framework: the job's. "pytorch": one worker (a torchrun) per node with all its GPUs, each node with as
+            many processes as it has GPUs (nodes may differ), and the backend for the collective. "jax": a
+            process per worker, every one on GPUs or every one on CPU (JAX cannot mix them), any device count.
         balanced: each worker's share of a step follows its speed (trainer/shares.py), for the pace advice.
 
     Raises:
@@ -176,12 +194,26 @@ def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_si
             workers.append(WorkerDevices(node, len(workers), slot, tuple(g.index for g in gpus),
                                          tuple(g.name for g in gpus), max(1, len(gpus))))
     every_gpu = all(not w.on_cpu for w in workers)
-    if pytorch:
+    if framework == "pytorch":
         return DevicePlan(tuple(workers), TORCH_NCCL if every_gpu else TORCH_GLOO, None,
-                          advise_pace(_torch_processes(workers), unit=PROCESS, balanced=balanced), pytorch=True)
+                          advise_pace(_torch_processes(workers), unit=PROCESS, balanced=balanced), framework=framework)
+    if framework == "jax":
+        return DevicePlan(tuple(workers), _jax_collective(workers), None,
+                          advise_pace(workers, measured, unit=PROCESS, balanced=balanced), framework=framework)
     replicas = _equal_replicas(workers)
     return DevicePlan(tuple(workers), NCCL if every_gpu else RING, _batch(batch_size, len(workers), replicas),
                       advise_pace(workers, measured, balanced=balanced))
+
+
+def _jax_collective(workers: Sequence[WorkerDevices]) -> str:
+    """NCCL when every process has a GPU, gloo when none has; a plan mixing them is refused, naming a CPU node."""
+    on_cpu = [w for w in workers if w.on_cpu]
+    if not on_cpu:
+        return JAX_NCCL
+    if len(on_cpu) == len(workers):
+        return JAX_GLOO
+    raise DevicePlanError(f"node {on_cpu[0].node}: it has no GPU and the others do, and a JAX computation runs on "
+                          "one kind of device: leave it out with nodes = [...] in the job")
 
 
 def _torch_processes(workers: Sequence[WorkerDevices]) -> list[WorkerDevices]:

@@ -17,6 +17,7 @@ from homegpu.remote.plan.device_plan import DevicePlan, DevicePlanError
 from homegpu.remote.plan.tfconfig import (
     WorkerSlot, job_device_plan, job_node_specs, plan_counts, tf_config, worker_slots,
 )
+from homegpu.remote.plan.jax_env import JAX_DEMO_MODULE, jax_line
 from homegpu.remote.plan.torchrun import TORCH_DEMO_MODULE, torchrun_args
 from homegpu.remote.record import Timeline
 
@@ -43,11 +44,13 @@ class JobLayout:
         return ""
 
     def launch_line(self, job: JobSpec, slot: WorkerSlot, quote: bool = True) -> str:
-        """What `slot` gets: its TF_CONFIG (quoted for a shell with `quote`), or for a PyTorch job the
-        torchrun its node runs, as a user would type it."""
-        if not job.is_pytorch:
+        """What `slot` gets: its TF_CONFIG (quoted for a shell with `quote`), for a PyTorch job the torchrun its
+        node runs, and for a JAX job its process's variables and command, as a user would type them."""
+        if job.is_tensorflow:
             config = json.dumps(tf_config(self.slots, slot.index))
             return f"TF_CONFIG='{config}'" if quote else f"TF_CONFIG={config}"
+        if job.framework == "jax":
+            return jax_line(self.slots, slot, [job.script, *job.args] if job.script else ["-m", JAX_DEMO_MODULE, "..."])
         processes = self.plan.workers[slot.index].replicas if self.plan else 1
         program = [job.script, *job.args] if job.script else ["-m", TORCH_DEMO_MODULE, "..."]
         return shlex.join(["torchrun", *torchrun_args(self.slots, slot, processes, program)])

@@ -124,14 +124,15 @@ def job_device_plan(cluster: ClusterSpec, job: JobSpec, gpus: Mapping[str, Any],
     """
     nodes = {node.name: gpus.get(node.name) for node in job_node_specs(cluster, job)}
     batch_size = job.batch_size if job.uses_trainer else None  # a script's batch is its own business
-    balanced = job.uses_trainer and job.balance == "speed"  # a script balances only if it asks: unknown here
-    plan = plan_devices(nodes, job.workers_per_node, batch_size, job.share_gpus, pytorch=job.is_pytorch,
+    # a script balances only if it asks (unknown here); the JAX demo keeps even shares
+    balanced = job.uses_trainer and job.balance == "speed" and job.framework != "jax"
+    plan = plan_devices(nodes, job.workers_per_node, batch_size, job.share_gpus, framework=job.framework,
                         balanced=balanced)
     speeds = own_speeds(last_run, plan.workers) if last_run else {}
     if not speeds:
         return plan
     return plan_devices(nodes, job.workers_per_node, batch_size, job.share_gpus, measured=speeds,
-                        pytorch=job.is_pytorch, balanced=balanced)
+                        framework=job.framework, balanced=balanced)
 
 
 def plan_counts(plan: DevicePlan) -> dict[str, int]:

@@ -182,10 +182,11 @@ def _settings(manifest: dict) -> str:
             f"<div><b>{escape(worker)}</b><pre>{escape(_pretty(config))}</pre></div>"
             for worker, config in configs.items()
         ) + "</div>"
-    torchrun = manifest.get("torchrun") if isinstance(manifest.get("torchrun"), dict) else {}
-    if torchrun:
-        html += "<h3>torchrun per node</h3>" + "".join(
-            f"<div><b>{escape(str(node))}</b><pre>{escape(str(line))}</pre></div>" for node, line in torchrun.items())
+    for key, title in (("torchrun", "torchrun per node"), ("jax", "jax.distributed per process")):
+        lines = manifest.get(key) if isinstance(manifest.get(key), dict) else {}
+        if lines:
+            html += f"<h3>{title}</h3>" + "".join(
+                f"<div><b>{escape(str(who))}</b><pre>{escape(str(line))}</pre></div>" for who, line in lines.items())
     return html
 
 

@@ -15,6 +15,8 @@ from homegpu.remote.record.experiment import write_run_manifest
 from homegpu.remote.record.energy import RunEnergy, energy_of
 from homegpu.remote.record.html_report import ReportError, write_report
 from homegpu.remote.record.run_folder import RunFolder
+
+LAUNCH_KEYS = {"pytorch": "torchrun", "jax": "jax"}  # where run.json keeps a PyTorch or JAX job's launch lines
 from homegpu.remote.record.timeline import TimelineRecorder
 
 class RunRecord:
@@ -39,7 +41,7 @@ class RunRecord:
 
     def describe_setup(self, job: JobSpec, launches: Mapping[str, str]) -> str:
         """run.json: the job's settings, what each worker was given (its TF_CONFIG, or for a PyTorch job
-        its node's torchrun line) and the latest bandwidth matrix.
+        its node's torchrun line, for a JAX job its process's launch) and the latest bandwidth matrix.
 
         Returns:
             "" or one line naming the saved matrix, damaged and left out (bandwidth_store.read).
@@ -47,9 +49,10 @@ class RunRecord:
         matrix, problem = bandwidth_store.read(self.cluster.spec)
         bandwidth = {"at": matrix.at, "links": bandwidth_store.links_json(matrix)} if matrix else None
         settings = job.settings()
-        tf_configs, torchrun = ({}, dict(launches)) if job.is_pytorch else (dict(launches), None)
+        tf_configs = dict(launches) if job.is_tensorflow else {}
+        lines = {} if job.is_tensorflow else {LAUNCH_KEYS[job.framework]: dict(launches)}
         write_run_manifest(self.run_dir, {**settings, "env": dict(job.env)}, tf_configs, bandwidth,
-                           self.cluster.spec.tariff.as_dict(), torchrun)
+                           self.cluster.spec.tariff.as_dict(), **lines)
         return problem
 
     async def close(self, report: bool = True) -> tuple[Path | None, str]:

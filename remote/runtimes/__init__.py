@@ -8,8 +8,10 @@ from homegpu.remote.runtimes.base import STOP_GRACE_SECONDS, NodePaths, Runtime,
 from homegpu.remote.runtimes.docker_link import DockerLink, DockerUnavailable, docker_client
 from homegpu.remote.runtimes.errors import RuntimeError_
 from homegpu.remote.runtimes.factory import make_runtime
+from homegpu.remote.runtimes.framework_needs import NEEDS, FrameworkNeeds, version_mismatch
 
 __all__ = [
-    "STOP_GRACE_SECONDS", "DockerLink", "DockerUnavailable", "NodePaths", "Runtime", "RuntimeError_", "WorkerLaunch",
-    "WorkerStatus", "docker_client", "expand_path", "make_runtime",
+    "NEEDS", "STOP_GRACE_SECONDS", "DockerLink", "DockerUnavailable", "FrameworkNeeds", "NodePaths", "Runtime",
+    "RuntimeError_", "WorkerLaunch",
+    "WorkerStatus", "docker_client", "expand_path", "make_runtime", "version_mismatch",
 ]

@@ -17,9 +17,8 @@ from typing import Mapping, Sequence
 from homegpu.remote.logs import LogTail
 from homegpu.remote.nodes import NodeSession
 from homegpu.remote.plan import DevicePlan, WorkerDevices, WorkerSlot, process_env
+from homegpu.remote.runtimes.framework_needs import FrameworkNeeds
 
-TORCH_CHECK = "import torch, torch.distributed; print(torch.__version__)"  # what a PyTorch job needs, its version
-TORCH_PACKAGES = "torch numpy"  # what to install for it (as the [pytorch] extra: torch warns without NumPy)
 
 STOP_GRACE_SECONDS = 10.0
 
@@ -135,12 +134,16 @@ class Runtime(abc.ABC):
             One line per problem, naming the node and the fix; empty when ready.
         """
 
-    # the torch version the last torch_problems() found on the node ("" unknown: in a container's image)
-    torch_version = ""
+    # the framework's version the last framework_problems() found on the node ("" unknown)
+    framework_version = ""
 
-    async def torch_problems(self, launch: WorkerLaunch) -> list[str]:
-        """Check that PyTorch is importable where `launch` would run (a PyTorch job), noting its version
-        (torch_version); in a container, it comes with the image, which preflight checks is there."""
+    async def framework_problems(self, launch: WorkerLaunch, needs: FrameworkNeeds) -> list[str]:
+        """Check that a PyTorch or JAX job's framework is importable where `launch` would run, noting its version
+        (framework_version).
+
+        Returns:
+            One line per problem, naming the node and the fix; empty when ready.
+        """
         return []
 
     @abc.abstractmethod

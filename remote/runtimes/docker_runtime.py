@@ -29,10 +29,11 @@ from homegpu.remote.node_side import LABEL_INDEX, LABEL_JOB, LABEL_RUN
 from homegpu.remote.nodes import NodeSession, TransportError
 from homegpu.remote.plan import DevicePlan, WorkerDevices, container_env
 from homegpu.remote.runtimes.base import (
-    STOP_GRACE_SECONDS, TORCH_CHECK, NodePaths, Runtime, WorkerLaunch, WorkerStatus, expand_path,
+    STOP_GRACE_SECONDS, NodePaths, Runtime, WorkerLaunch, WorkerStatus, expand_path,
 )
 from homegpu.remote.runtimes.docker_link import DockerLink, DockerUnavailable, docker_client
 from homegpu.remote.runtimes.errors import RuntimeError_
+from homegpu.remote.runtimes.framework_needs import FrameworkNeeds
 
 CODE_DIR = "/homegpu/code"
 OUT_DIR = "/homegpu/out"
@@ -168,21 +169,21 @@ class DockerRuntime(Runtime):
         """Nothing to ask the node: TensorFlow comes with the image, which preflight checks is there."""
         return []
 
-    async def torch_problems(self, launch: WorkerLaunch) -> list[str]:
-        """PyTorch with torch.distributed imports in the job's image (one container, no network), its version
-        noted (torch_version); a missing image or engine is preflight's to name."""
+    async def framework_problems(self, launch: WorkerLaunch, needs: FrameworkNeeds) -> list[str]:
+        """The framework imports in the job's image (one container, no network), its version noted
+        (framework_version); a missing image or engine is preflight's to name."""
         try:
             async with docker_client(self.node) as link:
-                check = [launch.python, "-c", TORCH_CHECK]
+                check = [launch.python, "-c", needs.check]
                 imported, said = await link.call(_run_once, link.client, launch.image, check)
         except (docker.errors.NotFound, DockerUnavailable):
             return []
         if imported:
-            self.torch_version = said
+            self.framework_version = said
             return []
-        return [f"{self.node.name}: PyTorch (torch.distributed) does not import in image {launch.image} ({said}); "
-                f"build the PyTorch image there (homegpu image build --framework pytorch --node {self.node.name}) "
-                f"or set image in [jobs.{launch.job}]"]
+        build = f"homegpu image build --framework {needs.framework} --node {self.node.name}"
+        return [f"{self.node.name}: {needs.what} does not import in image {launch.image} ({said}); build the "
+                f"{needs.name} image there ({build}) or set image in [jobs.{launch.job}]"]
 
     async def _engine_problems(self, image: str) -> list[str]:
         try:

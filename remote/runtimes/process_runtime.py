@@ -12,9 +12,10 @@ from typing import Sequence
 from homegpu.remote.logs import LogTail
 from homegpu.remote.node_side import script
 from homegpu.remote.runtimes.base import (
-    STOP_GRACE_SECONDS, TORCH_CHECK, TORCH_PACKAGES, NodePaths, Runtime, WorkerLaunch, WorkerStatus,
+    STOP_GRACE_SECONDS, NodePaths, Runtime, WorkerLaunch, WorkerStatus,
 )
 from homegpu.remote.runtimes.errors import RuntimeError_
+from homegpu.remote.runtimes.framework_needs import FrameworkNeeds
 
 _TF_SCRIPT = "import tensorflow, tf_keras; print(tensorflow.__version__)"
 _TF_DISTS = ("tensorflow,tensorflow-cpu", "tf-keras")  # what _TF_SCRIPT imports, as installed (either name)
@@ -83,11 +84,11 @@ class ProcessRuntime(Runtime):
         return (await self._imports(launch.python, (_TF_SCRIPT, *_TF_DISTS), "TensorFlow with tf-keras",
                                     "'tensorflow==2.21.*' 'tf-keras==2.21.*'"))[0]
 
-    async def torch_problems(self, launch: WorkerLaunch) -> list[str]:
-        """PyTorch with torch.distributed imports with the worker's python on the node (its version noted)."""
-        problems, version = await self._imports(launch.python, (TORCH_CHECK, "torch"), "PyTorch (torch.distributed)",
-                                                TORCH_PACKAGES)
-        self.torch_version = version
+    async def framework_problems(self, launch: WorkerLaunch, needs: FrameworkNeeds) -> list[str]:
+        """The framework imports with the worker's python on the node (its version noted)."""
+        problems, version = await self._imports(launch.python, (needs.check, *needs.dists), needs.what,
+                                                needs.packages)
+        self.framework_version = version
         return problems
 
     async def _imports(self, python: str, check: tuple[str, ...], what: str, packages: str) -> tuple[list[str], str]:

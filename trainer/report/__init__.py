@@ -3,9 +3,9 @@
 
 It prints the metric line homegpu reads (PROTOCOL.md) so the run's live view, `metrics.jsonl`, the report
 and serve's /metrics show the epoch and its figures. Outside a homegpu run (no HOMEGPU_OUTPUT_DIR) it does
-nothing, so the script runs as before on its own. Under torchrun only each node's first process prints
-(its node is the worker homegpu shows); the figures you pass are yours: pass the loss all processes agree
-on (an all_reduce'd mean) to see one curve. Standard library only; homegpu ships it with every run.
+nothing, so the script runs as before on its own. A JAX process is the worker of its process id; under
+torchrun only each node's first process prints (its node is the worker homegpu shows). The figures you pass
+are yours: pass the loss all processes agree on (an all_reduce'd mean) to see one curve. Standard library only; homegpu ships it with every run.
 Not the run's HTML report (report.html, `homegpu report`): remote/record/html_report.py writes that.
 """
 
@@ -16,6 +16,8 @@ import os
 import time
 from typing import Any
 
+from homegpu.trainer.jax_cluster import PROCESS_COUNT_ENV as JAX_PROCESS_COUNT
+from homegpu.trainer.jax_cluster import PROCESS_ID_ENV as JAX_PROCESS_ID
 from homegpu.trainer.metrics import format_metric
 
 IN_A_RUN = "HOMEGPU_OUTPUT_DIR"  # set by homegpu for every worker
@@ -35,8 +37,10 @@ def epoch_done(epoch: int, epochs: int | None = None, **figures: Any) -> None:
 
 
 def _worker() -> tuple[int, int] | None:
-    """(this worker's index, how many): torchrun's node rank and node count, or TF_CONFIG's; None for a
-    process under torchrun that is not its node's first."""
+    """(this worker's index, how many): torchrun's node rank and node count, a JAX process's id and count, or
+    TF_CONFIG's; None for a process under torchrun that is not its node's first."""
+    if JAX_PROCESS_ID in os.environ:
+        return int(os.environ[JAX_PROCESS_ID]), int(os.environ.get(JAX_PROCESS_COUNT, "1"))
     if "GROUP_RANK" in os.environ:
         if os.environ.get("LOCAL_RANK", "0") != "0":
             return None

@@ -36,8 +36,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                            "the default) or process (a plain Python with TensorFlow on the node)")
     init.add_argument("--name", default="home", help="cluster name (default: home)")
     init.add_argument("--framework", choices=FRAMEWORKS, default="tensorflow",
-                      help="the demo job's framework: the built-in TensorFlow trainer, or the PyTorch demo "
-                           "(DDP under torchrun); both train on synthetic data (default: tensorflow)")
+                      help="the demo job's framework: the built-in TensorFlow trainer, the PyTorch demo "
+                           "(DDP under torchrun) or the JAX demo (jax.distributed); each trains on synthetic data "
+                           "(default: tensorflow)")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.set_defaults(handler=run_init)
 

@@ -19,7 +19,8 @@ from homegpu.remote.runtimes import DockerUnavailable
 from homegpu.tui.cli.common import UserError, load_spec
 
 # Each framework's worker image: its Dockerfile in assets/ (an editable install or a source checkout has them).
-DOCKERFILES = {"tensorflow": Path("assets") / "Dockerfile", "pytorch": Path("assets") / "pytorch.Dockerfile"}
+DOCKERFILES = {"tensorflow": Path("assets") / "Dockerfile", "pytorch": Path("assets") / "pytorch.Dockerfile",
+               "jax": Path("assets") / "jax.Dockerfile"}
 _CHECKOUT = Path(__file__).resolve().parents[2]  # tui/cli/image.py -> the checkout
 
 
@@ -36,13 +37,15 @@ def register(commands: argparse._SubParsersAction) -> None:
         description="Build a Dockerfile on every Docker node in parallel (or only the --node ones). "
                     "The Dockerfile's directory is the build context.",
         epilog=f"examples: homegpu image build --node desktop --tag {DEFAULT_IMAGE}\n"
-               "          homegpu image build --framework pytorch",
+               "          homegpu image build --framework pytorch\n"
+               "          homegpu image build --framework jax",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     build.add_argument("--node", action="append", default=[], metavar="NODE",
                        help="build on this node only (repeatable; default: every node with runtime docker)")
     build.add_argument("--framework", choices=FRAMEWORKS, default="tensorflow",
-                       help="which worker image: TensorFlow (default) or PyTorch; sets the default --file and --tag")
+                       help="which worker image: TensorFlow (default), PyTorch or JAX; sets the default --file and "
+                            "--tag")
     build.add_argument("--tag", help="image name (default: the framework's, what a job uses when it names none: "
                                      + ", ".join(DEFAULT_IMAGES.values()) + ")")
     build.add_argument("--file", metavar="DOCKERFILE",

@@ -190,6 +190,8 @@ def runs_what(job: JobSpec) -> str:
     """The built-in trainer, or the script with what its `import keras` gives on the workers."""
     if job.is_pytorch:
         return f"{job.script or 'the PyTorch demo'} under torchrun"
+    if job.framework == "jax":
+        return f"{job.script or 'the JAX demo'} with jax.distributed"
     if job.uses_trainer:
         return "built-in trainer"
     return f"{job.script} ({'import keras runs tf-keras' if job.keras == 'tf-keras' else 'keras as installed'})"
