@@ -1,4 +1,5 @@
 """An alert fires once on a hot GPU and once when it cools: `homegpu run --no-tui` on a real sshd node.
+It reaches the command, and a notify URL through the real Apprise library (a JSON endpoint served here).
 
 node3 has no GPU: its nvidia-smi replays the output recorded on a real H100 80GB HBM3
 (tests/fixtures/gpu/gpus_1x_h100_mig_load.csv, 53 °C). The hot period is that recording with only its
@@ -22,6 +23,7 @@ import tomli_w
 
 from gpu_replay import FIXTURES, nvidia_smi_in
 from helpers import homegpu_argv, wait_for, worker_processes
+from test_alert_notify import TOKEN, Receiver
 from simcluster import SimCluster, free_job_port
 
 
@@ -82,6 +84,7 @@ def calls(out: Path) -> list[dict]:
 
 
 def test_an_alert_fires_once_on_a_replayed_hot_gpu_and_once_when_it_clears(sim_cluster, replayed_gpu, tmp_path):
+    receiver = Receiver()  # a phone's service, as far as homegpu can tell
     (tmp_path / "hold").mkdir()
     (tmp_path / "hold" / "hold.py").write_text(HOLD)
     (tmp_path / "record.py").write_text(RECORDER)
@@ -92,7 +95,8 @@ def test_an_alert_fires_once_on_a_replayed_hot_gpu_and_once_when_it_clears(sim_c
     config["alerts"] = {
         "gpu_temperature": 85, "job_succeeded": True,
         "command": [sys.executable, str(tmp_path / "record.py"), str(out), "{alert}", "{state}", "{node}", "{gpu}",
-                    "{value}", "{message}"]}
+                    "{value}", "{message}"],
+        "notify": [receiver.url()]}
     (tmp_path / "cluster.toml").write_text(tomli_w.dumps(config))
     log = (tmp_path / "run.out").open("w")
     run = subprocess.Popen(homegpu_argv("--config", str(tmp_path / "cluster.toml"), "run", "hold", "--no-tui"),
@@ -114,6 +118,7 @@ def test_an_alert_fires_once_on_a_replayed_hot_gpu_and_once_when_it_clears(sim_c
             run.kill()
             run.wait()
         log.close()
+        receiver.close()
     printed = (tmp_path / "run.out").read_text()
 
     made = calls(out)
@@ -130,6 +135,11 @@ def test_an_alert_fires_once_on_a_replayed_hot_gpu_and_once_when_it_clears(sim_c
     assert printed.count(f"== alert: node3 GPU 0 is at {HOT_TEMP} °C (alert at 85 °C)") == 1, printed
     assert printed.count(f"== alert cleared: node3 GPU 0 cooled to {RECORDED_TEMP} °C (at or below 80 °C)") == 1
     assert printed.count("== alert: hold (run ") == 1 and "alert command failed" not in printed
+    posts = [(post["title"], post["type"]) for post in receiver.received]
+    title = f"homegpu {sim_cluster.name}:"
+    assert posts == [(f"{title} GPU too hot", "warning"), (f"{title} GPU too hot (cleared)", "success"),
+                     (f"{title} job succeeded", "success")], posts
+    assert "notification failed" not in printed and TOKEN not in printed
 
     with sqlite3.connect(run_dir / "timeline.sqlite") as db:
         events = db.execute("SELECT summary FROM events WHERE kind = 'alert' ORDER BY t").fetchall()

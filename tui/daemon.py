@@ -74,7 +74,7 @@ async def serve(spec: ClusterSpec, options: ServeOptions, out: TextIO | None = N
                                    options.metrics_port)
         services.push_async_callback(endpoint.close)
         metrics_url = await _start_metrics(endpoint, options.host, options.metrics_port)
-        alerts = AlertWatcher(spec, cluster.hub)
+        alerts = AlertWatcher(spec, cluster.hub, say=say)
         services.push_async_callback(alerts.close)
         alerts.start()  # before the nodes start: no event goes unwatched
         await services.enter_async_context(cluster)

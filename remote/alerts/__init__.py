@@ -1,5 +1,5 @@
 """homegpu.remote.alerts: [alerts] applied to the hub's events: which alerts fire and which clear (pure),
-and the user's command run for each, without a shell, in the background.
+and the user's command run for each, without a shell, in the background, and the notify URLs sent to.
 """
 
 from __future__ import annotations

@@ -1,12 +1,16 @@
-"""`[alerts]`: the thresholds that raise an alert and the command that delivers it, as frozen AlertRules.
+"""`[alerts]`: the thresholds that raise an alert, and the command and Apprise URLs that deliver it, as frozen
+AlertRules.
 
 Validated with checks.py's Validator, like the rest of cluster.toml. The command is an argument
 list run without a shell; its arguments may hold `{placeholders}` (PLACEHOLDERS), filled in per
-alert, and are checked here so that a typo in one is refused before anything runs.
+alert, and are checked here so that a typo in one is refused before anything runs. A `notify` URL is checked for
+its shape only (Apprise, imported when alerts are sent, knows its services); a problem names the URL by its place
+and scheme, never by its text, which may hold a token.
 """
 
 from __future__ import annotations
 
+import re
 import string
 from dataclasses import dataclass
 
@@ -31,6 +35,10 @@ KINDS = ("gpu_temperature", "gpu_memory", "node_offline", "job_failed", "job_sta
          "run_shrunk",
          *QUEUED_RUN_KINDS, *BUDGETS)
 MAX_ARGS = 100
+MAX_NOTIFY = 32  # URLs
+# the rule names a notify target may route: each alert kind, and queued_runs for all four of its kinds
+ROUTES = {**{kind: (kind,) for kind in KINDS}, "queued_runs": QUEUED_RUN_KINDS}
+_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
 
 # What `{name}` in a command argument becomes (remote/alerts/command.py fills them in).
 PLACEHOLDERS = {
@@ -52,6 +60,25 @@ PLACEHOLDERS = {
 
 
 @dataclass(frozen=True)
+class NotifyTarget:
+    """One `notify` URL and the alert kinds it gets (empty: every one)."""
+
+    url: str
+    kinds: frozenset[str] = frozenset()
+
+    def wants(self, kind: str) -> bool:
+        return not self.kinds or kind in self.kinds
+
+    @property
+    def scheme(self) -> str:
+        return self.url.split("://", 1)[0]
+
+    def shown(self, place: int) -> str:
+        """How messages name it: its place in the list and its service, never its URL (which may hold a token)."""
+        return f"notify {place} ({self.scheme}://…)"
+
+
+@dataclass(frozen=True)
 class AlertRules:
     """The [alerts] table; a threshold of None and a switch of False are off."""
 
@@ -68,6 +95,7 @@ class AlertRules:
     command_timeout: float = 30.0
     budget_per_day: float | None = None  # the cluster's electricity today (local day) costs at least this: fires once
     budget_per_run: float | None = None  # a run's GPUs have cost at least this: fires once per run
+    notify: tuple[NotifyTarget, ...] = ()  # Apprise URLs each alert and clear goes to (remote/alerts/notify.py)
 
     @property
     def enabled(self) -> bool:
@@ -108,7 +136,43 @@ def parse_alerts(v: Validator, data: dict) -> AlertRules:
         command_timeout=get("command_timeout", Duration, AlertRules.command_timeout),
         budget_per_day=get("budget_per_day", float, None),
         budget_per_run=get("budget_per_run", float, None),
+        notify=_notify_targets(v, table.get("notify", []), path + ("notify",)),
     )
+
+
+_NOTIFY_EXAMPLE = 'notify = ["ntfys://ntfy.sh/my-topic", { url = "tgram://TOKEN/CHAT", alerts = ["job_failed"] }]'
+
+
+def _notify_targets(v: Validator, value: object, path: tuple) -> tuple[NotifyTarget, ...]:
+    """The `notify` list: URLs, or tables of a url and the alerts it gets."""
+    if not isinstance(value, list):
+        raise v.fail(path, f"{show(value) if not isinstance(value, str) else 'a string'} is not a list",
+                     f"write it as a list: {_NOTIFY_EXAMPLE}")
+    if len(value) > MAX_NOTIFY:
+        raise v.fail(path, f"{len(value)} URLs", f"send alerts to at most {MAX_NOTIFY}")
+    return tuple(_notify_target(v, item, path, index) for index, item in enumerate(value, 1))
+
+
+def _notify_target(v: Validator, item: object, path: tuple, index: int) -> NotifyTarget:
+    table = item if isinstance(item, dict) else {"url": item}
+    unknown = sorted(set(table) - {"url", "alerts"})
+    if unknown:
+        raise v.fail(path, f"entry {index} has the key {show(unknown[0])}", "give each entry url and alerts only")
+    url = table.get("url")
+    if not isinstance(url, str) or not _URL_RE.fullmatch(url.strip()):
+        what = "has no url" if url is None else "is not an Apprise URL (SERVICE://...)"
+        raise v.fail(path, f"entry {index} {what}", f"write it like {_NOTIFY_EXAMPLE}")
+    if "alerts" not in table:
+        return NotifyTarget(url.strip())
+    alerts = table["alerts"]
+    if not isinstance(alerts, list) or not alerts or not all(isinstance(name, str) for name in alerts):
+        raise v.fail(path, f"entry {index} ({url.split('://')[0]}://…): alerts must be a list of rule names",
+                     "list the rules it gets, e.g. alerts = [\"job_failed\", \"job_succeeded\"], or leave alerts out")
+    wrong = [name for name in alerts if name not in ROUTES]
+    if wrong:
+        raise v.fail(path, f"entry {index} ({url.split('://')[0]}://…): unknown alert {show(wrong[0])}",
+                     "use " + ", ".join(ROUTES))
+    return NotifyTarget(url.strip(), frozenset(kind for name in alerts for kind in ROUTES[name]))
 
 
 _EXAMPLE = 'command = ["notify-send", "{title}", "{message}"]'

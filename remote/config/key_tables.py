@@ -235,6 +235,11 @@ ALERTS = Section("[alerts]", (
         "hold placeholders ([the command](#the-command))", 'command = ["notify-send", "{title}", "{message}"]'),
     Key("command_timeout", duration("1 s–1 h"), "`30`", "then the command and whatever it started are killed",
         "command_timeout = 60"),
+    Key("notify", "list of Apprise URLs, or of `{ url = \"…\", alerts = [\"…\"] }`", "none",
+        "every alert and its clear sent to each URL (ntfy, Telegram, Discord, Slack, Matrix, mail and about a hundred "
+        "more: [Notifications](notifications.md)), with the title and message the command gets; with `alerts`, "
+        "only those rules' (their names as above). A URL's secrets are never shown",
+        'notify = ["ntfys://ntfy.sh/my-homegpu", { url = "mailto://me:pw@example.com", alerts = ["job_failed"] }]'),
 ))
 
 SECTIONS = (CLUSTER, NODES, JOBS, ALERTS)

@@ -4,7 +4,7 @@ carry (a node's stats snapshot, a metric, a log line, a bandwidth matrix) and th
 
 from __future__ import annotations
 
-from homegpu.remote.events.alert import RUN_ALERTS, Alert, AlertCommandFailed, AlertState
+from homegpu.remote.events.alert import RUN_ALERTS, Alert, AlertCommandFailed, AlertNotifyFailed, AlertState
 from homegpu.remote.events.bandwidth import BandwidthMatrix, BandwidthMeasured, LinkResult
 from homegpu.remote.events.hub import EventHub, Subscription
 from homegpu.remote.events.job import (
@@ -19,7 +19,7 @@ from homegpu.remote.events.stats import (
 )
 
 __all__ = [
-    "NA", "NO_METRIC", "RATE_UNITS", "REJOINED", "RUN_ALERTS", "SHRUNK", "Alert", "AlertCommandFailed", "AlertState",
+    "NA", "NO_METRIC", "RATE_UNITS", "REJOINED", "RUN_ALERTS", "SHRUNK", "Alert", "AlertCommandFailed", "AlertNotifyFailed", "AlertState",
     "BandwidthMatrix", "BandwidthMeasured", "EventHub", "GpuProcess", "GpuStats", "HeldBack", "JobState",
     "JobStateChanged", "LinkResult", "LogLine", "Metric", "NodeState", "NodeStateChanged", "NodeStats",
     "NodeStatsUnavailable", "NodeStatsUpdated", "NotAvailable", "Number", "PcieLink", "PreflightResult", "ProcessOwner",

@@ -1,4 +1,4 @@
-"""[alerts]' events: an alert firing or cleared, and the user's command failing."""
+"""[alerts]' events: an alert firing or cleared, and the user's command or a notify URL failing."""
 
 from __future__ import annotations
 
@@ -55,3 +55,23 @@ class AlertCommandFailed:
     command: str
     reason: str
     at: float = field(default_factory=time.time)
+
+    heading = "alert command failed"  # how front ends begin the line
+    record_kind = "alert_command_failed"  # the timeline's event kind
+
+    @property
+    def detail(self) -> str:
+        return f"command: {self.command}; said once until it works again"
+
+
+@dataclass(frozen=True)
+class AlertNotifyFailed(AlertCommandFailed):
+    """A notify URL, named by its place and service only (`command`: "notify 2 (ntfys://…)"), could not be
+    reached (said once, until something reaches it again)."""
+
+    heading = "notification failed"
+    record_kind = "alert_notify_failed"
+
+    @property
+    def detail(self) -> str:
+        return f"{self.command}; said once until one arrives again"

@@ -230,7 +230,7 @@ class TimelineRecorder(SampleRecorder):
                                                         "threshold": event.threshold})
 
     def _alert_command_failed(self, event: AlertCommandFailed) -> None:
-        self.record_event("alert_command_failed", event.at, event.reason, details={"command": event.command})
+        self.record_event(event.record_kind, event.at, event.reason, details={"command": event.command})
 
     _HANDLERS = {
         NodeStatsUpdated: _stats, WorkerMetric: _metric, JobStateChanged: _job_state, PreflightResult: _preflight,

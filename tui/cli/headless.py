@@ -72,8 +72,7 @@ class LinePrinter:
         if isinstance(event, Alert):
             return f"== alert{' cleared' if event.state is AlertState.CLEARED else ''}: {event.message}"
         if isinstance(event, AlertCommandFailed):
-            return (f"== alert command failed: {event.reason} (command: {event.command}; "
-                    "said once until it works again)")
+            return f"== {event.heading}: {event.reason} ({event.detail})"
         return None
 
     def _log_line(self, event: LogLine) -> str | None:

@@ -36,7 +36,7 @@ examples:
 # then the always-on serve and its queue, then the rarer ones. A command missing here is listed last.
 HELP_ORDER = (
     "init", "check", "doctor", "run", "status", "logs", "stop", "jobs", "report", "tfconfig", "trust",
-    "bandwidth", "image", "serve", "submit", "queue", "cancel", "history", "wake", "sleep",
+    "bandwidth", "image", "serve", "submit", "queue", "cancel", "history", "alerts", "wake", "sleep",
 )
 SHELLS = ("bash", "zsh", "fish")
 
@@ -53,7 +53,7 @@ def package_version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     # Imported here, not above: a Tab press runs `homegpu --complete` (main), which needs none of them.
     from homegpu.tui.cli import (
-        bandwidth, config, doctor, history, image, jobs, queue, report, serve, sleep_wake, status, trust,
+        alerts, bandwidth, config, doctor, history, image, jobs, queue, report, serve, sleep_wake, status, trust,
     )
 
     parser = argparse.ArgumentParser(
@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.register(commands)
     history.register(commands)
     queue.register(commands)
+    alerts.register(commands)
     list_in_help_order(commands)
     return parser
 

@@ -276,7 +276,7 @@ class ClusterView:
     def _alert(self, event: Alert | AlertCommandFailed) -> set[str]:
         """The banner holds what fires; a cleared alert leaves it with a toast saying so."""
         if isinstance(event, AlertCommandFailed):
-            self.notices.append((f"alert command failed: {event.reason}", "error"))
+            self.notices.append((f"{event.heading}: {event.reason}", "error"))
         elif event.state is AlertState.FIRING:
             self.alerts[event.key] = event
         elif self.alerts.pop(event.key, None) is not None:

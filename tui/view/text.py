@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from homegpu.remote.config import (
-    BUDGETS, DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT, SWITCHES, AlertRules, ClusterSpec, JobSpec, Tariff,
+    BUDGETS, DEFAULT_CONFIG_NAME, EMBEDDED_DEFAULT, SWITCHES, AlertRules, ClusterSpec, JobSpec, NotifyTarget, Tariff,
 )
 from homegpu.remote.doctor import Check
 from homegpu.remote.events import NA, BandwidthMatrix, Metric
@@ -155,13 +155,20 @@ def format_alerts(rules: AlertRules, which: Callable[[str], str | None] = shutil
     on += [key.replace("_", " ") for key in SWITCHES if getattr(rules, key)]
     on += [f"{key.replace('_', ' ')} {getattr(rules, key):g}" for key in BUDGETS if getattr(rules, key) is not None]
     lines = [f"Alerts: {', '.join(on) if on else 'no rule is on'}"]
+    lines += [f"  {target.shown(index)}: {_routed(target)}" for index, target in enumerate(rules.notify, 1)]
     if not rules.command:
-        lines.append("  shown in the TUI and `run` output only (no command)")
+        lines.append("  shown in the TUI and `run` output" + (", and sent to the notify URLs" if rules.notify else
+                                                             " only (no command, no notify URLs)"))
         return lines
     found = "" if which(rules.command[0]) else f"  (not found: {rules.command[0]} is not on this machine's PATH)"
     lines.append(f"  command: {shlex.join(rules.command)}{found}")
     lines.append(f"  runs here for each alert and each clear, killed after {rules.command_timeout:g}s")
     return lines
+
+
+def _routed(target: NotifyTarget) -> str:
+    """Which alerts a notify URL gets, as `check` says it."""
+    return "every alert and clear" if not target.kinds else "only " + ", ".join(sorted(target.kinds))
 
 
 def _format_jobs(spec: ClusterSpec) -> list[str]:
