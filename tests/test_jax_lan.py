@@ -12,9 +12,11 @@ import signal
 import sys
 from pathlib import Path
 
-from helpers import demo_accuracies, homegpu, init_demo, run_and_strike, worker_processes
+from helpers import demo_accuracies, homegpu, init_demo, run_and_strike, wait_for, worker_processes
 
 from simcluster import free_job_port
+from test_pytorch_lan import recorded_epochs
+from test_queue_lan import serving, submit, wait_state
 
 SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
 # `run --no-tui` shows the script's `[process 0] Epoch 2 | Steps: 20 | Loss 0.9138` (0-based) as epoch 3
@@ -109,3 +111,27 @@ def test_the_jax_demo_from_init_trains_across_two_nodes(sim_cluster, jax, tmp_pa
     assert min(accuracies.values()) > 0.8, result.stdout
     (run_dir,) = (tmp_path / "experiments").iterdir()
     assert (run_dir / "output" / "model.npz").is_file()
+
+
+def test_serve_queues_a_jax_job_and_records_each_processs_epochs(sim_cluster, jax, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # serve and the commands inherit it
+    config = jax_job(sim_cluster, tmp_path, "jxq", "jax_data_parallel.py", args=["3"])
+    experiments = tmp_path / "experiments"
+    with serving(config, tmp_path / "serve.log", experiments):
+        entry = wait_state(config, submit(config, "jxq"), "succeeded", 400)
+    assert recorded_epochs(experiments / entry["run_id"]) == {"node1": [1, 2, 3], "node2": [1, 2, 3]}
+    assert not worker_processes(sim_cluster)
+
+
+def test_homegpu_stop_ends_every_jax_process_and_the_run_as_stopped(sim_cluster, jax, tmp_path):
+    config = jax_job(sim_cluster, tmp_path, "jxstop", "jax_data_parallel.py", args=["50", "1"])
+    stopped = {}
+
+    def stop():
+        stopped["result"] = homegpu("--config", str(config), "stop", "jxstop", cwd=tmp_path)
+
+    status, text = run_and_strike(config, tmp_path, "node2 * epoch 2/?", stop, job="jxstop")
+    print(text[-3000:])
+    assert stopped["result"].returncode == 0 and "stopped jxstop" in stopped["result"].stdout
+    assert status == 130 and "generation 2" not in text, text  # stopped, not a failure to restart from
+    wait_for(lambda: not worker_processes(sim_cluster), 30, "both processes to end")
