@@ -160,13 +160,29 @@ def init_demo(sim_cluster: SimCluster, tmp_path: Path, framework: str) -> Path:
     return config
 
 
-def demo_accuracies(output: str, epochs: int) -> dict[str, float]:
-    """node -> the accuracy `run --no-tui` showed for the demo's last epoch."""
-    found = {}
+def run_init_demo(sim_cluster: SimCluster, tmp_path: Path, framework: str) -> Path:
+    """init_demo, then `homegpu run demo --no-tui`: it succeeds and both nodes end its 5 epochs above 80% accuracy.
+    Returns the run's folder."""
+    init_demo(sim_cluster, tmp_path, framework)
+    result = homegpu("run", "demo", "--no-tui", cwd=tmp_path, timeout=400)
+    print(result.stdout[-3000:])
+    assert result.returncode == 0, result.stdout + result.stderr
     for node in ("node1", "node2"):
-        last = [line for line in output.splitlines() if line.startswith(f"{node} * epoch {epochs}/{epochs}")]
-        found[node] = float(last[0].split("accuracy ")[1].split()[0]) if last else 0.0
-    return found
+        last = [line for line in result.stdout.splitlines() if line.startswith(f"{node} * epoch 5/5")]
+        assert last and float(last[0].split("accuracy ")[1].split()[0]) > 0.8, result.stdout
+    (run_dir,) = (tmp_path / "experiments").iterdir()
+    return run_dir
+
+
+def assert_one_container_exited_ok(engine: NodeEngine, job: str) -> None:
+    """The engine ran one container of `job`, on the host's network, and it exited 0."""
+    client = engine.client()
+    try:
+        (container,) = client.containers.list(all=True, filters={"label": f"homegpu.job={job}"})
+        assert container.status == "exited" and container.attrs["State"]["ExitCode"] == 0
+        assert container.attrs["HostConfig"]["NetworkMode"] == "host"
+    finally:
+        client.close()
 
 
 NOBODY = 65534

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import homegpu, node1_engine_holding, worker_processes
+from helpers import assert_one_container_exited_ok, homegpu, node1_engine_holding, worker_processes
 
 from simcluster import SimCluster
 from test_jax_lan import epoch_losses, jax_job
@@ -38,13 +38,7 @@ def test_a_jax_script_trains_in_a_container_and_a_process_together(sim_cluster, 
     assert result.returncode == 0, result.stdout + result.stderr
     losses = {node: epoch_losses(result.stdout, node) for node in ("node1", "node2")}
     assert sorted(losses["node1"]) == [1, 2, 3, 4] and losses["node1"] == losses["node2"], losses
-    client = node1_engine.client()
-    try:
-        (container,) = client.containers.list(all=True, filters={"label": "homegpu.job=jx"})
-        assert container.status == "exited" and container.attrs["State"]["ExitCode"] == 0
-        assert container.attrs["HostConfig"]["NetworkMode"] == "host"
-    finally:
-        client.close()
+    assert_one_container_exited_ok(node1_engine, "jx")
     (run_dir,) = (tmp_path / "experiments").iterdir()
     assert (run_dir / "output" / "snapshot.npz").is_file()  # process 0's snapshot, out of its container
     assert not worker_processes(sim_cluster)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import homegpu, node1_engine_holding, worker_processes
+from helpers import assert_one_container_exited_ok, homegpu, node1_engine_holding, worker_processes
 
 from simcluster import SimCluster, free_job_port
 from test_pytorch_lan import DDP_SCRIPT, epoch_losses
@@ -44,13 +44,7 @@ def test_the_ddp_tutorial_trains_in_a_container_and_a_process_together(sim_clust
         losses = epoch_losses(result.stdout, node)
         assert sorted(losses) == list(range(1, 7)), result.stdout  # its Epoch 0..5
         assert losses[6] < 0.5 * losses[1], f"{node} did not learn: {losses}"
-    client = node1_engine.client()
-    try:
-        (container,) = client.containers.list(all=True, filters={"label": "homegpu.job=ddp"})
-        assert container.status == "exited" and container.attrs["State"]["ExitCode"] == 0
-        assert container.attrs["HostConfig"]["NetworkMode"] == "host"
-    finally:
-        client.close()
+    assert_one_container_exited_ok(node1_engine, "ddp")
     (run_dir,) = (tmp_path / "experiments").iterdir()
     assert (run_dir / "output" / "snapshot.pt").is_file()  # the chief's snapshot, out of its container
     assert not worker_processes(sim_cluster)
