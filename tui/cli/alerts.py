@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from concurrent.futures import ThreadPoolExecutor
 
-from homegpu.remote.alerts.notify import send_once
 from homegpu.tui.cli.common import UserError, load_spec
 
 
@@ -23,6 +22,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run_test(args: argparse.Namespace) -> int:
+    from homegpu.remote.alerts.notify import send_once  # not loaded for the other commands
+
     spec = load_spec(args)
     targets = spec.alerts.notify
     if not targets:
