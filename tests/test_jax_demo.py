@@ -1,6 +1,6 @@
-"""homegpu's JAX demo (trainer/jax_demo.py) in two real processes on this machine, as homegpu starts them on two
-nodes: one model (both print the same figures), its loss falls, and a restart resumes from the epoch both finished
-even where one process's snapshot is ahead."""
+"""The built-in JAX demo (trainer/jax_demo.py) in real processes on this machine: two of them joined by
+jax.distributed through homegpu's variables (trainer/jax_cluster.py) train as one, their replicas identical; a
+rerun resumes from their snapshots, at the fewest epochs any finished; one process alone trains without them."""
 
 from __future__ import annotations
 
@@ -11,70 +11,133 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from homegpu.trainer.metrics import parse_metric_line
 
-REPO = Path(__file__).resolve().parent.parent
+TIMEOUT = 120  # seconds a run of the demo may take here (about 15 on two busy cores)
+STEPS = ("--steps-per-epoch", "20")
+# homegpu's own variables, which a lone process must not see (they may be set around the test run)
+JAX_RUN_ENV = ("HOMEGPU_JAX_PROCESS_COUNT", "HOMEGPU_JAX_PROCESS_ID", "HOMEGPU_JAX_ADDRESS", "JAX_COORDINATOR_ADDRESS")
 
 
-def run_demo(folders: list[Path], *args: str) -> list[list[dict]]:
-    """Run the demo as len(folders) processes, each with its output dir; each process's metric lines."""
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "HOMEGPU_JAX_ADDRESS": "127.0.0.1",
-           "HOMEGPU_JAX_PROCESS_COUNT": str(len(folders)), "PYTHONPATH": str(REPO.parent)}
-    processes = [subprocess.Popen([sys.executable, "-m", "homegpu.trainer.jax_demo", "--output", str(folder),
-                                   "--steps-per-epoch", "20", *args], env={**env, "HOMEGPU_JAX_PROCESS_ID": str(index)},
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for index, folder in enumerate(folders)]
+        return probe.getsockname()[1]
+
+
+def base_env() -> dict[str, str]:
+    """This environment (PYTHONPATH as it is) without homegpu's JAX variables, JAX on the CPU."""
+    return {**{key: value for key, value in os.environ.items() if key not in JAX_RUN_ENV}, "JAX_PLATFORMS": "cpu"}
+
+
+def run_demo(outputs: list[Path], *args: str) -> list[list[dict]]:
+    """The demo in one process per output dir (more than one: joined as homegpu joins them); each process's
+    metric lines, once every process exited 0."""
+    env, port = base_env(), free_port()
+    if len(outputs) > 1:
+        env.update(HOMEGPU_JAX_PROCESS_COUNT=str(len(outputs)), HOMEGPU_JAX_ADDRESS="127.0.0.1",
+                   JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}")
+    processes = []
     try:
-        outputs = [process.communicate(timeout=120)[0] for process in processes]
+        for index, output in enumerate(outputs):
+            argv = [sys.executable, "-m", "homegpu.trainer.jax_demo", "--batch-size", "64", *args,
+                    "--output", str(output)]
+            extra = {"HOMEGPU_JAX_PROCESS_ID": str(index)} if len(outputs) > 1 else {}
+            processes.append(subprocess.Popen(argv, env={**env, **extra}, stdout=subprocess.PIPE,
+                                              stderr=subprocess.STDOUT, text=True))
+        logs = [process.communicate(timeout=TIMEOUT)[0] for process in processes]
     finally:
-        for process in processes:
-            process.kill()
-    assert all(process.returncode == 0 for process in processes), outputs
-    return [[metric for line in output.splitlines() if (metric := parse_metric_line(line))] for output in outputs]
+        for process in processes:  # a process left waiting for a dead peer
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    failed = [f"process {index} (exit {process.returncode}):\n{log[-3000:]}"
+              for index, (process, log) in enumerate(zip(processes, logs)) if process.returncode != 0]
+    assert not failed, "\n".join(failed)
+    return [[metric for line in log.splitlines() if (metric := parse_metric_line(line))] for log in logs]
 
 
-def epochs_of(metrics: list[dict]) -> dict[int, tuple[float, float]]:
-    return {m["epoch"]: (m["loss"], m["accuracy"]) for m in metrics if m["event"] == "epoch"}
+def events(metrics: list[dict], event: str) -> list[dict]:
+    return [metric for metric in metrics if metric["event"] == event]
 
 
-def test_two_processes_train_one_model_and_its_loss_falls(jax, tmp_path):
-    first, second = run_demo([tmp_path / "p0", tmp_path / "p1"], "--epochs", "2")
-    assert [m["worker"] for m in first[:1] + second[:1]] == [0, 1] and first[0]["workers"] == 2
-    assert first[0]["replicas"] == 2 and first[0]["global_batch_size"] == 128 and first[0]["collective"] == "gloo"
-    losses = epochs_of(first)
-    assert losses == epochs_of(second) and sorted(losses) == [1, 2]  # the same model on both
-    assert losses[2][0] < losses[1][0] < 2.0, losses
-    assert (tmp_path / "p0" / "model.npz").is_file() and not (tmp_path / "p1" / "model.npz").exists()
-    assert (tmp_path / "p1" / "DONE").is_file()
+def losses(metrics: list[dict]) -> list[float]:
+    return [metric["loss"] for metric in events(metrics, "epoch")]
 
 
-def test_a_restart_resumes_from_the_epoch_every_process_finished(jax, tmp_path):
-    """Process 1's snapshot is two epochs ahead (from another run): both resume at epoch 1 with process 0's
-    state, and end with the model of a restart whose snapshots agreed."""
+@pytest.fixture(scope="module")
+def two_epochs(jax, tmp_path_factory) -> tuple[list[Path], list[list[dict]]]:
+    """Two processes, two epochs, uninterrupted: their output dirs and metric lines."""
+    folder = tmp_path_factory.mktemp("jax-two")
+    outputs = [folder / "p0", folder / "p1"]
+    return outputs, run_demo(outputs, "--epochs", "2", *STEPS)
+
+
+@pytest.fixture(scope="module")
+def one_epoch(jax, tmp_path_factory) -> tuple[list[Path], list[list[dict]]]:
+    """Two processes that stopped after one epoch: their output dirs (copy them before a rerun) and metric lines."""
+    folder = tmp_path_factory.mktemp("jax-one")
+    outputs = [folder / "p0", folder / "p1"]
+    return outputs, run_demo(outputs, "--epochs", "1", *STEPS)
+
+
+def copies(outputs: list[Path], into: Path) -> list[Path]:
+    return [Path(shutil.copytree(output, into / output.name)) for output in outputs]
+
+
+def test_two_processes_train_as_one_and_keep_identical_parameters(jax, two_epochs):
     import numpy as np
 
-    moved, kept = [tmp_path / "p0", tmp_path / "p1"], [tmp_path / "q0", tmp_path / "q1"]
-    run_demo(moved, "--epochs", "1")
-    run_demo(kept, "--epochs", "1")
-    run_demo([tmp_path / "ahead"], "--epochs", "2")
-    shutil.copy(tmp_path / "ahead" / "backup" / "snapshot.npz", moved[1] / "backup" / "snapshot.npz")
-    first, second = run_demo(moved, "--epochs", "3")
-    run_demo(kept, "--epochs", "3")
-    starts = [next(m for m in metrics if m["event"] == "start") for metrics in (first, second)]
-    assert [(s["initial_epoch"], s["resumed"]) for s in starts] == [(1, True), (1, True)]  # the fewest finished
-    assert sorted(epochs_of(first)) == [2, 3] and epochs_of(first) == epochs_of(second)
-    with np.load(moved[0] / "model.npz") as resumed, np.load(kept[0] / "model.npz") as agreed:
-        assert all(np.allclose(resumed[name], agreed[name], rtol=1e-5) for name in agreed.files)
+    outputs, metrics = two_epochs
+    for worker, lines in enumerate(metrics):
+        (start,) = events(lines, "start")
+        assert (start["worker"], start["workers"], start["replicas"]) == (worker, 2, 2)
+        assert (start["initial_epoch"], start["resumed"], start["collective"]) == (0, False, "gloo")
+        assert (start["batch_size"], start["global_batch_size"], start["steps_per_epoch"]) == (64, 128, 20)
+        assert [metric["epoch"] for metric in events(lines, "epoch")] == [1, 2]
+        assert len(events(lines, "end")) == 1
+    first, second = (losses(lines) for lines in metrics)
+    assert first == second, "loss is over both processes' examples: both print the same"
+    assert 1.0 < first[0] < 2.3 and first[1] < first[0] and first[1] < 2.0, first
+    snapshots = [np.load(output / "backup" / "snapshot.npz") for output in outputs]
+    assert int(snapshots[0]["epochs"]) == int(snapshots[1]["epochs"]) == 2
+    assert all(np.array_equal(snapshots[0][name], snapshots[1][name]) for name in snapshots[0].files)
+    assert all((output / "DONE").exists() for output in outputs)
+    assert (outputs[0] / "model.npz").exists() and not (outputs[1] / "model.npz").exists()
 
 
-def test_alone_without_homegpus_variables_it_trains_on_its_own(jax, tmp_path):
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("HOMEGPU_JAX", "JAX_COORD"))}
-    result = subprocess.run([sys.executable, "-m", "homegpu.trainer.jax_demo", "--epochs", "1", "--steps-per-epoch",
-                             "5", "--output", str(tmp_path)], env={**env, "PYTHONPATH": str(REPO.parent)},
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-    (start,) = [m for line in result.stdout.splitlines() if (m := parse_metric_line(line)) and m["event"] == "start"]
-    assert start["workers"] == 1 and start["replicas"] == 1
+def test_a_rerun_resumes_where_the_processes_left_off(jax, two_epochs, one_epoch, tmp_path):
+    assert [losses(lines) for lines in one_epoch[1]] == [losses(two_epochs[1][0])[:1]] * 2
+    rerun = run_demo(copies(one_epoch[0], tmp_path), "--epochs", "2", *STEPS)
+    for lines in rerun:
+        (start,) = events(lines, "start")
+        assert (start["initial_epoch"], start["resumed"]) == (1, True)
+        # epoch 2 alone, from epoch 1's state: what the uninterrupted run got
+        assert losses(lines) == pytest.approx(losses(two_epochs[1][0])[1:], rel=1e-5)
+
+
+def test_a_process_ahead_goes_back_to_the_fewest_epochs_any_finished(jax, two_epochs, one_epoch, tmp_path):
+    """Process 0's snapshot is an epoch ahead of process 1's: both resume at epoch 1 with process 1's state, and
+    end where the uninterrupted run ended."""
+    import numpy as np
+
+    outputs = copies(one_epoch[0], tmp_path)
+    shutil.copy(two_epochs[0][0] / "backup" / "snapshot.npz", outputs[0] / "backup" / "snapshot.npz")
+    rerun = run_demo(outputs, "--epochs", "2", *STEPS)
+    for lines in rerun:
+        (start,) = events(lines, "start")
+        assert (start["initial_epoch"], start["resumed"]) == (1, True)
+        assert losses(lines) == pytest.approx(losses(two_epochs[1][0])[1:], rel=1e-5)
+    with np.load(outputs[0] / "model.npz") as resumed, np.load(two_epochs[0][0] / "model.npz") as uninterrupted:
+        assert all(np.allclose(resumed[name], uninterrupted[name], rtol=1e-5) for name in uninterrupted.files)
+
+
+def test_a_process_alone_trains_without_homegpus_variables(jax, tmp_path):
+    (metrics,) = run_demo([tmp_path / "alone"], "--epochs", "2", *STEPS)
+    (start,) = events(metrics, "start")
+    assert (start["worker"], start["workers"], start["replicas"], start["global_batch_size"]) == (0, 1, 1, 64)
+    trained = losses(metrics)
+    assert len(trained) == 2 and trained[1] < trained[0] and trained[1] < 2.0, trained
+    assert (tmp_path / "alone" / "DONE").exists() and (tmp_path / "alone" / "model.npz").exists()

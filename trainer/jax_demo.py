@@ -4,7 +4,7 @@
 their machines at once, with no download: an MLP learns to tell ten Gaussian clusters apart (loss falls from
 about 2.3 within an epoch or two), the same problem as the PyTorch demo's. One jitted step runs over a mesh of
 every process's devices: each process holds its own `--batch-size` slice of every step's global batch (process
-p's devices hold rows p×B to (p+1)×B), XLA averages the gradients over the whole global batch, and the
+p's slice right after process p-1's), XLA averages the gradients over the whole global batch, and the
 parameters, replicated, stay identical everywhere. gloo on a CPU, NCCL on GPUs. Progress goes out as the metric
 line protocol (trainer/PROTOCOL.md) from every process, as worker `jax.process_index()`.
 
@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import time
+from collections import Counter
 from functools import partial
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def synthetic_set() -> tuple[np.ndarray, np.ndarray]:
 
 
 def initial_params() -> dict[str, np.ndarray]:
-    """An MLP 32→64→10, initialised as torch.nn.Linear does (uniform in ±1/√fan_in), the same on every process."""
+    """An MLP 32→64→10, initialised as torch.nn.Linear is (uniform in ±1/√fan_in), the same on every process."""
     rng = np.random.default_rng(INIT_SEED)
 
     def uniform(fan_in: int, *shape: int) -> np.ndarray:
@@ -104,9 +105,10 @@ def local(array) -> np.ndarray:
     return np.asarray(array.addressable_data(0))
 
 
-def device_batch(batch_size: int, local_devices: int) -> int:
-    """Examples per device a step: `batch_size` split over this process's devices, at least one each."""
-    return max(1, batch_size // local_devices)
+def device_batch(batch_size: int, most_devices: int) -> int:
+    """Examples per device a step: `batch_size` split over the most devices a process has, at least one each (a
+    process with fewer devices takes a smaller slice)."""
+    return max(1, batch_size // most_devices)
 
 
 def step_rows(order: np.ndarray, step: int, global_batch: int) -> np.ndarray:
@@ -133,15 +135,20 @@ def main(argv: list[str] | None = None) -> int:
     mesh = Mesh(np.array(devices), (BATCH_AXIS,))
     replicated = NamedSharding(mesh, PartitionSpec())
     by_batch = NamedSharding(mesh, PartitionSpec(BATCH_AXIS))
-    per_device = device_batch(args.batch_size, jax.local_device_count())
+    # the same on every device of every process, from the most devices any process has: one global batch shape
+    per_device = device_batch(args.batch_size, max(Counter(device.process_index for device in devices).values()))
     local_batch, global_batch = per_device * jax.local_device_count(), per_device * len(devices)
 
     def spread(value: np.ndarray):
         """A global array of one row per device, each row this process's `value`."""
         return jax.make_array_from_callback((len(devices), *value.shape), by_batch, lambda index: value[None])
 
+    def sliced(data: np.ndarray, rows: np.ndarray):
+        """`data[rows]` as a global array split over the devices: this process fills only its own devices' rows."""
+        return jax.make_array_from_callback((len(rows), *data.shape[1:]), by_batch, lambda index: data[rows[index[0]]])
+
     def from_row(row: int, tree):
-        """Every process's value of `tree` as it is in process `row`'s snapshot (rows: mesh order), replicated."""
+        """`tree` as the process of the mesh's device `row` holds it, replicated on every process."""
         return jax.jit(lambda spread_tree: jax.tree.map(lambda rows: rows[row], spread_tree),
                        out_shardings=replicated)(jax.tree.map(spread, tree))
 
@@ -181,15 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     for epoch in range(initial, args.epochs):
         began = time.time()
         order = np.random.default_rng((DATA_SEED, epoch)).permutation(EXAMPLES)  # the same on every process
-        totals = jax.device_put(np.zeros(3, np.float32), replicated)  # loss sum, correct, examples
+        # loss sum, correct, examples: summed on the devices, read once an epoch
+        totals = jax.make_array_from_callback((3,), replicated, lambda index: np.zeros(3, np.float32))
         for step in range(steps):
             rows = step_rows(order, step, global_batch)
-            # each process fills only its own devices' rows of the global batch
-            batch_inputs = jax.make_array_from_callback((global_batch, FEATURES), by_batch,
-                                                        lambda index: inputs[rows[index[0]]])
-            batch_labels = jax.make_array_from_callback((global_batch,), by_batch,
-                                                        lambda index: labels[rows[index[0]]])
-            params, momentum, totals = train_step(params, momentum, totals, batch_inputs, batch_labels)
+            params, momentum, totals = train_step(params, momentum, totals, sliced(inputs, rows), sliced(labels, rows))
         loss_sum, correct, seen = (float(value) for value in local(totals))  # waits for the epoch's last step
         seconds = time.time() - began
         save_state(snapshot, jax.tree.map(local, params), jax.tree.map(local, momentum), epoch + 1)
