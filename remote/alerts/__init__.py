@@ -4,8 +4,9 @@ and the user's command run for each, without a shell, in the background, and the
 
 from __future__ import annotations
 
+from homegpu.remote.alerts.notify import send_once
 from homegpu.remote.alerts.watcher import AlertWatcher
 
 __all__ = [
-    "AlertWatcher",
+    "AlertWatcher", "send_once",
 ]

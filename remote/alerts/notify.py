@@ -16,7 +16,7 @@ import logging
 from typing import Callable
 
 from homegpu.remote.alerts.command import alert_values
-from homegpu.remote.config.alert_rules import NotifyTarget
+from homegpu.remote.config import NotifyTarget
 from homegpu.remote.events import Alert, AlertNotifyFailed, AlertState
 
 RETRY_DELAYS = (5.0, 30.0)  # seconds before the second and the third try of one alert

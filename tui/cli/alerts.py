@@ -22,7 +22,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run_test(args: argparse.Namespace) -> int:
-    from homegpu.remote.alerts.notify import send_once  # not loaded for the other commands
+    from homegpu.remote.alerts import send_once  # not loaded for the other commands
 
     spec = load_spec(args)
     targets = spec.alerts.notify
