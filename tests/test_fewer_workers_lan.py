@@ -17,6 +17,7 @@ from simcluster import SimCluster
 
 EPOCHS = 5
 DDP_SCRIPT = Path(__file__).parent / "fixtures" / "scripts" / "ddp_tutorial.py"
+JAX_SCRIPT = Path(__file__).parent / "fixtures" / "scripts" / "jax_data_parallel.py"
 THREE = ["node1", "node2", "node3"]
 
 
@@ -156,3 +157,26 @@ def test_a_pytorch_ddp_script_goes_on_from_the_chiefs_snapshot_and_the_node_back
     assert {node for node, _ in again} == {"1", "2", "3"}, third  # every rank, node3's from the chief's copy
     assert len({int(epoch) for _, epoch in again}) == 1 and int(again[0][1]) > min(resumed), third
     assert "node3 * epoch 10/?" in third and not worker_processes(sim_cluster)  # its Epoch 9, the last
+
+
+def test_a_jax_script_goes_on_with_fewer_processes_and_the_node_back_rejoins(sim_cluster, jax, tmp_path):
+    """A jax.distributed script whose process 0 alone saves its snapshot: node3 switched off, the run starts again
+    on two processes (jax.distributed with a count of 2), both from the chief's snapshot, which homegpu put onto
+    node2; node3 switched on again rejoins at the chief's next epoch end, from the same snapshot."""
+    (tmp_path / "jax").mkdir()
+    shutil.copy(JAX_SCRIPT, tmp_path / "jax" / JAX_SCRIPT.name)
+    node3 = sim_cluster.node("node3")
+    status, text = run_losing(sim_cluster, tmp_path, "node3", job="jx", script=f"jax/{JAX_SCRIPT.name}",
+                              args=["30", "1"], min_workers=2, checkpoint="snapshot.npz",
+                              then=("node3 lost (offline 8 s)", node3.start))
+    assert status == 0, text
+    assert "node3 lost (offline 8 s): going on with node1, node2" in text, text
+    second = text[text.index("generation 2 starting"):text.index("node3 back: rejoining")]
+    resumed = re.findall(r"node(\d) \| \[process \d\] Resuming from snapshot at epoch (\d+)", second)
+    assert {node for node, _ in resumed} == {"1", "2"} and len({epoch for _, epoch in resumed}) == 1, second
+    assert "node3 back: rejoining with node1, node2, node3" in text, text
+    third = text[text.index("generation 3 starting"):]
+    again = re.findall(r"node(\d) \| \[process \d\] Resuming from snapshot at epoch (\d+)", third)
+    assert {node for node, _ in again} == {"1", "2", "3"}, third  # node3's from the chief's copy
+    assert len({int(epoch) for _, epoch in again}) == 1 and int(again[0][1]) > int(resumed[0][1]), third
+    assert "node3 * epoch 30/?" in third and not worker_processes(sim_cluster)
