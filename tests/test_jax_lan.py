@@ -63,6 +63,7 @@ def test_a_jax_script_written_for_a_cluster_trains_unchanged_on_two_nodes(sim_cl
     manifest = json.loads((run_dir / "run.json").read_text())
     assert set(manifest["jax"]) == {"node1", "node2"} and not manifest["tf_configs"]
     assert "HOMEGPU_JAX_PROCESS_ID=1" in manifest["jax"]["node2"]
+    assert "<h3>jax.distributed per process</h3>" in (run_dir / "report.html").read_text()
     assert not worker_processes(sim_cluster)
 
 
