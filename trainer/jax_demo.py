@@ -20,7 +20,6 @@ on each node, with homegpu's variables (trainer/jax_cluster.py), or alone on one
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from homegpu.trainer import jax_cluster
+from homegpu.trainer.demo_args import parse_demo_args
 from homegpu.trainer.metrics import format_metric
 
 CLASSES = 10
@@ -44,16 +44,6 @@ MOMENTUM = 0.9
 BATCH_AXIS = "batch"
 SNAPSHOT = Path("backup") / "snapshot.npz"
 PARAMS = ("w1", "b1", "w2", "b2")
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="homegpu.trainer.jax_demo",
-                                     description="homegpu's JAX demo: data parallel on synthetic data")
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=64, help="per process")
-    parser.add_argument("--steps-per-epoch", type=int, default=0, help="0: the whole (sampled) set")
-    parser.add_argument("--output", default=".", help="this process's output dir")
-    return parser.parse_args(argv)
 
 
 def synthetic_set() -> tuple[np.ndarray, np.ndarray]:
@@ -117,7 +107,7 @@ def step_rows(order: np.ndarray, step: int, global_batch: int) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = parse_demo_args("homegpu.trainer.jax_demo", "homegpu's JAX demo: data parallel on synthetic data", argv)
     import jax
     import jax.numpy as jnp
     from jax.sharding import Mesh, NamedSharding, PartitionSpec

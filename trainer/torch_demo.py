@@ -17,28 +17,18 @@ Needs only torch and the standard library: `python -m torch.distributed.run ... 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
 from pathlib import Path
 
 from homegpu.trainer import shares
+from homegpu.trainer.demo_args import parse_demo_args
 from homegpu.trainer.metrics import format_metric
 
 CLASSES = 10
 FEATURES = 32
 EXAMPLES = 8192
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="homegpu.trainer.torch_demo",
-                                     description="homegpu's PyTorch demo: DDP on synthetic data")
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=64, help="per process")
-    parser.add_argument("--steps-per-epoch", type=int, default=0, help="0: the whole (sampled) set")
-    parser.add_argument("--output", default=".", help="this worker's output dir")
-    return parser.parse_args(argv)
 
 
 def synthetic_set(torch):
@@ -51,7 +41,7 @@ def synthetic_set(torch):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = parse_demo_args("homegpu.trainer.torch_demo", "homegpu's PyTorch demo: DDP on synthetic data", argv)
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
