@@ -30,7 +30,17 @@ _SUCCESSES = frozenset({"job_succeeded", "queued_run_succeeded"})
 def apprise_type(alert: Alert) -> str:
     if alert.state is AlertState.CLEARED or alert.kind in _SUCCESSES:
         return "success"
-    return "failure" if alert.kind in _FAILURES else "warning" if alert.kind != "queued_run_started" else "info"
+    if alert.kind in _FAILURES:
+        return "failure"
+    return "info" if alert.kind == "queued_run_started" else "warning"
+
+
+def put_bounded(queue: asyncio.Queue, item: object, limit: int) -> None:
+    """Queue `item`; past `limit` waiting, the oldest is dropped (and counted done, so that join() still ends)."""
+    if queue.qsize() >= limit:
+        queue.get_nowait()
+        queue.task_done()
+    queue.put_nowait(item)
 
 
 def send_once(url: str, title: str, body: str, notify_type: str) -> str | None:
@@ -76,10 +86,7 @@ class Notifier:
         """Queue `alert` for every target that wants its kind."""
         for target, queue in zip(self.targets, self._queues):
             if target.wants(alert.kind):
-                if queue.qsize() >= MAX_QUEUED:
-                    queue.get_nowait()
-                    queue.task_done()
-                queue.put_nowait(alert)
+                put_bounded(queue, alert, MAX_QUEUED)
 
     async def _deliver(self, index: int) -> None:
         queue = self._queues[index]

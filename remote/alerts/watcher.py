@@ -18,7 +18,7 @@ from typing import Callable
 
 from homegpu.remote.alerts.command import alert_argv, alert_env, alert_values, run_command
 from homegpu.remote.alerts.evaluate import AlertEvaluator
-from homegpu.remote.alerts.notify import Notifier
+from homegpu.remote.alerts.notify import Notifier, put_bounded
 from homegpu.remote.config import ClusterSpec
 from homegpu.remote.events import Alert, AlertCommandFailed, EventHub
 
@@ -68,9 +68,7 @@ class AlertWatcher:
         if not self.rules.command:
             return
         for alert in alerts:
-            if self._queue.qsize() >= MAX_QUEUED:
-                self._queue.get_nowait()
-            self._queue.put_nowait(alert)
+            put_bounded(self._queue, alert, MAX_QUEUED)
 
     async def _tick(self) -> None:
         while True:

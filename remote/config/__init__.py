@@ -12,7 +12,7 @@ from homegpu.remote.config.cluster_spec import (
 )
 from homegpu.remote.config.home_dirs import cache_dir, cluster_data_path, data_dir
 from homegpu.remote.config.job_spec import (
-    DEFAULT_IMAGE, DEFAULT_IMAGES, DEFAULT_JOB_PORT, FRAMEWORKS, KEEP_GLOBAL_BATCH, KEEP_WORKER_BATCH, PER_GPU, JobSpec,
+    DEFAULT_IMAGE, DEFAULT_IMAGES, DEFAULT_JOB_PORT, FRAMEWORK_NAMES, FRAMEWORKS, KEEP_GLOBAL_BATCH, KEEP_WORKER_BATCH, PER_GPU, JobSpec,
     parse_job_table,
 )
 from homegpu.remote.config.durations import duration_seconds
@@ -23,7 +23,7 @@ from homegpu.remote.config.tariff import Tariff
 from homegpu.remote.config.writer import cluster_to_toml, starter_cluster
 
 __all__ = [
-    "DEFAULT_CONFIG_NAME", "DEFAULT_IMAGE", "DEFAULT_IMAGES", "DEFAULT_JOB_PORT", "DEMO_JOB", "EMBEDDED_DEFAULT", "FRAMEWORKS", "LOCAL_HOST",
+    "DEFAULT_CONFIG_NAME", "DEFAULT_IMAGE", "DEFAULT_IMAGES", "DEFAULT_JOB_PORT", "DEMO_JOB", "EMBEDDED_DEFAULT", "FRAMEWORK_NAMES", "FRAMEWORKS", "LOCAL_HOST",
     "KEEP_GLOBAL_BATCH", "KEEP_WORKER_BATCH", "PER_GPU",
     "RUNTIMES", "BUDGETS", "SWITCHES", "AlertRules", "ClusterSpec", "ConfigError", "JobSpec", "NodeSleepWake", "NodeSpec", "NotifyTarget", "Tariff", "cache_dir",
     "cluster_data_path", "cluster_to_toml", "data_dir", "duration_seconds", "embedded_default", "find_config", "load_cluster", "parse_cluster", "parse_job_table",

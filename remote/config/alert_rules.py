@@ -162,17 +162,18 @@ def _notify_target(v: Validator, item: object, path: tuple, index: int) -> Notif
     if not isinstance(url, str) or not _URL_RE.fullmatch(url.strip()):
         what = "has no url" if url is None else "is not an Apprise URL (SERVICE://...)"
         raise v.fail(path, f"entry {index} {what}", f"write it like {_NOTIFY_EXAMPLE}")
+    target = NotifyTarget(url.strip())
     if "alerts" not in table:
-        return NotifyTarget(url.strip())
+        return target
     alerts = table["alerts"]
     if not isinstance(alerts, list) or not alerts or not all(isinstance(name, str) for name in alerts):
-        raise v.fail(path, f"entry {index} ({url.split('://')[0]}://…): alerts must be a list of rule names",
+        raise v.fail(path, f"entry {index} ({target.scheme}://…): alerts must be a list of rule names",
                      "list the rules it gets, e.g. alerts = [\"job_failed\", \"job_succeeded\"], or leave alerts out")
     wrong = [name for name in alerts if name not in ROUTES]
     if wrong:
-        raise v.fail(path, f"entry {index} ({url.split('://')[0]}://…): unknown alert {show(wrong[0])}",
+        raise v.fail(path, f"entry {index} ({target.scheme}://…): unknown alert {show(wrong[0])}",
                      "use " + ", ".join(ROUTES))
-    return NotifyTarget(url.strip(), frozenset(kind for name in alerts for kind in ROUTES[name]))
+    return NotifyTarget(target.url, frozenset(kind for name in alerts for kind in ROUTES[name]))
 
 
 _EXAMPLE = 'command = ["notify-send", "{title}", "{message}"]'

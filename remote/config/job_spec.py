@@ -32,6 +32,7 @@ TRAINER_SCHEDULE_KEYS = frozenset({"epochs", "batch_size", "steps_per_epoch"})  
 TENSORFLOW_TRAINER_KEYS = frozenset({"data", "model", "on_fewer_workers"})
 TENSORFLOW_LAYOUT_KEYS = frozenset({"workers_per_node", "share_gpus"})  # torchrun starts a process per GPU itself
 FRAMEWORKS = ("tensorflow", "pytorch", "jax")  # pytorch: under torchrun, one per node; jax: jax.distributed
+FRAMEWORK_NAMES = {"tensorflow": "TensorFlow", "pytorch": "PyTorch", "jax": "JAX"}  # as people write them
 KERAS_CHOICES = ("keras", "tf-keras")  # what a script's `import keras` gives: the python's own keras, or tf-keras
 BALANCE_CHOICES = ("speed", "even")  # each worker's share of a step: by its measured speed, or the same for all
 
@@ -105,6 +106,10 @@ class JobSpec:
     @property
     def is_tensorflow(self) -> bool:
         return self.framework == "tensorflow"
+
+    @property
+    def is_jax(self) -> bool:
+        return self.framework == "jax"
 
     @property
     def uses_trainer(self) -> bool:
@@ -292,7 +297,7 @@ def _check_framework_keys(v: Validator, table: dict, path: tuple, job: JobSpec) 
     starts one process per GPU itself."""
     if job.is_tensorflow:
         return
-    name = {"pytorch": "PyTorch", "jax": "JAX"}[job.framework]
+    name = FRAMEWORK_NAMES[job.framework]
     for key in ("data", "model"):
         if job.uses_trainer and key in table:
             raise v.fail(path + (key,), f"the built-in TensorFlow trainer's key: the {name} demo trains its own "

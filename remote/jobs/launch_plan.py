@@ -33,7 +33,7 @@ def worker_argv(job: JobSpec, paths: NodePaths, script_rel: str = "") -> tuple[s
     """The worker's command: the built-in trainer, or the user's script (`script_rel`, relative
     to the synced code dir) with its args, started through trainer/user_script.py (which runs it
     as `python SCRIPT ARGS` would), or the built-in JAX demo. Workers run in their output dir (see worker_cwd)."""
-    if job.uses_trainer and job.framework == "jax":
+    if job.uses_trainer and job.is_jax:
         return (paths.python, *_demo_program(JAX_DEMO_MODULE, job, paths))
     if job.uses_trainer:
         argv = [paths.python, "-m", "homegpu.trainer", "--data", _data_arg(job.data, paths),
@@ -83,7 +83,7 @@ def worker_env(job: JobSpec, paths: NodePaths) -> dict[str, str]:
     user's script gets the job's PYTHONPATH back from user_script.py), legacy Keras (`tf.keras` is
     tf-keras) or, in a JAX job, Keras 3 on JAX, the job's `keras` choice for a script's own `import keras`,
     and where a script's BackupAndRestore keeps what homegpu copies off the chief (jobs/backup_copy.py)."""
-    keras = {"KERAS_BACKEND": "jax"} if job.framework == "jax" else {"TF_USE_LEGACY_KERAS": "1"}
+    keras = {"KERAS_BACKEND": "jax"} if job.is_jax else {"TF_USE_LEGACY_KERAS": "1"}
     env = {**keras, "PYTHONUNBUFFERED": "1", "HOMEGPU_OUTPUT_DIR": paths.output_dir,
            "HOMEGPU_BACKUP_DIR": posixpath.join(paths.output_dir, BACKUP_DIR), "HOMEGPU_BALANCE": job.balance,
            **job.env}
@@ -139,7 +139,7 @@ def worker_launch(job: JobSpec, run_id: str, generation: int, slots: Sequence[Wo
         env["HOMEGPU_SHARES"] = ",".join(map(str, shares))
     if devices is not None:  # the job's own env may still override what the plan sets
         env = {**runtime.device_env(plan, devices), **env}
-    if job.framework == "jax":
+    if job.is_jax:
         env.update(jax_env(slots, slot))
     env.update(worker_markers(job.name, run_id, slot.index))  # not the job's to override
     if job.is_pytorch:

@@ -136,7 +136,6 @@ class DevicePlan:
         return rows + [f"torchrun on each node; WORLD_SIZE {self.processes}, backend {self.collective} ({why})",
                        *self.pace.sentences]
 
-
     def _jax_lines(self, width: int, at: Sequence[str], wide: int) -> list[str]:
         rows = [f"process {w.index}  {w.label:<{width}}  {a:<{wide}}{w.device_text}"
                 for w, a in zip(self.workers, at)]

@@ -49,7 +49,7 @@ class JobLayout:
         if job.is_tensorflow:
             config = json.dumps(tf_config(self.slots, slot.index))
             return f"TF_CONFIG='{config}'" if quote else f"TF_CONFIG={config}"
-        if job.framework == "jax":
+        if job.is_jax:
             return jax_line(self.slots, slot, [job.script, *job.args] if job.script else ["-m", JAX_DEMO_MODULE, "..."])
         processes = self.plan.workers[slot.index].replicas if self.plan else 1
         program = [job.script, *job.args] if job.script else ["-m", TORCH_DEMO_MODULE, "..."]

@@ -125,7 +125,7 @@ def job_device_plan(cluster: ClusterSpec, job: JobSpec, gpus: Mapping[str, Any],
     nodes = {node.name: gpus.get(node.name) for node in job_node_specs(cluster, job)}
     batch_size = job.batch_size if job.uses_trainer else None  # a script's batch is its own business
     # a script balances only if it asks (unknown here); the JAX demo keeps even shares
-    balanced = job.uses_trainer and job.balance == "speed" and job.framework != "jax"
+    balanced = job.uses_trainer and job.balance == "speed" and not job.is_jax
     plan = plan_devices(nodes, job.workers_per_node, batch_size, job.share_gpus, framework=job.framework,
                         balanced=balanced)
     speeds = own_speeds(last_run, plan.workers) if last_run else {}

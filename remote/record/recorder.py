@@ -15,9 +15,9 @@ from homegpu.remote.record.experiment import write_run_manifest
 from homegpu.remote.record.energy import RunEnergy, energy_of
 from homegpu.remote.record.html_report import ReportError, write_report
 from homegpu.remote.record.run_folder import RunFolder
+from homegpu.remote.record.timeline import TimelineRecorder
 
 LAUNCH_KEYS = {"pytorch": "torchrun", "jax": "jax"}  # where run.json keeps a PyTorch or JAX job's launch lines
-from homegpu.remote.record.timeline import TimelineRecorder
 
 class RunRecord:
     """Records one run into `run_dir` from start() until close().

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from homegpu.remote.config import FRAMEWORK_NAMES
+
 
 @dataclass(frozen=True)
 class FrameworkNeeds:
     framework: str  # the job's `framework`, and `homegpu image build --framework`'s
-    name: str  # as people write it
     what: str  # how a problem names it
     check: str  # a script that imports it and prints its version last
     dists: tuple[str, ...]  # the distributions `check` imports, as installed (a comma: either name)
@@ -18,12 +19,16 @@ class FrameworkNeeds:
     distribution: str  # whose version must agree between the nodes
     why_alike: str  # why it must
 
+    @property
+    def name(self) -> str:
+        return FRAMEWORK_NAMES[self.framework]
+
 
 # torch numpy: as the [pytorch] extra (torch warns without NumPy)
-TORCH = FrameworkNeeds("pytorch", "PyTorch", "PyTorch (torch.distributed)",
+TORCH = FrameworkNeeds("pytorch", "PyTorch (torch.distributed)",
                        "import torch, torch.distributed; print(torch.__version__)", ("torch",), "torch numpy",
                        "torch", "DDP's processes must run one version")
-JAX = FrameworkNeeds("jax", "JAX", "JAX (jax.distributed)", "import jax, jax.distributed; print(jax.__version__)",
+JAX = FrameworkNeeds("jax", "JAX (jax.distributed)", "import jax, jax.distributed; print(jax.__version__)",
                      ("jax", "jaxlib"), "jax", "jax", "jax.distributed's processes must run one version")
 NEEDS = {needs.framework: needs for needs in (TORCH, JAX)}
 

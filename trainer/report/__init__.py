@@ -5,7 +5,8 @@ It prints the metric line homegpu reads (PROTOCOL.md) so the run's live view, `m
 and serve's /metrics show the epoch and its figures. Outside a homegpu run (no HOMEGPU_OUTPUT_DIR) it does
 nothing, so the script runs as before on its own. A JAX process is the worker of its process id; under
 torchrun only each node's first process prints (its node is the worker homegpu shows). The figures you pass
-are yours: pass the loss all processes agree on (an all_reduce'd mean) to see one curve. Standard library only; homegpu ships it with every run.
+are yours: pass the loss all processes agree on (an all_reduce'd mean) to see one curve. Standard library only;
+homegpu ships it with every run.
 Not the run's HTML report (report.html, `homegpu report`): remote/record/html_report.py writes that.
 """
 

@@ -28,7 +28,7 @@ def launch_preview(job: JobSpec, layout: JobLayout) -> Text:
     slots, plan_lines = layout.slots, layout.plan_lines()
     if job.uses_trainer and job.is_pytorch:  # the PyTorch demo takes the trainer's epochs and batch, not its model
         what = f"the PyTorch demo: an MLP on synthetic data, {job.epochs} epochs, batch {job.batch_size} per process"
-    elif job.uses_trainer and job.framework == "jax":
+    elif job.uses_trainer and job.is_jax:
         what = f"the JAX demo: an MLP on synthetic data, {job.epochs} epochs, batch {job.batch_size} per process"
     elif job.uses_trainer:
         what = f"trainer: {job.model} on {job.data} data, {job.epochs} epochs, batch {job.batch_size}"

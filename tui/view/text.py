@@ -197,7 +197,7 @@ def runs_what(job: JobSpec) -> str:
     """The built-in trainer, or the script with what its `import keras` gives on the workers."""
     if job.is_pytorch:
         return f"{job.script or 'the PyTorch demo'} under torchrun"
-    if job.framework == "jax":
+    if job.is_jax:
         return f"{job.script or 'the JAX demo'} with jax.distributed"
     if job.uses_trainer:
         return "built-in trainer"
