@@ -193,7 +193,9 @@ def nobody_argv(code: str) -> list[str]:
     before it runs `code`: a second Unix user, wherever the checkout lives. Needs root."""
     tiers.need("root")
     assert os.geteuid() == 0, "this test switches to user nobody: run the suite as root (CI does)"
+    # build_parser imports the subcommands' modules while root can still read the Python they come from.
     prelude = ("import os, sys\nimport homegpu.tui.cli.main, homegpu.tui.cli.queue, homegpu.remote.queue\n"
+               "homegpu.tui.cli.main.build_parser()\n"
                f"os.setgroups([]); os.setgid({NOBODY}); os.setuid({NOBODY})\n")
     return [sys.executable, "-c", prelude + code]
 

@@ -99,8 +99,8 @@ BALANCED_BATCHES_LINES = [
 
 def test_the_ddp_tutorials_script_with_the_helpers_lines_gives_a_slower_node_less(tmp_path, pytorch, root):
     """pytorch/examples' multinode.py (vendored in tests/fixtures/scripts/ddp_tutorial_series) with BalancedBatches'
-    lines, two torchrun nodes here, node 1 held to a quarter of a core: its batch shrinks and node 0's grows, as
-    the script's own lines say."""
+    lines, two torchrun nodes here, node 0 given a core and node 1 held to a quarter of one: its batch shrinks and
+    node 0's grows, as the script's own lines say."""
     port = free_port("127.0.0.1")
     published = Path(__file__).parent / "fixtures" / "scripts" / "ddp_tutorial_series"
     script = edited_copy(published / "multinode.py", tmp_path / "code", BALANCED_BATCHES_LINES)
@@ -114,8 +114,9 @@ def test_the_ddp_tutorials_script_with_the_helpers_lines_gives_a_slower_node_les
                     str(script), "4", "10"]
             nodes.append(subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True))
-            if rank == 1:
-                stack.enter_context(cpu_quota(nodes[-1].pid, f"homegpu-test-slow-{nodes[-1].pid}", 25))
+            # Node 0 a whole core that a busy suite cannot take (the top weight), node 1 a quarter of one.
+            percent, weight = (100, 10000) if rank == 0 else (25, 100)
+            stack.enter_context(cpu_quota(nodes[-1].pid, f"homegpu-test-balance-{nodes[-1].pid}", percent, weight))
         outputs = [node.communicate(timeout=600)[0] for node in nodes]
     for node, output in zip(nodes, outputs):
         assert node.returncode == 0, output[-3000:]
