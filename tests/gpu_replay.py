@@ -36,6 +36,7 @@ HEALTH_QUERY = (
     "pcie.link.gen.current,pcie.link.width.current,pcie.link.gen.max,pcie.link.width.max,pcie.link.gen.gpumax"
 )
 FORMAT = "--format=csv,noheader,nounits"
+MEMORY_TOTAL_QUERY = "--query-gpu=memory.total"  # one GPU's (`-i N`), picked from GPU_QUERY's recorded rows
 # An answer to HEALTH_QUERY for the H100 recorded under load (h100-80gb-hbm3/gpus_load.csv's uuid), built
 # from nvidia-smi's documented fields since no throttling card was recorded: HW thermal slowdown (bit 0x40),
 # its link at PCIe 3.0 x1 of the 5.0 x16 that card and slot allow (a riser).
@@ -98,6 +99,22 @@ while True:
 """
 
 
+def _memory_total_answers(dir: Path, gpus_fixture: Path) -> dict[tuple[str, ...], tuple[str, int]]:
+    """`--query-gpu=memory.total FORMAT -i N` (trainer/gpu_budget.py's), answered for each GPU of the recording
+    with its row's memory.total (GPU_QUERY's sixth field), as nvidia-smi prints one field of one GPU."""
+    if _EXIT_CODES.get(gpus_fixture.name):
+        return {}
+    answers = {}
+    for row in gpus_fixture.read_text().splitlines():
+        fields = [field.strip() for field in row.split(",")]
+        if len(fields) < 6 or not fields[0].isdigit():
+            continue
+        answer = dir / f"memory_total_{fields[0]}.csv"
+        answer.write_text(fields[5] + "\n")
+        answers[(MEMORY_TOTAL_QUERY, FORMAT, "-i", fields[0])] = (str(answer), 0)
+    return answers
+
+
 def _answer(fixture: Path | None) -> tuple[str, int]:
     if fixture is None:
         return ("", 0)
@@ -143,6 +160,7 @@ def write_replay_nvidia_smi(
     if health_fixture is not None:
         answers[(HEALTH_QUERY, FORMAT)] = _answer(health_fixture)
     dir.mkdir(parents=True, exist_ok=True)
+    answers.update(_memory_total_answers(dir, gpus_fixture))
     script = dir / "nvidia-smi"
     script.write_text(_SCRIPT.format(
         python=sys.executable, answers=answers, loop_mode=loop_mode,

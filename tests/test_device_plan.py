@@ -189,7 +189,7 @@ def test_inventory_from_the_h100_agent_line():
     """NodeStats parsed from the agent's line recorded on a real H100 80GB HBM3."""
     line = (FIXTURES / "h100-80gb-hbm3" / "agent_nvml.jsonl").read_text().splitlines()[0]
     stats = parse_agent_line(line)
-    assert gpu_inventory(stats) == (Gpu(0, "NVIDIA H100 80GB HBM3"),)
+    assert gpu_inventory(stats) == (Gpu(0, "NVIDIA H100 80GB HBM3", 81559),)
     plan = plan_devices({"h100": stats, "laptop": parse_agent_line(_cpu_line())}, "per-gpu", 64)
     assert [w.device_text for w in plan.workers] == ["GPU 0 H100 80GB HBM3", "CPU"]
     assert plan.collective == RING

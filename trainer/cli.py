@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from homegpu.trainer import MODELS
 from homegpu.trainer.cluster import ClusterConfigError, WorkerRole, worker_role
+from homegpu.trainer.gpu_budget import hold_to_budget, say_if_over_budget
 from homegpu.trainer.metrics import format_metric
 
 COLLECTIVES = ("AUTO", "RING", "NCCL")
@@ -130,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     except ClusterConfigError as exc:
         return _fail(None, exc, 2)
     quiet_tensorflow()
+    hold_to_budget()
     from homegpu.trainer import train  # TensorFlow loads here, after the environment is set
     from homegpu.trainer.backup import BackupMismatchError
     from homegpu.trainer.data import DataError
@@ -144,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(role, "interrupted", 130)
     except Exception as exc:  # noqa: BLE001 - any failure must become a metric line and status 1
         traceback.print_exc()
+        say_if_over_budget(exc)
         return _fail(role, exc, 1)
     return 0
 

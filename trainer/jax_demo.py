@@ -31,6 +31,7 @@ import numpy as np
 
 from homegpu.trainer import jax_cluster
 from homegpu.trainer.demo_args import parse_demo_args
+from homegpu.trainer.gpu_budget import hold_to_budget
 from homegpu.trainer.metrics import format_metric
 
 CLASSES = 10
@@ -108,6 +109,7 @@ def step_rows(order: np.ndarray, step: int, global_batch: int) -> np.ndarray:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_demo_args("homegpu.trainer.jax_demo", "homegpu's JAX demo: data parallel on synthetic data", argv)
+    hold_to_budget()  # before the framework's import: it holds it once loaded
     import jax
     import jax.numpy as jnp
     from jax.sharding import Mesh, NamedSharding, PartitionSpec

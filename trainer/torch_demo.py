@@ -24,6 +24,7 @@ from pathlib import Path
 
 from homegpu.trainer import shares
 from homegpu.trainer.demo_args import parse_demo_args
+from homegpu.trainer.gpu_budget import hold_to_budget
 from homegpu.trainer.metrics import format_metric
 
 CLASSES = 10
@@ -42,6 +43,7 @@ def synthetic_set(torch):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_demo_args("homegpu.trainer.torch_demo", "homegpu's PyTorch demo: DDP on synthetic data", argv)
+    hold_to_budget()  # before the framework's import: it holds it once loaded
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel

@@ -7,7 +7,8 @@ holds homegpu/trainer (the synced `_homegpu/`). Before the script runs:
   service's heartbeat timeout (coordination.py), both to $HOMEGPU_PEER_TIMEOUT (120 s);
 - with HOMEGPU_KERAS=tf-keras (the job's `keras = "tf-keras"`), `import keras` gives tf-keras;
 - in a JAX run, once the script imports JAX, homegpu as a cluster environment it detects (jax_cluster.py), so
-  `jax.distributed.initialize()` needs no arguments.
+  `jax.distributed.initialize()` needs no arguments;
+- with the job's gpu_memory, the framework the script imports held to it (gpu_budget.py).
 TensorFlow and JAX are not imported here, so whatever the script sets before importing it still counts.
 
 The script sees what `python SCRIPT ARGS` gives it: `__name__ == "__main__"`, its `__file__`, `sys.argv`,
@@ -17,63 +18,20 @@ own code. Our folder leaves sys.path and PYTHONPATH again, so its imports and ch
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import os
 import runpy
 import sys
 from pathlib import Path
-from typing import Callable
 
-from homegpu.trainer import jax_cluster
+from homegpu.trainer import gpu_budget, jax_cluster
 from homegpu.trainer.cluster import ClusterConfigError, worker_role
 from homegpu.trainer.coordination import peer_timeout, tolerate_quiet_peers
+from homegpu.trainer.import_hooks import after_import
 from homegpu.trainer.keras_alias import use_tf_keras_for_keras
 from homegpu.trainer.link_patience import keep_links_through_drops
 
 KERAS_ENV = "HOMEGPU_KERAS"  # "tf-keras": a script's `import keras` gets tf-keras
 OUR_FOLDER = str(Path(__file__).resolve().parents[2])  # the folder that holds homegpu/trainer
-
-
-class _ThenLoader(importlib.abc.Loader):
-    """A module's own loader, and `then()` once the module has run."""
-
-    def __init__(self, loader: importlib.abc.Loader, then: Callable[[], None]) -> None:
-        self._loader, self._then = loader, then
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module) -> None:
-        module.__loader__ = module.__spec__.loader = self._loader  # what the module sees of itself
-        self._loader.exec_module(module)
-        self._then()
-
-    def __getattr__(self, name: str):
-        return getattr(self._loader, name)
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs `then()` right after the top-level module `name` is first imported, by whoever imports it."""
-
-    def __init__(self, name: str, then: Callable[[], None]) -> None:
-        self.name, self.then = name, then
-
-    def find_spec(self, fullname: str, path=None, target=None):
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)  # once; and the real finders answer the lookup below
-        spec = importlib.util.find_spec(fullname)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _ThenLoader(spec.loader, self.then)
-        return spec
-
-
-def after_import(name: str, then: Callable[[], None]) -> None:
-    if name in sys.modules:
-        then()
-    else:
-        sys.meta_path.insert(0, _AfterImport(name, then))
 
 
 def _patient_coordination() -> None:
@@ -89,6 +47,7 @@ def prepare_for_run(env: os._Environ | dict = os.environ) -> None:
     """Everything homegpu sets up in this process before the script runs (see the module's docstring)."""
     if env.get(KERAS_ENV) == "tf-keras":
         use_tf_keras_for_keras()
+    gpu_budget.hold_to_budget(env)
     if jax_cluster.in_run(env):
         after_import("jax", jax_cluster.register)
     try:

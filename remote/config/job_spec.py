@@ -13,10 +13,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-from homegpu.remote.config.checks import MAX_PORT, NAME_RE, Check, Limits, Validator, show
+from homegpu.remote.config.checks import MAX_PORT, NAME_RE, Check, Limits, Validator, show, type_name
 from homegpu.remote.config.durations import Duration
 from homegpu.remote.config.key_tables import JOBS
 from homegpu.remote.config.node_spec import NodeSpec
+from homegpu.remote.config.sizes import EXAMPLES as SIZE_EXAMPLES
+from homegpu.remote.config.sizes import size_bytes, size_text
 from homegpu.remote.config.slurm_keys import HOMEGPU, parse_slurm_job
 from homegpu.remote.config.toml_lines import LineIndex
 from homegpu.trainer import MODELS
@@ -56,6 +58,8 @@ _DATA_RE = re.compile(r"synthetic|(npz|dir):.+")
 TRAINER_KEYS = ("epochs", "batch_size", "steps_per_epoch", "data", "model")  # the built-in trainer's alone
 PER_GPU = "per-gpu"  # workers_per_node: one worker per GPU of each node (one on a node without GPUs)
 MAX_GPUS_PER_NODE = 16  # the ports a "per-gpu" job may need on one node
+AUTO = "auto"  # gpu_memory: the peak its job's last run held on a GPU
+GPU_MEMORY_RANGE = (64 * 1024 ** 2, 1024 ** 4)  # 64 MiB to 1 TiB: beyond any card, and within any budget
 MAX_SCRIPT_BYTES = 2 << 20  # a script read for its imports (framework unset); larger: no training script
 
 
@@ -92,6 +96,8 @@ class JobSpec:
     # what a script's chief wrote in its working dir that every worker resumes from (jobs/checkpoint_copy.py); "": all
     checkpoint: str = ""
     balance: str = "speed"  # each worker's share of a step by its measured speed (trainer/shares.py), or "even"
+    # bytes of GPU memory each of its processes may hold on its card (0: the whole card), or AUTO
+    gpu_memory: int | str = 0
     # sbatch's options on a Slurm cluster (slurm_keys.py), "" where Slurm's default applies
     partition: str = ""
     account: str = ""
@@ -200,6 +206,7 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...],
         checkpoint=get("checkpoint", str, "", _check_checkpoint(v, table)),
         balance=get("balance", str, "speed", v.choice(BALANCE_CHOICES, 'use "speed" (each worker\'s share of a step '
                                                                        'by its speed) or "even"')),
+        gpu_memory=_gpu_memory(v, table, path),
         **parse_slurm_job(v, table, path, scheduler),
     )
     _check_worker_ports(v, job)
@@ -348,6 +355,26 @@ def _workers_per_node(v: Validator, table: dict, path: tuple) -> int | str:
     v.check_type(key_path, value, int)
     v.in_range(*LIMITS["workers_per_node"])(key_path, value)
     return value
+
+
+def _gpu_memory(v: Validator, table: dict, path: tuple) -> int | str:
+    """A size ("5GiB"), or "auto"; 0 when the key is not there (the whole card, as before the key)."""
+    if "gpu_memory" not in table:
+        return 0
+    value, key_path = table["gpu_memory"], path + ("gpu_memory",)
+    if value == AUTO:
+        return AUTO
+    size = size_bytes(value)
+    if size is None:
+        problem = f"{show(value)} is not a size" if isinstance(value, str) else \
+            f"expected a size, got {type_name(value)} {show(value)}"
+        raise v.fail(key_path, problem,
+                     f'write it like {SIZE_EXAMPLES}, or "auto" (the peak of the job\'s last run)')
+    lowest, highest = GPU_MEMORY_RANGE
+    if not lowest <= size <= highest:
+        raise v.fail(key_path, f"{show(value)} is outside {size_text(lowest)} to {size_text(highest)}",
+                     "give what one process of the job holds on its GPU")
+    return size
 
 
 def _check_image(v: Validator) -> Check:

@@ -179,6 +179,11 @@ JOBS = Section("[jobs.NAME]", (
         "machines add up; or the same for every worker. The built-in trainer and the PyTorch demo balance; a script "
         "of your own balances through homegpu's helper "
         "([Your own script](your-script.md#unlike-machines))", 'balance = "even"'),
+    Key("gpu_memory", 'a size (`"5GiB"`, `"512MiB"`, `"8GB"`) or `"auto"`', "the whole card",
+        "GPU memory each process of the job may hold on its card: TensorFlow, PyTorch and JAX are held to it, so "
+        "runs that share a card cannot starve each other, and a run that goes over it fails naming this key. "
+        '`"auto"`: the most its last run held on a GPU, plus a tenth. A plan whose processes cannot fit their '
+        "cards is refused before launch ([Sharing a GPU](sharing-a-gpu.md))", 'gpu_memory = "5GiB"'),
     Key("partition", "a Slurm partition (several: comma-separated)", "Slurm's default partition",
         '`sbatch --partition`: where the run\'s Slurm job goes (`sinfo` lists them). Only with `scheduler = "slurm"`, '
         "like the four keys below ([Slurm](slurm.md))", 'partition = "gpu"'),

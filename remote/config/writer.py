@@ -14,6 +14,7 @@ from homegpu.remote.config.cluster_spec import (
 from homegpu.remote.config.job_spec import DEFAULT_JOB_PORT, JobSpec
 from homegpu.remote.config.node_sleep_wake import NodeSleepWake
 from homegpu.remote.config.slurm_keys import scheduler_keys
+from homegpu.remote.config.sizes import size_key
 
 STARTER_HEADER = """\
 # homegpu cluster file, written by `homegpu init`.
@@ -139,6 +140,8 @@ def _job_dict(job: JobSpec) -> dict[str, Any]:
     table = {key: getattr(job, key) for key in shown} if job.uses_trainer else {}
     table.update(_non_default(job, JobSpec(name=job.name)))
     table.pop("name", None)
+    if isinstance(job.gpu_memory, int) and job.gpu_memory:
+        table["gpu_memory"] = size_key(job.gpu_memory)
     return table
 
 

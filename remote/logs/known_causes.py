@@ -13,9 +13,12 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from homegpu.trainer.gpu_budget import OVER_BUDGET
+
 _NO_MODULE = re.compile(r"No module named '(?P<module>[^']+)'")
 _OUT_OF_MEMORY = ("OOM when allocating", "CUDA_ERROR_OUT_OF_MEMORY", "RESOURCE_EXHAUSTED: Out of memory",
                   "CUDA out of memory")  # XLA's (TensorFlow's and JAX's), then PyTorch's torch.OutOfMemoryError
+_OVER_BUDGET = re.compile(re.escape(OVER_BUDGET) + r" \(([^)]+)\)")  # trainer/gpu_budget.py's line after the traceback
 _PORT_IN_USE = ("Address already in use", "Failed to add port", "Could not start gRPC server")
 
 
@@ -55,9 +58,14 @@ def _missing_module(exception: str, text: str) -> KnownCause | None:
 
 
 def _out_of_memory(exception: str, text: str) -> KnownCause | None:
-    if exception.split(":", 1)[0].endswith("ResourceExhaustedError") or any(w in text for w in _OUT_OF_MEMORY):
-        return KnownCause("the GPU ran out of memory", "use a smaller batch_size")
-    return None
+    if not (exception.split(":", 1)[0].endswith("ResourceExhaustedError") or any(w in text for w in _OUT_OF_MEMORY)):
+        return None
+    budget = _OVER_BUDGET.search(text)
+    if budget:
+        return KnownCause(f"the run needed more GPU memory than its gpu_memory ({budget[1]})",
+                          "raise gpu_memory in the job (or \"auto\" after a run on a card of its own), "
+                          "or use a smaller batch")
+    return KnownCause("the GPU ran out of memory", "use a smaller batch_size")
 
 
 def _phrases(phrases: tuple[str, ...], cause: str, fix: str) -> Callable[[str, str], KnownCause | None]:

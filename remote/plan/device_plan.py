@@ -25,6 +25,7 @@ from homegpu.remote.plan.pace import PROCESS, PaceAdvice, advise_pace
 from homegpu.remote.plan.worker_devices import WorkerDevices
 from homegpu.trainer import shares
 from homegpu.trainer.cli import COLLECTIVE_ENV
+from homegpu.trainer.gpu_budget import BUDGET_ENV, budget_text
 
 NCCL, RING = "NCCL", "RING"
 # A PyTorch job's backend: NCCL moves tensors between GPUs only, so one process on a CPU needs gloo.
@@ -32,6 +33,7 @@ TORCH_NCCL, TORCH_GLOO = "nccl", "gloo"
 # JAX's collectives between processes: NCCL on GPUs, gloo on CPUs; one computation cannot mix the two.
 JAX_NCCL, JAX_GLOO = "NCCL", "gloo"
 HIDE_ALL_GPUS = "-1"  # CUDA_VISIBLE_DEVICES value that leaves a process no GPU at all
+MIB = 1024 ** 2  # the stats agent's GPU memory unit
 
 
 class DevicePlanError(ValueError):
@@ -40,10 +42,12 @@ class DevicePlanError(ValueError):
 
 @dataclass(frozen=True)
 class Gpu:
-    """One GPU of a node as the stats agent reports it: its index on the node and its name."""
+    """One GPU of a node as the stats agent reports it: its index on the node, its name and its memory (MiB,
+    None where the agent could not read it)."""
 
     index: int
     name: str
+    memory: float | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,8 @@ class DevicePlan:
     batch: BatchPlan | None  # None for a user's script: its batch is its own
     pace: PaceAdvice
     framework: str = "tensorflow"  # pytorch: each worker is a torchrun on its node, a process per GPU (`replicas`)
+    gpu_memory: int = 0  # bytes each process may hold on its GPU (the job's gpu_memory); 0: the whole card
+    gpu_memory_source: str = ""  # where an "auto" budget came from, as the plan says it
 
     @property
     def pytorch(self) -> bool:
@@ -116,7 +122,15 @@ class DevicePlan:
                   ] if self.pace.measured and self.pace.sentences else []
         batch = [self.batch.text] if self.batch else []
         return rows + [f"collective {self.collective} ({why})", *batch, *self._shares_line(), *source,
-                       *self.pace.sentences]
+                       *self.pace.sentences, *self._budget_line("worker")]
+
+    def _budget_line(self, holder: str) -> list[str]:
+        source = f" ({self.gpu_memory_source})" if self.gpu_memory_source else ""
+        if not self.gpu_memory:
+            return [f"gpu_memory auto{source}: each {holder} has its whole GPU"] if source else []
+        held = f"each {holder} held to it on its GPU" if any(not w.on_cpu for w in self.workers) else \
+            f"no {holder} has a GPU, so nothing is held"
+        return [f"gpu_memory {budget_text(self.gpu_memory)}{source}: {held}"]
 
     def _shares_line(self) -> list[str]:
         """Each worker's share of a step in a balanced job, where its speeds split it unevenly."""
@@ -134,7 +148,7 @@ class DevicePlan:
                 f"{w.replicas} process{'es' if w.replicas != 1 else ''}" for w, a in zip(self.workers, at)]
         why = "every process has a GPU" if self.collective == TORCH_NCCL else "a process runs on CPU"
         return rows + [f"torchrun on each node; WORLD_SIZE {self.processes}, backend {self.collective} ({why})",
-                       *self.pace.sentences]
+                       *self.pace.sentences, *self._budget_line("process")]
 
     def _jax_lines(self, width: int, at: Sequence[str], wide: int) -> list[str]:
         rows = [f"process {w.index}  {w.label:<{width}}  {a:<{wide}}{w.device_text}"
@@ -142,7 +156,7 @@ class DevicePlan:
         why = "every process has a GPU" if self.collective == JAX_NCCL else "every process runs on CPU"
         count = len(self.workers)
         return rows + [f"jax.distributed: {count} process{'es' if count != 1 else ''}, the coordinator on process 0; "
-                       f"collectives {self.collective} ({why})", *self.pace.sentences]
+                       f"collectives {self.collective} ({why})", *self.pace.sentences, *self._budget_line("process")]
 
 
 def gpu_inventory(source: Any) -> tuple[Gpu, ...]:
@@ -156,13 +170,15 @@ def gpu_inventory(source: Any) -> tuple[Gpu, ...]:
     for position, item in enumerate(items):
         index, name = item if isinstance(item, tuple) else (getattr(item, "index"), getattr(item, "name"))
         index = index if isinstance(index, int) and not isinstance(index, bool) else position
-        gpus.append(Gpu(index, str(name) if name else "GPU"))
+        memory = getattr(item, "mem_total", None)
+        memory = memory if isinstance(memory, (int, float)) and not isinstance(memory, bool) and memory > 0 else None
+        gpus.append(Gpu(index, str(name) if name else "GPU", memory))
     return tuple(gpus)
 
 
 def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_size: int | None,
                  share_gpus: bool = False, measured: Mapping[str, float] | None = None,
-                 framework: str = "tensorflow", balanced: bool = False) -> DevicePlan:
+                 framework: str = "tensorflow", balanced: bool = False, gpu_memory: int = 0) -> DevicePlan:
     """Lay the job's workers out on its nodes.
 
     Args:
@@ -177,10 +193,12 @@ def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_si
             many processes as it has GPUs (nodes may differ), and the backend for the collective. "jax": a
             process per worker, every one on GPUs or every one on CPU (JAX cannot mix them), any device count.
         balanced: each worker's share of a step follows its speed (trainer/shares.py), for the pace advice.
+        gpu_memory: the bytes each process may hold on its GPU (the job's gpu_memory); 0: the whole card.
 
     Raises:
         DevicePlanError: a node's GPUs are unknown, its GPUs do not split between its workers, the
-            workers would have different replica counts, or the batch does not split over replicas.
+            workers would have different replica counts, the batch does not split over replicas, or the
+            processes on a GPU would need more than its memory.
     """
     if not nodes:
         raise DevicePlanError("the job has no nodes to run on")
@@ -189,19 +207,39 @@ def plan_devices(nodes: Mapping[str, Any], workers_per_node: int | str, batch_si
         if source is None:
             raise DevicePlanError(f"node {node}: its GPUs are not known (is it online?); "
                                   "wait for its stats or leave it out with nodes = [...]")
-        for slot, gpus in enumerate(_split(node, gpu_inventory(source), workers_per_node, share_gpus)):
+        inventory = gpu_inventory(source)
+        split = _split(node, inventory, workers_per_node, share_gpus)
+        _check_budget_fits(node, inventory, split, gpu_memory)
+        for slot, gpus in enumerate(split):
             workers.append(WorkerDevices(node, len(workers), slot, tuple(g.index for g in gpus),
                                          tuple(g.name for g in gpus), max(1, len(gpus))))
     every_gpu = all(not w.on_cpu for w in workers)
     if framework == "pytorch":
         return DevicePlan(tuple(workers), TORCH_NCCL if every_gpu else TORCH_GLOO, None,
-                          advise_pace(_torch_processes(workers), unit=PROCESS, balanced=balanced), framework=framework)
+                          advise_pace(_torch_processes(workers), unit=PROCESS, balanced=balanced), framework=framework,
+                          gpu_memory=gpu_memory)
     if framework == "jax":
         return DevicePlan(tuple(workers), _jax_collective(workers), None,
-                          advise_pace(workers, measured, unit=PROCESS, balanced=balanced), framework=framework)
+                          advise_pace(workers, measured, unit=PROCESS, balanced=balanced), framework=framework,
+                          gpu_memory=gpu_memory)
     replicas = _equal_replicas(workers)
     return DevicePlan(tuple(workers), NCCL if every_gpu else RING, _batch(batch_size, len(workers), replicas),
-                      advise_pace(workers, measured, balanced=balanced))
+                      advise_pace(workers, measured, balanced=balanced), gpu_memory=gpu_memory)
+
+
+def _check_budget_fits(node: str, inventory: tuple[Gpu, ...], split: list[tuple[Gpu, ...]], budget: int) -> None:
+    """Every GPU of the node can hold its processes' budgets: one per worker that uses it (share_gpus puts
+    several on one), each held to `budget` bytes. A GPU whose memory is not known is not refused."""
+    if not budget:
+        return
+    for gpu in inventory:
+        processes = sum(gpu in gpus for gpus in split)
+        if gpu.memory is None or processes * budget <= gpu.memory * MIB:
+            continue
+        held = f"{processes} processes × {budget_text(budget)}" if processes > 1 else budget_text(budget)
+        raise DevicePlanError(f"node {node}: GPU {gpu.index} ({gpu.name}, {budget_text(int(gpu.memory * MIB))}) "
+                              f"cannot hold gpu_memory {held}: lower gpu_memory in the job"
+                              + (", or workers_per_node" if processes > 1 else ", or leave the node out with nodes = [...]"))
 
 
 def _jax_collective(workers: Sequence[WorkerDevices]) -> str:
@@ -276,18 +314,23 @@ def _batch(batch_size: int | None, workers: int, replicas: int) -> BatchPlan | N
 
 
 def process_env(plan: DevicePlan, worker: WorkerDevices) -> dict[str, str]:
-    """The environment a process worker needs: exactly its GPUs visible, and the collective."""
+    """The environment a process worker needs: exactly its GPUs visible, the collective, and its GPU budget."""
     visible = ",".join(map(str, worker.gpus)) if worker.gpus else HIDE_ALL_GPUS
-    return {"CUDA_VISIBLE_DEVICES": visible, COLLECTIVE_ENV: plan.collective}
+    return {"CUDA_VISIBLE_DEVICES": visible, COLLECTIVE_ENV: plan.collective, **_budget_env(plan)}
 
 
 def container_env(plan: DevicePlan, worker: WorkerDevices) -> dict[str, str]:
     """The environment of a container worker. Its device request already limits it to its GPUs,
     renumbered from 0 inside, so CUDA_VISIBLE_DEVICES is set only to hide GPUs from a CPU worker."""
-    env = {COLLECTIVE_ENV: plan.collective}
+    env = {COLLECTIVE_ENV: plan.collective, **_budget_env(plan)}
     if worker.on_cpu:
         env["CUDA_VISIBLE_DEVICES"] = HIDE_ALL_GPUS
     return env
+
+
+def _budget_env(plan: DevicePlan) -> dict[str, str]:
+    """The job's gpu_memory for the trainer's gpu_budget.py, which holds the framework to it."""
+    return {BUDGET_ENV: str(plan.gpu_memory)} if plan.gpu_memory else {}
 
 
 def docker_device_ids(worker: WorkerDevices) -> list[str]:

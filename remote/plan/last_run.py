@@ -1,4 +1,5 @@
-"""What a job's last run says about each worker's own speed, for the pace advice.
+"""What a job's last run says about each worker's own speed, for the pace advice (and, for gpu_memory = "auto",
+how much GPU memory it held).
 
 Under MultiWorkerMirroredStrategy every worker steps together, so the examples/s each worker
 reports is the job's pace, not its own: a GPU worker beside a slow CPU worker reports the CPU's
@@ -12,6 +13,7 @@ estimate, and then the GPU table decides for the whole job (pace.advise_pace).
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import Sequence
@@ -21,7 +23,10 @@ from homegpu.remote.plan.worker_devices import WorkerDevices
 from homegpu.remote.record import (
     NodeTimeline, RunFolder, Timeline, TimelineDamaged, WorkerTimeline, load_timeline, read_meta, timelines,
 )
+from homegpu.trainer.gpu_budget import budget_text
 
+AUTO_HEADROOM = 1.1  # gpu_memory = "auto": the last run's peak and a tenth more, for a batch that varies
+MIB = 1024 ** 2  # the timeline's memory unit
 MIN_BUSY = 0.02  # below this a GPU's utilisation says "idle", not "50× faster": no estimate
 
 
@@ -94,3 +99,14 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
+
+
+def auto_gpu_memory(timeline: Timeline | None) -> tuple[int, str]:
+    """gpu_memory = "auto": bytes each process may hold (the most any GPU held during the job's last run, plus a
+    tenth) and how the plan says where that came from; (0, why) without a run that sampled a GPU's memory."""
+    peaks = [max(gpu.mem_used.measured) for node in (timeline.nodes if timeline else ()) for gpu in node.gpus
+             if gpu.mem_used.measured]
+    if not peaks:
+        return 0, "no earlier run of the job sampled a GPU's memory"
+    peak = max(peaks) * MIB
+    return math.ceil(peak * AUTO_HEADROOM / MIB) * MIB, f"auto: its last run's peak {budget_text(int(peak))}, plus a tenth"

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from homegpu.remote.config import ClusterSpec, JobSpec, NodeSpec
+from homegpu.remote.config import AUTO, ClusterSpec, JobSpec, NodeSpec
 from homegpu.remote.plan.device_plan import DevicePlan, plan_devices
-from homegpu.remote.plan.last_run import own_speeds
+from homegpu.remote.plan.last_run import auto_gpu_memory, own_speeds
 from homegpu.remote.record import Timeline
 
 
@@ -117,7 +117,8 @@ def job_device_plan(cluster: ClusterSpec, job: JobSpec, gpus: Mapping[str, Any],
         gpus: node name -> its GPUs (NodeStats, or see device_plan.gpu_inventory); a node missing
             from it, or None, has unknown GPUs and makes the plan refuse.
         last_run: the job's last run's timeline (last_run.last_timeline): each worker's speed for
-            the pace advice comes from it when it covers every worker, else from the GPU models.
+            the pace advice comes from it when it covers every worker, else from the GPU models; so does
+            gpu_memory = "auto".
 
     Raises:
         DevicePlanError: the layout cannot run on these nodes (one line naming node and fix).
@@ -126,13 +127,14 @@ def job_device_plan(cluster: ClusterSpec, job: JobSpec, gpus: Mapping[str, Any],
     batch_size = job.batch_size if job.uses_trainer else None  # a script's batch is its own business
     # a script balances only if it asks (unknown here); the JAX demo keeps even shares
     balanced = job.uses_trainer and job.balance == "speed" and not job.is_jax
+    gpu_memory, source = auto_gpu_memory(last_run) if job.gpu_memory == AUTO else (job.gpu_memory, "")
     plan = plan_devices(nodes, job.workers_per_node, batch_size, job.share_gpus, framework=job.framework,
-                        balanced=balanced)
+                        balanced=balanced, gpu_memory=gpu_memory)
     speeds = own_speeds(last_run, plan.workers) if last_run else {}
-    if not speeds:
-        return plan
-    return plan_devices(nodes, job.workers_per_node, batch_size, job.share_gpus, measured=speeds,
-                        framework=job.framework, balanced=balanced)
+    if speeds:
+        plan = plan_devices(nodes, job.workers_per_node, batch_size, job.share_gpus, measured=speeds,
+                            framework=job.framework, balanced=balanced, gpu_memory=gpu_memory)
+    return replace(plan, gpu_memory_source=source)
 
 
 def plan_counts(plan: DevicePlan) -> dict[str, int]:
