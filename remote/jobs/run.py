@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from homegpu.remote.config import JobSpec
 from homegpu.remote.events import JobState
@@ -50,7 +50,8 @@ def _shared(name: str) -> Any:
 
 class JobRun:
     """A run of `job` on `cluster`. Call launch_or_attach() (or launch() or adopt()), then watch(); stop() from
-    anywhere. `placement`: where the run is placed (by default, the cluster's: `[cluster] scheduler`)."""
+    anywhere. `placement`: where the run is placed (by default, the cluster's: `[cluster] scheduler`); `pinned`:
+    node -> the one GPU the run uses there (the queue sharing a card by gpu_memory), else all of a node's."""
 
     cluster = _shared("cluster")
     hub = _shared("hub")
@@ -68,9 +69,9 @@ class JobRun:
     on_regroup = _shared("on_regroup")
 
     def __init__(self, cluster: Cluster, job: JobSpec, experiments_root: Path, run_id: str | None = None,
-                 placement: RunPlacement | None = None) -> None:
+                 placement: RunPlacement | None = None, pinned: Mapping[str, int] | None = None) -> None:
         placement = placement or make_placement(cluster.spec).for_run(cluster)
-        self._run = run = RunState(cluster, job, experiments_root, run_id or new_run_id(job.name), placement)
+        self._run = run = RunState(cluster, job, experiments_root, run_id or new_run_id(job.name), placement, pinned)
         self._placing, self._backups, self._end = RunPlacing(run), RunBackups(run), RunEnd(run)
         self._generations = Generations(run, self._backups)
         self._members = Members(run, self._generations, self._backups)

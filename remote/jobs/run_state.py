@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from homegpu.remote.config import PER_GPU, JobSpec
 from homegpu.remote.events import JobState, JobStateChanged
@@ -32,9 +32,10 @@ class RunState:
     """One run's shared state. The parts of JobRun each hold it; JobRun shows its public attributes."""
 
     def __init__(self, cluster: Cluster, job: JobSpec, experiments_root: Path, run_id: str,
-                 placement: RunPlacement) -> None:
+                 placement: RunPlacement, pinned: Mapping[str, int] | None = None) -> None:
         self.cluster, self.job, self.hub = cluster, job, cluster.hub
         self.run_id, self.experiments_root, self.placement = run_id, experiments_root, placement
+        self.pinned = pinned or {}  # node -> the one GPU the run uses there (the queue shares cards by gpu_memory)
         self.slots = worker_slots(cluster.spec, job)
         self.generation, self.restarts, self.state = 1, 0, JobState.PREFLIGHT
         self.tracks: dict[str, WorkerTrack] = {}
@@ -86,7 +87,7 @@ class RunState:
         sessions = [self.cluster.node(node.name) for node in job_node_specs(self.cluster.spec, job)]
         need_plan = job.workers_per_node == PER_GPU or all(s.streams_stats for s in sessions)
         layout = lay_out(self.cluster.spec, job, {s.name: s.latest for s in sessions}, self.cluster.addresses(),
-                         last_timeline(self.experiments_root, job.name), need_plan)
+                         last_timeline(self.experiments_root, job.name), need_plan, self.pinned)
         if layout.refusal:
             raise LaunchError(layout.refusal)
         return layout

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from homegpu.remote.config import ClusterSpec, JobSpec
@@ -62,8 +62,14 @@ class JobLayout:
         return [self.why_no_plan()] if self.why_no_plan() else []
 
 
+def _only_gpu(stats: Any, index: int) -> Any:
+    """`stats` with GPU `index` alone among its GPUs."""
+    return replace(stats, gpus=tuple(gpu for gpu in stats.gpus if gpu.index == index))
+
+
 def lay_out(cluster: ClusterSpec, job: JobSpec, stats: Mapping[str, Any], addresses: Mapping[str, str] | None = None,
-            last_run: Timeline | None = None, need_plan: bool = False) -> JobLayout:
+            last_run: Timeline | None = None, need_plan: bool = False,
+            pinned: Mapping[str, int] | None = None) -> JobLayout:
     """Lay `job` out on its nodes.
 
     Args:
@@ -71,7 +77,10 @@ def lay_out(cluster: ClusterSpec, job: JobSpec, stats: Mapping[str, Any], addres
         addresses: node name -> resolved cluster address (Cluster.addresses()); see worker_slots.
         last_run: the job's last run's timeline, for the pace advice (plan.last_run.last_timeline).
         need_plan: a silent node is a refusal (a launch), not a plan still to come (a preview).
+        pinned: node name -> the one GPU the run uses there (the queue shares a card by gpu_memory).
     """
+    stats = {**stats, **{node: _only_gpu(stats[node], index) for node, index in (pinned or {}).items()
+                         if stats.get(node) is not None}}
     silent = tuple(node.name for node in job_node_specs(cluster, job) if stats.get(node.name) is None)
     plan, refusal = None, ""
     if need_plan or not silent:

@@ -26,7 +26,7 @@ from homegpu.remote.queue.entries import QueueError
 
 PER_RUN_KEYS = ("epochs", "batch_size", "steps_per_epoch", "args", "env", "data", "model", "data_dir", "restart",
                 "max_restarts", "stall_timeout", "reconnect_timeout", "keras", "min_workers", "on_fewer_workers",
-                "rejoin", "checkpoint", "balance")
+                "rejoin", "checkpoint", "balance", "gpu_memory")
 _WHERE = ("nodes", "workers_per_node", "share_gpus", "port")
 _WHAT = ("image", "python", "script", "code_dir")
 _SHOWN = 60  # characters of a --set quoted in a message

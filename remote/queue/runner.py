@@ -26,13 +26,14 @@ import contextlib
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
-from homegpu.remote.config import ClusterSpec, JobSpec
+from homegpu.remote.config import AUTO, ClusterSpec, JobSpec, size_text
 from homegpu.remote.events import JobState, NodeStats, QueueRunChanged
 from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome
 from homegpu.remote.nodes import Cluster, wait_set
 from homegpu.remote.placement import Placement, make_placement
+from homegpu.remote.plan import auto_gpu_memory, last_timeline
 from homegpu.remote.queue.cluster_file import ClusterFile
 from homegpu.remote.queue.desk import QueueDesk
 from homegpu.remote.queue.entries import EntryState, QueueEntry, QueueError, QueueWriteError
@@ -63,6 +64,8 @@ class QueueRunner:
         self._runs: dict[str, JobRun] = {}  # entry id -> its run, while followed
         self._cancelled_by: dict[str, str] = {}  # entry id -> who cancelled its run
         self._placed: dict[str, str] = {}  # entry id -> its run's id in the placement's queue (a Slurm job), until it ends
+        self._pinned: dict[str, Mapping[str, int]] = {}  # entry id -> node -> its GPU, for a run sharing cards
+        self._auto_budgets: dict[str, int] = {}  # entry id -> its gpu_memory = "auto", read once from the last run
         self._unresumed: set[str] = set()  # active entries whose nodes did not answer yet
         self._unrecorded_ends: dict[str, tuple[EntryState, str, float]] = {}  # ends the file did not take yet
         self.trouble = WriteTrouble(say, clock)
@@ -135,7 +138,25 @@ class QueueRunner:
         if self._placement().places_nodes:
             entries = [replace(e, after=tuple(a for a in e.after if a not in self._placed)) if e.after else e
                        for e in entries]
-        return decide(entries, self._views(), self._needs(entries))
+        return decide(entries, self._views(), self._needs(entries), budgets=self._budgets(entries), placed=self._pinned)
+
+    def _budgets(self, entries: list[QueueEntry]) -> dict[str, int]:
+        """entry id -> the bytes each process of its run holds on its GPU (its job's gpu_memory, "auto" read
+        from the job's last run once), for the waiting and active entries whose job has one."""
+        budgets = {}
+        for entry in entries:
+            job = self.spec.jobs.get(entry.job)
+            if job is None or entry.state.finished:
+                continue
+            if entry.overrides:
+                with contextlib.suppress(QueueError):
+                    job = apply_overrides(self.spec, job, entry.overrides)
+            if job.gpu_memory == AUTO and entry.id not in self._auto_budgets:
+                self._auto_budgets[entry.id] = auto_gpu_memory(last_timeline(self.experiments, job.name))[0]
+            budget = self._auto_budgets.get(entry.id, 0) if job.gpu_memory == AUTO else job.gpu_memory
+            if budget:
+                budgets[entry.id] = budget
+        return budgets
 
     def _pass(self) -> None:
         self._record_ends()
@@ -156,6 +177,8 @@ class QueueRunner:
         by_id = {entry.id: entry for entry in entries}
         for id_ in decision.start:
             self._starting[id_] = by_id[id_]
+            if id_ in decision.gpus:
+                self._pinned[id_] = decision.gpus[id_]
             self._spawn(self._start(by_id[id_]), f"queue start {id_}")
 
     def _tell(self, entry: QueueEntry, state: str, reason: str = "") -> None:
@@ -203,13 +226,14 @@ class QueueRunner:
         after = tuple(self._placed[after] for after in entry.after if after in self._placed)
         placement = self._placement().for_run(self.cluster, entry.priority, after,
                                               lambda job_id: self._placed.__setitem__(entry.id, job_id))
-        return JobRun(self.cluster, job, self.experiments, placement=placement)
+        return JobRun(self.cluster, job, self.experiments, placement=placement, pinned=self._pinned.get(entry.id))
 
     async def _not_yet(self, entry: QueueEntry, run: JobRun, reason: str) -> None:
         """The entry waits, for `reason`: what its run placed (a Slurm job submitted) is let go (the next try places
         anew)."""
         await run.cancel_placement()
         self._placed.pop(entry.id, None)
+        self._pinned.pop(entry.id, None)
         self._wait(entry, reason)
 
     def _job(self, entry: QueueEntry) -> JobSpec | None:
@@ -267,7 +291,11 @@ class QueueRunner:
         """Why the entry's GPUs are not free on a stats sample newer than those `decided` on ("" when they are)."""
         await asyncio.gather(*(self._fresh_stats(name, seen) for name, seen in decided.items()))
         decision = self._decide([e for e in self._entries() if e.id != entry.id] + [entry])
-        return "" if entry.id in decision.start else decision.waits.get(entry.id, "not its turn any more")
+        if entry.id not in decision.start:
+            return decision.waits.get(entry.id, "not its turn any more")
+        if decision.gpus.get(entry.id, {}) != self._pinned.get(entry.id, {}):
+            return "the GPU it was given has less room now; it is placed again"
+        return ""
 
     async def _fresh_stats(self, name: str, seen: NodeStats | None) -> None:
         """Wait for a sample of `name` other than `seen` (a few stats intervals at most: a node whose agent
@@ -296,6 +324,15 @@ class QueueRunner:
             await run.release_lock()
             raise
         self._follow(self._mark_running(entry), run)
+        self._note_where(entry)
+
+    def _note_where(self, entry: QueueEntry) -> None:
+        """A run sharing cards: where it runs and its budget, as `homegpu queue` shows it ("on desktop GPU 0 with
+        5.0 GiB")."""
+        pinned, budget = self._pinned.get(entry.id), self._budgets([entry]).get(entry.id)
+        if pinned and budget:
+            cards = ", ".join(f"{node} GPU {index}" for node, index in pinned.items())
+            self._note_reasons({entry.id: f"on {cards} with {size_text(budget)}"}, EntryState.RUNNING)
 
     def _mark_running(self, entry: QueueEntry) -> QueueEntry:
         """The entry, running; in memory only when the file could not take it (its run is followed all the
@@ -334,6 +371,8 @@ class QueueRunner:
     def _end(self, entry: QueueEntry, state: EntryState, reason: str) -> None:
         self._cancelled_by.pop(entry.id, None)  # a cancel asked during a launch that failed is done with too
         self._placed.pop(entry.id, None)  # one waiting --after it is judged by how it ended now
+        self._pinned.pop(entry.id, None)
+        self._auto_budgets.pop(entry.id, None)
         self._unrecorded_ends[entry.id] = (state, reason, self.clock())
         self._record_ends()
 

@@ -13,6 +13,12 @@ says which start now, why each other one waits, and which are cancelled:
 - other users: a GPU where a process outside the queue's runs holds more than `share` (FOREIGN_SHARE,
   10%) of its memory is busy ("desktop GPU 0 busy: alice's python holds 19.6 GiB"); the runner's
   preflight checks it again, for a process that came between this pass and the launch.
+- GPU memory: an entry whose job has a `gpu_memory` (its `budgets`) shares cards instead. On each of its nodes it
+  takes the GPU with the most free memory, counting every process there and the budgets of the queue's runs
+  already on it (gpu_room.py), if that is at least its budget ("needs 5.0 GiB on a GPU: the most free is 3.2 GiB
+  on desktop GPU 0, held by q-14 (5.0 GiB) and alice's python (12.0 GiB)"); `Decision.gpus` says which. A node
+  with one of the queue's whole-GPU runs is busy for it, and a node with a sharing run is busy for a whole-GPU
+  entry. A node whose GPUs' memory is not known (none, or an agent that cannot read it) holds nothing back.
 
 Turns: an entry blocked only by the queue's own runs holds its other online nodes against entries
 after it ("node closet held for q-13"), so a run across two nodes is not passed over forever by
@@ -23,16 +29,16 @@ nodes start in the same pass.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
 from homegpu.remote.config import ClusterSpec, JobSpec
 from homegpu.remote.events import NodeState, NodeStats
-from homegpu.remote.nodes import FOREIGN_SHARE, gib, owner_text, visible
+from homegpu.remote.nodes import FOREIGN_SHARE, gib
 from homegpu.remote.plan import job_node_specs
 from homegpu.remote.queue.entries import EntryState, QueueEntry
+from homegpu.remote.queue.gpu_room import MIB, Card, cards, holder, processes, roomiest, wants_text
 
 
 @dataclass(frozen=True)
@@ -46,11 +52,13 @@ class NodeView:
 @dataclass(frozen=True)
 class Decision:
     """One pass's outcome. `start`: ids to start now, in order; `waits`: id -> why it waits;
-    `cancels`: id -> why it is cancelled (an entry it waits `--after` failed or was cancelled)."""
+    `cancels`: id -> why it is cancelled (an entry it waits `--after` failed or was cancelled); `gpus`: for a
+    started entry with a budget, node -> the GPU it runs on there."""
 
     start: tuple[str, ...] = ()
     waits: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     cancels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    gpus: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def entry_nodes(cluster: ClusterSpec, job: JobSpec) -> tuple[str, ...]:
@@ -65,7 +73,8 @@ class _Block:
 
 
 def decide(entries: Iterable[QueueEntry], nodes: Mapping[str, NodeView], needs: Mapping[str, tuple[str, ...]],
-           share: float = FOREIGN_SHARE) -> Decision:
+           share: float = FOREIGN_SHARE, budgets: Mapping[str, int] = MappingProxyType({}),
+           placed: Mapping[str, Mapping[str, int]] = MappingProxyType({})) -> Decision:
     """Which waiting entries start now, why the others wait, and which are cancelled.
 
     Args:
@@ -73,15 +82,22 @@ def decide(entries: Iterable[QueueEntry], nodes: Mapping[str, NodeView], needs: 
         nodes: node name -> its view; a node missing from it is taken as offline.
         needs: entry id -> the nodes its run uses (`entry_nodes` of its job with its overrides).
         share: the share of a GPU's memory another user's process may hold without making it busy.
+        budgets: entry id -> the bytes each process of its run holds on its GPU (its job's gpu_memory); an entry
+            missing from it, or 0, takes whole GPUs.
+        placed: entry id -> node -> GPU, for the queue's active runs with a budget (where a decision put them).
     """
     entries = list(entries)
     by_id = {entry.id: entry for entry in entries}
     cancels = _cancelled_after(entries, by_id)
     active = [entry for entry in entries if entry.state.active]
     own_runs = {entry.run_id for entry in active if entry.run_id}
-    taken = _nodes_of_active(active, nodes, needs)  # node -> "q-14 runs there"
+    budget_mib = {id_: size / MIB for id_, size in budgets.items() if size}
+    sharing_runs = [entry for entry in active if entry.id in budget_mib]
+    taken = _nodes_of_active([e for e in active if e.id not in budget_mib], nodes, needs)  # node -> "q-14 runs there"
+    sharing = _nodes_of_active(sharing_runs, nodes, needs)  # nodes where the queue's runs share the GPUs
+    room = _room(nodes, active, sharing_runs, budget_mib, placed)
     held: dict[str, str] = {}  # node -> "q-13": held for an earlier entry's turn
-    start, waits = [], {}
+    start, waits, gpus = [], {}, {}
     for entry in sorted((e for e in entries if e.state is EntryState.WAITING), key=lambda e: e.order):
         if entry.id in cancels:
             continue
@@ -93,16 +109,36 @@ def decide(entries: Iterable[QueueEntry], nodes: Mapping[str, NodeView], needs: 
         if wanted is None:
             waits[entry.id] = f"job {entry.job} is not in the cluster file"
             continue
-        block = _first_block(wanted, nodes, taken, held, own_runs, share)
+        budget = budget_mib.get(entry.id)
+        if budget:
+            block, picks = _first_block_sharing(wanted, nodes, taken, held, budget, room)
+        else:
+            block, picks = _first_block(wanted, nodes, {**sharing, **taken}, held, own_runs, share), {}
         if block is None:
             start.append(entry.id)
-            taken.update({node: f"{entry.id} starts there" for node in wanted})
+            (sharing if budget else taken).update({node: f"{entry.id} starts there" for node in wanted})
+            if budget:
+                gpus[entry.id] = MappingProxyType(picks)
+                for node, index in picks.items():
+                    room[(node, index)].promise(entry.id, budget)
             continue
         waits[entry.id] = block.reason
         if block.ours:
             for node in wanted:
                 held.setdefault(node, entry.id)
-    return Decision(tuple(start), MappingProxyType(waits), MappingProxyType(cancels))
+    return Decision(tuple(start), MappingProxyType(waits), MappingProxyType(cancels), MappingProxyType(gpus))
+
+
+def _room(nodes: Mapping[str, NodeView], active: list[QueueEntry], sharing_runs: list[QueueEntry],
+          budget_mib: Mapping[str, float], placed: Mapping[str, Mapping[str, int]]) -> dict[tuple[str, int], Card]:
+    """Every known card, with the budgets of the queue's sharing runs promised where a decision put them."""
+    room = cards({name: view.stats for name, view in nodes.items()},
+                 {entry.run_id: entry.id for entry in active if entry.run_id})
+    for entry in sharing_runs:
+        for node, index in placed.get(entry.id, {}).items():
+            if (node, index) in room:
+                room[(node, index)].promise(entry.id, budget_mib[entry.id])
+    return room
 
 
 def _cancelled_after(entries: list[QueueEntry], by_id: dict[str, QueueEntry]) -> dict[str, str]:
@@ -134,7 +170,7 @@ def _nodes_of_active(active: list[QueueEntry], nodes: Mapping[str, NodeView],
         for node in needs.get(entry.id, ()):
             taken.setdefault(node, f"{entry.id} runs there")
     for node, view in nodes.items():
-        for process in _processes(view.stats):
+        for process in processes(view.stats):
             owner = process.owner
             if owner is not None and owner.kind == "worker" and owner.run_id in by_run:
                 taken.setdefault(node, f"{by_run[owner.run_id]} runs there")
@@ -143,20 +179,53 @@ def _nodes_of_active(active: list[QueueEntry], nodes: Mapping[str, NodeView],
 
 def _first_block(wanted: tuple[str, ...], nodes: Mapping[str, NodeView], taken: Mapping[str, str],
                  held: Mapping[str, str], own_runs: set[str], share: float) -> _Block | None:
-    """What keeps a run on `wanted` from starting now, the most lasting first; None: nothing."""
+    """What keeps a run on `wanted` (whole GPUs) from starting now, the most lasting first; None: nothing."""
+    block = _unreached(wanted, nodes)
+    if block:
+        return block
+    awake = [node for node in wanted if nodes[node].stats is not None]
+    foreign = next((line for node in awake for line in _busy_gpus(node, nodes[node].stats, own_runs, share)), None)
+    if foreign:
+        return _Block(foreign, ours=False)
+    return _queue_block(wanted, taken, held)
+
+
+def _first_block_sharing(wanted: tuple[str, ...], nodes: Mapping[str, NodeView], taken: Mapping[str, str],
+                         held: Mapping[str, str], budget: float,
+                         room: Mapping[tuple[str, int], Card]) -> tuple[_Block | None, dict[str, int]]:
+    """What keeps a run with a `budget` (MiB) on `wanted` from starting now, and else node -> the GPU it takes
+    there (an asleep node, or one whose GPUs' memory is not known, is given none: its GPUs hold no one else's)."""
+    block = _unreached(wanted, nodes) or _queue_block(wanted, taken, held)
+    if block:
+        return block, {}
+    picks = {}
+    for node in wanted:
+        card = roomiest(room, node) if nodes[node].stats is not None else None
+        if card is None:
+            continue
+        if card.free < budget:
+            return _Block(wants_text(budget, card), ours=card.free_without_the_queue >= budget), {}
+        picks[node] = card.index
+    return None, picks
+
+
+def _unreached(wanted: tuple[str, ...], nodes: Mapping[str, NodeView]) -> _Block | None:
+    """A node of `wanted` that is not online (an asleep one is: the run wakes it first, JobRun.prepare) or has
+    sent no stats yet."""
     for node in wanted:
         view = nodes.get(node)
         if view is not None and view.state is NodeState.ASLEEP:
-            continue  # its GPUs are free: the run wakes it first (JobRun.prepare)
+            continue  # its GPUs are free
         if view is None or view.state is not NodeState.ONLINE:
             state = view.state.value if view is not None else NodeState.OFFLINE.value
             return _Block(f"node {node} {state}", ours=False)
         if view.stats is None:
             return _Block(f"node {node} has sent no stats yet", ours=False)
-    awake = [node for node in wanted if nodes[node].stats is not None]
-    foreign = next((line for node in awake for line in _busy_gpus(node, nodes[node].stats, own_runs, share)), None)
-    if foreign:
-        return _Block(foreign, ours=False)
+    return None
+
+
+def _queue_block(wanted: tuple[str, ...], taken: Mapping[str, str], held: Mapping[str, str]) -> _Block | None:
+    """A node of `wanted` busy with one of the queue's runs, or held for an earlier entry's turn."""
     for node in wanted:
         if node in taken:
             return _Block(f"node {node} busy: {taken[node]}", ours=True)
@@ -177,20 +246,4 @@ def _busy_gpus(node: str, stats: NodeStats, own_runs: set[str], share: float) ->
             if owner is not None and owner.kind == "worker" and owner.run_id in own_runs:
                 continue
             if isinstance(mem, (int, float)) and mem > share * total:
-                yield f"{node} GPU {gpu.index} busy: {_holder(process)} holds {gib(mem)} GiB"
-
-
-def _holder(process: object) -> str:
-    """"alice's python", "homegpu worker 0 of job train run R", "container db (user bob)", "pid 468 python3"."""
-    name = visible(os.path.basename(str(process.name))) if process.name else "a process"
-    owner = process.owner
-    if owner is not None and owner.kind == "process" and owner.user:
-        return f"{visible(str(owner.user))}'s {name}"
-    if owner is not None and owner.kind in ("worker", "container"):
-        return visible(owner_text(owner))
-    return f"pid {process.pid} {name}"
-
-
-def _processes(stats: NodeStats | None) -> Iterable[object]:
-    for gpu in stats.gpus if stats is not None else ():
-        yield from gpu.processes
+                yield f"{node} GPU {gpu.index} busy: {holder(process)} holds {gib(mem)} GiB"

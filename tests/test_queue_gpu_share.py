@@ -1,0 +1,84 @@
+"""serve's queue sharing cards by gpu_memory, end to end on this machine as the node (host = "local": its real
+stats agent and process runtime, no LAN needed): its nvidia-smi is tests/gpu_replay.py answering with two
+recorded H100 NVL (95830 MiB each; there is no GPU here). Five jobs of 40 GiB each: four run at once, two on
+each card, each worker started with its card alone visible and its budget; the fifth waits with the reason,
+and starts on the card the first one leaves."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpu_replay import FIXTURES, write_replay_nvidia_smi
+from helpers import local_cluster_toml, wait_until
+from homegpu.remote.config import load_cluster
+from homegpu.remote.nodes import Cluster
+from homegpu.remote.queue import EntryState, QueueRunner, QueueStore
+
+from simcluster import free_job_port
+
+# Says what it was started with, then runs until its stop file is there.
+SCRIPT = """import os, pathlib, sys, time
+print("gpu", os.environ.get("CUDA_VISIBLE_DEVICES"), "budget", os.environ.get("HOMEGPU_GPU_MEMORY"), flush=True)
+stop = pathlib.Path(sys.argv[1])
+while not stop.exists():
+    time.sleep(0.2)
+"""
+
+
+@pytest.fixture
+def two_cards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A cluster file whose one node has two replayed H100 NVL, and five jobs of 40 GiB, each stopped by its file."""
+    bin_dir = write_replay_nvidia_smi(tmp_path / "bin", FIXTURES / "gpus_2x_h100nvl_idle.csv",
+                                      FIXTURES / "apps_none.csv")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "hold.py").write_text(SCRIPT)
+    jobs = "".join(f'[jobs.j{n}]\nscript = "hold.py"\nargs = ["{tmp_path / f"stop{n}"}"]\npython = "{sys.executable}"\n'
+                   f'port = {free_job_port()}\ngpu_memory = "40GiB"\nrestart = "never"\n\n' for n in range(1, 6))
+    return load_cluster(local_cluster_toml(code, jobs, name="share", cluster="stats_interval = 1.0")), tmp_path
+
+
+def worker_line(experiments: Path, run_id: str) -> str:
+    log = experiments / run_id / "logs" / "here.log"
+    return next((line for line in log.read_text().splitlines() if line.startswith("gpu ")), "") if log.exists() else ""
+
+
+async def test_four_40_gib_runs_share_two_cards_and_a_fifth_waits_for_room(two_cards):
+    spec, folder = two_cards
+    experiments = folder / "experiments"
+    with QueueStore(folder / "queue.sqlite") as store:
+        async with Cluster(spec) as cluster:
+            await cluster.node("here").wait_for(lambda n: n.latest is not None and n.latest.gpus, timeout=60)
+            runner = QueueRunner(cluster, store, experiments).start()
+            try:
+                ids = [store.submit(f"j{n}", user="root", now=float(n)).id for n in range(1, 6)]
+                runner.wake()
+
+                def four_running():
+                    states = [store.get(id_).state for id_ in ids]
+                    return states[:4] == [EntryState.RUNNING] * 4 and states[4] is EntryState.WAITING
+                await wait_until(four_running, 180, "four runs running and the fifth waiting")
+                assert store.get(ids[4]).reason == ("needs 40.0 GiB on a GPU: the most free is 13.6 GiB on here GPU 0, "
+                                                    "held by q-1 (40.0 GiB) and q-3 (40.0 GiB)")
+                lines = [await wait_until(lambda: worker_line(experiments, store.get(id_).run_id), 60, id_)
+                         for id_ in ids[:4]]
+                budget = str(40 * 1024 ** 3)
+                assert lines == [f"gpu {card} budget {budget}" for card in (0, 1, 0, 1)]
+                assert [store.get(id_).reason for id_ in ids[:2]] == ["on here GPU 0 with 40.0 GiB",
+                                                                      "on here GPU 1 with 40.0 GiB"]
+
+                (folder / "stop1").touch()  # q-1 ends: its card has room for the fifth
+                await wait_until(lambda: store.get(ids[4]).state is EntryState.RUNNING, 120, "the fifth run")
+                assert store.get(ids[0]).state is EntryState.SUCCEEDED
+                assert await wait_until(lambda: worker_line(experiments, store.get(ids[4]).run_id), 60, "q-5") == \
+                    f"gpu 0 budget {budget}"
+            finally:
+                for n in range(1, 6):
+                    (folder / f"stop{n}").touch()
+                await wait_until(lambda: all(store.get(id_).state.finished for id_ in ids), 120, "every run's end")
+                await runner.close()
