@@ -31,7 +31,7 @@ H100 = FIXTURES / "h100-80gb-hbm3"
 # An experiment that runs until the test releases it (its file appears), so that a state such as
 # "running" lasts until the test has seen it, however slow the machine.
 SLEEPY = """import os, sys, time
-print("started", os.environ.get("HOMEGPU_RUN_ID", "?"), flush=True)
+print("started", os.environ.get("HOMEGPU_RUN_ID", "?"), "on GPU", os.environ.get("CUDA_VISIBLE_DEVICES"), flush=True)
 deadline = time.time() + 600
 while len(sys.argv) > 1 and not os.path.exists(sys.argv[1]) and time.time() < deadline:
     time.sleep(0.2)
@@ -44,7 +44,8 @@ ALERT_LOG = "import sys\nwith open(sys.argv[1], 'a') as log:\n    log.write(' '.
 @pytest.fixture
 def lab(sim_cluster: SimCluster, tmp_path: Path, monkeypatch) -> Iterator[Path]:
     """A cluster file every user may read (the second user's test reads it), with the night's jobs:
-    `sleepy` on node1+node2, `gpu3` on node3 (the replayed GPU), `boom` (fails) on node1."""
+    `sleepy` on node1+node2, `gpu3` on node3 (the replayed GPU), `boom` (fails) on node1, and `share1` to
+    `share4` on node3 with 19 GiB of GPU memory each."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # serve and the commands inherit it
     folder = Path(tempfile.mkdtemp(prefix="homegpu-lab-"))
     folder.chmod(0o755)
@@ -56,7 +57,9 @@ def lab(sim_cluster: SimCluster, tmp_path: Path, monkeypatch) -> Iterator[Path]:
     data = sim_cluster.cluster_dict(jobs={
         "sleepy": {**common, "script": "exp/sleepy.py", "nodes": ["node1", "node2"], "port": free_job_port()},
         "gpu3": {**common, "script": "exp/sleepy.py", "nodes": ["node3"], "port": free_job_port()},
-        "boom": {**common, "script": "exp/boom.py", "nodes": ["node1"], "port": free_job_port()}})
+        "boom": {**common, "script": "exp/boom.py", "nodes": ["node1"], "port": free_job_port()},
+        **{f"share{n}": {**common, "script": "exp/sleepy.py", "nodes": ["node3"], "port": free_job_port(),
+                         "gpu_memory": "19GiB"} for n in range(1, 5)}})
     data["alerts"] = {"queued_runs": True,
                       "command": [sys.executable, str(folder / "alert_log.py"), str(tmp_path / "alerts.txt"),
                                   "{alert}", "{queue_id}", "{run_id}"]}
@@ -165,6 +168,38 @@ def test_a_night_of_experiments_in_order_around_another_users_gpu_process(sim_cl
     assert f"queued_run_failed {broken} {entries[broken]['run_id']}" in alerts
     assert f"queued_run_cancelled {after_broken} " in [line[:len(f"queued_run_cancelled {after_broken} ")]
                                                        for line in alerts]
+
+
+def test_runs_with_gpu_memory_share_a_card_around_another_users_process(sim_cluster: SimCluster, lab: Path,
+                                                                         tmp_path: Path):
+    """node3's H100 (81559 MiB) with nobody's python3 holding 19.6 GiB: three runs of 19 GiB fit beside it, each
+    seeing GPU 0 alone; the fourth waits saying who holds the card, and starts when the first ends."""
+    experiments, apps = tmp_path / "experiments", tmp_path / "apps.csv"
+    releases = [until_released(tmp_path, f"share{n}") for n in range(1, 5)]
+    with strangers_process(sim_cluster.node("node3")) as stranger, replaying_node3(sim_cluster, apps):
+        write_apps_with_pids(H100 / "apps_load.csv", [stranger], apps)
+        with serving(lab, tmp_path / "serve.log", experiments):
+            ids = [submit(lab, f"share{n}", "--set", args) for n, (_, args) in enumerate(releases, 1)]
+            for id_ in ids[:3]:
+                wait_state(lab, id_, "running")
+            fourth = wait_for(lambda: "needs" in (e := queue(lab)[ids[3]])["reason"] and e, 120, "q-4's why")
+            assert fourth["state"] == "waiting"
+            assert fourth["reason"] == ("needs 19.0 GiB on a GPU: the most free is 3.0 GiB on node3 GPU 0, held by "
+                                        "nobody's python3 (19.6 GiB), q-1 (19.0 GiB), q-2 (19.0 GiB) and q-3 (19.0 GiB)")
+            entries = queue(lab)
+            assert [entries[id_]["reason"] for id_ in ids[:3]] == ["on node3 GPU 0 with 19.0 GiB"] * 3
+            queue_text(lab)
+
+            releases[0][0].touch()
+            wait_state(lab, ids[3], "running")
+            for release, _ in releases[1:]:
+                release.touch()
+            entries = wait_for(lambda: (q := queue(lab)) and all(q[i]["state"] == "succeeded" for i in ids) and q,
+                               300, "the four runs to succeed")
+    assert entries[ids[3]]["started"] >= entries[ids[0]]["ended"], "q-4 started on the room q-1 left"
+    for id_ in ids:
+        log = (experiments / entries[id_]["run_id"] / "logs" / "node3.log").read_text()
+        assert f"started {entries[id_]['run_id']} on GPU 0" in log
 
 
 def test_serve_killed_mid_queue_resumes_it_without_running_anything_twice(sim_cluster: SimCluster, lab: Path,
