@@ -1,8 +1,8 @@
 """serve's queue sharing cards by gpu_memory, end to end on this machine as the node (host = "local": its real
 stats agent and process runtime, no LAN needed): its nvidia-smi is tests/gpu_replay.py answering with two
-recorded H100 NVL (95830 MiB each; there is no GPU here). Five jobs of 40 GiB each: four run at once, two on
-each card, each worker started with its card alone visible and its budget; the fifth waits with the reason,
-and starts on the card the first one leaves."""
+recorded H100 NVL (95830 MiB each; there is no GPU here). Five jobs of 40 GiB each, all on one port: four run at
+once, two on each card, each worker started with its card alone visible, its budget and a port of its own; the
+fifth waits with the reason, and starts on the card the first one leaves."""
 
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ from homegpu.remote.queue import EntryState, QueueRunner, QueueStore
 from simcluster import free_job_port
 
 # Says what it was started with, then runs until its stop file is there.
-SCRIPT = """import os, pathlib, sys, time
-print("gpu", os.environ.get("CUDA_VISIBLE_DEVICES"), "budget", os.environ.get("HOMEGPU_GPU_MEMORY"), flush=True)
+SCRIPT = """import json, os, pathlib, sys, time
+port = json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"][0].rsplit(":", 1)[1]
+print("gpu", os.environ.get("CUDA_VISIBLE_DEVICES"), "budget", os.environ.get("HOMEGPU_GPU_MEMORY"), "port", port,
+      flush=True)
 stop = pathlib.Path(sys.argv[1])
 while not stop.exists():
     time.sleep(0.2)
@@ -31,16 +33,18 @@ while not stop.exists():
 
 @pytest.fixture
 def two_cards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A cluster file whose one node has two replayed H100 NVL, and five jobs of 40 GiB, each stopped by its file."""
+    """A cluster file whose one node has two replayed H100 NVL, and five jobs of 40 GiB on one port (as jobs left at
+    the default port are), each stopped by its file; and that port."""
     bin_dir = write_replay_nvidia_smi(tmp_path / "bin", FIXTURES / "gpus_2x_h100nvl_idle.csv",
                                       FIXTURES / "apps_none.csv")
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     code = tmp_path / "code"
     code.mkdir()
     (code / "hold.py").write_text(SCRIPT)
+    port = free_job_port(4)
     jobs = "".join(f'[jobs.j{n}]\nscript = "hold.py"\nargs = ["{tmp_path / f"stop{n}"}"]\npython = "{sys.executable}"\n'
-                   f'port = {free_job_port()}\ngpu_memory = "40GiB"\nrestart = "never"\n\n' for n in range(1, 6))
-    return load_cluster(local_cluster_toml(code, jobs, name="share", cluster="stats_interval = 1.0")), tmp_path
+                   f'port = {port}\ngpu_memory = "40GiB"\nrestart = "never"\n\n' for n in range(1, 6))
+    return load_cluster(local_cluster_toml(code, jobs, name="share", cluster="stats_interval = 1.0")), tmp_path, port
 
 
 def worker_line(experiments: Path, run_id: str) -> str:
@@ -49,7 +53,7 @@ def worker_line(experiments: Path, run_id: str) -> str:
 
 
 async def test_four_40_gib_runs_share_two_cards_and_a_fifth_waits_for_room(two_cards):
-    spec, folder = two_cards
+    spec, folder, port = two_cards
     experiments = folder / "experiments"
     with QueueStore(folder / "queue.sqlite") as store:
         async with Cluster(spec) as cluster:
@@ -68,7 +72,7 @@ async def test_four_40_gib_runs_share_two_cards_and_a_fifth_waits_for_room(two_c
                 lines = [await wait_until(lambda: worker_line(experiments, store.get(id_).run_id), 60, id_)
                          for id_ in ids[:4]]
                 budget = str(40 * 1024 ** 3)
-                assert lines == [f"gpu {card} budget {budget}" for card in (0, 1, 0, 1)]
+                assert lines == [f"gpu {card} budget {budget} port {port + n}" for n, card in enumerate((0, 1, 0, 1))]
                 assert [store.get(id_).reason for id_ in ids[:2]] == ["on here GPU 0 with 40.0 GiB",
                                                                       "on here GPU 1 with 40.0 GiB"]
 
@@ -76,7 +80,7 @@ async def test_four_40_gib_runs_share_two_cards_and_a_fifth_waits_for_room(two_c
                 await wait_until(lambda: store.get(ids[4]).state is EntryState.RUNNING, 120, "the fifth run")
                 assert store.get(ids[0]).state is EntryState.SUCCEEDED
                 assert await wait_until(lambda: worker_line(experiments, store.get(ids[4]).run_id), 60, "q-5") == \
-                    f"gpu 0 budget {budget}"
+                    f"gpu 0 budget {budget} port {port}"  # q-1's, free again
             finally:
                 for n in range(1, 6):
                     (folder / f"stop{n}").touch()

@@ -5,7 +5,7 @@ ClusterSpec with its NodeSpecs, JobSpecs and AlertRules; every mistake one Confi
 from __future__ import annotations
 
 from homegpu.remote.config.alert_rules import BUDGETS, SWITCHES, AlertRules, NotifyTarget
-from homegpu.remote.config.checks import ConfigError
+from homegpu.remote.config.checks import MAX_PORT, ConfigError
 from homegpu.remote.config.cluster_spec import (
     DEFAULT_CONFIG_NAME, DEMO_JOB, EMBEDDED_DEFAULT, ClusterSpec, embedded_default, find_config, load_cluster,
     parse_cluster,
@@ -25,7 +25,7 @@ from homegpu.remote.config.writer import cluster_to_toml, starter_cluster
 
 __all__ = [
     "AUTO", "DEFAULT_CONFIG_NAME", "DEFAULT_IMAGE", "DEFAULT_IMAGES", "DEFAULT_JOB_PORT", "DEMO_JOB", "EMBEDDED_DEFAULT", "FRAMEWORK_NAMES", "FRAMEWORKS", "LOCAL_HOST",
-    "KEEP_GLOBAL_BATCH", "KEEP_WORKER_BATCH", "PER_GPU",
+    "KEEP_GLOBAL_BATCH", "KEEP_WORKER_BATCH", "MAX_PORT", "PER_GPU",
     "RUNTIMES", "BUDGETS", "SWITCHES", "AlertRules", "ClusterSpec", "ConfigError", "JobSpec", "NodeSleepWake", "NodeSpec", "NotifyTarget", "Tariff", "cache_dir",
     "cluster_data_path", "cluster_to_toml", "data_dir", "duration_seconds", "embedded_default", "find_config", "load_cluster", "parse_cluster", "parse_job_table",
     "size_bytes", "size_text", "starter_cluster", "SLURM_JOB_KEYS", "format_time_limit", "gres_gpus", "time_limit_seconds",

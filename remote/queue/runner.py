@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping
 
-from homegpu.remote.config import AUTO, ClusterSpec, JobSpec, size_text
+from homegpu.remote.config import AUTO, MAX_PORT, ClusterSpec, JobSpec, size_text
 from homegpu.remote.events import JobState, NodeStats, QueueRunChanged
 from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome
 from homegpu.remote.nodes import Cluster, wait_set
@@ -66,6 +66,7 @@ class QueueRunner:
         self._placed: dict[str, str] = {}  # entry id -> its run's id in the placement's queue (a Slurm job), until it ends
         self._pinned: dict[str, Mapping[str, int]] = {}  # entry id -> node -> its GPU, for a run sharing cards
         self._auto_budgets: dict[str, int] = {}  # entry id -> its gpu_memory = "auto", read once from the last run
+        self._ports: dict[str, tuple[frozenset[str], range]] = {}  # entry id -> a sharing run's nodes and ports
         self._unresumed: set[str] = set()  # active entries whose nodes did not answer yet
         self._unrecorded_ends: dict[str, tuple[EntryState, str, float]] = {}  # ends the file did not take yet
         self.trouble = WriteTrouble(say, clock)
@@ -202,7 +203,7 @@ class QueueRunner:
         job = self._job(entry)
         if job is None:
             return None
-        run = self._new_run(entry, job)
+        run = self._new_run(entry, self._own_ports(entry, job))
         decided = self._samples(entry)
         try:
             await run.prepare(waking=lambda line: self._waking(entry, line))
@@ -234,7 +235,24 @@ class QueueRunner:
         await run.cancel_placement()
         self._placed.pop(entry.id, None)
         self._pinned.pop(entry.id, None)
+        self._ports.pop(entry.id, None)
         self._wait(entry, reason)
+
+    def _own_ports(self, entry: QueueEntry, job: JobSpec) -> JobSpec:
+        """A run sharing cards gets ports of its own: the job's, moved past those of the queue's other sharing runs
+        on any of its nodes (jobs left at the default port all have 23456, and two runs on one node cannot both
+        listen there). A whole-GPU run has its nodes to itself and keeps the job's port."""
+        if entry.id not in self._pinned:
+            return job
+        nodes, width = frozenset(self._needs([entry]).get(entry.id, ())), job.most_workers_per_node
+        taken = [ports for id_, (used, ports) in self._ports.items() if id_ != entry.id and used & nodes]
+        port = job.port
+        while any(port < ports.stop and ports.start < port + width for ports in taken):
+            port += width
+        if port + width - 1 > MAX_PORT:
+            return job  # out of ports to move to: the launch says the port is in use
+        self._ports[entry.id] = (nodes, range(port, port + width))
+        return replace(job, port=port)
 
     def _job(self, entry: QueueEntry) -> JobSpec | None:
         """The entry's job with its `--set` applied; None (and the entry cancelled) when they no longer apply."""
@@ -372,6 +390,7 @@ class QueueRunner:
         self._cancelled_by.pop(entry.id, None)  # a cancel asked during a launch that failed is done with too
         self._placed.pop(entry.id, None)  # one waiting --after it is judged by how it ended now
         self._pinned.pop(entry.id, None)
+        self._ports.pop(entry.id, None)
         self._auto_budgets.pop(entry.id, None)
         self._unrecorded_ends[entry.id] = (state, reason, self.clock())
         self._record_ends()
