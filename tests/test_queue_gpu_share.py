@@ -6,6 +6,7 @@ fifth waits with the reason, and starts on the card the first one leaves."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from pathlib import Path
@@ -81,6 +82,41 @@ async def test_four_40_gib_runs_share_two_cards_and_a_fifth_waits_for_room(two_c
                 assert store.get(ids[0]).state is EntryState.SUCCEEDED
                 assert await wait_until(lambda: worker_line(experiments, store.get(ids[4]).run_id), 60, "q-5") == \
                     f"gpu 0 budget {budget} port {port}"  # q-1's, free again
+            finally:
+                for n in range(1, 6):
+                    (folder / f"stop{n}").touch()
+                await wait_until(lambda: all(store.get(id_).state.finished for id_ in ids), 120, "every run's end")
+                await runner.close()
+
+
+async def test_serve_started_again_keeps_the_cards_room_and_ports_of_the_runs_it_finds(two_cards):
+    """The runner stopped with four runs sharing the cards (they go on) and a new one started on the same queue:
+    it finds their GPUs and ports in their run.json, so the fifth still waits for room, and takes the first's card
+    and port when that one ends."""
+    spec, folder, port = two_cards
+    experiments = folder / "experiments"
+    with QueueStore(folder / "queue.sqlite") as store:
+        async with Cluster(spec) as cluster:
+            await cluster.node("here").wait_for(lambda n: n.latest is not None and n.latest.gpus, timeout=60)
+            runner = QueueRunner(cluster, store, experiments).start()
+            ids = [store.submit(f"j{n}", user="root", now=float(n)).id for n in range(1, 6)]
+            try:
+                runner.wake()
+                await wait_until(lambda: [store.get(i).state for i in ids[:4]] == [EntryState.RUNNING] * 4, 180,
+                                 "four runs running")
+                waits = store.get(ids[4]).reason
+                await runner.close()  # serve stopped: its runs go on
+
+                runner = QueueRunner(cluster, store, experiments).start()
+                await wait_until(lambda: not runner._unresumed, 120, "the four runs found again")
+                runner.wake()
+                await asyncio.sleep(3)  # passes of the new runner: the fifth must still wait
+                assert store.get(ids[4]).state is EntryState.WAITING and store.get(ids[4]).reason == waits
+
+                (folder / "stop1").touch()
+                await wait_until(lambda: store.get(ids[4]).state is EntryState.RUNNING, 120, "the fifth run")
+                assert await wait_until(lambda: worker_line(experiments, store.get(ids[4]).run_id), 60, "q-5") == \
+                    f"gpu 0 budget {40 * 1024 ** 3} port {port}"
             finally:
                 for n in range(1, 6):
                     (folder / f"stop{n}").touch()

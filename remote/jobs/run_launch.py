@@ -43,7 +43,7 @@ class Launch:
         if len(run.slots) != workers:
             self.refuse_keras3()
         self._refuse(nccl_on_cpu_problem(run.job, run.cluster.spec.source, run.plan))
-        cache_problem = run.record.describe_setup(run.job, run.launch_lines())
+        cache_problem = run.record.describe_setup(run.job, run.launch_lines(), run.pinned)
         if cache_problem:
             run.publish(JobState.PREFLIGHT, cache_problem)
         await self._preflight()

@@ -26,6 +26,7 @@ import contextlib
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Callable, Mapping
 
 from homegpu.remote.config import AUTO, MAX_PORT, ClusterSpec, JobSpec, size_text
@@ -34,6 +35,7 @@ from homegpu.remote.jobs import JobRun, LaunchError, RunOutcome
 from homegpu.remote.nodes import Cluster, wait_set
 from homegpu.remote.placement import Placement, make_placement
 from homegpu.remote.plan import auto_gpu_memory, last_timeline
+from homegpu.remote.record import ReportError, read_manifest
 from homegpu.remote.queue.cluster_file import ClusterFile
 from homegpu.remote.queue.desk import QueueDesk
 from homegpu.remote.queue.entries import EntryState, QueueEntry, QueueError, QueueWriteError
@@ -437,7 +439,8 @@ class QueueRunner:
             return True
         with contextlib.suppress(QueueError):
             job = apply_overrides(self.spec, job, entry.overrides)
-        run = JobRun(self.cluster, job, self.experiments, run_id=entry.run_id)
+        job = self._where_it_was(entry, job)
+        run = JobRun(self.cluster, job, self.experiments, run_id=entry.run_id, pinned=self._pinned.get(entry.id))
         try:
             await run.prepare()
             found = await run.nodes.find(running_only=True)
@@ -452,6 +455,22 @@ class QueueRunner:
             return True
         await self._resume_ended(entry, run, resume.reason)
         return True
+
+    def _where_it_was(self, entry: QueueEntry, job: JobSpec) -> JobSpec:
+        """A run that shared cards, found again after a restart: its GPUs and ports as its run.json says they were,
+        so its budget is counted there and a restart of its workers starts them there again."""
+        try:
+            manifest = read_manifest(self.experiments / entry.run_id)
+        except (ReportError, OSError):
+            return job
+        pinned, port = manifest.get("pinned"), manifest.get("job", {}).get("port")
+        if not isinstance(pinned, dict) or not isinstance(port, int):
+            return job
+        job = replace(job, port=port)
+        self._pinned[entry.id] = MappingProxyType({str(node): int(gpu) for node, gpu in pinned.items()})
+        self._ports[entry.id] = (frozenset(self._needs([entry]).get(entry.id, ())),
+                                 range(port, port + job.most_workers_per_node))
+        return job
 
     async def _resume_ended(self, entry: QueueEntry, run: JobRun, reason: str) -> None:
         """A run that is not running any more: its workers' exit statuses say how it ended. Its lock, which

@@ -65,7 +65,8 @@ def find_stragglers(rates: dict[str, float], threshold: float = 0.6) -> list[tup
 
 def write_run_manifest(run_dir: Path, job_settings: dict, tf_configs: dict[str, str],
                        bandwidth: dict | None = None, tariff: dict | None = None,
-                       torchrun: dict[str, str] | None = None, jax: dict[str, str] | None = None) -> Path:
+                       torchrun: dict[str, str] | None = None, jax: dict[str, str] | None = None,
+                       pinned: dict[str, int] | None = None) -> Path:
     """Write run_dir/run.json: the job's settings, each worker's TF_CONFIG (or, for a PyTorch job, each
     node's torchrun; for a JAX job, each process's launch), the bandwidth matrix and the electricity tariff
     that prices the run's energy (Tariff.as_dict).
@@ -77,12 +78,14 @@ def write_run_manifest(run_dir: Path, job_settings: dict, tf_configs: dict[str, 
         tf_configs: worker label -> that worker's TF_CONFIG (the JSON text it was given); empty for PyTorch.
         torchrun: node label -> the torchrun its node ran, as a user would type it (PyTorch jobs).
         jax: process label -> its JAX variables and command, as a user would type them (JAX jobs).
+        pinned: node -> the one GPU the run had there, where the queue shared cards by gpu_memory.
         bandwidth: the matrix as bandwidth_store keeps it ({"at": ..., "links": links_json(matrix)}),
             or None when none was measured.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     path = RunFolder(run_dir).manifest
     manifest = {"run_id": run_dir.name, "job": job_settings, "tf_configs": tf_configs, "bandwidth": bandwidth,
-                "tariff": tariff, **({"torchrun": torchrun} if torchrun else {}), **({"jax": jax} if jax else {})}
+                "tariff": tariff, **({"torchrun": torchrun} if torchrun else {}), **({"jax": jax} if jax else {}),
+                **({"pinned": pinned} if pinned else {})}
     path.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
     return path

@@ -39,9 +39,10 @@ class RunRecord:
         self.recorder.follow(self.cluster)
         return self
 
-    def describe_setup(self, job: JobSpec, launches: Mapping[str, str]) -> str:
+    def describe_setup(self, job: JobSpec, launches: Mapping[str, str], pinned: Mapping[str, int] | None = None) -> str:
         """run.json: the job's settings, what each worker was given (its TF_CONFIG, or for a PyTorch job
-        its node's torchrun line, for a JAX job its process's launch) and the latest bandwidth matrix.
+        its node's torchrun line, for a JAX job its process's launch), the latest bandwidth matrix, and for a run
+        the queue put on one GPU of each node (`pinned`) which.
 
         Returns:
             "" or one line naming the saved matrix, damaged and left out (bandwidth_store.read).
@@ -52,7 +53,7 @@ class RunRecord:
         tf_configs = dict(launches) if job.is_tensorflow else {}
         lines = {} if job.is_tensorflow else {LAUNCH_KEYS[job.framework]: dict(launches)}
         write_run_manifest(self.run_dir, {**settings, "env": dict(job.env)}, tf_configs, bandwidth,
-                           self.cluster.spec.tariff.as_dict(), **lines)
+                           self.cluster.spec.tariff.as_dict(), pinned=dict(pinned or {}), **lines)
         return problem
 
     async def close(self, report: bool = True) -> tuple[Path | None, str]:
