@@ -51,7 +51,7 @@ class Card:
         self.ours[entry] = self.ours.get(entry, 0.0) + extra
 
     def held_by(self) -> str:
-        """"q-14 (5.0 GiB), q-15 (5.0 GiB) and alice's python (12.0 GiB)": the largest first."""
+        """"alice's python (12.0 GiB), q-14 (5.0 GiB) and q-15 (5.0 GiB)": the largest first."""
         holders = sorted(((who, mib) for who, mib in self.holders.items() if mib > 0), key=lambda h: -h[1])
         unseen = self.used - self.seen
         if unseen > UNSEEN_SHARE * self.total:

@@ -15,8 +15,8 @@ says which start now, why each other one waits, and which are cancelled:
   preflight checks it again, for a process that came between this pass and the launch.
 - GPU memory: an entry whose job has a `gpu_memory` (its `budgets`) shares cards instead. On each of its nodes it
   takes the GPU with the most free memory, counting every process there and the budgets of the queue's runs
-  already on it (gpu_room.py), if that is at least its budget ("needs 5.0 GiB on a GPU: the most free is 3.2 GiB
-  on desktop GPU 0, held by q-14 (5.0 GiB) and alice's python (12.0 GiB)"); `Decision.gpus` says which. A node
+  already on it (gpu_room.py), if that is at least its budget ("needs 5.0 GiB on a GPU: the most free is 4.2 GiB
+  on desktop GPU 0, held by alice's python (14.8 GiB) and q-14 (5.0 GiB)"); `Decision.gpus` says which. A node
   with one of the queue's whole-GPU runs is busy for it, and a node with a sharing run is busy for a whole-GPU
   entry. A node whose GPUs' memory is not known (none, or an agent that cannot read it) holds nothing back.
 
