@@ -1,8 +1,9 @@
 """serve's queue sharing cards by gpu_memory, end to end on this machine as the node (host = "local": its real
 stats agent and process runtime, no LAN needed): its nvidia-smi is tests/gpu_replay.py answering with two
-recorded H100 NVL (95830 MiB each; there is no GPU here). Five jobs of 40 GiB each, all on one port: four run at
-once, two on each card, each worker started with its card alone visible, its budget and a port of its own; the
-fifth waits with the reason, and starts on the card the first one leaves."""
+recorded H100 NVL (95830 MiB each; there is no GPU here). A sweep: one job of 40 GiB submitted five times, each
+run with its own `--set args`: four run at once, two on each card, each worker started with its card alone
+visible, its budget and a port of its own; the fifth waits with the reason, and starts on the card the first one
+leaves."""
 
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ while not stop.exists():
 
 @pytest.fixture
 def two_cards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A cluster file whose one node has two replayed H100 NVL, and five jobs of 40 GiB on one port (as jobs left at
-    the default port are), each stopped by its file; and that port."""
+    """A cluster file whose one node has two replayed H100 NVL and the job `sweep` (40 GiB, held until the file its
+    args name is there); and the job's port."""
     bin_dir = write_replay_nvidia_smi(tmp_path / "bin", FIXTURES / "gpus_2x_h100nvl_idle.csv",
                                       FIXTURES / "apps_none.csv")
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
@@ -43,9 +44,15 @@ def two_cards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     code.mkdir()
     (code / "hold.py").write_text(SCRIPT)
     port = free_job_port(4)
-    jobs = "".join(f'[jobs.j{n}]\nscript = "hold.py"\nargs = ["{tmp_path / f"stop{n}"}"]\npython = "{sys.executable}"\n'
-                   f'port = {port}\ngpu_memory = "40GiB"\nrestart = "never"\n\n' for n in range(1, 6))
-    return load_cluster(local_cluster_toml(code, jobs, name="share", cluster="stats_interval = 1.0")), tmp_path, port
+    job = (f'[jobs.sweep]\nscript = "hold.py"\npython = "{sys.executable}"\nport = {port}\ngpu_memory = "40GiB"\n'
+           'restart = "never"\n')
+    return load_cluster(local_cluster_toml(code, job, name="share", cluster="stats_interval = 1.0")), tmp_path, port
+
+
+def submit_sweep(store: QueueStore, folder: Path) -> list[str]:
+    """Five runs of `sweep`, run n held until folder/stopN is there."""
+    return [store.submit("sweep", overrides=[f"args=[{str(folder / f'stop{n}')!r}]"], user="root", now=float(n)).id
+            for n in range(1, 6)]
 
 
 def worker_line(experiments: Path, run_id: str) -> str:
@@ -53,7 +60,7 @@ def worker_line(experiments: Path, run_id: str) -> str:
     return next((line for line in log.read_text().splitlines() if line.startswith("gpu ")), "") if log.exists() else ""
 
 
-async def test_four_40_gib_runs_share_two_cards_and_a_fifth_waits_for_room(two_cards):
+async def test_a_sweeps_four_40_gib_runs_share_two_cards_and_a_fifth_waits_for_room(two_cards):
     spec, folder, port = two_cards
     experiments = folder / "experiments"
     with QueueStore(folder / "queue.sqlite") as store:
@@ -61,7 +68,7 @@ async def test_four_40_gib_runs_share_two_cards_and_a_fifth_waits_for_room(two_c
             await cluster.node("here").wait_for(lambda n: n.latest is not None and n.latest.gpus, timeout=60)
             runner = QueueRunner(cluster, store, experiments).start()
             try:
-                ids = [store.submit(f"j{n}", user="root", now=float(n)).id for n in range(1, 6)]
+                ids = submit_sweep(store, folder)
                 runner.wake()
 
                 def four_running():
@@ -99,7 +106,7 @@ async def test_serve_started_again_keeps_the_cards_room_and_ports_of_the_runs_it
         async with Cluster(spec) as cluster:
             await cluster.node("here").wait_for(lambda n: n.latest is not None and n.latest.gpus, timeout=60)
             runner = QueueRunner(cluster, store, experiments).start()
-            ids = [store.submit(f"j{n}", user="root", now=float(n)).id for n in range(1, 6)]
+            ids = submit_sweep(store, folder)
             try:
                 runner.wake()
                 await wait_until(lambda: [store.get(i).state for i in ids[:4]] == [EntryState.RUNNING] * 4, 180,

@@ -44,8 +44,8 @@ ALERT_LOG = "import sys\nwith open(sys.argv[1], 'a') as log:\n    log.write(' '.
 @pytest.fixture
 def lab(sim_cluster: SimCluster, tmp_path: Path, monkeypatch) -> Iterator[Path]:
     """A cluster file every user may read (the second user's test reads it), with the night's jobs:
-    `sleepy` on node1+node2, `gpu3` on node3 (the replayed GPU), `boom` (fails) on node1, and `share1` to
-    `share4` on node3 with 19 GiB of GPU memory each."""
+    `sleepy` on node1+node2, `gpu3` on node3 (the replayed GPU), `boom` (fails) on node1, and `share` on node3
+    with 19 GiB of GPU memory."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # serve and the commands inherit it
     folder = Path(tempfile.mkdtemp(prefix="homegpu-lab-"))
     folder.chmod(0o755)
@@ -58,8 +58,8 @@ def lab(sim_cluster: SimCluster, tmp_path: Path, monkeypatch) -> Iterator[Path]:
         "sleepy": {**common, "script": "exp/sleepy.py", "nodes": ["node1", "node2"], "port": free_job_port()},
         "gpu3": {**common, "script": "exp/sleepy.py", "nodes": ["node3"], "port": free_job_port()},
         "boom": {**common, "script": "exp/boom.py", "nodes": ["node1"], "port": free_job_port()},
-        **{f"share{n}": {**common, "script": "exp/sleepy.py", "nodes": ["node3"], "port": free_job_port(),
-                         "gpu_memory": "19GiB"} for n in range(1, 5)}})
+        "share": {**common, "script": "exp/sleepy.py", "nodes": ["node3"], "port": free_job_port(),
+                  "gpu_memory": "19GiB"}})
     data["alerts"] = {"queued_runs": True,
                       "command": [sys.executable, str(folder / "alert_log.py"), str(tmp_path / "alerts.txt"),
                                   "{alert}", "{queue_id}", "{run_id}"]}
@@ -172,14 +172,15 @@ def test_a_night_of_experiments_in_order_around_another_users_gpu_process(sim_cl
 
 def test_runs_with_gpu_memory_share_a_card_around_another_users_process(sim_cluster: SimCluster, lab: Path,
                                                                          tmp_path: Path):
-    """node3's H100 (81559 MiB) with nobody's python3 holding 19.6 GiB: three runs of 19 GiB fit beside it, each
-    seeing GPU 0 alone; the fourth waits saying who holds the card, and starts when the first ends."""
+    """node3's H100 (81559 MiB) with nobody's python3 holding 19.6 GiB, and a sweep of four runs of one 19 GiB job:
+    three fit beside it, each seeing GPU 0 alone; the fourth waits saying who holds the card, and starts when the
+    first ends."""
     experiments, apps = tmp_path / "experiments", tmp_path / "apps.csv"
     releases = [until_released(tmp_path, f"share{n}") for n in range(1, 5)]
     with strangers_process(sim_cluster.node("node3")) as stranger, replaying_node3(sim_cluster, apps):
         write_apps_with_pids(H100 / "apps_load.csv", [stranger], apps)
         with serving(lab, tmp_path / "serve.log", experiments):
-            ids = [submit(lab, f"share{n}", "--set", args) for n, (_, args) in enumerate(releases, 1)]
+            ids = [submit(lab, "share", "--set", args) for _, args in releases]
             for id_ in ids[:3]:
                 wait_state(lab, id_, "running")
             fourth = wait_for(lambda: "needs" in (e := queue(lab)[ids[3]])["reason"] and e, 120, "q-4's why")

@@ -114,12 +114,12 @@ class JobRuntimes:
             await wait_set(stop, WAIT_BACK_POLL_SECONDS)
         return ""
 
-    async def find(self, running_only: bool = True) -> tuple[str, int] | None:
-        """Returns: (run id, generation) of the newest run of the job on its nodes that still runs
-        (or, with running_only=False, that ran), else None. Unreachable nodes are left out."""
+    async def find(self, running_only: bool = True, run_id: str = "") -> tuple[str, int] | None:
+        """Returns: (run id, generation) of the newest run of the job on its nodes (or of run `run_id` alone) that
+        still runs (or, with running_only=False, that ran), else None. Unreachable nodes are left out."""
         found = await asyncio.gather(*(r.list_workers() for r in self.runtimes.values()), return_exceptions=True)
         active = [w for group in found if not isinstance(group, BaseException) for w in group
-                  if w.job == self.job.name and (w.running or not running_only)]
+                  if w.job == self.job.name and (w.running or not running_only) and w.run_id == (run_id or w.run_id)]
         if not active:
             return None
         newest = max(active, key=lambda w: (w.run_id, w.generation or 0))

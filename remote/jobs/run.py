@@ -51,7 +51,9 @@ def _shared(name: str) -> Any:
 class JobRun:
     """A run of `job` on `cluster`. Call launch_or_attach() (or launch() or adopt()), then watch(); stop() from
     anywhere. `placement`: where the run is placed (by default, the cluster's: `[cluster] scheduler`); `pinned`:
-    node -> the one GPU the run uses there (the queue sharing a card by gpu_memory), else all of a node's."""
+    node -> the one GPU the run uses there (the queue sharing a card by gpu_memory), else all of a node's;
+    `instance`: the name its lock and code copy go by, where it is one of several runs of the job at once (the
+    queue's runs sharing cards), else the job's (one run per job: a second attaches to the first)."""
 
     cluster = _shared("cluster")
     hub = _shared("hub")
@@ -69,9 +71,11 @@ class JobRun:
     on_regroup = _shared("on_regroup")
 
     def __init__(self, cluster: Cluster, job: JobSpec, experiments_root: Path, run_id: str | None = None,
-                 placement: RunPlacement | None = None, pinned: Mapping[str, int] | None = None) -> None:
+                 placement: RunPlacement | None = None, pinned: Mapping[str, int] | None = None,
+                 instance: str = "") -> None:
         placement = placement or make_placement(cluster.spec).for_run(cluster)
-        self._run = run = RunState(cluster, job, experiments_root, run_id or new_run_id(job.name), placement, pinned)
+        self._run = run = RunState(cluster, job, experiments_root, run_id or new_run_id(job.name), placement, pinned,
+                                   instance)
         self._placing, self._backups, self._end = RunPlacing(run), RunBackups(run), RunEnd(run)
         self._generations = Generations(run, self._backups)
         self._members = Members(run, self._generations, self._backups)

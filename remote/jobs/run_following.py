@@ -65,7 +65,7 @@ class Following:
         run = self.run
         chief = run.slots[0].node.name
         try:
-            holder = await lock_holder(run.cluster.node(chief), run.nodes.work_dirs[chief], run.job.name)
+            holder = await lock_holder(run.cluster.node(chief), run.nodes.work_dirs[chief], run.instance)
         except (RunLockError, *NODE_GONE):
             return HEARD
         if holder is None or holder.run_id != run.run_id:

@@ -32,10 +32,12 @@ class RunState:
     """One run's shared state. The parts of JobRun each hold it; JobRun shows its public attributes."""
 
     def __init__(self, cluster: Cluster, job: JobSpec, experiments_root: Path, run_id: str,
-                 placement: RunPlacement, pinned: Mapping[str, int] | None = None) -> None:
+                 placement: RunPlacement, pinned: Mapping[str, int] | None = None, instance: str = "") -> None:
         self.cluster, self.job, self.hub = cluster, job, cluster.hub
         self.run_id, self.experiments_root, self.placement = run_id, experiments_root, placement
         self.pinned = pinned or {}  # node -> the one GPU the run uses there (the queue shares cards by gpu_memory)
+        # the name its lock and code copy go by: the job's, or its own for one of several runs of a job at once
+        self.instance = instance or job.name
         self.slots = worker_slots(cluster.spec, job)
         self.generation, self.restarts, self.state = 1, 0, JobState.PREFLIGHT
         self.tracks: dict[str, WorkerTrack] = {}
@@ -74,7 +76,7 @@ class RunState:
 
     def code_dir(self, node: str) -> str:
         """The job's synced code on `node` (once its nodes are open)."""
-        return f"{self.nodes.work_dirs[node]}/code/{self.job.name}"
+        return f"{self.nodes.work_dirs[node]}/code/{self.instance}"
 
     def layout(self, job: JobSpec | None = None) -> JobLayout:
         """The workers of `job` (by default the run's) from the nodes' latest stats. The plan may be missing
@@ -134,7 +136,7 @@ class RunState:
             LaunchError: the lock could not be read or written (node gone, no python there).
         """
         chief = self.slots[0].node.name
-        self.guard = RunGuard(self.cluster.node(chief), self.nodes.work_dirs[chief], self.job.name, self.run_id)
+        self.guard = RunGuard(self.cluster.node(chief), self.nodes.work_dirs[chief], self.instance, self.run_id)
         return await self.guard.take()
 
     @property

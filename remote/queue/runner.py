@@ -210,7 +210,7 @@ class QueueRunner:
         try:
             await run.prepare(waking=lambda line: self._waking(entry, line))
             other = await run.nodes.find(running_only=True)
-            if other is not None:
+            if other is not None and not (entry.id in self._pinned and self.owns(other[0])):
                 return await self._not_yet(entry, run, f"job {job.name} already runs as run {other[0]}, started "
                                                        "outside the queue; it starts after that run ends")
             blocked = await self._gpus_taken(entry, decided)
@@ -229,7 +229,13 @@ class QueueRunner:
         after = tuple(self._placed[after] for after in entry.after if after in self._placed)
         placement = self._placement().for_run(self.cluster, entry.priority, after,
                                               lambda job_id: self._placed.__setitem__(entry.id, job_id))
-        return JobRun(self.cluster, job, self.experiments, placement=placement, pinned=self._pinned.get(entry.id))
+        return JobRun(self.cluster, job, self.experiments, placement=placement, pinned=self._pinned.get(entry.id),
+                      instance=self._instance(entry))
+
+    def _instance(self, entry: QueueEntry) -> str:
+        """A run sharing cards is one of several runs of its job at once: its lock and code copy are its own
+        ("sweep.q-5"); any other run is the job's one run ("" : its name)."""
+        return f"{entry.job}.{entry.id}" if entry.id in self._pinned else ""
 
     async def _not_yet(self, entry: QueueEntry, run: JobRun, reason: str) -> None:
         """The entry waits, for `reason`: what its run placed (a Slurm job submitted) is let go (the next try places
@@ -440,10 +446,11 @@ class QueueRunner:
         with contextlib.suppress(QueueError):
             job = apply_overrides(self.spec, job, entry.overrides)
         job = self._where_it_was(entry, job)
-        run = JobRun(self.cluster, job, self.experiments, run_id=entry.run_id, pinned=self._pinned.get(entry.id))
+        run = JobRun(self.cluster, job, self.experiments, run_id=entry.run_id, pinned=self._pinned.get(entry.id),
+                     instance=self._instance(entry))
         try:
             await run.prepare()
-            found = await run.nodes.find(running_only=True)
+            found = await run.nodes.find(running_only=True, run_id=entry.run_id)
         except LaunchError:
             return False
         resume = resume_action(entry, found is not None and found[0] == entry.run_id)
