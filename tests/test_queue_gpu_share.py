@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -60,40 +61,48 @@ def worker_line(experiments: Path, run_id: str) -> str:
     return next((line for line in log.read_text().splitlines() if line.startswith("gpu ")), "") if log.exists() else ""
 
 
-async def test_a_sweeps_four_40_gib_runs_share_two_cards_and_a_fifth_waits_for_room(two_cards):
-    spec, folder, port = two_cards
-    experiments = folder / "experiments"
+@asynccontextmanager
+async def sweep_queued(spec, folder: Path):
+    """The sweep's five runs submitted to a queue with a runner on this machine's node: (store, cluster, ids,
+    runners), runners[-1] the one running now (a test may start another); at the end every run is let end and that
+    runner closed."""
     with QueueStore(folder / "queue.sqlite") as store:
         async with Cluster(spec) as cluster:
             await cluster.node("here").wait_for(lambda n: n.latest is not None and n.latest.gpus, timeout=60)
-            runner = QueueRunner(cluster, store, experiments).start()
+            runners = [QueueRunner(cluster, store, folder / "experiments").start()]
+            ids = submit_sweep(store, folder)
+            runners[0].wake()
             try:
-                ids = submit_sweep(store, folder)
-                runner.wake()
-
-                def four_running():
-                    states = [store.get(id_).state for id_ in ids]
-                    return states[:4] == [EntryState.RUNNING] * 4 and states[4] is EntryState.WAITING
-                await wait_until(four_running, 180, "four runs running and the fifth waiting")
-                assert store.get(ids[4]).reason == ("needs 40.0 GiB on a GPU: the most free is 13.6 GiB on here GPU 0, "
-                                                    "held by q-1 (40.0 GiB) and q-3 (40.0 GiB)")
-                lines = [await wait_until(lambda: worker_line(experiments, store.get(id_).run_id), 60, id_)
-                         for id_ in ids[:4]]
-                budget = str(40 * 1024 ** 3)
-                assert lines == [f"gpu {card} budget {budget} port {port + n}" for n, card in enumerate((0, 1, 0, 1))]
-                assert [store.get(id_).reason for id_ in ids[:2]] == ["on here GPU 0 with 40.0 GiB",
-                                                                      "on here GPU 1 with 40.0 GiB"]
-
-                (folder / "stop1").touch()  # q-1 ends: its card has room for the fifth
-                await wait_until(lambda: store.get(ids[4]).state is EntryState.RUNNING, 120, "the fifth run")
-                assert store.get(ids[0]).state is EntryState.SUCCEEDED
-                assert await wait_until(lambda: worker_line(experiments, store.get(ids[4]).run_id), 60, "q-5") == \
-                    f"gpu 0 budget {budget} port {port}"  # q-1's, free again
+                yield store, cluster, ids, runners
             finally:
                 for n in range(1, 6):
                     (folder / f"stop{n}").touch()
                 await wait_until(lambda: all(store.get(id_).state.finished for id_ in ids), 120, "every run's end")
-                await runner.close()
+                await runners[-1].close()
+
+
+async def test_a_sweeps_four_40_gib_runs_share_two_cards_and_a_fifth_waits_for_room(two_cards):
+    spec, folder, port = two_cards
+    experiments = folder / "experiments"
+    async with sweep_queued(spec, folder) as (store, _, ids, _):
+        def four_running():
+            states = [store.get(id_).state for id_ in ids]
+            return states[:4] == [EntryState.RUNNING] * 4 and states[4] is EntryState.WAITING
+        await wait_until(four_running, 180, "four runs running and the fifth waiting")
+        assert store.get(ids[4]).reason == ("needs 40.0 GiB on a GPU: the most free is 13.6 GiB on here GPU 0, "
+                                            "held by q-1 (40.0 GiB) and q-3 (40.0 GiB)")
+        lines = [await wait_until(lambda: worker_line(experiments, store.get(id_).run_id), 60, id_)
+                 for id_ in ids[:4]]
+        budget = str(40 * 1024 ** 3)
+        assert lines == [f"gpu {card} budget {budget} port {port + n}" for n, card in enumerate((0, 1, 0, 1))]
+        assert [store.get(id_).reason for id_ in ids[:2]] == ["on here GPU 0 with 40.0 GiB",
+                                                              "on here GPU 1 with 40.0 GiB"]
+
+        (folder / "stop1").touch()  # q-1 ends: its card has room for the fifth
+        await wait_until(lambda: store.get(ids[4]).state is EntryState.RUNNING, 120, "the fifth run")
+        assert store.get(ids[0]).state is EntryState.SUCCEEDED
+        assert await wait_until(lambda: worker_line(experiments, store.get(ids[4]).run_id), 60, "q-5") == \
+            f"gpu 0 budget {budget} port {port}"  # q-1's, free again
 
 
 async def test_serve_started_again_keeps_the_cards_room_and_ports_of_the_runs_it_finds(two_cards):
@@ -101,31 +110,19 @@ async def test_serve_started_again_keeps_the_cards_room_and_ports_of_the_runs_it
     it finds their GPUs and ports in their run.json, so the fifth still waits for room, and takes the first's card
     and port when that one ends."""
     spec, folder, port = two_cards
-    experiments = folder / "experiments"
-    with QueueStore(folder / "queue.sqlite") as store:
-        async with Cluster(spec) as cluster:
-            await cluster.node("here").wait_for(lambda n: n.latest is not None and n.latest.gpus, timeout=60)
-            runner = QueueRunner(cluster, store, experiments).start()
-            ids = submit_sweep(store, folder)
-            try:
-                runner.wake()
-                await wait_until(lambda: [store.get(i).state for i in ids[:4]] == [EntryState.RUNNING] * 4, 180,
-                                 "four runs running")
-                waits = store.get(ids[4]).reason
-                await runner.close()  # serve stopped: its runs go on
+    async with sweep_queued(spec, folder) as (store, cluster, ids, runners):
+        await wait_until(lambda: [store.get(i).state for i in ids[:4]] == [EntryState.RUNNING] * 4, 180,
+                         "four runs running")
+        waits = store.get(ids[4]).reason
+        await runners[0].close()  # serve stopped: its runs go on
 
-                runner = QueueRunner(cluster, store, experiments).start()
-                await wait_until(lambda: not runner._unresumed, 120, "the four runs found again")
-                runner.wake()
-                await asyncio.sleep(3)  # passes of the new runner: the fifth must still wait
-                assert store.get(ids[4]).state is EntryState.WAITING and store.get(ids[4]).reason == waits
+        runners.append(QueueRunner(cluster, store, folder / "experiments").start())
+        await wait_until(lambda: not runners[-1]._unresumed, 120, "the four runs found again")
+        runners[-1].wake()
+        await asyncio.sleep(3)  # passes of the new runner: the fifth must still wait
+        assert store.get(ids[4]).state is EntryState.WAITING and store.get(ids[4]).reason == waits
 
-                (folder / "stop1").touch()
-                await wait_until(lambda: store.get(ids[4]).state is EntryState.RUNNING, 120, "the fifth run")
-                assert await wait_until(lambda: worker_line(experiments, store.get(ids[4]).run_id), 60, "q-5") == \
-                    f"gpu 0 budget {40 * 1024 ** 3} port {port}"
-            finally:
-                for n in range(1, 6):
-                    (folder / f"stop{n}").touch()
-                await wait_until(lambda: all(store.get(id_).state.finished for id_ in ids), 120, "every run's end")
-                await runner.close()
+        (folder / "stop1").touch()
+        await wait_until(lambda: store.get(ids[4]).state is EntryState.RUNNING, 120, "the fifth run")
+        assert await wait_until(lambda: worker_line(folder / "experiments", store.get(ids[4]).run_id), 60, "q-5") == \
+            f"gpu 0 budget {40 * 1024 ** 3} port {port}"
