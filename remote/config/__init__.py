@@ -18,7 +18,7 @@ from homegpu.remote.config.job_spec import (
 from homegpu.remote.config.durations import duration_seconds
 from homegpu.remote.config.node_sleep_wake import NodeSleepWake
 from homegpu.remote.config.node_spec import LOCAL_HOST, RUNTIMES, NodeSpec
-from homegpu.remote.config.sizes import size_bytes, size_text
+from homegpu.remote.config.sizes import size_text
 from homegpu.remote.config.slurm_keys import SLURM_JOB_KEYS, format_time_limit, gres_gpus, time_limit_seconds
 from homegpu.remote.config.tariff import Tariff
 from homegpu.remote.config.writer import cluster_to_toml, starter_cluster
@@ -28,5 +28,5 @@ __all__ = [
     "KEEP_GLOBAL_BATCH", "KEEP_WORKER_BATCH", "MAX_PORT", "PER_GPU",
     "RUNTIMES", "BUDGETS", "SWITCHES", "AlertRules", "ClusterSpec", "ConfigError", "JobSpec", "NodeSleepWake", "NodeSpec", "NotifyTarget", "Tariff", "cache_dir",
     "cluster_data_path", "cluster_to_toml", "data_dir", "duration_seconds", "embedded_default", "find_config", "load_cluster", "parse_cluster", "parse_job_table",
-    "size_bytes", "size_text", "starter_cluster", "SLURM_JOB_KEYS", "format_time_limit", "gres_gpus", "time_limit_seconds",
+    "size_text", "starter_cluster", "SLURM_JOB_KEYS", "format_time_limit", "gres_gpus", "time_limit_seconds",
 ]

@@ -21,7 +21,7 @@ from homegpu.remote.nodes.stats import StatsParseError, describe_gpus, parse_age
 from homegpu.remote.nodes.transport import (
     CommandResult, CommandTimeout, RemoteProcess, SshTransport, TransportError, cause, tied_to_session,
 )
-from homegpu.remote.nodes.units import MIB_PER_GIB, format_bytes, gib
+from homegpu.remote.nodes.units import MIB_PER_GIB, format_bytes, gib, is_number
 from homegpu.remote.nodes.visible import visible, visible_fields
 from homegpu.remote.nodes.waiting import wait_set
 
@@ -30,7 +30,7 @@ __all__ = [
     "CommandResult", "CommandTimeout", "GpuHealth", "NodeError", "NodeOffline", "NodeSession", "OfferedKey",
     "ReasonTimer", "RemoteProcess", "STUCK_LOGIN_S", "SshTarget", "SshTransport", "StatsParseError",
     "TransportError", "agent_command", "agent_payload", "cause", "connect_wait", "describe_gpus",
-    "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib", "held_back", "link_causes", "link_text",
+    "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib", "is_number", "held_back", "link_causes", "link_text",
     "hostkeys", "is_run_worker", "jump_hostname_address", "login_problem", "login_words", "LoginTiming",
     "owner_text", "parse_agent_line", "ssh_target", "talking_shell", "tied_to_session", "visible", "visible_fields",
     "wait_set",

@@ -7,9 +7,14 @@ from homegpu.remote.events import NA
 MIB_PER_GIB = 1024
 
 
+def is_number(value: object) -> bool:
+    """Whether a stats field holds a number (not NA, None or a boolean)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def gib(mib: object, width: int = 0) -> str:
     """MiB in GiB with one decimal ("79.6"), right-aligned in `width`; "n/a" where it is not a number."""
-    value = mib / MIB_PER_GIB if isinstance(mib, (int, float)) and not isinstance(mib, bool) else NA
+    value = mib / MIB_PER_GIB if is_number(mib) else NA
     return f"{value:>{width}.1f}"
 
 

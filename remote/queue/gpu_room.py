@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from homegpu.remote.events import NodeStats
-from homegpu.remote.nodes import gib, owner_text, visible
+from homegpu.remote.nodes import gib, is_number, owner_text, visible
 
 MIB = 1024 ** 2
 UNSEEN_SHARE = 0.01  # memory of a card no process accounts for, named among its holders above this share
@@ -71,10 +71,10 @@ def cards(stats: Mapping[str, NodeStats | None], runs: Mapping[str, str]) -> dic
     for node, sample in stats.items():
         for gpu in sample.gpus if sample is not None else ():
             total, index = gpu.mem_total, gpu.index
-            if not _number(total) or total <= 0 or not _number(index):
+            if not is_number(total) or total <= 0 or not is_number(index):
                 continue
-            held = [(_who(process, runs), process.mem) for process in gpu.processes if _number(process.mem)]
-            used = gpu.mem_used if _number(gpu.mem_used) else sum(mib for _, mib in held)
+            held = [(_who(process, runs), process.mem) for process in gpu.processes if is_number(process.mem)]
+            used = gpu.mem_used if is_number(gpu.mem_used) else sum(mib for _, mib in held)
             card = Card(node, int(index), float(total), float(used), seen=sum(mib for _, mib in held))
             for (who, entry), mib in held:
                 card.holders[who] = card.holders.get(who, 0.0) + mib
@@ -114,10 +114,6 @@ def holder(process: object) -> str:
     if owner is not None and owner.kind in ("worker", "container"):
         return visible(owner_text(owner))
     return f"pid {process.pid} {name}"
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def processes(stats: NodeStats | None) -> Iterable[object]:

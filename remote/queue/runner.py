@@ -242,8 +242,7 @@ class QueueRunner:
         anew)."""
         await run.cancel_placement()
         self._placed.pop(entry.id, None)
-        self._pinned.pop(entry.id, None)
-        self._ports.pop(entry.id, None)
+        self._forget_cards(entry.id)
         self._wait(entry, reason)
 
     def _own_ports(self, entry: QueueEntry, job: JobSpec) -> JobSpec:
@@ -259,8 +258,18 @@ class QueueRunner:
             port += width
         if port + width - 1 > MAX_PORT:
             return job  # out of ports to move to: the launch says the port is in use
-        self._ports[entry.id] = (nodes, range(port, port + width))
+        return self._keep_ports(entry, job, port)
+
+    def _keep_ports(self, entry: QueueEntry, job: JobSpec, port: int) -> JobSpec:
+        """`job` on ports from `port` on, noted as the sharing run's on its nodes."""
+        self._ports[entry.id] = (frozenset(self._needs([entry]).get(entry.id, ())),
+                                 range(port, port + job.most_workers_per_node))
         return replace(job, port=port)
+
+    def _forget_cards(self, id_: str) -> None:
+        """A sharing run's GPUs and ports, let go (it waits again, or ended)."""
+        self._pinned.pop(id_, None)
+        self._ports.pop(id_, None)
 
     def _job(self, entry: QueueEntry) -> JobSpec | None:
         """The entry's job with its `--set` applied; None (and the entry cancelled) when they no longer apply."""
@@ -397,8 +406,7 @@ class QueueRunner:
     def _end(self, entry: QueueEntry, state: EntryState, reason: str) -> None:
         self._cancelled_by.pop(entry.id, None)  # a cancel asked during a launch that failed is done with too
         self._placed.pop(entry.id, None)  # one waiting --after it is judged by how it ended now
-        self._pinned.pop(entry.id, None)
-        self._ports.pop(entry.id, None)
+        self._forget_cards(entry.id)
         self._auto_budgets.pop(entry.id, None)
         self._unrecorded_ends[entry.id] = (state, reason, self.clock())
         self._record_ends()
@@ -473,11 +481,8 @@ class QueueRunner:
         pinned, port = manifest.get("pinned"), manifest.get("job", {}).get("port")
         if not isinstance(pinned, dict) or not isinstance(port, int):
             return job
-        job = replace(job, port=port)
         self._pinned[entry.id] = MappingProxyType({str(node): int(gpu) for node, gpu in pinned.items()})
-        self._ports[entry.id] = (frozenset(self._needs([entry]).get(entry.id, ())),
-                                 range(port, port + job.most_workers_per_node))
-        return job
+        return self._keep_ports(entry, job, port)
 
     async def _resume_ended(self, entry: QueueEntry, run: JobRun, reason: str) -> None:
         """A run that is not running any more: its workers' exit statuses say how it ended. Its lock, which

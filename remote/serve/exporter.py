@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 from homegpu.remote.events import NA, GpuStats, NodeState
 from homegpu.remote.history import HOST
 from homegpu.remote.node_side import THROTTLE_REASONS
-from homegpu.remote.nodes import Cluster, visible
+from homegpu.remote.nodes import Cluster, is_number, visible
 from homegpu.remote.serve.job_board import JobBoard
 
 MIB = 1024 * 1024
@@ -209,7 +209,7 @@ def _memory_by_owner(gpu: GpuStats) -> dict[tuple[str, ...], float]:
     for process in gpu.processes:
         owner = process.owner
         key = (_text(process.name), *(_text(getattr(owner, field, NA)) for field in ("user", "job", "run_id")))
-        if _is_number(process.mem):
+        if is_number(process.mem):
             memory[key] += process.mem
     return memory
 
@@ -217,12 +217,8 @@ def _memory_by_owner(gpu: GpuStats) -> dict[tuple[str, ...], float]:
 def _add(family: GaugeMetricFamily, labels: Sequence[str], value: object) -> None:
     """One sample, unless the value is not a number (NA, None: the node or worker did not say); every label
     as a person may see it (control characters shown, never sent)."""
-    if _is_number(value):
+    if is_number(value):
         family.add_metric([visible(label) for label in labels], float(value))
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _text(value: object) -> str:
