@@ -16,6 +16,7 @@ import stat
 import threading
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import AsyncIterator, Iterator
 
@@ -225,6 +226,9 @@ def test_container_args_host_network_labels_mounts_and_gpus(cluster_toml):
     (request,) = with_gpus["device_requests"]
     assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
     assert "user" not in with_gpus
+    budgeted = replace(launch, env={**launch.env, "HOMEGPU_GPU_MEMORY": "5368709120"})  # gpu_memory = "5GiB"
+    labels = container_args(budgeted, code_dir="/n/code", out_dir="/n/out", data_dir="", gpus=True)["labels"]
+    assert labels == {**args["labels"], "homegpu.gpu_memory": "5368709120"}  # for an agent that cannot read its env
 
 
 @pytest.mark.parametrize("state, exit_code, expected", [

@@ -19,7 +19,7 @@ import docker
 import pytest
 
 from gpu_replay import FIXTURES, write_apps_with_pids, write_replay_nvidia_smi
-from homegpu.remote.events import GpuProcess, GpuStats, NodeStats, ProcessOwner
+from homegpu.remote.events import NA, GpuProcess, GpuStats, NodeStats, ProcessOwner
 from homegpu.remote.jobs.launch_plan import worker_markers
 from homegpu.remote.node_side.agent import process_owners
 from homegpu.remote.node_side.agent.process_owners import (
@@ -27,13 +27,15 @@ from homegpu.remote.node_side.agent.process_owners import (
     parse_status_uid,
 )
 from homegpu.remote.nodes.agent_bundle import agent_command, agent_payload
-from homegpu.remote.nodes.owners import foreign_memory_warnings, owner_text
+from homegpu.remote.nodes.owners import budget_text, card_budgets, foreign_memory_warnings, owner_text
 from homegpu.remote.nodes.stats import parse_agent_line
 from homegpu.remote.runtimes import docker_runtime
+from homegpu.trainer.gpu_budget import BUDGET_ENV
 
 H100 = FIXTURES / "h100-80gb-hbm3"
 NOBODY = 65534
 CONTAINER_ID = "4f2a" + "0" * 56 + "beef"
+BUDGET = 5 * 1024 ** 3  # a job's gpu_memory = "5GiB", as its workers' environment carries it
 
 
 # --- parsers ----------------------------------------------------------------------------------------
@@ -47,6 +49,7 @@ def test_status_gives_the_real_uid() -> None:
 def test_markers_are_read_from_environ_and_nothing_else() -> None:
     environ = b"PATH=/usr/bin\0HOMEGPU_RUN_ID=demo-1\0HOMEGPU_WORKER_INDEX=2\0HOMEGPU_JOB=demo\0SECRET=x=y\0"
     assert parse_markers(environ) == {"HOMEGPU_RUN_ID": "demo-1", "HOMEGPU_WORKER_INDEX": "2", "HOMEGPU_JOB": "demo"}
+    assert parse_markers(environ + b"HOMEGPU_GPU_MEMORY=5368709120\0")["HOMEGPU_GPU_MEMORY"] == "5368709120"
     assert parse_markers(b"") == {}
 
 
@@ -76,6 +79,17 @@ def test_classify_markers_then_labels_then_container_then_user() -> None:
     assert classify(4242, None) == {"kind": "process", "uid": 4242, "user": "4242"}  # no passwd entry
 
 
+def test_a_workers_budget_is_read_from_its_markers_or_its_containers_labels() -> None:
+    markers = {"HOMEGPU_RUN_ID": "r1", "HOMEGPU_JOB": "demo", "HOMEGPU_WORKER_INDEX": "0"}
+    assert classify(1000, "alice", {**markers, "HOMEGPU_GPU_MEMORY": str(BUDGET)})["gpu_memory"] == BUDGET
+    labels = {"homegpu.run": "r2", "homegpu.job": "demo", "homegpu.index": "1", "homegpu.gpu_memory": str(BUDGET)}
+    assert classify(0, "root", {}, CONTAINER_ID, labels)["gpu_memory"] == BUDGET
+    for nonsense in ("", "0", "lots", "-5"):  # no budget, or one the agent cannot read: none said
+        assert "gpu_memory" not in classify(1000, "alice", {**markers, "HOMEGPU_GPU_MEMORY": nonsense})
+    stranger = classify(NOBODY, "nobody", {"HOMEGPU_GPU_MEMORY": str(BUDGET)})  # a budget without a run: no worker
+    assert stranger == {"kind": "process", "uid": NOBODY, "user": "nobody"}
+
+
 def test_docker_reply_gives_name_and_labels() -> None:
     body = json.dumps({"Name": "/ollama", "Config": {"Labels": {"homegpu.run": "r"}}}).encode()
     assert parse_container_reply(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + body) == (
@@ -85,10 +99,10 @@ def test_docker_reply_gives_name_and_labels() -> None:
 
 def test_the_runtimes_mark_workers_as_the_lookup_reads_them() -> None:
     """The controller's marker and label names are the ones the node-side lookup reads."""
-    assert set(worker_markers("demo", "r", 1)) == set(process_owners.MARKERS)
+    assert {*worker_markers("demo", "r", 1), BUDGET_ENV} == set(process_owners.MARKERS)
     prefix = docker_runtime.LABEL_PREFIX
-    assert {f"{prefix}run", f"{prefix}job", f"{prefix}index"} == {
-        process_owners.LABEL_RUN, process_owners.LABEL_JOB, process_owners.LABEL_INDEX}
+    assert {f"{prefix}run", f"{prefix}job", f"{prefix}index", f"{prefix}gpu_memory"} == {
+        process_owners.LABEL_RUN, process_owners.LABEL_JOB, process_owners.LABEL_INDEX, process_owners.LABEL_BUDGET}
 
 
 # --- what the controller says -------------------------------------------------------------------------
@@ -118,6 +132,23 @@ def node_stats(*gpus: GpuStats) -> NodeStats:
     return NodeStats(0.0, "nvidia-smi", gpus, "580.159.04", "13.0", 5.0, (0.1, 0.1, 0.1), 1000, 8000, 1000)
 
 
+def test_a_card_shared_by_budgets_says_whose_and_how_much_each_worker_once() -> None:
+    def worker(pid: int, run: str, index: int, budget=NA, mem: int = 4000) -> GpuProcess:
+        return GpuProcess(pid, "python3", mem, owner(kind="worker", run_id=run, job="sweep", index=index,
+                                                     gpu_memory=budget))
+
+    stranger = GpuProcess(777, "python3", 20076, owner(kind="process", user="nobody", uid=NOBODY))
+    loader = GpuProcess(901, "python3", 300, worker(900, "r1", 0, BUDGET).owner)  # worker 0's child: its markers
+    card = h100(worker(900, "r1", 0, BUDGET), loader, worker(902, "r2", 0, BUDGET), worker(903, "r2", 1, BUDGET),
+                stranger, worker(904, "r3", 0))  # r3 has no gpu_memory: a whole-GPU run's worker
+    assert card_budgets(card) == "budgets 15.0 GiB of 79.6 GiB, for 2 runs"
+    assert card_budgets(h100(worker(900, "r1", 0, BUDGET))) == "budgets 5.0 GiB of 79.6 GiB, for 1 run"
+    assert card_budgets(h100(stranger, worker(904, "r3", 0))) == card_budgets(h100()) == ""
+    assert budget_text(worker(900, "r1", 0, BUDGET).owner) == "gpu_memory 5.0 GiB"
+    assert budget_text(worker(900, "r1", 0, 512 * 1024 ** 2).owner) == "gpu_memory 512 MiB"
+    assert budget_text(stranger.owner) == budget_text(worker(904, "r3", 0).owner) == budget_text(None) == ""
+
+
 def test_preflight_warns_of_other_processes_over_a_tenth_of_the_jobs_gpus() -> None:
     stranger = GpuProcess(777, "python3", 20076, owner(kind="process", user="nobody", uid=NOBODY))
     small = GpuProcess(778, "Xorg", 8000, owner(kind="process", user="root", uid=0))  # 9.8%: not worth a word
@@ -139,8 +170,9 @@ def test_preflight_warns_of_other_processes_over_a_tenth_of_the_jobs_gpus() -> N
 
 @pytest.fixture
 def real_processes(root):
-    """A worker-like process (homegpu's markers in its environment) and a stranger's, run as nobody."""
-    env = {**os.environ, **worker_markers("demo", "demo-20260101-000000-abcd", 1)}
+    """A worker-like process (homegpu's markers and its job's gpu_memory in its environment) and a stranger's,
+    run as nobody."""
+    env = {**os.environ, **worker_markers("demo", "demo-20260101-000000-abcd", 1), BUDGET_ENV: str(BUDGET)}
     worker = subprocess.Popen(["sleep", "300"], env=env)
     stranger = subprocess.Popen(["sleep", "300"], user=NOBODY, group=NOBODY, extra_groups=[])
     try:
@@ -155,7 +187,8 @@ def test_real_processes_are_told_apart(real_processes) -> None:
     worker, stranger = real_processes
     owners = ProcessOwners()
     assert owners.owner(worker) == {"kind": "worker", "uid": os.getuid(), "user": "root",
-                                    "run_id": "demo-20260101-000000-abcd", "job": "demo", "index": 1}
+                                    "run_id": "demo-20260101-000000-abcd", "job": "demo", "index": 1,
+                                    "gpu_memory": BUDGET}
     assert owners.owner(stranger) == {"kind": "process", "uid": NOBODY, "user": "nobody"}
     assert owners.owner(2 ** 22 + 1) == {"kind": "unknown"}  # above pid_max: no such process
 
@@ -176,7 +209,8 @@ def test_owners_are_looked_up_once_per_pid_and_forgotten_when_it_goes(real_proce
 
 def test_containers_are_named_and_homegpu_labels_make_a_worker(docker_engine, busybox_image) -> None:
     client = docker.DockerClient(base_url=f"unix://{docker_engine.socket_path}")
-    labels = {"homegpu.run": "demo-20260101-000000-abcd", "homegpu.job": "demo", "homegpu.index": "2"}
+    labels = {"homegpu.run": "demo-20260101-000000-abcd", "homegpu.job": "demo", "homegpu.index": "2",
+              "homegpu.gpu_memory": str(BUDGET)}
     ours = client.containers.run(busybox_image, ["sleep", "300"], labels=labels, detach=True,
                                  name="homegpu-owner-test-worker")
     other = client.containers.run(busybox_image, ["sleep", "300"], detach=True, name="homegpu-owner-test-other")
@@ -190,7 +224,7 @@ def test_containers_are_named_and_homegpu_labels_make_a_worker(docker_engine, bu
             container.remove(force=True)
         client.close()
     assert found["ours"] == {"kind": "worker", "uid": 0, "user": "root", "run_id": "demo-20260101-000000-abcd",
-                             "job": "demo", "index": 2, "container": ours.id[:12],
+                             "job": "demo", "index": 2, "gpu_memory": BUDGET, "container": ours.id[:12],
                              "container_name": "homegpu-owner-test-worker"}
     assert found["other"] == {"kind": "container", "uid": 0, "user": "root", "container": other.id[:12],
                               "container_name": "homegpu-owner-test-other"}
@@ -209,7 +243,8 @@ def test_the_shipped_agent_marks_replayed_gpu_processes_with_real_owners(real_pr
     assert result.returncode == 0, result.stderr
     [gpu] = parse_agent_line(result.stdout.decode().splitlines()[0]).gpus
     by_pid = {process.pid: process for process in gpu.processes}
-    assert by_pid[worker].owner == ProcessOwner("worker", "root", 0, "demo-20260101-000000-abcd", "demo", 1)
+    assert by_pid[worker].owner == ProcessOwner("worker", "root", 0, "demo-20260101-000000-abcd", "demo", 1,
+                                                gpu_memory=BUDGET)
     assert by_pid[stranger].owner == ProcessOwner("process", "nobody", NOBODY)
     assert by_pid[stranger].mem == 20076  # as recorded
 

@@ -5,9 +5,9 @@ recorded GPU output (tests/history_events.py): an H100 80GB HBM3 (81559 MiB) idl
 
 from __future__ import annotations
 
-from test_queue_schedule import ONLINE, alices_python, entry, h100_idle, h100_running, on
+from test_queue_schedule import H100, ONLINE, alices_python, entry, h100_idle, h100_running, on
 
-from history_events import parsed, tui_line
+from history_events import owned, parsed, tui_line, worker
 from homegpu.remote.events import NodeState
 from homegpu.remote.queue import EntryState, NodeView, decide
 
@@ -62,6 +62,19 @@ def test_a_sharing_runs_processes_count_at_what_they_hold_once_they_hold_more_th
                       budgets={"q-1": 5 * GIB, "q-2": 60 * GIB}, placed={"q-1": {"desktop": 0}})
     assert decision.waits == {"q-2": "needs 60.0 GiB on a GPU: the most free is 59.6 GiB on desktop GPU 0, held by "
                                      "q-1 (19.6 GiB)"}
+
+
+def test_a_run_the_queue_did_not_start_holds_its_whole_budget_on_the_card_its_worker_is_on() -> None:
+    """`homegpu run` of a job with gpu_memory = "40GiB": its worker holds 19.6 GiB so far, and its agent read the
+    budget off it (tests/test_process_owners.py): the rest of the 40 GiB is not the queue's to give."""
+    budgeted = {**worker("bob", "finetune", "finetune-1"), "gpu_memory": 40 * GIB}
+    decision = decide([entry(1)], {"desktop": NodeView(ONLINE, owned(H100, [budgeted]))}, {"q-1": on("desktop")},
+                      budgets={"q-1": 40 * GIB})
+    assert decision.waits == {"q-1": "needs 40.0 GiB on a GPU: the most free is 39.2 GiB on desktop GPU 0, held by "
+                                     "homegpu worker 0 of job finetune run finetune-1 (40.0 GiB)"}
+    unbudgeted = decide([entry(1)], {"desktop": NodeView(ONLINE, owned(H100, [worker("bob", "x", "x-1")]))},
+                        {"q-1": on("desktop")}, budgets={"q-1": 40 * GIB})
+    assert unbudgeted.start == ("q-1",)  # a worker without one counts at what it holds
 
 
 def test_each_run_takes_the_card_with_the_most_room() -> None:

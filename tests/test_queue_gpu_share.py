@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpu_replay import FIXTURES, write_replay_nvidia_smi
-from helpers import local_cluster_toml, wait_until
+from helpers import homegpu, local_cluster_toml, wait_until
 from homegpu.remote.config import load_cluster
 from homegpu.remote.nodes import Cluster
 from homegpu.remote.queue import EntryState, QueueRunner, QueueStore
@@ -97,12 +97,27 @@ async def test_a_sweeps_four_40_gib_runs_share_two_cards_and_a_fifth_waits_for_r
         assert lines == [f"gpu {card} budget {budget} port {port + n}" for n, card in enumerate((0, 1, 0, 1))]
         assert [store.get(id_).reason for id_ in ids[:2]] == ["on here GPU 0 with 40.0 GiB",
                                                               "on here GPU 1 with 40.0 GiB"]
+        copies = folder / "code-node" / "code"  # each run's own copy of the code, in the node's work dir
+        assert sorted(path.name for path in copies.iterdir()) == [f"sweep.q-{n}" for n in range(1, 5)]
 
         (folder / "stop1").touch()  # q-1 ends: its card has room for the fifth
         await wait_until(lambda: store.get(ids[4]).state is EntryState.RUNNING, 120, "the fifth run")
         assert store.get(ids[0]).state is EntryState.SUCCEEDED
+        assert sorted(path.name for path in copies.iterdir()) == [f"sweep.q-{n}" for n in range(2, 6)]  # q-1's gone
         assert await wait_until(lambda: worker_line(experiments, store.get(ids[4]).run_id), 60, "q-5") == \
             f"gpu 0 budget {budget} port {port}"  # q-1's, free again
+
+        # `homegpu stop` and `logs` of a job that runs four times at once: which run is asked, never guessed
+        config, second = str(spec.source), store.get(ids[1]).run_id
+        refused = await asyncio.to_thread(homegpu, "--config", config, "stop", "sweep", cwd=folder)
+        assert refused.returncode != 0 and "sweep runs 4 times at once (" in refused.stderr, refused.stderr
+        assert "--run RUN_ID" in refused.stderr and second in refused.stderr
+        logs = await asyncio.to_thread(homegpu, "--config", config, "logs", "sweep", "--run", second, cwd=folder)
+        assert f"gpu 1 budget {budget} port {port + 1}" in logs.stdout, logs.stderr
+        stopped = await asyncio.to_thread(homegpu, "--config", config, "stop", "sweep", "--run", second, cwd=folder)
+        assert stopped.returncode == 0 and f"stopped sweep (run {second})" in stopped.stdout, stopped.stderr
+        await wait_until(lambda: store.get(ids[1]).state.finished, 60, "q-2's end")
+        assert [store.get(id_).state for id_ in ids[2:]] == [EntryState.RUNNING] * 3  # the others go on
 
 
 async def test_serve_started_again_keeps_the_cards_room_and_ports_of_the_runs_it_finds(two_cards):

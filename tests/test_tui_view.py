@@ -7,14 +7,15 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from script_errors import VALUES, per_replica_error
 
 from homegpu.remote.config.cluster_spec import embedded_default, parse_cluster
 from homegpu.remote.events import (
-    BandwidthMatrix, BandwidthMeasured, JobState, JobStateChanged, LinkResult, LogLine, Metric, NodeState,
-    NodeStateChanged, NodeStatsUpdated, PreflightResult, Straggler, WorkerMetric,
+    BandwidthMatrix, BandwidthMeasured, GpuProcess, JobState, JobStateChanged, LinkResult, LogLine, Metric,
+    NodeState, NodeStateChanged, NodeStatsUpdated, PreflightResult, ProcessOwner, Straggler, WorkerMetric,
 )
 from homegpu.remote.logs.tracebacks import MESSAGE_LINES
 from homegpu.remote.net import bandwidth_store
@@ -28,6 +29,7 @@ from homegpu.tui.view.render import (
     age, bandwidth_summary, job_summary, level_style, node_cells, node_detail,
 )
 from homegpu.tui.view.state import JOB, LOGS, MAX_LINE, NODES, ClusterView, LogBuffers, LogEntry
+from homegpu.tui.view.text import format_status
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tui"
 
@@ -259,6 +261,35 @@ def test_node_detail_shows_versions_history_and_processes(view: ClusterView) -> 
     assert "GPUs via nvidia-smi · driver 590.48.01 · CUDA 13.1" in text
     assert "pid 21198 ./gpu_burn (7.3 GiB)" in text
     assert " util " in text and " n/a" in text  # MIG hides utilisation: said, not guessed
+
+
+def sweep_on_gpu_0(view: ClusterView) -> None:
+    """`big`'s recorded idle H100 NVLs with three runs of a sweep on GPU 0, each held to gpu_memory = "5GiB" (the
+    agent reads the budget off each worker's environment: tests/test_process_owners.py), and another user's
+    process beside them."""
+    stats = recorded("h100nvl_idle")
+    runs = [GpuProcess(4100 + n, "python3", 4200, ProcessOwner("worker", "root", 0, f"sweep-q-{n}", "sweep", 0,
+                                                               gpu_memory=5 * 1024 ** 3)) for n in range(3)]
+    stranger = GpuProcess(4242, "python3", 20076, ProcessOwner("process", "bob", 1001))
+    card = replace(stats.gpus[0], processes=(*runs, stranger))
+    view.apply(NodeStateChanged("big", NodeState.ONLINE))
+    view.apply(NodeStatsUpdated("big", replace(stats, gpus=(card, stats.gpus[1]))))
+
+
+def test_a_card_runs_share_says_their_budgets_in_the_detail_and_in_status(view: ClusterView) -> None:
+    sweep_on_gpu_0(view)
+    lines = node_detail(view.nodes["big"], 80).plain.splitlines()
+    assert "[0] NVIDIA H100 NVL · budgets 15.0 GiB of 93.6 GiB, for 3 runs" in lines
+    assert "[1] NVIDIA H100 NVL" in lines  # nobody's budget on the other card: nothing said
+    assert "  pid 4101 python3 (4.1 GiB) homegpu worker 0 of job sweep run sweep-q-1, gpu_memory 5.0 GiB" in lines
+    assert "  pid 4242 python3 (19.6 GiB) user bob" in lines
+    session = SimpleNamespace(name="big", spec=SimpleNamespace(host="big"), address="10.0.0.1",  # as status has it
+                              address_source="ssh config", state=NodeState.ONLINE, reason="",
+                              fingerprint="SHA256:x", latest=view.nodes["big"].stats)
+    status = format_status([session]).splitlines()
+    gpu0 = next(i for i, line in enumerate(status) if line.lstrip().startswith("[0]"))
+    assert status[gpu0 + 1] == "        budgets 15.0 GiB of 93.6 GiB, for 3 runs"
+    assert any(line.endswith("homegpu worker 0 of job sweep run sweep-q-2, gpu_memory 5.0 GiB") for line in status)
 
 
 def hot_gpu_lines(view: ClusterView, health: GpuHealth, seconds: range,

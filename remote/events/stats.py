@@ -86,7 +86,8 @@ def _percent(part: Number, whole: Number) -> float | NotAvailable:
 class ProcessOwner:
     """Who a GPU process belongs to, as the node's agent found out (remote/node_side/agent/process_owners.py).
 
-    ``kind``: "worker" (a homegpu worker: ``run_id``, ``job``, ``index``), "container" (another
+    ``kind``: "worker" (a homegpu worker: ``run_id``, ``job``, ``index``, and ``gpu_memory``, its budget in
+    bytes, where its job has one), "container" (another
     container: ``container``, ``container_name``), "process" (a user's process) or "unknown" (the
     agent could not see it). ``user`` is the process's user name wherever it was readable.
     """
@@ -99,6 +100,7 @@ class ProcessOwner:
     index: Number = NA
     container: Text = NA
     container_name: Text = NA
+    gpu_memory: Number = NA
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from homegpu.remote.history.schema import SAMPLE_TABLES
 from homegpu.remote.history.tiers import drop_before, oldest_sample
+from homegpu.remote.nodes import MIB
 from homegpu.remote.store import transaction
 
-MIB = 1024 * 1024
 DEFAULT_MAX_BYTES = 256 * MIB
 MIN_MAX_BYTES = 1 * MIB
 HIGH, LOW = 0.90, 0.80  # trim when this share of the database's part is in use, down to this

@@ -117,13 +117,19 @@ class JobRuntimes:
     async def find(self, running_only: bool = True, run_id: str = "") -> tuple[str, int] | None:
         """Returns: (run id, generation) of the newest run of the job on its nodes (or of run `run_id` alone) that
         still runs (or, with running_only=False, that ran), else None. Unreachable nodes are left out."""
+        runs = await self.runs(running_only)
+        return next((run for run in runs if run[0] == (run_id or run[0])), None)
+
+    async def runs(self, running_only: bool = True) -> list[tuple[str, int]]:
+        """(run id, latest generation) of each run of the job its nodes list that still runs (or, with
+        running_only=False, that ran), newest first: several where runs of the job share cards at once (the queue's
+        gpu_memory). Unreachable nodes are left out."""
         found = await asyncio.gather(*(r.list_workers() for r in self.runtimes.values()), return_exceptions=True)
-        active = [w for group in found if not isinstance(group, BaseException) for w in group
-                  if w.job == self.job.name and (w.running or not running_only) and w.run_id == (run_id or w.run_id)]
-        if not active:
-            return None
-        newest = max(active, key=lambda w: (w.run_id, w.generation or 0))
-        return newest.run_id, newest.generation or 1
+        latest: dict[str, int] = {}
+        for worker in (w for group in found if not isinstance(group, BaseException) for w in group):
+            if worker.job == self.job.name and (worker.running or not running_only):
+                latest[worker.run_id] = max(latest.get(worker.run_id, 1), worker.generation or 1)
+        return sorted(latest.items(), reverse=True)
 
     async def ended_state(self, run_id: str) -> JobState:
         """How run `run_id` ended as its workers' exit statuses tell it: SUCCEEDED when every worker found

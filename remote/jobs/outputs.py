@@ -72,9 +72,14 @@ async def fetch_outputs(node: NodeSession, remote_dir: str, local_dir: Path, cap
 
 async def remove_backups(places: list[tuple[NodeSession, str]]) -> list[str]:
     """Delete `backup/` in each (node, worker output dir); "NODE: why" for each that could not be."""
-    async def remove(node: NodeSession, out_dir: str) -> str:
+    return await remove_folders([(node, posixpath.join(out_dir, "backup")) for node, out_dir in places])
+
+
+async def remove_folders(places: list[tuple[NodeSession, str]]) -> list[str]:
+    """Delete each (node, folder); "NODE: why" for each that could not be."""
+    async def remove(node: NodeSession, folder: str) -> str:
         try:
-            result = await node.run(["rm", "-rf", "--", posixpath.join(out_dir, "backup")], timeout=60)
+            result = await node.run(["rm", "-rf", "--", folder], timeout=60)
         except NODE_GONE as exc:  # a command past its timeout is one too (CommandTimeout)
             return f"{node.name}: {cause(exc)}"
         return "" if result.ok else f"{node.name}: {result.stderr.strip()}"

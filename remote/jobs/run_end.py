@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from homegpu.remote.events import JobState, Metric
-from homegpu.remote.jobs.outputs import FetchedOutputs, fetch_outputs, remove_backups
+from homegpu.remote.jobs.outputs import FetchedOutputs, fetch_outputs, remove_backups, remove_folders
 from homegpu.remote.jobs.run_state import RunState
 from homegpu.remote.jobs.worker_logs import finish_tails, stop_tails
 from homegpu.remote.record import RunEnergy
@@ -51,6 +51,8 @@ class RunEnd:
         if state is JobState.SUCCEEDED and run.job.uses_trainer and not outputs.error:
             await remove_backups([(t.runtime.node, t.runtime.out_dir(run.run_id, t.label))
                                   for t in run.tracks.values()])
+        if run.instance != run.job.name:  # one of several runs of the job at once: its code copy was its own
+            await remove_folders([(run.cluster.node(node), run.code_dir(node)) for node in run.nodes.work_dirs])
         self.close_experiment()
         return self._outcome(state, detail, incomplete, outputs)
 

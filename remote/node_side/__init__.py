@@ -15,7 +15,7 @@ from importlib import resources
 
 from homegpu.remote.node_side.agent.gpu_health import THROTTLE_REASONS
 from homegpu.remote.node_side.agent.process_owners import (
-    LABEL_INDEX, LABEL_JOB, LABEL_RUN, MARKER_INDEX, MARKER_JOB, MARKER_RUN,
+    LABEL_BUDGET, LABEL_INDEX, LABEL_JOB, LABEL_RUN, MARKER_BUDGET, MARKER_INDEX, MARKER_JOB, MARKER_RUN,
 )
 from homegpu.remote.node_side.agent.stats_agent import (
     GPU_SOURCES, MODULES as AGENT_MODULES, PROTOCOL_VERSION, SOURCES as AGENT_SOURCES,
@@ -24,9 +24,9 @@ from homegpu.remote.node_side.scripts.tree_sync import scan
 from homegpu.remote.node_side.scripts.wake_packet import send as send_wake_packet
 
 __all__ = [
-    "AGENT_MODULES", "AGENT_SOURCES", "GPU_SOURCES", "LABEL_INDEX", "LABEL_JOB", "LABEL_RUN", "MARKER_INDEX",
-    "MARKER_JOB", "MARKER_RUN", "PROTOCOL_VERSION", "SCRIPT_FOLDERS", "THROTTLE_REASONS", "scan", "script",
-    "script_bytes", "send_wake_packet",
+    "AGENT_MODULES", "AGENT_SOURCES", "GPU_SOURCES", "LABEL_BUDGET", "LABEL_INDEX", "LABEL_JOB", "LABEL_RUN",
+    "MARKER_BUDGET", "MARKER_INDEX", "MARKER_JOB", "MARKER_RUN", "PROTOCOL_VERSION", "SCRIPT_FOLDERS",
+    "THROTTLE_REASONS", "scan", "script", "script_bytes", "send_wake_packet",
 ]
 
 SCRIPT_FOLDERS = ("agent", "scripts")  # where a node script's name is looked for; a name is in one of them

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from homegpu.remote.events import NA, GpuProcess, NodeStats, ProcessOwner
-from homegpu.remote.nodes.units import gib
+from homegpu.remote.config import size_text
+from homegpu.remote.events import NA, GpuProcess, GpuStats, NodeStats, ProcessOwner
+from homegpu.remote.nodes.units import gib, is_number
 
 FOREIGN_SHARE = 0.10  # another process holding more than this share of a job's GPU is worth a warning
 
@@ -33,6 +34,24 @@ def owner_text(owner: ProcessOwner | None, run_id: str = "") -> str:
         name = owner.container_name or owner.container
         return f"container {name}" + (f" ({user})" if user else "")
     return user or "owner unknown"
+
+
+def budget_text(owner: ProcessOwner | None) -> str:
+    """"gpu_memory 5.0 GiB" for a worker whose job holds it to a budget; "" for any other process."""
+    if owner is None or owner.kind != "worker" or not is_number(owner.gpu_memory) or owner.gpu_memory <= 0:
+        return ""
+    return f"gpu_memory {size_text(int(owner.gpu_memory))}"
+
+
+def card_budgets(gpu: GpuStats) -> str:
+    """"budgets 15.0 GiB of 80.0 GiB, for 3 runs" for a card held by workers of runs with a gpu_memory; "" where
+    none is. Each worker counts once (its children inherit its markers, and its budget with them)."""
+    budgets = {(p.owner.run_id, p.owner.index): p.owner.gpu_memory for p in gpu.processes if budget_text(p.owner)}
+    if not budgets:
+        return ""
+    runs = len({run for run, _ in budgets})
+    total = f" of {gib(gpu.mem_total)} GiB" if is_number(gpu.mem_total) else ""
+    return f"budgets {size_text(int(sum(budgets.values())))}{total}, for {runs} run{'s' * (runs != 1)}"
 
 
 def is_run_worker(process: GpuProcess, run_id: str) -> bool:

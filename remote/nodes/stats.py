@@ -98,7 +98,7 @@ def _owner(value: Any, where: str) -> ProcessOwner | None:
         raise _fail(dot + "kind", " or ".join(map(repr, OWNER_KINDS)), kind)
     return ProcessOwner(
         kind, **{key: _text(obj, key, dot) for key in ("user", "run_id", "job", "container", "container_name")},
-        **{key: _number(obj, key, dot) for key in ("uid", "index")})
+        **{key: _number(obj, key, dot) for key in ("uid", "index", "gpu_memory")})
 
 
 def _process(value: Any, where: str) -> GpuProcess:

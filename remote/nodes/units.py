@@ -5,6 +5,7 @@ from __future__ import annotations
 from homegpu.remote.events import NA
 
 MIB_PER_GIB = 1024
+MIB = 1024 ** 2  # bytes in a MiB, the unit the stats agent and the timeline give memory in
 
 
 def is_number(value: object) -> bool:

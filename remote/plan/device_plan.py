@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from homegpu.remote.config import PER_GPU
+from homegpu.remote.nodes import MIB
 from homegpu.remote.plan.pace import PROCESS, PaceAdvice, advise_pace
 from homegpu.remote.plan.worker_devices import WorkerDevices
 from homegpu.trainer import shares
@@ -33,7 +34,6 @@ TORCH_NCCL, TORCH_GLOO = "nccl", "gloo"
 # JAX's collectives between processes: NCCL on GPUs, gloo on CPUs; one computation cannot mix the two.
 JAX_NCCL, JAX_GLOO = "NCCL", "gloo"
 HIDE_ALL_GPUS = "-1"  # CUDA_VISIBLE_DEVICES value that leaves a process no GPU at all
-MIB = 1024 ** 2  # the stats agent's GPU memory unit
 
 
 class DevicePlanError(ValueError):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from homegpu.remote.events import Metric
+from homegpu.remote.nodes import MIB
 from homegpu.remote.plan.worker_devices import WorkerDevices
 from homegpu.remote.record import (
     NodeTimeline, RunFolder, Timeline, TimelineDamaged, WorkerTimeline, load_timeline, read_meta, timelines,
@@ -26,7 +27,6 @@ from homegpu.remote.record import (
 from homegpu.trainer.gpu_budget import budget_text
 
 AUTO_HEADROOM = 1.1  # gpu_memory = "auto": the last run's peak and a tenth more, for a batch that varies
-MIB = 1024 ** 2  # the timeline's memory unit
 MIN_BUSY = 0.02  # below this a GPU's utilisation says "idle", not "50× faster": no estimate
 
 

@@ -4,8 +4,10 @@ holding it are counted, and which card of a node a new budget fits best. Pure; M
 reports memory.
 
 A run the queue started holds its budget on its card from the decision on: until its processes show, the whole
-budget is promised; then the part they do not hold yet (a framework grows into its budget). Memory of a card is
-`used` as nvidia-smi says it, or the sum of its processes where it does not.
+budget is promised; then the part they do not hold yet (a framework grows into its budget). A worker of a run the
+queue did not start (`homegpu run` of a job with a `gpu_memory`) holds its budget the same way, from the budget its
+node's agent read off it. Memory of a card is `used` as nvidia-smi says it, or the sum of its processes where it
+does not.
 """
 
 from __future__ import annotations
@@ -15,9 +17,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from homegpu.remote.events import NodeStats
-from homegpu.remote.nodes import gib, is_number, owner_text, visible
+from homegpu.remote.nodes import MIB, gib, is_number, owner_text, visible
 
-MIB = 1024 ** 2
 UNSEEN_SHARE = 0.01  # memory of a card no process accounts for, named among its holders above this share
 
 
@@ -80,8 +81,26 @@ def cards(stats: Mapping[str, NodeStats | None], runs: Mapping[str, str]) -> dic
                 card.holders[who] = card.holders.get(who, 0.0) + mib
                 if entry:
                     card.ours[entry] = card.ours.get(entry, 0.0) + mib
+            _promise_others_budgets(card, gpu.processes, runs)
             found[(node, int(index))] = card
     return found
+
+
+def _promise_others_budgets(card: Card, on_card: Iterable[object], runs: Mapping[str, str]) -> None:
+    """Workers of runs the queue did not start hold their gpu_memory on the card: the part not held yet is promised
+    (each worker once, with what it and its children hold)."""
+    budgets: dict[tuple[str, object], tuple[str, float, float]] = {}  # (run, index) -> (who, budget, held), MiB
+    for process in on_card:
+        owner = process.owner
+        if owner is None or owner.kind != "worker" or owner.run_id in runs or not is_number(owner.gpu_memory):
+            continue
+        key = (owner.run_id, owner.index)
+        who, budget, held = budgets.get(key, (holder(process), owner.gpu_memory / MIB, 0.0))
+        budgets[key] = (who, budget, held + (process.mem if is_number(process.mem) else 0.0))
+    for who, budget, held in budgets.values():
+        extra = max(0.0, budget - held)
+        card.promised += extra
+        card.holders[who] = card.holders.get(who, 0.0) + extra
 
 
 def roomiest(all_cards: Mapping[tuple[str, int], Card], node: str) -> Card | None:

@@ -35,10 +35,10 @@ from typing import Iterable, Mapping
 
 from homegpu.remote.config import ClusterSpec, JobSpec
 from homegpu.remote.events import NodeState, NodeStats
-from homegpu.remote.nodes import FOREIGN_SHARE, gib
+from homegpu.remote.nodes import FOREIGN_SHARE, MIB, gib
 from homegpu.remote.plan import job_node_specs
 from homegpu.remote.queue.entries import EntryState, QueueEntry
-from homegpu.remote.queue.gpu_room import MIB, Card, cards, holder, processes, roomiest, wants_text
+from homegpu.remote.queue.gpu_room import Card, cards, holder, processes, roomiest, wants_text
 
 
 @dataclass(frozen=True)

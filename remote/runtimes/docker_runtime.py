@@ -25,7 +25,7 @@ import docker.errors
 from docker.types import DeviceRequest, Mount
 
 from homegpu.remote.logs import LogTail
-from homegpu.remote.node_side import LABEL_INDEX, LABEL_JOB, LABEL_RUN
+from homegpu.remote.node_side import LABEL_BUDGET, LABEL_INDEX, LABEL_JOB, LABEL_RUN, MARKER_BUDGET
 from homegpu.remote.nodes import NodeSession, TransportError
 from homegpu.remote.plan import DevicePlan, WorkerDevices, container_env
 from homegpu.remote.runtimes.base import (
@@ -69,6 +69,8 @@ def worker_labels(launch: WorkerLaunch) -> dict[str, str]:
         LABEL_INDEX: str(launch.slot.index),
         f"{LABEL_PREFIX}generation": str(launch.generation),
         f"{LABEL_PREFIX}label": launch.label,
+        # its gpu_memory, for the agent where the container's environment is not its to read
+        **({LABEL_BUDGET: launch.env[MARKER_BUDGET]} if launch.env.get(MARKER_BUDGET) else {}),
     }
 
 

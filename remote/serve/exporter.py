@@ -28,10 +28,9 @@ from prometheus_client.registry import Collector
 from homegpu.remote.events import NA, GpuStats, NodeState
 from homegpu.remote.history import HOST
 from homegpu.remote.node_side import THROTTLE_REASONS
-from homegpu.remote.nodes import Cluster, is_number, visible
+from homegpu.remote.nodes import MIB, Cluster, is_number, visible
 from homegpu.remote.serve.job_board import JobBoard
 
-MIB = 1024 * 1024
 GPU_LABELS = ("cluster", "node", "gpu", "model", "uuid")
 NODE_LABELS = ("cluster", "node")
 WORKER_LABELS = ("cluster", "job", "run", "worker")

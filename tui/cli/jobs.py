@@ -51,13 +51,17 @@ def register(commands: argparse._SubParsersAction) -> None:
     logs.add_argument("job", metavar="JOB", help="job name from cluster.toml")
     logs.add_argument("--node", metavar="NODE", help="only this node's worker")
     logs.add_argument("-f", "--follow", action="store_true", help="keep following until Ctrl-C")
+    logs.add_argument("--run", metavar="RUN_ID", default="",
+                      help="this run's logs (default: the latest), where runs of JOB share cards at once")
     logs.set_defaults(handler=show_logs)
 
     stop = commands.add_parser(
         "stop", help="stop a running job on every node (TERM, then KILL)",
         description="Stop every worker of JOB's running run on every node, whichever homegpu started it: "
-                    "TERM, a grace period, then KILL. Exit status 0 once none runs.")
+                    "TERM, a grace period, then KILL. Exit status 0 once none runs. Where several runs of JOB "
+                    "share cards at once (the queue's gpu_memory), --run names the one to stop.")
     stop.add_argument("job", metavar="JOB", help="job name from cluster.toml")
+    stop.add_argument("--run", metavar="RUN_ID", default="", help="the run to stop, where JOB runs several times")
     stop.set_defaults(handler=stop_job)
 
     tfconfig = commands.add_parser(
@@ -170,7 +174,7 @@ async def _collect_workers(spec: ClusterSpec) -> tuple[list[tuple], list[str]]:
 def stop_job(args: argparse.Namespace) -> int:
     spec = load_spec(args)
     job = _job(spec, args.job)
-    return asyncio.run(_stop(spec, job))
+    return asyncio.run(_stop(spec, job, args.run))
 
 
 def _cluster_for(spec: ClusterSpec, job) -> Cluster:
@@ -187,10 +191,25 @@ async def _open_job_runtimes(cluster: Cluster, job) -> JobRuntimes:
         raise UserError(f"cannot reach the job's nodes: {exc}") from None
 
 
-async def _stop(spec: ClusterSpec, job) -> int:
+def _one_run(job, runs: list[tuple[str, int]], run_id: str, what: str) -> tuple[str, int] | None:
+    """The run `run_id` names among `runs` (newest first), or the only one; a UserError where --run names none of
+    them, or where several run at once and none was named."""
+    if run_id:
+        named = next((run for run in runs if run[0] == run_id), None)
+        if named is None:
+            listed = f" (those {what}: {', '.join(r for r, _ in runs)})" if runs else ""
+            raise UserError(f"no run {run_id} of {job.name} {what} on its nodes{listed}")
+        return named
+    if len(runs) > 1:
+        raise UserError(f"{job.name} runs {len(runs)} times at once ({', '.join(r for r, _ in runs)}): name one "
+                        "with --run RUN_ID (`homegpu queue` says which queue entry each is)")
+    return runs[0] if runs else None
+
+
+async def _stop(spec: ClusterSpec, job, run_id: str = "") -> int:
     async with _cluster_for(spec, job) as cluster:
         nodes = await _open_job_runtimes(cluster, job)
-        active = await nodes.find()
+        active = _one_run(job, await nodes.runs(), run_id, "running")
         if active is None:
             print(f"{job.name} is not running")
             return 0
@@ -222,15 +241,20 @@ def _why(result: WorkerStatus | BaseException) -> str:
 def show_logs(args: argparse.Namespace) -> int:
     spec = load_spec(args)
     job = _job(spec, args.job)
-    return asyncio.run(_logs(spec, job, args.node, args.follow))
+    return asyncio.run(_logs(spec, job, args.node, args.follow, args.run))
 
 
-async def _logs(spec: ClusterSpec, job, node: str | None, follow: bool) -> int:
+async def _logs(spec: ClusterSpec, job, node: str | None, follow: bool, run_id: str = "") -> int:
     async with _cluster_for(spec, job) as cluster:
         nodes = await _open_job_runtimes(cluster, job)
-        latest = await nodes.find(running_only=False)
+        runs = await nodes.runs(running_only=False)
+        latest = _one_run(job, runs, run_id, "found") if run_id else (runs[0] if runs else None)
         if latest is None:
             raise UserError(f"no run of {job.name} found on its nodes")
+        running = [run for run, _ in await nodes.runs()]
+        if not run_id and len(running) > 1:
+            print(f"{job.name} runs {len(running)} times at once ({', '.join(running)}): these are "
+                  f"{latest[0]}'s logs; --run RUN_ID shows another's", file=sys.stderr)
         run_id, generation = latest
         try:
             slots = nodes.slots_on(node)

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from homegpu.remote.events import NA, Alert, BandwidthMatrix, GpuStats, JobState, NodeState
 from homegpu.remote.net import RESNET50_PARAMS, advice
-from homegpu.remote.nodes import gib, is_run_worker, owner_text
+from homegpu.remote.nodes import budget_text, card_budgets, gib, is_run_worker, owner_text
 from homegpu.remote.plan import short_gpu_name
 from homegpu.tui.view.gpu_trail import TRAIL_WINDOWS, GpuTrail
 from homegpu.tui.view.lookback import LOOKBACK_WINDOWS, Lookback
@@ -208,6 +208,8 @@ def node_detail(node: NodeView | None, width: int = 40, run_id: str = "", window
     for gpu in stats.gpus:
         util, mem = _gpu_cells(node, gpu, windows[window][1], spark, lookback if window >= len(TRAIL_WINDOWS) else None)
         out.append(f"\n[{gpu.index}] {gpu.name}", style="bold")
+        if budgets := card_budgets(gpu):
+            out.append(f" · {budgets}")
         for cause in node.health.causes([gpu.index]):  # its stats were made visible on the way in
             out.append(f"\n held back: {cause}", style="yellow")
         out.append(f"\n util {sparkline(util, spark)} ")
@@ -220,6 +222,8 @@ def node_detail(node: NodeView | None, width: int = 40, run_id: str = "", window
             if proc.owner is not None:
                 ours = is_run_worker(proc, run_id)
                 out.append(f" {owner_text(proc.owner, run_id)}", style="bold green" if ours else "yellow")
+                if budget := budget_text(proc.owner):
+                    out.append(f", {budget}")
         if not gpu.processes:
             out.append("\n  no processes", style="dim")
     return out

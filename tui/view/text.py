@@ -17,7 +17,9 @@ from homegpu.remote.doctor import Check
 from homegpu.remote.events import NA, BandwidthMatrix, Metric
 from homegpu.remote.jobs import keras3_problem
 from homegpu.remote.net import format_gbits
-from homegpu.remote.nodes import SshTarget, gib, held_back, jump_hostname_address, owner_text
+from homegpu.remote.nodes import (
+    SshTarget, budget_text, card_budgets, gib, held_back, jump_hostname_address, owner_text,
+)
 from homegpu.remote.plan import worker_slots
 
 DIAGONAL = "—"
@@ -268,6 +270,7 @@ def _node_block(node, watched: bool) -> str:
     lines = [head, f"    GPUs via {stats.source}, driver {stats.driver}, CUDA {stats.cuda}"]
     for gpu in stats.gpus:
         lines.append(_gpu_line(gpu))
+        lines += [f"        {budgets}" for budgets in filter(None, [card_budgets(gpu)])]
         lines += [f"        held back: {cause}" for cause in _gpu_held_back(node, gpu, watched)]
         lines += [_process_line(process) for process in gpu.processes]
     return "\n".join(lines)
@@ -280,9 +283,10 @@ def _gpu_line(gpu) -> str:
 
 
 def _process_line(process) -> str:
-    """`        pid 4242  python3              19.6 GiB  homegpu worker 0 of job demo run R`."""
+    """`        pid 4242  python3              19.6 GiB  homegpu worker 0 of job demo run R, gpu_memory 24.0 GiB`."""
+    budget = budget_text(process.owner)
     return (f"        pid {process.pid:<7} {str(process.name)[-20:]:<20} {gib(process.mem, 5)} GiB  "
-            f"{owner_text(process.owner)}")
+            f"{owner_text(process.owner)}" + (f", {budget}" if budget else ""))
 
 
 STATE_MARKS = {

@@ -9,16 +9,18 @@ A GPU process's owner is looked up once, when its pid first shows in the process
 
 - ``/proc/PID/status``: the real uid, named through the password database;
 - ``/proc/PID/environ``: homegpu's worker markers (``HOMEGPU_RUN_ID``, ``HOMEGPU_JOB``,
-  ``HOMEGPU_WORKER_INDEX``), which every worker, process or container, gets from its launch and
+  ``HOMEGPU_WORKER_INDEX``, and ``HOMEGPU_GPU_MEMORY`` where its job has a budget), which every worker, process or container, gets from its launch and
   passes on to its children; readable for the agent's own user's processes (the workers), not
   for other users';
 - ``/proc/PID/cgroup``: the container the process runs in, if any; then, for a container without
-  markers, its labels (homegpu's worker containers carry ``homegpu.run``/``homegpu.index``) and
+  markers, its labels (homegpu's worker containers carry ``homegpu.run``/``homegpu.index`` and
+  ``homegpu.gpu_memory``) and
   name from the node's Docker socket, one small request per container, only where the socket is
   there and ours to use.
 
 An owner is a JSON-ready dict: ``{"kind": "worker"|"container"|"process"|"unknown", "user", "uid",
-"run_id", "job", "index", "container", "container_name"}`` with only the keys that are known.
+"run_id", "job", "index", "gpu_memory", "container", "container_name"}`` with only the keys that are known
+(``gpu_memory``: a worker's budget on its GPU in bytes, as its job's ``gpu_memory`` key set it).
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ import socket
 MARKER_RUN = "HOMEGPU_RUN_ID"
 MARKER_JOB = "HOMEGPU_JOB"
 MARKER_INDEX = "HOMEGPU_WORKER_INDEX"
-MARKERS = (MARKER_RUN, MARKER_JOB, MARKER_INDEX)
+MARKER_BUDGET = "HOMEGPU_GPU_MEMORY"  # trainer/gpu_budget.py's BUDGET_ENV (the agent imports nothing of homegpu)
+MARKERS = (MARKER_RUN, MARKER_JOB, MARKER_INDEX, MARKER_BUDGET)
 LABEL_RUN = "homegpu.run"
 LABEL_JOB = "homegpu.job"
 LABEL_INDEX = "homegpu.index"
+LABEL_BUDGET = "homegpu.gpu_memory"
 DOCKER_SOCKET = "/var/run/docker.sock"
 DOCKER_TIMEOUT_S = 0.5  # a local socket answers in milliseconds; a hung daemon must not stall a sample
 ENVIRON_MAX_BYTES = 1 << 20
@@ -76,6 +80,13 @@ def _index(value):
     return int(text) if text.isdigit() else None
 
 
+def _budget(owner, value):
+    """A worker's gpu_memory (bytes) into its owner, where its job gave one."""
+    size = _index(value)
+    if size:
+        owner["gpu_memory"] = size
+
+
 def classify(uid=None, user=None, markers=None, container=None, labels=None, container_name=None):
     """The owner dict from what was read (pure; every argument may be None).
 
@@ -90,9 +101,11 @@ def classify(uid=None, user=None, markers=None, container=None, labels=None, con
     if markers.get(MARKER_RUN):
         owner.update(kind="worker", run_id=markers[MARKER_RUN], job=markers.get(MARKER_JOB, ""),
                      index=_index(markers.get(MARKER_INDEX)))
+        _budget(owner, markers.get(MARKER_BUDGET))
     elif labels.get(LABEL_RUN):
         owner.update(kind="worker", run_id=labels[LABEL_RUN], job=labels.get(LABEL_JOB, ""),
                      index=_index(labels.get(LABEL_INDEX)))
+        _budget(owner, labels.get(LABEL_BUDGET))
     elif container:
         owner["kind"] = "container"
     if container:
