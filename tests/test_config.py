@@ -237,6 +237,10 @@ BAD_INPUTS = [
     (JOB + 'script = "train.py"\nbatch_size = 32\n', 10, "[jobs.train].batch_size",
      "the built-in trainer's key, but this job runs train.py, which never sees it", 'args = ["--batch-size", "..."]'),
     (JOB + 'nodes = ["a", "c"]\n', 9, "[jobs.train].nodes", "unknown node 'c'", "a, b"),
+    (JOB + 'script = "train.py"\ncode_dir = "model"\n', 9, "[jobs.train].script",
+     "'train.py' is not inside code_dir 'model'", 'script = "model/train.py"'),
+    (JOB + 'script = "model/../train.py"\ncode_dir = "model"\n', 9, "[jobs.train].script",
+     "is not inside code_dir", "the cluster file's folder"),
     (JOB + 'nodes = ["a", "a"]\n', 9, "[jobs.train].nodes", "listed twice", "each node once"),
     (JOB + 'restart = "always"\n', 9, "[jobs.train].restart", "unknown value 'always'", '"on-failure"'),
     (JOB + 'port = 99999\n', 9, "[jobs.train].port", "out of range", "between 1 and 65535"),
@@ -400,3 +404,10 @@ def test_a_type_error_shows_the_keys_own_example(toml, hint):
     with pytest.raises(ConfigError) as err:
         parse_cluster(toml, "home.toml")
     assert err.value.hint.startswith(hint), err.value.hint
+
+
+@pytest.mark.parametrize("script, code_dir", [("model/train.py", "model"), ("model/sub/train.py", "model/"),
+                                              ("train.py", "."), ("./model/train.py", "model")])
+def test_a_script_inside_its_code_dir_is_taken(script, code_dir):
+    job = parse_cluster(JOB + f'script = "{script}"\ncode_dir = "{code_dir}"\n', "home.toml").jobs["train"]
+    assert (job.script, job.code_dir) == (script, code_dir)

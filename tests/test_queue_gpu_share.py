@@ -18,6 +18,7 @@ import pytest
 from gpu_replay import FIXTURES, write_replay_nvidia_smi
 from helpers import homegpu, local_cluster_toml, wait_until
 from homegpu.remote.config import load_cluster
+from homegpu.remote.jobs import JobRun
 from homegpu.remote.nodes import Cluster
 from homegpu.remote.queue import EntryState, QueueRunner, QueueStore
 
@@ -141,3 +142,43 @@ async def test_serve_started_again_keeps_the_cards_room_and_ports_of_the_runs_it
         await wait_until(lambda: store.get(ids[4]).state is EntryState.RUNNING, 120, "the fifth run")
         assert await wait_until(lambda: worker_line(folder / "experiments", store.get(ids[4]).run_id), 60, "q-5") == \
             f"gpu 0 budget {40 * 1024 ** 3} port {port}"
+
+
+async def test_a_start_that_meets_a_bug_fails_its_entry_saying_so_and_the_queue_goes_on(two_cards, monkeypatch):
+    """An error homegpu did not expect while a run launches (a bug, stood in for here: the one real way found, a
+    script outside its code_dir, is now refused by the cluster file's check) fails that entry with the error, puts
+    the traceback in serve's log, and the next entry starts: no entry is left `starting` for ever."""
+    spec, folder, _ = two_cards
+    launch, calls = JobRun.launch, []
+
+    async def first_launch_breaks(run: JobRun) -> None:
+        calls.append(run.run_id)
+        if len(calls) == 1:
+            raise ValueError("a bug")
+        await launch(run)
+
+    monkeypatch.setattr(JobRun, "launch", first_launch_breaks)
+    said: list[str] = []
+    with QueueStore(folder / "queue.sqlite") as store:
+        async with Cluster(spec) as cluster:
+            await cluster.node("here").wait_for(lambda n: n.latest is not None and n.latest.gpus, timeout=60)
+            runner = QueueRunner(cluster, store, folder / "experiments", say=said.append).start()
+            ids = [store.submit("sweep", overrides=[f"args=[{str(folder / f'stop{n}')!r}]"], user="root",
+                                now=float(n)).id for n in (1, 2)]
+            runner.wake()
+            try:
+                failed = await wait_until(lambda: [store.get(i) for i in ids if store.get(i).state.finished], 120,
+                                          "the first launch's end")  # the two launch at once: either may be first
+                assert [(e.state, e.reason) for e in failed] == [
+                    (EntryState.FAILED, "not started: homegpu failed (ValueError: a bug); serve's log has the details")]
+                [line] = said
+                assert line.startswith(f"queue: {failed[0].id} (sweep) not started, by an error homegpu did not "
+                                       "expect:\nTraceback (most recent call last):\n")
+                assert line.endswith("ValueError: a bug")
+                other = next(i for i in ids if i != failed[0].id)
+                await wait_until(lambda: store.get(other).state is EntryState.RUNNING, 120, "the other running")
+            finally:
+                for n in (1, 2):
+                    (folder / f"stop{n}").touch()
+                await wait_until(lambda: all(store.get(i).state.finished for i in ids), 120, "both ends")
+                await runner.close()

@@ -7,6 +7,8 @@ same one-line, located error.
 from __future__ import annotations
 
 import ast
+import os
+import posixpath
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -210,10 +212,25 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...],
         **parse_slurm_job(v, table, path, scheduler),
     )
     _check_worker_ports(v, job)
+    _check_script_in_code_dir(v, path, job)
     _check_min_workers(v, table, path, job, node_names)
     _check_framework_keys(v, table, path, job)
     _refuse_trainer_keys(v, table, path, job)
     return job
+
+
+def _check_script_in_code_dir(v: Validator, path: tuple, job: JobSpec) -> None:
+    """A script outside its job's code_dir would never reach the nodes (only code_dir is shipped): refused here,
+    where the line can be named, not when a run starts. Both are relative to the cluster file's folder."""
+    if not (job.script and job.code_dir):
+        return
+    base = Path(v.file).parent
+    script, code = (os.path.abspath(base / Path(p).expanduser()) for p in (job.script, job.code_dir))
+    if os.path.commonpath([script, code]) != code:
+        hint = posixpath.join(job.code_dir, posixpath.basename(job.script))
+        raise v.fail(path + ("script",), f"{show(job.script)} is not inside code_dir {show(job.code_dir)} (both are "
+                     "relative to the cluster file's folder, and only code_dir is shipped to the nodes)",
+                     f'give the script\'s path from the cluster file\'s folder, e.g. script = "{hint}"')
 
 
 def _check_min_workers(v: Validator, table: dict, path: tuple, job: JobSpec, node_names: tuple[str, ...]) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import traceback
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
@@ -355,9 +356,16 @@ class QueueRunner:
             await run.release_lock()
             self._end(entry, EntryState.FAILED, f"not started: {exc}")
             return
-        except BaseException:
+        except asyncio.CancelledError:
             await run.release_lock()
             raise
+        except Exception as exc:  # a bug of homegpu's: the entry fails, saying so, and serve goes on
+            await run.release_lock()
+            self.say(f"queue: {entry.id} ({entry.job}) not started, by an error homegpu did not expect:\n"
+                     + "".join(traceback.format_exception(exc)).rstrip())
+            self._end(entry, EntryState.FAILED, f"not started: homegpu failed ({type(exc).__name__}: {exc}); "
+                                                "serve's log has the details")
+            return
         self._follow(self._mark_running(entry), run)
         self._note_where(entry)
 
