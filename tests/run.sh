@@ -92,12 +92,13 @@ if (( fast )); then
     exit "$fast"
 fi
 # The rest mostly waits (reconnects, restarts, training on the LAN), so more workers than cores pay:
-# HOMEGPU_TEST_WORKERS=N runs it on N pytest-xdist workers (2 by default), each with a LAN of its own
+# HOMEGPU_TEST_WORKERS=N runs it on N pytest-xdist workers (6 by default: on 2 cores, 2 took 56 minutes, 4 took 33),
+# each with a LAN of its own
 # (tests/simnet.py), with --dist loadscope so a module's tests, which share its cluster, stay on one worker; 1 runs
 # it in this process, one test at a time. On 2 cores some LAN tests miss their waits while others train beside
 # them, so the tests that failed in parallel are run again, alone and one at a time (pytest --last-failed): the run
 # fails when one fails alone too, and the rerun's list says which needed it.
-workers=${HOMEGPU_TEST_WORKERS:-2}
+workers=${HOMEGPU_TEST_WORKERS:-6}
 if (( workers <= 1 )); then
     echo "tests/run.sh: the fast tier passed; the rest (pytest -m 'not fast')" >&2
     exec .venv/bin/python -m pytest "${defaults[@]}" -m "not fast"
