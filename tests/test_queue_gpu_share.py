@@ -18,6 +18,7 @@ import pytest
 from gpu_replay import FIXTURES, write_replay_nvidia_smi
 from helpers import homegpu, local_cluster_toml, wait_until
 from homegpu.remote.config import load_cluster
+from homegpu.remote.events import JobState, JobStateChanged
 from homegpu.remote.jobs import JobRun
 from homegpu.remote.nodes import Cluster
 from homegpu.remote.queue import EntryState, QueueRunner, QueueStore
@@ -62,6 +63,21 @@ def worker_line(experiments: Path, run_id: str) -> str:
     return next((line for line in log.read_text().splitlines() if line.startswith("gpu ")), "") if log.exists() else ""
 
 
+async def attached_detail(cluster: Cluster, folder: Path) -> str:
+    """What a controller that attaches to the job (the TUI's, `homegpu run` of it) says once attached."""
+    events = cluster.hub.subscribe()
+    watcher = JobRun(cluster, cluster.spec.jobs["sweep"], folder / "watching")
+    try:
+        assert await watcher.attach_if_running()
+        while not isinstance(event := await asyncio.wait_for(events.__anext__(), 30), JobStateChanged) \
+                or event.state is not JobState.RUNNING:
+            pass
+        return event.detail
+    finally:
+        events.close()
+        await watcher.detach()
+
+
 @asynccontextmanager
 async def sweep_queued(spec, folder: Path):
     """The sweep's five runs submitted to a queue with a runner on this machine's node: (store, cluster, ids,
@@ -85,7 +101,7 @@ async def sweep_queued(spec, folder: Path):
 async def test_a_sweeps_four_40_gib_runs_share_two_cards_and_a_fifth_waits_for_room(two_cards):
     spec, folder, port = two_cards
     experiments = folder / "experiments"
-    async with sweep_queued(spec, folder) as (store, _, ids, _):
+    async with sweep_queued(spec, folder) as (store, cluster, ids, _):
         def four_running():
             states = [store.get(id_).state for id_ in ids]
             return states[:4] == [EntryState.RUNNING] * 4 and states[4] is EntryState.WAITING
@@ -100,6 +116,8 @@ async def test_a_sweeps_four_40_gib_runs_share_two_cards_and_a_fifth_waits_for_r
                                                               "on here GPU 1 with 40.0 GiB"]
         copies = folder / "code-node" / "code"  # each run's own copy of the code, in the node's work dir
         assert sorted(path.name for path in copies.iterdir()) == [f"sweep.q-{n}" for n in range(1, 5)]
+        assert await attached_detail(cluster, folder) == (  # the TUI opened now: which of the four it shows
+            "attached to a running job (the newest of 4 runs of sweep at once: `homegpu queue` lists them)")
 
         (folder / "stop1").touch()  # q-1 ends: its card has room for the fifth
         await wait_until(lambda: store.get(ids[4]).state is EntryState.RUNNING, 120, "the fifth run")

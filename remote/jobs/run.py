@@ -137,10 +137,10 @@ class JobRun:
         """Attach to the job if that already runs on its nodes; True when it did. Raises LaunchError.
         `wake`: the job is to run: its asleep nodes are woken first (only looking wakes nothing)."""
         await self.prepare(waking=self.say_waking if wake else None)
-        active = await self.nodes.find()
-        if active:
-            self.adopt(*active)
-        return bool(active)
+        runs = await self.nodes.runs()
+        if runs:
+            self.adopt(*runs[0], at_once=len(runs))
+        return bool(runs)
 
     async def _attach_once_started(self, holder: LockHolder) -> bool:
         """Another controller holds the job's lock: its launch is under way. Attach to it once its
@@ -184,9 +184,10 @@ class JobRun:
         if self._run.guard is not None:
             await self._run.guard.release()
 
-    def adopt(self, run_id: str, generation: int) -> None:
-        """Take over a run started by another homegpu process: follow it, never start it twice."""
-        self._following.adopt(run_id, generation)
+    def adopt(self, run_id: str, generation: int, at_once: int = 1) -> None:
+        """Take over a run started by another homegpu process: follow it, never start it twice. `at_once`: how
+        many runs of the job run now (the queue's runs sharing cards), this the newest."""
+        self._following.adopt(run_id, generation, at_once)
 
     # -- watch ---------------------------------------------------------------------------------
 

@@ -27,15 +27,18 @@ class Following:
     def __init__(self, run: RunState, generations: Generations, backups: RunBackups) -> None:
         self.run, self.generations, self.backups = run, generations, backups
 
-    def adopt(self, run_id: str, generation: int) -> None:
-        """Take over a run started by another homegpu process: follow it, never start it twice."""
+    def adopt(self, run_id: str, generation: int, at_once: int = 1) -> None:
+        """Take over a run started by another homegpu process: follow it, never start it twice. `at_once`: how
+        many runs of the job run now, this the newest (the others are named by `homegpu queue`)."""
         run = self.run
         run.run_id, run.generation, run.adopted = run_id, generation, True
         run.experiment = ExperimentLog(run.experiments_root, run_id)
         self.backups.keep_copies()
         run.start_record()
         self.generations.follow_logs({label: run.experiment.recorded_lines(label, generation) for label in run.tracks})
-        run.publish(JobState.RUNNING, "attached to a running job")
+        run.publish(JobState.RUNNING, "attached to a running job" + (
+            f" (the newest of {at_once} runs of {run.job.name} at once: `homegpu queue` lists them)" if at_once > 1
+            else ""))
 
     async def follow_its_controller(self, failure: str) -> tuple[JobState, str] | None:
         """A run this controller attached to failed: the controller that started it (the run lock's holder) restarts
