@@ -135,10 +135,10 @@ def test_status_preflight_and_the_tui_name_each_gpu_process_owner(sim_cluster: S
     processes = {p["pid"]: p for p in node3["stats"]["gpus"][0]["processes"]}
     assert processes[worker]["owner"] == {
         "kind": "worker", "run_id": run_id, "job": "hold", "index": 0, "user": "root", "uid": 0,
-        "container": None, "container_name": None}
+        "container": None, "container_name": None, "gpu_memory": None}  # its job has no gpu_memory
     assert processes[stranger]["owner"] == {
         "kind": "process", "user": "nobody", "uid": NOBODY, "run_id": None, "job": None, "index": None,
-        "container": None, "container_name": None}
+        "container": None, "container_name": None, "gpu_memory": None}
     assert processes[stranger]["mem"] == processes[worker]["mem"] == RECORDED_MIB
 
     assert f"pid {worker:<7} python3" in table.stdout and f"homegpu worker 0 of job hold run {run_id}" in table.stdout
