@@ -7,6 +7,7 @@ import getpass
 import re
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from helpers import homegpu
@@ -14,6 +15,8 @@ from helpers import homegpu
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.nodes import NodeError, ssh_target
 from homegpu.remote.nodes.connect import open_transport
+from homegpu.tui.cli.common import UserError
+from homegpu.tui.cli.jobs import _one_run
 from homegpu.tui.cli.main import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
@@ -283,3 +286,19 @@ def test_a_pytorch_job_defaults_to_the_pytorch_image(tmp_path):
                       '[jobs.tf]\n\n[jobs.torch]\nframework = "pytorch"\n')
     jobs = load_cluster(config).jobs
     assert (jobs["tf"].image, jobs["torch"].image) == ("homegpu/tensorflow:2.21", "homegpu/pytorch:2.14")
+
+
+def test_stop_and_logs_pick_one_of_a_jobs_runs_by_run_id_or_say_which_there_are() -> None:
+    job = SimpleNamespace(name="sweep")
+    runs = [(f"sweep-2026112{n}", 1) for n in range(8, 1, -1)]  # newest first, as JobRuntimes.runs gives them
+    assert _one_run(job, runs[:1], "", "running") == runs[0] and _one_run(job, [], "", "running") is None
+    assert _one_run(job, runs, "sweep-20261125", "running") == ("sweep-20261125", 1)
+    with pytest.raises(UserError, match=r"^sweep runs 7 times at once \(sweep-20261128, .*, sweep-20261122\): name one "
+                                        r"with --run RUN_ID"):
+        _one_run(job, runs, "", "running")
+    with pytest.raises(UserError) as refused:
+        _one_run(job, runs, "sweep-1", "found")
+    assert str(refused.value) == ("no run sweep-1 of sweep found on its nodes (those found: sweep-20261128, "
+                                  "sweep-20261127, sweep-20261126, sweep-20261125, sweep-20261124 and 2 more)")
+    with pytest.raises(UserError, match=r"^no run sweep-1 of sweep running on its nodes$"):
+        _one_run(job, [], "sweep-1", "running")

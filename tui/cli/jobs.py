@@ -191,13 +191,17 @@ async def _open_job_runtimes(cluster: Cluster, job) -> JobRuntimes:
         raise UserError(f"cannot reach the job's nodes: {exc}") from None
 
 
+RUNS_NAMED = 5  # where --run names none of a job's runs: the newest this many are named
+
+
 def _one_run(job, runs: list[tuple[str, int]], run_id: str, what: str) -> tuple[str, int] | None:
     """The run `run_id` names among `runs` (newest first), or the only one; a UserError where --run names none of
     them, or where several run at once and none was named."""
     if run_id:
         named = next((run for run in runs if run[0] == run_id), None)
         if named is None:
-            listed = f" (those {what}: {', '.join(r for r, _ in runs)})" if runs else ""
+            more = f" and {len(runs) - RUNS_NAMED} more" if len(runs) > RUNS_NAMED else ""
+            listed = f" (those {what}: {', '.join(r for r, _ in runs[:RUNS_NAMED])}{more})" if runs else ""
             raise UserError(f"no run {run_id} of {job.name} {what} on its nodes{listed}")
         return named
     if len(runs) > 1:
