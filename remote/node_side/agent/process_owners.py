@@ -9,14 +9,13 @@ A GPU process's owner is looked up once, when its pid first shows in the process
 
 - ``/proc/PID/status``: the real uid, named through the password database;
 - ``/proc/PID/environ``: homegpu's worker markers (``HOMEGPU_RUN_ID``, ``HOMEGPU_JOB``,
-  ``HOMEGPU_WORKER_INDEX``, and ``HOMEGPU_GPU_MEMORY`` where its job has a budget), which every worker, process or container, gets from its launch and
-  passes on to its children; readable for the agent's own user's processes (the workers), not
-  for other users';
+  ``HOMEGPU_WORKER_INDEX``, and ``HOMEGPU_GPU_MEMORY`` where its job has a budget), which every
+  worker, process or container, gets from its launch and passes on to its children; readable for
+  the agent's own user's processes (the workers), not for other users';
 - ``/proc/PID/cgroup``: the container the process runs in, if any; then, for a container without
   markers, its labels (homegpu's worker containers carry ``homegpu.run``/``homegpu.index`` and
-  ``homegpu.gpu_memory``) and
-  name from the node's Docker socket, one small request per container, only where the socket is
-  there and ours to use.
+  ``homegpu.gpu_memory``) and name from the node's Docker socket, one small request per container,
+  only where the socket is there and ours to use.
 
 An owner is a JSON-ready dict: ``{"kind": "worker"|"container"|"process"|"unknown", "user", "uid",
 "run_id", "job", "index", "gpu_memory", "container", "container_name"}`` with only the keys that are known
