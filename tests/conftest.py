@@ -179,6 +179,17 @@ def cluster_toml(sim_cluster: SimCluster, tmp_path_factory: pytest.TempPathFacto
     return sim_cluster.write_cluster_toml(tmp_path_factory.mktemp("cluster") / "cluster.toml")
 
 
+@pytest.fixture
+def home_ssh_config(monkeypatch) -> Iterator[Path]:
+    """~/.ssh/config under the tests' own HOME (tests/conftest.py), read as a user's is: without
+    HOMEGPU_SSH_CONFIG. Removed afterwards, so that no other test reads it."""
+    monkeypatch.delenv("HOMEGPU_SSH_CONFIG", raising=False)
+    path = Path.home() / ".ssh" / "config"
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    yield path
+    path.unlink(missing_ok=True)
+
+
 @pytest.fixture(scope="session")
 def docker_engine() -> Iterator[DockerEngine]:
     """A Docker engine that answers /_ping; started for the session only if none was running."""

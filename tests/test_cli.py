@@ -75,17 +75,6 @@ def test_check_shows_where_ssh_really_goes_and_where_each_value_comes_from(tmp_p
     assert rows["here"].startswith("here local - - ")
 
 
-@pytest.fixture
-def home_ssh_config(monkeypatch) -> Path:
-    """~/.ssh/config under the tests' own HOME (tests/conftest.py), read as a user's is: without
-    HOMEGPU_SSH_CONFIG. Removed afterwards, so that no other test reads it."""
-    monkeypatch.delenv("HOMEGPU_SSH_CONFIG", raising=False)
-    path = Path.home() / ".ssh" / "config"
-    path.parent.mkdir(mode=0o700, exist_ok=True)
-    yield path
-    path.unlink(missing_ok=True)
-
-
 def test_check_reads_the_ssh_config_in_home_as_connecting_does(tmp_path, home_ssh_config):
     """No HOMEGPU_SSH_CONFIG: ~/.ssh/config decides where the connection goes, so check says so, not 22 and
     the login name."""

@@ -171,10 +171,11 @@ def test_a_night_of_experiments_in_order_around_another_users_gpu_process(sim_cl
 
 
 def test_runs_with_gpu_memory_share_a_card_around_another_users_process(sim_cluster: SimCluster, lab: Path,
-                                                                         tmp_path: Path):
+                                                                         tmp_path: Path, home_ssh_config: Path):
     """node3's H100 (81559 MiB) with nobody's python3 holding 19.6 GiB, and a sweep of four runs of one 19 GiB job:
     three fit beside it, each seeing GPU 0 alone; the fourth waits saying who holds the card, and starts when the
-    first ends."""
+    first ends. serve reaches node3 by its alias in ~/.ssh/config, as a user's serve does (no HOMEGPU_SSH_CONFIG)."""
+    home_ssh_config.write_text(sim_cluster.ssh_config_path.read_text())
     experiments, apps = tmp_path / "experiments", tmp_path / "apps.csv"
     releases = [until_released(tmp_path, f"share{n}") for n in range(1, 5)]
     with strangers_process(sim_cluster.node("node3")) as stranger, replaying_node3(sim_cluster, apps):
