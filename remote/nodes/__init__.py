@@ -16,7 +16,8 @@ from homegpu.remote.nodes.health import GpuHealth, ReasonTimer, held_back, link_
 from homegpu.remote.nodes.login_shell import SHELL_FIX, talking_shell
 from homegpu.remote.nodes.login_time import LOGIN_TIMEOUT_S, STUCK_LOGIN_S, LoginTiming, login_problem, login_words
 from homegpu.remote.nodes.owners import (
-    FOREIGN_SHARE, budget_text, card_budgets, foreign_memory_warnings, is_run_worker, owner_text,
+    FOREIGN_SHARE, budget_text, budgeted_workers, card_budgets, foreign_memory_warnings, is_run_worker, owner_text,
+    worker_budget,
 )
 from homegpu.remote.nodes.session import NODE_GONE, NodeOffline, NodeSession
 from homegpu.remote.nodes.stats import StatsParseError, describe_gpus, parse_agent_line
@@ -31,10 +32,10 @@ __all__ = [
     "FOREIGN_SHARE", "LOGIN_TIMEOUT_S", "MIB", "MIB_PER_GIB", "SHELL_FIX", "NODE_GONE", "AsleepNodes", "Cluster",
     "CommandResult", "CommandTimeout", "GpuHealth", "NodeError", "NodeOffline", "NodeSession", "OfferedKey",
     "ReasonTimer", "RemoteProcess", "STUCK_LOGIN_S", "SshTarget", "SshTransport", "StatsParseError",
-    "TransportError", "agent_command", "agent_payload", "budget_text", "card_budgets", "cause", "connect_wait",
-    "describe_gpus",
+    "TransportError", "agent_command", "agent_payload", "budget_text", "budgeted_workers", "card_budgets", "cause",
+    "connect_wait", "describe_gpus",
     "fetch_offered_key", "foreign_memory_warnings", "format_bytes", "gib", "is_number", "held_back", "link_causes", "link_text",
     "hostkeys", "is_run_worker", "jump_hostname_address", "login_problem", "login_words", "LoginTiming",
     "owner_text", "parse_agent_line", "ssh_target", "talking_shell", "tied_to_session", "visible", "visible_fields",
-    "wait_set",
+    "wait_set", "worker_budget",
 ]

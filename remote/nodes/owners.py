@@ -36,22 +36,39 @@ def owner_text(owner: ProcessOwner | None, run_id: str = "") -> str:
     return user or "owner unknown"
 
 
+def worker_budget(owner: ProcessOwner | None) -> int:
+    """The bytes of GPU memory a worker's job holds it to (its gpu_memory); 0 for any other process."""
+    if owner is None or owner.kind != "worker" or not is_number(owner.gpu_memory) or owner.gpu_memory <= 0:
+        return 0
+    return int(owner.gpu_memory)
+
+
 def budget_text(owner: ProcessOwner | None) -> str:
     """"gpu_memory 5.0 GiB" for a worker whose job holds it to a budget; "" for any other process."""
-    if owner is None or owner.kind != "worker" or not is_number(owner.gpu_memory) or owner.gpu_memory <= 0:
-        return ""
-    return f"gpu_memory {size_text(int(owner.gpu_memory))}"
+    budget = worker_budget(owner)
+    return f"gpu_memory {size_text(budget)}" if budget else ""
+
+
+def budgeted_workers(processes: Iterable[GpuProcess]) -> dict[tuple[object, object], list[GpuProcess]]:
+    """(run id, worker index) -> the processes of each worker held to a gpu_memory: a worker's children inherit its
+    markers, and its budget with them, so its budget counts once for them all."""
+    workers: dict[tuple[object, object], list[GpuProcess]] = {}
+    for process in processes:
+        if worker_budget(process.owner):
+            workers.setdefault((process.owner.run_id, process.owner.index), []).append(process)
+    return workers
 
 
 def card_budgets(gpu: GpuStats) -> str:
     """"budgets 15.0 GiB of 80.0 GiB, for 3 runs" for a card held by workers of runs with a gpu_memory; "" where
-    none is. Each worker counts once (its children inherit its markers, and its budget with them)."""
-    budgets = {(p.owner.run_id, p.owner.index): p.owner.gpu_memory for p in gpu.processes if budget_text(p.owner)}
-    if not budgets:
+    none is."""
+    workers = budgeted_workers(gpu.processes)
+    if not workers:
         return ""
-    runs = len({run for run, _ in budgets})
+    runs = len({run for run, _ in workers})
+    budgets = sum(worker_budget(found[0].owner) for found in workers.values())
     total = f" of {gib(gpu.mem_total)} GiB" if is_number(gpu.mem_total) else ""
-    return f"budgets {size_text(int(sum(budgets.values())))}{total}, for {runs} run{'s' * (runs != 1)}"
+    return f"budgets {size_text(budgets)}{total}, for {runs} run{'s' * (runs != 1)}"
 
 
 def is_run_worker(process: GpuProcess, run_id: str) -> bool:

@@ -16,8 +16,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from homegpu.remote.events import NodeStats
-from homegpu.remote.nodes import MIB, gib, is_number, owner_text, visible
+from homegpu.remote.events import GpuProcess, NodeStats
+from homegpu.remote.nodes import MIB, budgeted_workers, gib, is_number, owner_text, visible, worker_budget
 
 UNSEEN_SHARE = 0.01  # memory of a card no process accounts for, named among its holders above this share
 
@@ -86,19 +86,15 @@ def cards(stats: Mapping[str, NodeStats | None], runs: Mapping[str, str]) -> dic
     return found
 
 
-def _promise_others_budgets(card: Card, on_card: Iterable[object], runs: Mapping[str, str]) -> None:
-    """Workers of runs the queue did not start hold their gpu_memory on the card: the part not held yet is promised
-    (each worker once, with what it and its children hold)."""
-    budgets: dict[tuple[str, object], tuple[str, float, float]] = {}  # (run, index) -> (who, budget, held), MiB
-    for process in on_card:
-        owner = process.owner
-        if owner is None or owner.kind != "worker" or owner.run_id in runs or not is_number(owner.gpu_memory):
+def _promise_others_budgets(card: Card, on_card: Iterable[GpuProcess], runs: Mapping[str, str]) -> None:
+    """Workers of runs the queue did not start hold their gpu_memory on the card: the part not held yet by the
+    worker and its children is promised."""
+    for (run, _), found in budgeted_workers(on_card).items():
+        if run in runs:
             continue
-        key = (owner.run_id, owner.index)
-        who, budget, held = budgets.get(key, (holder(process), owner.gpu_memory / MIB, 0.0))
-        budgets[key] = (who, budget, held + (process.mem if is_number(process.mem) else 0.0))
-    for who, budget, held in budgets.values():
-        extra = max(0.0, budget - held)
+        held = sum(process.mem for process in found if is_number(process.mem))
+        extra = max(0.0, worker_budget(found[0].owner) / MIB - held)
+        who = holder(found[0])
         card.promised += extra
         card.holders[who] = card.holders.get(who, 0.0) + extra
 

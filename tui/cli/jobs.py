@@ -255,8 +255,8 @@ async def _logs(spec: ClusterSpec, job, node: str | None, follow: bool, run_id: 
         latest = _one_run(job, runs, run_id, "found") if run_id else (runs[0] if runs else None)
         if latest is None:
             raise UserError(f"no run of {job.name} found on its nodes")
-        running = [run for run, _ in await nodes.runs()]
-        if not run_id and len(running) > 1:
+        running = [run for run, _ in await nodes.runs()] if not run_id and len(runs) > 1 else []
+        if len(running) > 1:
             print(f"{job.name} runs {len(running)} times at once ({', '.join(running)}): these are "
                   f"{latest[0]}'s logs; --run RUN_ID shows another's", file=sys.stderr)
         run_id, generation = latest

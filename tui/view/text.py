@@ -270,7 +270,8 @@ def _node_block(node, watched: bool) -> str:
     lines = [head, f"    GPUs via {stats.source}, driver {stats.driver}, CUDA {stats.cuda}"]
     for gpu in stats.gpus:
         lines.append(_gpu_line(gpu))
-        lines += [f"        {budgets}" for budgets in filter(None, [card_budgets(gpu)])]
+        if budgets := card_budgets(gpu):
+            lines.append(f"        {budgets}")
         lines += [f"        held back: {cause}" for cause in _gpu_held_back(node, gpu, watched)]
         lines += [_process_line(process) for process in gpu.processes]
     return "\n".join(lines)
