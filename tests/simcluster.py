@@ -235,6 +235,8 @@ class SimNode:
                  lan: int = 0, jump: SimNode | None = None, gateway: bool = False,
                  pyenv: simshell.PyenvInit | None = None) -> None:
         self.name = name
+        if pyenv is None and login_banner is None:
+            pyenv = simshell.default_pyenv()
         # A machine of the lab LAN (lan 1), reached through `jump` (ssh config ProxyJump); a gateway has
         # a second leg on the lab LAN, at 10.213.1.1, and its sshd forwards to the machines there.
         self.lan, self.jump, self.gateway = lan, jump, gateway

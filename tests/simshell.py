@@ -16,9 +16,13 @@ this machine's pyenv (if any) and the other nodes never see its lock.
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass
 
+# HOMEGPU_TEST_LOGIN=pyenv gives every simulated node without a shell of its own pyenv's init (0.1 s a
+# login), so the whole suite runs against login shells as people have them: `default_pyenv()`.
+LOGIN_ENV = "HOMEGPU_TEST_LOGIN"
 PYENV_SHIMS = ".pyenv/shims"  # under the node user's home
 PYENV_LOCK = ".pyenv-shim"  # pyenv rehash's prototype shim, its lock
 
@@ -50,6 +54,14 @@ done
 [ -n "$_lock" ] && rm -f "$_lock"
 unset _lock _start
 """
+
+
+def default_pyenv() -> PyenvInit | None:
+    """The pyenv init a node gets when its test gives it none: pyenv's own where LOGIN_ENV says `pyenv`."""
+    chosen = os.environ.get(LOGIN_ENV, "")
+    if chosen not in ("", "pyenv"):
+        raise ValueError(f"{LOGIN_ENV}={chosen!r}: give pyenv, or leave it unset for silent login shells")
+    return PyenvInit() if chosen == "pyenv" else None
 
 
 def bashrc(banner: str | None, pyenv: PyenvInit | None) -> str:
