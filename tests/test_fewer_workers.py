@@ -5,6 +5,8 @@ tests/test_fewer_workers_lan.py."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from homegpu.remote.config import JobSpec, embedded_default
@@ -12,6 +14,8 @@ from homegpu.remote.jobs.backup_copy import BackupCopy, complete
 from homegpu.remote.jobs.fewer import (
     FewerWorkersRefused, batch_for, check_enough, going_on_line, job_with, job_without, rejoining_line,
 )
+from homegpu.remote.events import NodeState
+from homegpu.remote.jobs.run_members import Members
 from homegpu.remote.nodes import Cluster
 
 EVERY = ["desktop", "laptop", "closet"]
@@ -22,6 +26,21 @@ def test_the_job_on_the_nodes_left_keeps_their_order_and_takes_them_back_in_it()
     left = job_without(job, EVERY, ["desktop"])
     assert left.nodes == ("laptop", "closet")  # laptop is the chief now
     assert job_with(left, EVERY, ["desktop"]).nodes == tuple(EVERY)  # desktop the chief again
+
+
+def test_a_lost_node_is_taken_back_once_online_and_past_its_login() -> None:
+    """A node whose login shell is stuck (a stale pyenv lock: NodeSession.waiting_on says so) is not taken back: the
+    run would wait on it at the epoch's end. Plain stand-ins for the run and its nodes: only their states matter."""
+    nodes = {"desktop": SimpleNamespace(state=NodeState.ONLINE, waiting_on=""),
+             "laptop": SimpleNamespace(state=NodeState.ONLINE, waiting_on="its login shell had not run a command …"),
+             "closet": SimpleNamespace(state=NodeState.ONLINE, waiting_on="")}
+    lost = [SimpleNamespace(slot=SimpleNamespace(node=SimpleNamespace(name=name))) for name in ("laptop", "closet")]
+    run = SimpleNamespace(lost_tracks=lost, every_node=EVERY, cluster=SimpleNamespace(node=nodes.__getitem__))
+    members = Members(run, generations=None, backups=None)
+    assert members.returned() == ["closet"]
+    nodes["laptop"].waiting_on = ""  # its login ended
+    nodes["closet"].state = NodeState.OFFLINE
+    assert members.returned() == ["laptop"]
 
 
 @pytest.mark.parametrize("policy, workers, expected", [

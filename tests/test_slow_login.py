@@ -4,9 +4,10 @@
 pyenv-like init for every command sshd hands bash: 0.1 s spent, then `pyenv rehash`'s lock. A lock left
 behind by a login cut off makes every later login wait for it (here 4 s rather than pyenv's 60, so the
 suite stays quick), then say `pyenv: cannot rehash: PATH exists` and go on. `slowbox` beside it spends
-1.5 s in its init: a slow login; `stuckbox` waits 15 s on a lock, past the first stats' wait; `noforward`'s sshd forwards no
-Unix sockets. Doctor times a login on each and names what is slow or stuck; homegpu's commands pay one login
-per connection (the relay's start, nodes/relay.py), not one each, where the node's sshd lets it.
+1.5 s in its init: a slow login; `stuckbox` waits 15 s on a lock, past the first stats' wait; `hungbox`
+300 s, past any wait of homegpu's; `noforward`'s sshd forwards no Unix sockets. Doctor times a login on
+each and names what is slow or stuck; homegpu's commands pay one login per connection (the relay's start,
+nodes/relay.py), not one each, where the node's sshd lets it.
 """
 
 from __future__ import annotations
@@ -28,10 +29,13 @@ from simshell import PyenvInit
 from homegpu.remote.config.cluster_spec import load_cluster
 from homegpu.remote.doctor import Check, diagnose
 from homegpu.remote.doctor import probe as doctor_probe
+from homegpu.remote.jobs import job_runtimes
+from homegpu.remote.jobs.job_runtimes import JobRuntimes, LaunchError
 from homegpu.remote.nodes import Cluster
 
 REHASH_TIMEOUT = 4
 STUCK_FOR = 15  # stuckbox's wait on a lock: past status's wait and a run's wait for first stats
+HUNG_FOR = 300  # hungbox's: past any wait of homegpu's (an init that never returns, as a hung NFS home)
 SCRIPT = "print('trained', flush=True)\n"
 
 
@@ -51,6 +55,7 @@ def pyenvbox(lan) -> Iterator[SimCluster]:
     sim.add_node("pyenvbox", 36, pyenv=PyenvInit(0.1, rehash_timeout=REHASH_TIMEOUT))
     sim.add_node("slowbox", 37, pyenv=PyenvInit(1.5))
     sim.add_node("stuckbox", 38, pyenv=PyenvInit(0.1, rehash_timeout=STUCK_FOR))
+    sim.add_node("hungbox", 41, pyenv=PyenvInit(0.1, rehash_timeout=HUNG_FOR))
     sim.add_node("noforward", 39, NodeWithoutStreamForwarding, pyenv=PyenvInit(0.1))
     with sim:
         yield sim
@@ -174,6 +179,20 @@ def test_status_says_the_login_is_stuck_and_a_run_waits_it_out_and_names_the_loc
     assert len(warned) == 1 and warned[0].startswith("preflight stuckbox: ⚠ stuckbox: its login shell waits "), warned
     assert warned[0].endswith(f"s for every command on pyenv's rehash lock {stuck}, left by a login cut off while "
                               f"pyenv rehashed. Remove the stale lock on the node: `rm {stuck}`"), warned
+
+
+async def test_a_run_on_a_login_stuck_past_its_bound_is_refused_naming_the_login(pyenvbox, tmp_path, monkeypatch):
+    """A login still stuck once pyenv's own 60 s are past (LOGIN_TIMEOUT_S, here 2 s) refuses the run in one line
+    naming the login and its fix, not "its GPUs are not known"; the run starts nothing."""
+    monkeypatch.setattr(job_runtimes, "LOGIN_TIMEOUT_S", 2.0)
+    config = load_cluster(str(node_config(pyenvbox, tmp_path, "hungbox")))
+    with pyenvbox.node("hungbox").stale_pyenv_lock():
+        async with Cluster(config) as cluster:
+            with pytest.raises(LaunchError) as refused:
+                await JobRuntimes.open(cluster, config.jobs["hello"])
+    said = str(refused.value)
+    assert said.startswith("hungbox: its login shell had not run a command after ") and "\n" not in said, said
+    assert "something in its ~/.bashrc waits" in said and "[[ $- == *i* ]] || return" in said, said
 
 
 # -- not paying the login per command --------------------------------------------------------------------

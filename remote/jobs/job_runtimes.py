@@ -50,6 +50,8 @@ async def open_runtime(cluster: Cluster, node: NodeSession, timeout: float) -> t
         if node.latest is None and waited is not None:  # a slow login (pyenv's 60 s on a stale lock): its end
             with contextlib.suppress(asyncio.TimeoutError):
                 await node.wait_for(lambda n: n.latest is not None, max(LOGIN_TIMEOUT_S - waited, 0) + first_stats)
+        if node.latest is None and node.waiting_on:  # stuck past pyenv's own 60 s: named, not "GPUs not known"
+            raise LaunchError(f"{node.name}: {node.waiting_on}")
     try:
         work = await expand_path(node, cluster.spec.work_dir_of(node.spec))
     except (RuntimeError_, *NODE_GONE) as exc:

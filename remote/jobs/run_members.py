@@ -14,7 +14,7 @@ from homegpu.remote.jobs.job_runtimes import LaunchError, open_runtime
 from homegpu.remote.jobs.run_backups import RunBackups
 from homegpu.remote.jobs.run_generation import Generations
 from homegpu.remote.jobs.run_state import RunState
-from homegpu.remote.nodes import connect_wait
+from homegpu.remote.nodes import NodeSession, connect_wait
 
 
 class Members:
@@ -47,8 +47,7 @@ class Members:
         same backup or checkpoint as the others: the chief's copy is put onto it (RunBackups.restore)."""
         run = self.run
         lost = {track.slot.node.name for track in run.lost_tracks}
-        return [name for name in run.every_node
-                if name in lost and run.cluster.node(name).state is NodeState.ONLINE]
+        return [name for name in run.every_node if name in lost and _usable(run.cluster.node(name))]
 
     async def take_back(self, back: list[str]) -> str | None:
         """Lay the run out again with the nodes in `back` (their runtimes opened afresh, their tracks back), saying
@@ -118,3 +117,9 @@ class Members:
         if run.guard is not None and run.slots[0].node.name != chief:
             await run.take_lock()
         return words
+
+
+def _usable(node: NodeSession) -> bool:
+    """Online and past its login: a node whose login shell is stuck (a stale pyenv lock) is not taken back
+    until it answers, so the run never waits on it at an epoch's end."""
+    return node.state is NodeState.ONLINE and not node.waiting_on
