@@ -70,16 +70,24 @@ class QueueServer:
 
     async def _reply(self, reader: asyncio.StreamReader, sock: socket.socket) -> dict[str, Any]:
         uid = peer_uid(sock)
+        try:
+            line: bytes | None = await asyncio.wait_for(reader.readline(), READ_TIMEOUT)
+        except (asyncio.TimeoutError, ValueError, asyncio.LimitOverrunError):
+            line = None
+        # Another user is refused only once its request is read: a socket closed with bytes unread resets the
+        # peer's end, and the peer would see "Connection lost" rather than why.
         if uid != os.getuid():
             return {"ok": False, "error": f"this queue is {user_name(os.getuid())}'s (homegpu serve runs as them); "
                                           f"{user_name(uid)} may not submit, list or cancel here"}
+        unread = {"ok": False, "error": f"no whole request within {READ_TIMEOUT:g} s or {MAX_LINE} bytes"}
+        if line is None:
+            return unread
         try:
-            line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT)
             return self._answer(decode(line), user_name(uid))
         except QueueError as exc:
             return {"ok": False, "error": str(exc)}
-        except (asyncio.TimeoutError, ValueError, asyncio.LimitOverrunError):
-            return {"ok": False, "error": f"no whole request within {READ_TIMEOUT:g} s or {MAX_LINE} bytes"}
+        except ValueError:
+            return unread
 
     def _answer(self, request: dict[str, Any], user: str) -> dict[str, Any]:
         op = request.get("op")
