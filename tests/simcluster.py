@@ -41,6 +41,7 @@ from typing import AbstractSet, Any, Iterable, Iterator, Mapping
 
 import tomli_w
 
+import simidle
 import simnet
 import simshell
 import simsleep
@@ -233,8 +234,10 @@ class SimNode:
                  extra_path: bool = False, port: int | None = None, alias: str | None = None,
                  mbit: int | None = simnet.DEFAULT_MBIT, login_banner: str | None = None,
                  lan: int = 0, jump: SimNode | None = None, gateway: bool = False,
-                 pyenv: simshell.PyenvInit | None = None) -> None:
+                 pyenv: simshell.PyenvInit | None = None, idle_cpus: bool = False) -> None:
         self.name = name
+        # CPUs of its own, idle, at /proc/stat (tests/simidle.py), rather than this machine's, which the suite keeps busy
+        self.idle_cpus = idle_cpus
         if pyenv is None and login_banner is None:
             pyenv = simshell.default_pyenv()
         # A machine of the lab LAN (lan 1), reached through `jump` (ssh config ProxyJump); a gateway has
@@ -445,6 +448,10 @@ class SimNode:
                                          os.path.join(NODE_HOME, simshell.PYENV_SHIMS)])
         if self.powercap is not None:
             home += " && " + self._powercap_mount()
+        if self.idle_cpus:
+            proc_stat = self._dir / "proc-stat"
+            simidle.keep_idle(proc_stat)
+            home += " && " + shlex.join(["mount", "--bind", str(proc_stat), "/proc/stat"])
         sshd = shlex.join([SSHD, "-D", "-f", str(self.config_path), "-E", str(self.log_path)])
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(

@@ -38,8 +38,8 @@ def run_check(tmp_path: Path, mode: str, workers: int, **env: str) -> None:
 
 
 def run_workers(argv: list[str], workers: int, env: dict[str, str], slow: int | None = None) -> list[str]:
-    """`workers` processes of `argv`, each with its TF_CONFIG (none for one), worker 1 held to `slow` % of a core;
-    their outputs, once all succeeded."""
+    """`workers` processes of `argv`, each with its TF_CONFIG (none for one), worker 1 held to `slow` % of a core
+    (and worker 0 then given a whole one); their outputs, once all succeeded."""
     ports = free_ports(workers)
     base = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1", "TF_USE_LEGACY_KERAS": "1", **env}
     cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
@@ -50,8 +50,10 @@ def run_workers(argv: list[str], workers: int, env: dict[str, str], slow: int | 
         for rank, config in enumerate(configs):
             processes.append(subprocess.Popen(argv, env={**base, "TF_CONFIG": config}, stdout=subprocess.PIPE,
                                               stderr=subprocess.STDOUT, text=True))
-            if slow and rank == 1:
-                stack.enter_context(cpu_quota(processes[-1].pid, f"homegpu-test-slow-{processes[-1].pid}", slow))
+            if slow:  # worker 0 a whole core that a busy suite cannot take (the top weight), worker 1 `slow` %
+                percent, weight = (100, 10000) if rank == 0 else (slow, 100)
+                stack.enter_context(cpu_quota(processes[-1].pid, f"homegpu-test-cpu-{processes[-1].pid}", percent,
+                                              weight))
         outputs = [process.communicate(timeout=600)[0] for process in processes]
     failed = [f"process {rank}:\n{output[-2500:]}" for rank, (process, output) in enumerate(zip(processes, outputs))
               if process.returncode != 0]

@@ -27,8 +27,12 @@ terminal_factory = test_tui_tmux.terminal_factory  # the fixture that opens and 
 
 @pytest.fixture
 def house(lan) -> Iterator[SimCluster]:
-    """Three machines of their own (10.213.0.100-102); node3 replays an H100 with a process on it."""
-    cluster = SimCluster(3, first_host=100, name="house", extra_path_nodes=["node3"]).start()
+    """Three machines of their own (10.213.0.100-102), each with its own idle CPUs (not this machine's, which the
+    suite keeps busy: tests/simidle.py); node3 replays an H100 with a process on it."""
+    cluster = SimCluster(3, first_host=100, name="house", extra_path_nodes=["node3"])
+    for node in cluster.nodes:
+        node.idle_cpus = True
+    cluster.start()
     seen = cluster.pids()
     try:
         write_replay_nvidia_smi(cluster.node("node3").extra_path, H100 / "gpus_load.csv", H100 / "apps_load.csv",
