@@ -12,10 +12,19 @@ from simcluster import SimNode
 
 
 @contextmanager
-def cpu_share(node: SimNode, percent: int) -> Iterator[None]:
+def cpu_share(node: SimNode, percent: int, weight: int = 100) -> Iterator[None]:
     """Every process `node`'s sshd starts from now on gets `percent` % of one core (a cgroup v1 cpu quota,
-    else cgroup v2's cpu.max), the listener's children inheriting it: a machine that is slow for real."""
-    with cpu_quota(node.pid, f"homegpu-slow-{node.name}", percent):
+    else cgroup v2's cpu.max), the listener's children inheriting it: a machine that is slow for real. A
+    `weight` over the default's 100 keeps that share when the suite keeps this machine's cores busy."""
+    with cpu_quota(node.pid, f"homegpu-cpu-{node.name}-{node.pid}", percent, weight):
+        yield
+
+
+@contextmanager
+def own_core(node: SimNode) -> Iterator[None]:
+    """`node`'s processes get a whole core that a busy suite cannot take (the top weight): the fast machine
+    beside a slow one, which would otherwise get less of this machine's busy cores than the slow one's quota."""
+    with cpu_share(node, 100, weight=10000):
         yield
 
 

@@ -20,7 +20,7 @@ from helpers import homegpu, homegpu_argv, job_table, wait_for
 import test_tui_tmux
 
 from simcluster import SimCluster
-from simcpu import cpu_share
+from simcpu import cpu_share, own_core
 
 H100 = FIXTURES / "h100-80gb-hbm3"
 terminal_factory = test_tui_tmux.terminal_factory  # the fixture that opens and closes tmux terminals
@@ -113,7 +113,7 @@ def test_the_tui_marks_both_and_its_detail_says_why(held_back_pair, tmp_path, te
 
 def test_the_straggler_alert_names_what_holds_its_gpu_back(held_back_pair, tmp_path):
     sim, config = held_back_pair
-    with cpu_share(sim.node("node2"), CPU_SHARE):
+    with own_core(sim.node("node1")), cpu_share(sim.node("node2"), CPU_SHARE):
         result = homegpu("--config", str(config), "run", "paced", "--no-tui", cwd=tmp_path, timeout=240)
     print(result.stdout[-4000:])
     assert result.returncode == 0, result.stdout + result.stderr

@@ -180,7 +180,8 @@ def test_serve_submits_queued_runs_to_slurm_and_follows_each_to_its_end(lab, tmp
         config = lab_toml(lab, tmp_path / "cluster.toml", first=short | {"args": ["60"]}, second=short, third=short)
         with serving(config, tmp_path / "serve.log", tmp_path / "experiments"):
             first = submit(config, "first")
-            first_job = wait_for(lambda: re.match(r"Slurm job (\d+)", entries(config)[first]["reason"] or ""), 60,
+            # serve connects to the nodes and slurmctld first: on a busy machine that alone can take a minute
+            first_job = wait_for(lambda: re.match(r"Slurm job (\d+)", entries(config)[first]["reason"] or ""), 180,
                                  "the first in Slurm's queue")[1]
             second, third = submit(config, "second", "--after", first), submit(config, "third")
             wait_for(lambda: re.fullmatch(rf"Slurm job \d+: waiting for job {first_job} to succeed",

@@ -26,7 +26,7 @@ from homegpu.tui.app.main import left_running_note
 from homegpu.tui.view.plot import BRAILLE_BASE, braille_plot, progress_bar, sparkline
 from homegpu.tui.view.render import (
     HELD_MARK, key_bar,
-    age, bandwidth_summary, job_summary, level_style, node_cells, node_detail,
+    age, bandwidth_summary, drawn_alike, job_summary, level_style, node_cells, node_detail,
 )
 from homegpu.tui.view.state import JOB, LOGS, MAX_LINE, NODES, ClusterView, LogBuffers, LogEntry
 from homegpu.tui.view.text import format_status
@@ -252,6 +252,19 @@ def test_an_offline_node_keeps_its_figures_greyed(view: ClusterView) -> None:
     assert all(str(cell.style) == "dim" for cell in cells[1:])
     cells, _ = node_cells(view.nodes["small"])  # never connected: says why instead of blanks
     assert cells[1].plain == "connecting"
+
+
+def test_a_node_that_goes_offline_with_the_same_figures_is_drawn_again_greyed(view: ClusterView) -> None:
+    """The table redraws only the cells that differ (drawn_alike): the figures are the same text once greyed, and
+    rich's Text equality alone would keep them coloured."""
+    view.apply(NodeStateChanged("big", NodeState.ONLINE))
+    view.apply(NodeStatsUpdated("big", recorded("h100_mig_load")))
+    shown, _ = node_cells(view.nodes["big"])
+    view.apply(NodeStateChanged("big", NodeState.OFFLINE, reason="connection lost"))
+    greyed, _ = node_cells(view.nodes["big"])
+    assert [cell.plain for cell in greyed[1:]] == [cell.plain for cell in shown[1:]]
+    assert not any(drawn_alike(cell, before) for cell, before in zip(greyed[1:], shown[1:]) if cell.plain)
+    assert all(drawn_alike(cell, cell.copy()) for cell in greyed)
 
 
 def test_node_detail_shows_versions_history_and_processes(view: ClusterView) -> None:

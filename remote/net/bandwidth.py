@@ -233,7 +233,7 @@ async def _start_server(dst: NodeSession, lifetime: float, started: list[_Iperf3
     """Start a one-shot server on a free port of `dst` and return the port once it listens."""
     address = dst.address
     for _ in range(_PORT_ATTEMPTS):
-        port = await _free_port(dst, address)
+        port = await _free_port(dst, address, lifetime)
         server = _Iperf3(dst)
         started.append(server)
         await server.start(["-s", "-1", "--forceflush", "-B", address, "-p", str(port)], lifetime)
@@ -246,10 +246,11 @@ async def _start_server(dst: NodeSession, lifetime: float, started: list[_Iperf3
     raise BandwidthError(f"no free port for the iperf3 server on {dst.name} after {_PORT_ATTEMPTS} tries")
 
 
-async def _free_port(session: NodeSession, address: str) -> int:
-    """A port free on `address`, asked of the node's python; a guess when it has none."""
+async def _free_port(session: NodeSession, address: str, timeout: float) -> int:
+    """A port free on `address`, asked of the node's python (within the link's `timeout`: on a busy node its
+    start may be most of it); a guess when it has none."""
     try:
-        result = await session.run(probe_argv(session.spec.python, address, [0]), timeout=10)
+        result = await session.run(probe_argv(session.spec.python, address, [0]), timeout=timeout)
     except NODE_GONE as exc:
         raise BandwidthError(f"lost {session.name} while choosing a port: {exc}") from None
     for bind in parse_probe(result.stdout):

@@ -39,7 +39,7 @@ from homegpu.tui.view.gpu_trail import TRAIL_WINDOWS
 from homegpu.tui.view.lookback import LOOKBACK_WINDOWS, Lookback
 from homegpu.tui.view.queue_text import job_words
 from homegpu.tui.view.render import (
-    NODE_COLUMNS, alert_banner, bandwidth_summary, job_summary, key_bar, node_cells, node_detail,
+    NODE_COLUMNS, alert_banner, bandwidth_summary, drawn_alike, job_summary, key_bar, node_cells, node_detail,
 )
 from homegpu.tui.view.state import ALERTS, BANDWIDTH, JOB, LOGS, NODES, ClusterView, LogBuffers
 from homegpu.tui.view.text import format_report, serve_command
@@ -228,7 +228,7 @@ class HomegpuApp(App[int]):
             return
         for name, (cells, _) in rows.items():
             for column, cell, shown in zip(NODE_COLUMNS, cells, self._cells[name]):
-                if cell != shown:
+                if not drawn_alike(cell, shown):
                     table.update_cell(name, column, cell, update_width=True)
             self._cells[name] = cells
 

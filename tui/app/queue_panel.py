@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Static
 from homegpu.remote.nodes import visible
 from homegpu.remote.queue import EntryState, NoServe, QueueEntry, QueueError
 from homegpu.tui.view.queue_text import COLUMNS, ordered, queue_row
+from homegpu.tui.view.render import drawn_alike
 
 WIDE = 110  # columns (the app's wide breakpoint): under it the run id gives way, so that WHY stays in view
 NARROW_COLUMNS = tuple(column for column in COLUMNS if column != "RUN")
@@ -116,7 +117,7 @@ class QueuePanel(Vertical):
         if columns == self._columns and list(rows) == list(self._rows):
             for id_, cells in rows.items():
                 for column, cell, old in zip(columns, cells, self._rows[id_]):
-                    if cell != old:
+                    if not drawn_alike(cell, old):
                         table.update_cell(id_, column, cell, update_width=True)
         else:
             selected = self.selected()

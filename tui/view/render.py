@@ -71,6 +71,12 @@ def age(seconds: float) -> str:
     return f"{seconds / 3600:.0f} h ago"
 
 
+def drawn_alike(cell: Text | str, shown: Text | str) -> bool:
+    """Whether a table cell would draw as the one shown: rich's Text compares text and spans only, so a cell
+    greyed out (its base style "dim") would otherwise equal its last coloured self and never be redrawn."""
+    return cell == shown and getattr(cell, "style", None) == getattr(shown, "style", None)
+
+
 # -- nodes table ---------------------------------------------------------------------------------
 
 
