@@ -105,7 +105,11 @@ if (( workers <= 1 )); then
 fi
 echo "tests/run.sh: the fast tier passed; the rest (pytest -m 'not fast' -n $workers --dist loadscope)" >&2
 status=0
-.venv/bin/python -m pytest "${defaults[@]}" -m "not fast" -n "$workers" --dist loadscope --durations=30 || status=$?
+timings=$(mktemp --suffix=.xml)
+.venv/bin/python -m pytest "${defaults[@]}" -m "not fast" -n "$workers" --dist loadscope --durations=30 \
+    --junit-xml="$timings" || status=$?
+.venv/bin/python tests/module_times.py "$timings" || true  # the critical path: no module should stand far out
+rm -f "$timings"
 wait "$images" || echo "tests/run.sh: building the test images beside the fast tier failed (the tests built them" \
     "again): $(tail -n 3 "$images_log")" >&2
 (( status == 1 )) || exit "$status"  # 0: all passed; 2-5: interrupted, an internal or usage error, no tests

@@ -1,7 +1,7 @@
 """A run that goes on with fewer machines, and one that takes a machine back (issue 37): the job on the nodes left,
 its batch, the lines that say so (remote/jobs/fewer.py), and the chief's backup kept off the chief and put onto
 every worker (remote/jobs/backup_copy.py, through the local node's real file transfer and sync). On the LAN:
-tests/test_fewer_workers_lan.py."""
+tests/test_fewer_workers_lan.py and tests/test_fewer_workers_scripts_lan.py."""
 
 from __future__ import annotations
 
