@@ -18,6 +18,7 @@ import pytest
 from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.plan.last_run import last_shares, last_timeline, own_speeds
 from homegpu.remote.plan.tfconfig import job_device_plan
+from homegpu.remote.plan.worker_devices import WorkerDevices
 from homegpu.remote.record.timeline_schema import SCHEMA
 
 RTX3090 = "NVIDIA GeForce RTX 3090"
@@ -38,8 +39,9 @@ GPUS = {"desktop": [(0, RTX3090)], "closet": [(0, RTX3090)]}
 
 
 def write_run(experiments: Path, run_id: str, job: str, rate: float, util: dict[str, float],
-              cpu_workers: tuple[str, ...] = ()) -> Path:
-    """A finished run: 20 step lines per worker at `rate` examples/s, each node's GPU 0 at util[node] %."""
+              cpu_workers: tuple[str, ...] = (), compute: dict[str, float] | None = None) -> Path:
+    """A finished run: 20 step lines per worker at `rate` examples/s, each node's GPU 0 at util[node] %; with
+    `compute`, a balanced run's epoch lines, each worker's own compute speed (compute[node] examples/s)."""
     run = experiments / run_id
     run.mkdir(parents=True)
     db = sqlite3.connect(run / "timeline.sqlite")
@@ -51,6 +53,9 @@ def write_run(experiments: Path, run_id: str, job: str, rate: float, util: dict[
                        (t, node, rate))
             if node not in cpu_workers:
                 db.execute("INSERT INTO gpu_samples (t, node, gpu, util) VALUES (?, ?, 0, ?)", (t, node, util[node]))
+    for t, node in ((110, "desktop"), (110, "closet"), (119, "desktop"), (119, "closet")) if compute else ():
+        db.execute("INSERT INTO worker_samples (t, worker, event, examples_per_sec, compute_examples_per_sec) "
+                   "VALUES (?, ?, 'epoch', ?, ?)", (t, node, rate, compute[node]))
     db.commit()
     db.close()
     return run
@@ -144,3 +149,18 @@ def test_a_balanced_runs_last_shares_start_the_next_run_on_the_same_workers(tmp_
     write_metrics(run, [{"worker_label": "desktop", "worker": 0, "event": "epoch", "shares": [0, "x"]},
                         {"worker_label": "closet", "worker": 1, "event": "epoch"}])
     assert last_shares(experiments, "demo", ["desktop", "closet"]) is None  # shares that do not read: none
+
+
+def test_a_balanced_runs_own_compute_speeds_come_before_the_gpus_business(tmp_path):
+    """A balanced run measured each worker's compute alone (its epoch lines' compute_examples_per_sec): desktop's
+    GPU busy 95 % and closet's 30 % would say 105 and 333 examples/s, the compute says 400 and 120, and a worker
+    of two GPUs (replicas) counts each one's."""
+    spec = parse_cluster(CLUSTER)
+    write_run(tmp_path, "demo-1", "demo", 100.0, {"desktop": 95.0, "closet": 30.0},
+              compute={"desktop": 400.0, "closet": 120.0})
+    timeline = last_timeline(tmp_path, "demo")
+    plan = job_device_plan(spec, spec.jobs["demo"], GPUS)
+    assert own_speeds(timeline, plan.workers) == {"desktop": 400.0, "closet": 120.0}
+    assert job_device_plan(spec, spec.jobs["demo"], GPUS, timeline).pace.speeds == pytest.approx((400.0, 120.0))
+    two = WorkerDevices("desktop", 0, 0, (0, 1), (RTX3090, RTX3090), 2)
+    assert own_speeds(timeline, [two]) == {"desktop": 800.0}

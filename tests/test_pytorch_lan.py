@@ -18,6 +18,7 @@ from helpers import homegpu, homegpu_argv, run_and_strike, run_init_demo, wait_f
 
 from simcluster import free_job_port
 from test_queue_lan import ALERT_LOG, serving, submit, wait_state
+from homegpu.remote.record import load_timeline
 
 DDP_SCRIPT = Path(__file__).parent / "fixtures" / "scripts" / "ddp_tutorial.py"
 # pytorch/examples' distributed/ddp-tutorial-series as published: multinode.py (gloo and the CPU for a machine
@@ -177,6 +178,9 @@ def test_a_snapshot_the_checkpoint_key_leaves_out_is_named_in_one_line(sim_clust
 def test_the_pytorch_demo_from_init_trains_across_two_nodes(sim_cluster, pytorch, tmp_path):
     run_dir = run_init_demo(sim_cluster, tmp_path, "pytorch")
     assert (run_dir / "output" / "model.pt").is_file()
+    # balanced by speed by default: each node's own compute speed, which the job's next plan takes as its speed
+    workers = load_timeline(run_dir / "timeline.sqlite").workers
+    assert len(workers) == 2 and all(worker.compute_examples_per_sec.measured for worker in workers), workers
 
 
 def test_serve_queues_a_pytorch_job_records_its_epochs_and_alerts(sim_cluster, pytorch, tmp_path, monkeypatch):

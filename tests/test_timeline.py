@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from helpers import wait_until
-from homegpu.remote.events import EventHub, NodeStatsUpdated
+from homegpu.remote.events import EventHub, Metric, NodeStatsUpdated, WorkerMetric
 from homegpu.remote.record.timeline import TimelineRecorder, load_timeline
 from homegpu.remote.record.timeline_schema import SCHEMA, TimelineDamaged
 from timeline_events import recorded_stats, scripted_run, stats_stream
@@ -233,3 +233,23 @@ def test_a_timeline_from_before_the_energy_counter_is_read_and_appended_to(tmp_p
     record(path, [NodeStatsUpdated("gpu1", counting, at=1795316001.0)])
     (gpu,) = load_timeline(path).nodes[0].gpus
     assert gpu.energy.values == (None, 123456.5)
+
+
+def test_a_balanced_runs_compute_speed_is_recorded_and_an_older_timeline_gains_its_column(tmp_path):
+    """Each epoch line of a balanced run tells its worker's own compute speed (trainer/PROTOCOL.md): the timeline
+    keeps it beside examples/s. A timeline an older homegpu wrote reads without it (nothing measured), and a
+    controller attaching to it again adds the column."""
+    path = tmp_path / "timeline.sqlite"
+    with sqlite3.connect(path) as db:
+        db.executescript(SCHEMA.replace("steps_per_sec REAL,\n    compute_examples_per_sec REAL)", "steps_per_sec REAL)"))
+        db.execute("INSERT INTO worker_samples VALUES (1795316000.0, 'laptop', 'epoch', 1, 20, 0.5, 0.8, NULL, "
+                   "NULL, 300, 4.7)")
+    db.close()
+    (old,) = load_timeline(path).workers
+    assert old.examples_per_sec.values == (300,) and old.compute_examples_per_sec.measured == ()
+    epoch = {"event": "epoch", "epoch": 2, "epochs": 3, "loss": 0.4, "examples_per_sec": 310.0,
+             "compute_examples_per_sec": 1240.5, "shares": [52, 12], "worker": 1, "worker_label": "laptop"}
+    record(path, [WorkerMetric("demo", "demo-1", "laptop", 1, Metric(epoch), at=1795316010.0)])
+    (worker,) = load_timeline(path).workers
+    assert worker.compute_examples_per_sec.values == (None, 1240.5)
+    assert worker.examples_per_sec.values == (300, 310.0)

@@ -62,6 +62,7 @@ class Metric:
     compute_seconds = property(lambda self: self.number("compute_seconds"))
     overhead_seconds = property(lambda self: self.number("overhead_seconds"))
     wait_seconds = property(lambda self: self.number("wait_seconds"))
+    compute_examples_per_sec = property(lambda self: self.number("compute_examples_per_sec"))
 
     @property
     def shares(self) -> tuple[int, ...] | None:

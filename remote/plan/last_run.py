@@ -7,7 +7,10 @@ rate. What tells them apart is how busy each one's device was meanwhile: a GPU b
 could have gone about 14× faster alone. So a worker's own speed is estimated as its examples/s
 divided by its GPUs' mean utilisation while it trained; a CPU worker counts as always busy (it is
 what the others wait for). A worker whose GPUs left no utilisation in the timeline gets no
-estimate, and then the GPU table decides for the whole job (pace.advise_pace).
+estimate, and then the GPU table decides for the whole job (pace.advise_pace). A balanced run
+(trainer/shares.py) measured each replica's own compute as it trained (`compute_examples_per_sec`
+on its worker's epoch lines): that, times the worker's replicas, is its speed whatever its device,
+and it comes first.
 """
 
 from __future__ import annotations
@@ -72,6 +75,9 @@ def own_speeds(timeline: Timeline, workers: Sequence[WorkerDevices]) -> dict[str
     speeds = {}
     for worker in workers:
         record = ran.get(worker.label)
+        if record and record.compute_examples_per_sec.measured:  # a replica's (a process's): each of its GPUs
+            speeds[worker.label] = statistics.median(record.compute_examples_per_sec.measured) * worker.replicas
+            continue
         rates = record.examples_per_sec.measured if record else ()
         if not rates:
             continue

@@ -94,7 +94,8 @@ def workers_from_metrics(path: Path) -> tuple[WorkerTimeline, ...]:
             name, _series(steps, "loss"), _series(steps, "accuracy"), rates,
             Series(rates.times, tuple(v / batch if v is not None and batch else None for v in rates.values)),
             _series(epochs, "loss"), _series(epochs, "accuracy"), _series(epochs, "val_loss"),
-            _series(epochs, "val_accuracy"), _shares(epochs, ranks.get(name), len(by_worker))))
+            _series(epochs, "val_accuracy"), _shares(epochs, ranks.get(name), len(by_worker)),
+            _series(epochs, "compute_examples_per_sec")))
     return tuple(workers)
 
 

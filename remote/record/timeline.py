@@ -34,7 +34,7 @@ _WORKER_SAMPLE_EVENTS = ("step", "epoch", "end")
 _INSERT = {
     "node_samples": "INSERT INTO node_samples VALUES (?,?,?,?,?,?,?,?)",
     "gpu_samples": "INSERT INTO gpu_samples VALUES (?,?,?,?,?,?,?,?,?,?)",
-    "worker_samples": "INSERT INTO worker_samples VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+    "worker_samples": "INSERT INTO worker_samples VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
     "events": "INSERT INTO events VALUES (?,?,?,?,?,?)",
 }
 
@@ -45,7 +45,8 @@ _COMPACT = {
     "gpu_samples": ("node, gpu", "avg(util), avg(mem_used), max(mem_total), avg(temp), avg(power), "
                     "avg(sm_clock), max(energy)", ""),  # the counter's last reading: its differences still add up
     "worker_samples": ("worker, 'step'", "max(epoch), max(step), avg(loss), avg(accuracy), avg(val_loss), "
-                       "avg(val_accuracy), avg(examples_per_sec), avg(steps_per_sec)", "AND event = 'step'"),
+                       "avg(val_accuracy), avg(examples_per_sec), avg(steps_per_sec), avg(compute_examples_per_sec)",
+                       "AND event = 'step'"),
 }
 
 
@@ -169,7 +170,8 @@ class TimelineRecorder(SampleRecorder):
         batch = self._batch_sizes.get(event.worker)
         self._pending["worker_samples"].append(
             (event.at, event.worker, metric.event, metric.epoch, metric.step, metric.loss, metric.accuracy,
-             metric.val_loss, metric.val_accuracy, rate, rate / batch if rate is not None and batch else None))
+             metric.val_loss, metric.val_accuracy, rate, rate / batch if rate is not None and batch else None,
+             metric.compute_examples_per_sec))
 
     def _job_state(self, event: JobStateChanged) -> None:
         details = {"state": event.state.value, "generation": event.generation, "restarts": event.restarts,

@@ -19,7 +19,8 @@ CREATE TABLE IF NOT EXISTS node_samples (t REAL, node TEXT, cpu REAL, mem_used R
 CREATE TABLE IF NOT EXISTS gpu_samples (t REAL, node TEXT, gpu INTEGER, util REAL, mem_used REAL,
     mem_total REAL, temp REAL, power REAL, sm_clock REAL, energy REAL);
 CREATE TABLE IF NOT EXISTS worker_samples (t REAL, worker TEXT, event TEXT, epoch REAL, step REAL, loss REAL,
-    accuracy REAL, val_loss REAL, val_accuracy REAL, examples_per_sec REAL, steps_per_sec REAL);
+    accuracy REAL, val_loss REAL, val_accuracy REAL, examples_per_sec REAL, steps_per_sec REAL,
+    compute_examples_per_sec REAL);
 CREATE TABLE IF NOT EXISTS events (t REAL, kind TEXT, node TEXT, worker TEXT, summary TEXT, details TEXT);
 CREATE INDEX IF NOT EXISTS node_samples_t ON node_samples (t);
 CREATE INDEX IF NOT EXISTS gpu_samples_t ON gpu_samples (t);
@@ -88,6 +89,8 @@ class WorkerTimeline:
     val_loss: Series
     val_accuracy: Series
     share: Series = Series()  # a balanced run's examples of each step this worker took, as its epoch lines said
+    # a balanced run's examples/s of this worker's own compute (its passes alone, without its wait for the others)
+    compute_examples_per_sec: Series = Series()
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,8 @@ class Timeline:
 
 # Columns added after the first timelines were written (at the end of their tables): the GPU's energy counter,
 # the rest of the machine's RAPL counter and its estimated draw (NodeStats.host_energy, host_power).
-ADDED_COLUMNS = (("gpu_samples", "energy"), ("node_samples", "host_energy"), ("node_samples", "host_power"))
+ADDED_COLUMNS = (("gpu_samples", "energy"), ("node_samples", "host_energy"), ("node_samples", "host_power"),
+                 ("worker_samples", "compute_examples_per_sec"))
 
 
 def add_missing_columns(db: sqlite3.Connection) -> None:
@@ -179,7 +183,8 @@ def _nodes(db: sqlite3.Connection) -> tuple[NodeTimeline, ...]:
 
 def _workers(db: sqlite3.Connection) -> tuple[WorkerTimeline, ...]:
     grouped = _grouped(db, "SELECT t, worker, event, loss, accuracy, val_loss, val_accuracy, examples_per_sec, "
-                           "steps_per_sec FROM worker_samples ORDER BY worker, t")
+                           f"steps_per_sec, {_or_null(db, 'worker_samples', 'compute_examples_per_sec')} "
+                           "FROM worker_samples ORDER BY worker, t")
     workers = []
     for name, rows in sorted(grouped.items()):
         steps = [row for row in rows if row[2] == "step"]
@@ -187,7 +192,8 @@ def _workers(db: sqlite3.Connection) -> tuple[WorkerTimeline, ...]:
         rated = steps if any(row[7] is not None for row in steps) else epochs
         workers.append(WorkerTimeline(
             name, _series(steps, 3), _series(steps, 4), _series(rated, 7), _series(rated, 8),
-            _series(epochs, 3), _series(epochs, 4), _series(epochs, 5), _series(epochs, 6)))
+            _series(epochs, 3), _series(epochs, 4), _series(epochs, 5), _series(epochs, 6),
+            compute_examples_per_sec=_series(epochs, 9)))
     return tuple(workers)
 
 
