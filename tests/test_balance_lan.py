@@ -8,19 +8,21 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from helpers import read_metrics, run_and_strike, worker_processes, write_config
-from simcpu import cpu_quota
+from simcpu import cpu_quota, own_core
 
 EPOCHS = 6
 
 
 def test_the_shares_follow_a_node_that_becomes_slow_mid_run(sim_cluster, tmp_path):
     config = write_config(sim_cluster, tmp_path, epochs=EPOCHS, steps_per_epoch=24, batch_size=32)
-    with ExitStack() as quotas:
-        def slow_node2() -> None:  # node1's worker keeps a whole core a busy suite cannot take (the top weight)
+    # Alike machines, each with a whole core that a busy suite cannot take (the top weight), until node2's worker is
+    # held to a fifth of one
+    with own_core(sim_cluster.node("node1")), own_core(sim_cluster.node("node2")), ExitStack() as quotas:
+        def slow_node2() -> None:
             on_node2 = set(sim_cluster.node("node2").pids())
             for pid in worker_processes(sim_cluster):
-                percent, weight = (20, 100) if pid in on_node2 else (100, 10000)
-                quotas.enter_context(cpu_quota(pid, f"homegpu-test-balance-{pid}", percent, weight))
+                if pid in on_node2:
+                    quotas.enter_context(cpu_quota(pid, f"homegpu-test-balance-{pid}", 20))
 
         status, output = run_and_strike(config, tmp_path, "node1 * epoch 2/", slow_node2)
     assert status == 0, output[-4000:]

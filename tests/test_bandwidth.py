@@ -307,8 +307,8 @@ async def test_a_server_port_taken_meanwhile_is_retried_on_another(sim_cluster, 
     spec = load_cluster(cluster_toml)
     with sim_cluster.node("node2").listening() as taken_port:
 
-        async def taken_first(session, address):
-            asked.append(taken_port if not asked else await real_free_port(session, address))
+        async def taken_first(session, address, timeout):
+            asked.append(taken_port if not asked else await real_free_port(session, address, timeout))
             return asked[-1]
 
         monkeypatch.setattr(bandwidth, "_free_port", taken_first)

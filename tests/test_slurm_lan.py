@@ -180,9 +180,10 @@ def test_serve_submits_queued_runs_to_slurm_and_follows_each_to_its_end(lab, tmp
         config = lab_toml(lab, tmp_path / "cluster.toml", first=short | {"args": ["60"]}, second=short, third=short)
         with serving(config, tmp_path / "serve.log", tmp_path / "experiments"):
             first = submit(config, "first")
-            # serve connects to the nodes and slurmctld first: on a busy machine that alone can take a minute
-            first_job = wait_for(lambda: re.match(r"Slurm job (\d+)", entries(config)[first]["reason"] or ""), 180,
-                                 "the first in Slurm's queue")[1]
+            # Slurm's id for it, from homegpu's list of its Slurm jobs: the entry's own "Slurm job N: waiting" lasts only
+            # until Slurm starts it, which on an idle lab is at once
+            first_job = wait_for(lambda: next((job["slurm_id"] for job in slurm_jobs(config, tmp_path)
+                                               if job["job"] == "first"), None), 180, "the first in Slurm's queue")
             second, third = submit(config, "second", "--after", first), submit(config, "third")
             wait_for(lambda: re.fullmatch(rf"Slurm job \d+: waiting for job {first_job} to succeed",
                                           entries(config)[second]["reason"]), 120, "the second to wait on the first")
