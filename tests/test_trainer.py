@@ -238,6 +238,19 @@ def test_trainer_imports_only_stdlib_tensorflow_and_itself(path):
             assert top in sys.stdlib_module_names, f"metrics.py must stay standard library only: {module}"
 
 
+JAX_AFTER_TENSORFLOW = ("import sys\nfrom homegpu.trainer.cli import leave_jax_out\n{leave}\nimport tensorflow\n"
+                        "print(sys.modules.get('jax') is not None)\n")
+
+
+@pytest.mark.parametrize("leave, imported", [("", "True"), ("leave_jax_out()", "False")])
+def test_the_trainer_leaves_jax_out_of_tensorflows_import(tensorflow, jax, leave, imported):
+    """With JAX installed beside it (this venv has it for the JAX jobs), TensorFlow's import loads it too; the
+    trainer marks it absent before, and TensorFlow imports without it."""
+    result = subprocess.run([sys.executable, "-c", JAX_AFTER_TENSORFLOW.format(leave=leave)], capture_output=True,
+                            text=True, timeout=300, env=_env())
+    assert result.returncode == 0 and result.stdout.strip() == imported, result.stdout + result.stderr[-2000:]
+
+
 # -- synthetic data ----------------------------------------------------------------------------
 
 def test_synthetic_images_shapes_and_balance(tensorflow):

@@ -123,6 +123,12 @@ def quiet_tensorflow(env: dict | os._Environ = os.environ) -> None:
     env.setdefault("GRPC_VERBOSITY", "ERROR")
 
 
+def leave_jax_out(modules: dict = sys.modules) -> None:
+    """TensorFlow's import tries jax (tensorflow.lite's converter) wherever JAX is installed beside it, about 0.7 s
+    of CPU a worker start that the trainer never uses: marked absent, it is not imported (as where it is not there)."""
+    modules.setdefault("jax", None)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the trainer; returns the exit status."""
     args = parse_args(argv)
@@ -131,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     except ClusterConfigError as exc:
         return _fail(None, exc, 2)
     quiet_tensorflow()
+    leave_jax_out()
     hold_to_budget()
     from homegpu.trainer import train  # TensorFlow loads here, after the environment is set
     from homegpu.trainer.backup import BackupMismatchError
