@@ -89,7 +89,7 @@ class WorkerTimeline:
     val_loss: Series
     val_accuracy: Series
     share: Series = Series()  # a balanced run's examples of each step this worker took, as its epoch lines said
-    # a balanced run's examples/s of this worker's own compute (its passes alone, without its wait for the others)
+    # a balanced run's examples/s of one of its replicas' compute (its passes alone, without its wait for the others)
     compute_examples_per_sec: Series = Series()
 
 
@@ -121,7 +121,8 @@ class Timeline:
 
 
 # Columns added after the first timelines were written (at the end of their tables): the GPU's energy counter,
-# the rest of the machine's RAPL counter and its estimated draw (NodeStats.host_energy, host_power).
+# the rest of the machine's RAPL counter and its estimated draw (NodeStats.host_energy, host_power), a balanced
+# run's compute speed.
 ADDED_COLUMNS = (("gpu_samples", "energy"), ("node_samples", "host_energy"), ("node_samples", "host_power"),
                  ("worker_samples", "compute_examples_per_sec"))
 
