@@ -241,7 +241,9 @@ def test_a_balanced_runs_compute_speed_is_recorded_and_an_older_timeline_gains_i
     controller attaching to it again adds the column."""
     path = tmp_path / "timeline.sqlite"
     with sqlite3.connect(path) as db:
-        db.executescript(SCHEMA.replace("steps_per_sec REAL,\n    compute_examples_per_sec REAL)", "steps_per_sec REAL)"))
+        before = SCHEMA.replace("steps_per_sec REAL,\n    compute_examples_per_sec REAL)", "steps_per_sec REAL)")
+        assert before != SCHEMA
+        db.executescript(before)
         db.execute("INSERT INTO worker_samples VALUES (1795316000.0, 'laptop', 'epoch', 1, 20, 0.5, 0.8, NULL, "
                    "NULL, 300, 4.7)")
     db.close()
