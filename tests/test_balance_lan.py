@@ -33,4 +33,5 @@ def test_the_shares_follow_a_node_that_becomes_slow_mid_run(sim_cluster, tmp_pat
     assert abs(before[0] - before[1]) <= 8, chief  # alike machines: about even
     after = chief[EPOCHS]["shares"]
     assert after[0] > 2 * after[1], {epoch: line["shares"] for epoch, line in chief.items()}
+    assert chief[EPOCHS]["compute_examples_per_sec"] > 0, chief[EPOCHS]  # its own speed, the next plan's
     assert "each replica's share of a step is now" in output

@@ -110,3 +110,11 @@ def test_the_moved_line_gives_the_shares_and_the_paces_they_come_from():
     assert shares.moved_line("replica", [450, 62], 512, [402.4, 80.0], [0.08, None]) == (
         "each replica's share of a step is now 450/62 of 512 examples, by their measured paces (402, 80 examples/s "
         "of compute and 0.08, ? s a step besides)")
+
+
+def test_a_step_in_parts_carries_the_compute_speed_it_was_told():
+    """Each framework's epoch line takes its step in parts from here, the speed with it (the next plan's)."""
+    assert shares.step_parts(40, 800.0, 0.01, 0.2) == {
+        "compute_seconds": 0.05, "overhead_seconds": 0.01, "wait_seconds": 0.14, "step_seconds": 0.2,
+        "compute_examples_per_sec": 800.0}
+    assert shares.step_parts(40, None, 0.01, 0.2) == {"overhead_seconds": 0.01, "step_seconds": 0.2}

@@ -117,7 +117,8 @@ def step_parts(share: int, speed: float | None, overhead: float | None,
                step_seconds: float | None) -> dict[str, float]:
     """A worker's step in parts, for its epoch line (trainer/PROTOCOL.md): `compute_seconds` (its share at its
     speed), `overhead_seconds` (its update and input), and `wait_seconds` (the rest of the step's wall time: the
-    others, and the all-reduce over the link); those it can tell."""
+    others, and the all-reduce over the link); those it can tell. With them `compute_examples_per_sec`, the speed
+    itself, which the job's next plan takes as the worker's (plan/last_run.py)."""
     parts = {}
     if speed:
         parts["compute_seconds"] = round(share / speed, 4)
@@ -127,6 +128,8 @@ def step_parts(share: int, speed: float | None, overhead: float | None,
         parts["wait_seconds"] = round(max(0.0, step_seconds - sum(parts.values())), 4)
     if step_seconds is not None:
         parts["step_seconds"] = round(step_seconds, 4)
+    if speed:
+        parts["compute_examples_per_sec"] = round(speed, 1)
     return parts
 
 

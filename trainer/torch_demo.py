@@ -114,10 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         if reporting:  # the node's first process keeps the node's state
             snapshot.parent.mkdir(parents=True, exist_ok=True)
             torch.save({"model": model.module.state_dict(), "epochs": epoch + 1}, snapshot)
-        speed, overhead = batches.pace()
-        parts = shares.step_parts(batches.share, speed, overhead, seconds / steps) if batches.balancing else {}
-        if batches.balancing and speed is not None:
-            parts["compute_examples_per_sec"] = round(speed, 1)
+        parts = shares.step_parts(batches.share, *batches.pace(), seconds / steps) if batches.balancing else {}
         say(event="epoch", epoch=epoch + 1, epochs=args.epochs, loss=loss_sum / seen, accuracy=correct / seen,
             examples_per_sec=local_examples / seconds if seconds > 0 else None, seconds=seconds,
             share=batches.share, shares=batches.shares, **parts)

@@ -133,13 +133,9 @@ def _tell_shares(balancer: balance_tf.Balancer, role: WorkerRole, progress: Metr
     balancer.heard.append(share)
     rebalance = balancer.callback
     progress.epoch_fields = lambda: {
-        "shares": balancer.schedule.current, "compute_examples_per_sec": _rounded(rebalance.speeds[role.rank]),
+        "shares": balancer.schedule.current,
         **shares.step_parts(max(balancer.schedule.current[mine]), rebalance.speeds[role.rank],
                             rebalance.overheads[role.rank], rebalance.step_seconds)}
-
-
-def _rounded(value: float | None, digits: int = 1) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 class _KeepLastEpoch(keras.callbacks.Callback):
