@@ -17,6 +17,7 @@ from typing import Callable, TypeVar
 
 import pytest
 
+import cpu_times
 import simnet
 import tiers
 from simcluster import (
@@ -41,6 +42,10 @@ tiers.guard_subprocesses()
 
 # The third node gets a directory first on its PATH; tests put a replaying nvidia-smi there.
 EXTRA_PATH_NODE = "node3"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    cpu_times.register(config)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from homegpu.remote.config import JobSpec, embedded_default
+from homegpu.remote.jobs import backup_copy
 from homegpu.remote.jobs.backup_copy import BackupCopy, complete
 from homegpu.remote.jobs.fewer import (
     FewerWorkersRefused, batch_for, check_enough, going_on_line, job_with, job_without, rejoining_line,
@@ -118,3 +119,23 @@ async def test_the_chiefs_backup_is_copied_off_it_and_put_onto_every_worker(tmp_
             "chief/checkpoint", "chief/ckpt-2.data-00000-of-00001", "chief/ckpt-2.index", "last_epoch.json"]
     assert refused.startswith("the chief's backup is ") and ", past the 100 B homegpu copies off the chief" in refused
     assert small.epoch is None
+
+
+async def test_a_copy_that_caught_the_chief_saving_is_taken_again_at_once_not_an_epoch_later(monkeypatch) -> None:
+    monkeypatch.setattr(backup_copy, "MID_SAVE_WAIT_S", 0)
+
+    class SavingChief:  # the chief's first copy catches its save half-written, the next one finds it whole
+        epoch, refused, tries = None, "", 0
+
+        async def take(self, node, remote_dir, epoch) -> str:
+            self.tries += 1
+            if self.tries == 1:
+                return backup_copy.MID_SAVE
+            self.epoch = epoch
+            return ""
+
+    copy, said = SavingChief(), []
+    keeper = backup_copy.BackupKeeper(copy, lambda: [(None, "backup", 2)], said.append)
+    keeper.after_epoch()
+    await keeper._copying
+    assert (copy.epoch, copy.tries, said) == (2, 2, [])

@@ -29,6 +29,10 @@ BACKUP_DIR = "backup"  # in a worker's output dir
 # A TensorFlow checkpoint dir's index file names the newest checkpoint: model_checkpoint_path: "ckpt-3"
 NEWEST_CHECKPOINT = re.compile(r'^model_checkpoint_path: "([^"/]+)"$', re.M)
 COPY_CAP_BYTES = 2 << 30  # 2 GiB: past that, copying it every epoch would cost more than the epoch is worth
+# take()'s answer for a copy that caught the chief mid-save: tried again shortly, not an epoch later (an epoch can be
+# an hour, and the chief's machine may leave in it)
+MID_SAVE = "copied while the chief saved it"
+MID_SAVE_TRIES, MID_SAVE_WAIT_S = 5, 1.0
 
 
 def backup_dir(output_dir: str) -> str:
@@ -57,7 +61,7 @@ class BackupCopy:
 
     async def take(self, node: NodeSession, remote_dir: str, epoch: int) -> str:
         """Copy `remote_dir` from `node` as the backup of `epoch`; why not ("" when copied, or when there is no
-        backup to copy: a script that keeps none)."""
+        backup to copy: a script that keeps none; MID_SAVE when it caught the chief saving)."""
         try:
             listing = await node.list_tree(remote_dir, frozenset())
         except NODE_GONE:
@@ -76,9 +80,9 @@ class BackupCopy:
         except NODE_GONE as exc:
             shutil.rmtree(partial, ignore_errors=True)
             return f"{node.name}: could not copy its backup: {cause(exc)}"
-        if not complete(partial):  # copied while the chief saved: the next epoch's copy will do
+        if not complete(partial):  # copied while the chief saved
             shutil.rmtree(partial, ignore_errors=True)
-            return ""
+            return MID_SAVE
         shutil.rmtree(self.folder, ignore_errors=True)
         partial.rename(self.folder)
         self.epoch = epoch
@@ -160,6 +164,10 @@ class BackupKeeper:
 
     async def _take(self, node: NodeSession, remote_dir: str, epoch: int) -> None:
         said = self.copy.refused
-        problem = await self.copy.take(node, remote_dir, epoch)
+        for _ in range(MID_SAVE_TRIES):
+            problem = await self.copy.take(node, remote_dir, epoch)
+            if problem != MID_SAVE:
+                break
+            await asyncio.sleep(MID_SAVE_WAIT_S)  # the save it caught ends within moments
         if problem and problem != said and self.copy.refused:
             self._say(problem)  # the cap, said once; a copy cut short waits for the next epoch
