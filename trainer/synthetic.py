@@ -50,10 +50,14 @@ def make_images(count: int, *, image_size: int = DEFAULT_IMAGE_SIZE, num_classes
     tints = np.stack([class_pattern(c, image_size, num_classes)[2] for c in range(num_classes)])
     angle, frequency = patterns[labels, 0], patterns[labels, 1]
 
-    shift = rng.uniform(-3, 3, size=(count, 2)) / image_size
-    phase = rng.uniform(-0.6, 0.6, size=count)
-    contrast = rng.uniform(0.6, 1.0, size=count)
-    brightness = rng.uniform(-0.1, 0.1, size=count)
+    # float32 throughout, and uniform noise of the same spread (std `noise`): the set is made on every worker's
+    # start, where float64 and normal draws took 0.8 s of CPU for the default 6,144 images
+    f32 = np.float32
+    shift = (rng.uniform(-3, 3, size=(count, 2)) / image_size).astype(f32)
+    phase = rng.uniform(-0.6, 0.6, size=count).astype(f32)
+    contrast = rng.uniform(0.6, 1.0, size=count).astype(f32)
+    brightness = rng.uniform(-0.1, 0.1, size=count).astype(f32)
+    angle, frequency, tints = angle.astype(f32), frequency.astype(f32), tints.astype(f32)
 
     images = np.empty((count, image_size, image_size, 3), dtype=np.uint8)
     for start in range(0, count, 1024):  # chunks keep the float temporaries small
@@ -61,12 +65,13 @@ def make_images(count: int, *, image_size: int = DEFAULT_IMAGE_SIZE, num_classes
         cos_a = np.cos(angle[part])[:, None, None]
         sin_a = np.sin(angle[part])[:, None, None]
         u = (xx[None] - shift[part, 0, None, None]) * cos_a + (yy[None] - shift[part, 1, None, None]) * sin_a
-        wave = np.sin(2 * math.pi * frequency[part, None, None] * u + phase[part, None, None])
-        value = 0.5 + 0.35 * contrast[part, None, None] * wave + brightness[part, None, None]
-        rgb = 0.5 + (value[..., None] - 0.5) * tints[labels[part]][:, None, None, :] * 1.4
-        rgb += (tints[labels[part]][:, None, None, :] - 0.6) * 0.15
-        rgb += rng.normal(0.0, noise, size=rgb.shape)
-        images[part] = np.clip(np.rint(rgb * 255.0), 0, 255).astype(np.uint8)
+        wave = np.sin(f32(2 * math.pi) * frequency[part, None, None] * u + phase[part, None, None])
+        value = f32(0.5) + f32(0.35) * contrast[part, None, None] * wave + brightness[part, None, None]
+        tint = tints[labels[part]][:, None, None, :]
+        rgb = f32(0.5) + (value[..., None] - f32(0.5)) * tint * f32(1.4)
+        rgb += (tint - f32(0.6)) * f32(0.15)
+        rgb += (rng.random(size=rgb.shape, dtype=f32) - f32(0.5)) * f32(noise * math.sqrt(12))
+        images[part] = (rgb * f32(255.0) + f32(0.5)).clip(0, 255).astype(np.uint8)  # rounded
     return images, labels
 
 
