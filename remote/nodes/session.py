@@ -308,7 +308,9 @@ class NodeSession:
     async def _agent_to_end(self, transport: NodeTransport) -> str:
         argv = agent_command(python=self.spec.python, interval=self.cluster.stats_interval,
                              work_dir=self.cluster.work_dir_of(self.spec))
-        process = await transport.start(argv)
+        # by its own login, beside the relay's: the first line, which the node's first screen waits for, does not
+        # wait for the relay's start and a channel to it (the agent lives as long as the connection either way)
+        process = await transport.start(argv, by_login=True)
         try:
             process.write(agent_payload())
             async for line in process.lines():
