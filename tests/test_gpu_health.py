@@ -29,7 +29,7 @@ from homegpu.remote.nodes import GpuHealth, ReasonTimer, StatsParseError, held_b
 from homegpu.tui.view.text import format_status, status_json
 from gpu_replay import FORMAT, HEALTH_QUERY, is_loop, replay_calls
 import test_stats_agent
-from test_stats_agent import H100_NVL, FakeNvml, FakeNVMLError
+from test_stats_agent import H100_NVL, LONG_INTERVAL, FakeNvml, FakeNVMLError, lines_within
 
 smi_agents = test_stats_agent.smi_agents  # the fixture that starts and closes streaming agents
 BUS_ID = "00000000:2D:00.0"  # NVML's and nvidia-smi's spelling; Linux's is 0000:2d:00.0
@@ -130,6 +130,20 @@ def test_nvml_health_is_asked_every_nth_read_and_carried_between(sysfs) -> None:
     assert [reader.read([])[0][0]["pcie"]["gen"] for _ in range(5)] == [4, 4, 4, 1, 1]  # read 16 asks
 
 
+def test_a_streaming_agents_first_nvml_read_leaves_health_to_the_second(sysfs) -> None:
+    """The first line is what a node's first screen waits for: none of health's ten calls a GPU on it."""
+    nvml = FakeNvml([throttled(H100_NVL[0])], "550.54.14", 12040)
+    reader = NvmlReader(nvml, health_every=5, light_first=True)
+    [first], *_ = reader.read([])
+    assert nvml.calls["nvmlDeviceGetCurrPcieLinkGeneration"] == 0 and first["util"] is not None
+    assert first["throttle"] is None and first["pcie"]["gen"] is None and first["bus_id"] is None
+    [second], *_ = reader.read([])
+    assert nvml.calls["nvmlDeviceGetCurrPcieLinkGeneration"] == 1 and second["pcie"]["gen"] == 4
+    for _ in range(5):
+        reader.read([])
+    assert nvml.calls["nvmlDeviceGetCurrPcieLinkGeneration"] == 2  # then every 5th read, as without it: read 7
+
+
 # --- nvidia-smi -----------------------------------------------------------------------------------
 
 # Rows as nvidia-smi prints HEALTH_QUERY's documented fields with --format=csv,noheader,nounits: a
@@ -178,8 +192,10 @@ def test_the_stream_carries_the_health_nvidia_smi_answers(tmp_path: Path, smi_ag
     health.write_text(HEALTH_CSV)
     agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--health-interval", "0.5",
                        health_fixture=health)
-    lines = agent.lines(12)
-    assert all(stats.errors == () for stats in lines)
+    first, *lines = agent.lines(12)
+    assert all(stats.errors == () for stats in [first, *lines])
+    # the first line, which a node's first screen waits for, waits for no health query: its figures are null
+    assert all(gpu.throttle is None and gpu.pcie == PcieLink() for gpu in first.gpus)
     for stats in lines:
         riser, geforce = stats.gpus
         assert riser.throttle == ("sw_power_cap", "hw_thermal") and geforce.throttle is None
@@ -189,6 +205,20 @@ def test_the_stream_carries_the_health_nvidia_smi_answers(tmp_path: Path, smi_ag
     assert_the_loop_carried(agent, lines, 0.5)  # after the first line's one-shot, which finds the spelling
 
 
+def test_the_light_first_line_says_health_is_to_come_and_the_full_line_follows_at_once(tmp_path: Path,
+                                                                                       smi_agents) -> None:
+    """The first line leaves health to the next and says so (what one-shot readers wait past: Cluster.wait_settled);
+    that next line comes right after it, not an interval later, with the health nvidia-smi answers."""
+    health = tmp_path / "health.csv"
+    health.write_text(HEALTH_CSV)
+    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--interval", f"{LONG_INTERVAL:g}",
+                       health_fixture=health)
+    first, full = [parse_agent_line(json.dumps(line)) for line in lines_within(agent.proc, 2, 60)]
+    assert first.health_pending and all(gpu.throttle is None and gpu.pcie == PcieLink() for gpu in first.gpus)
+    riser, geforce = full.gpus
+    assert not full.health_pending and riser.throttle == ("sw_power_cap", "hw_thermal") and riser.pcie.gen == 3
+
+
 def test_the_health_loop_child_follows_the_card(tmp_path: Path, smi_agents) -> None:
     """The loop child of the health query (not more one-shots) brings the next reading: the riser's card
     cools down and its reasons clear within a few health periods."""
@@ -196,7 +226,7 @@ def test_the_health_loop_child_follows_the_card(tmp_path: Path, smi_agents) -> N
     health.write_text(HEALTH_CSV)
     agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--health-interval", "0.3",
                        health_fixture=health, reread=True)
-    assert agent.lines(1)[0].gpus[0].throttle == ("sw_power_cap", "hw_thermal")
+    agent.lines_until(lambda seen: seen and seen[-1].gpus[0].throttle == ("sw_power_cap", "hw_thermal"))
     health.write_text(HEALTH_CSV.replace("0x0000000000000044", "0x0000000000000000"))
     lines = agent.lines_until(lambda seen: seen and seen[-1].gpus[0].throttle == ())
     assert_the_loop_carried(agent, lines, 0.3)

@@ -106,6 +106,19 @@ def test_each_gpu_counts_its_own_xids_since_boot_with_the_last_ones_code_and_tim
     assert unknown["xid"] is None and errors == []  # no bus id (nvidia-smi's health not in yet): not known
 
 
+def test_a_streaming_agents_first_line_leaves_the_log_to_the_second(kmsg) -> None:
+    """The whole kernel log is not read for the first line, which a node's first screen waits for."""
+    log, opened = gpu_xid.XidLog(every=5, boot_at=BOOT_AT, light_first=True), []
+    open_log = log._open
+    log._open = lambda errors: opened.append(gpu_xid.KMSG) or open_log(errors)
+    first = gpus(RISER)
+    log.annotate(first, [])
+    assert first[0]["xid"] is None and opened == []  # not known yet
+    second = gpus(RISER)
+    log.annotate(second, [])
+    assert second[0]["xid"] == {"count": 2, "last": 79, "last_at": BOOT_AT + 200.5} and opened == [str(kmsg)]
+
+
 def test_records_logged_later_are_read_at_the_next_health_reading(kmsg) -> None:
     log = gpu_xid.XidLog(every=2, boot_at=BOOT_AT)
     log.annotate(gpus(RISER, SECOND), [])

@@ -1002,6 +1002,21 @@ def first_line_within(proc: subprocess.Popen[bytes], bound: float) -> NodeStats:
     return stats
 
 
+def lines_within(proc: subprocess.Popen[bytes], count: int, bound: float) -> list[dict]:
+    """The agent's first ``count`` lines as JSON, failing if they take over ``bound`` s (far below LONG_INTERVAL).
+    Read from the pipe itself: lines that come together would wait in a buffered reader, unseen by select."""
+    assert proc.stdout is not None
+    fd, data, deadline = proc.stdout.fileno(), b"", time.monotonic() + bound
+    while (got := data.count(b"\n")) < count:
+        if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            pytest.fail(f"{got} of {count} lines in {bound:g} s: one waits for the interval")
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            pytest.fail(f"agent stopped early: {proc.stderr.read()!r}")
+        data += chunk
+    return [json.loads(line) for line in data.decode().splitlines()[:count]]
+
+
 def test_the_first_line_comes_after_a_short_cpu_window_not_an_interval(tmp_path: Path) -> None:
     """Through the bundle, as the controller starts it: the first line carries every node figure,
     CPU % included (measured over FIRST_WINDOW_S), without waiting for the interval."""
@@ -1012,6 +1027,16 @@ def test_the_first_line_comes_after_a_short_cpu_window_not_an_interval(tmp_path:
         assert_node_numbers(stats)
         assert stats.errors == ()
         assert proc.poll() is None  # streaming on: the next line is an interval away
+    finally:
+        stop(proc)
+
+
+def test_a_node_without_gpus_leaves_nothing_for_later(tmp_path: Path) -> None:
+    """No GPU, no health to come: its first line does not say any is pending (one-shot readers take it)."""
+    proc = start_bundle(agent_command(python=sys.executable, interval=0.1, work_dir=str(tmp_path), source="none"))
+    try:
+        lines = lines_within(proc, 2, 60)
+        assert all(line["gpus"] == [] and "health_pending" not in line for line in lines), lines
     finally:
         stop(proc)
 

@@ -366,3 +366,10 @@ def test_sizes_read_as_people_read_them():
 
     assert [gib(81_559), gib(1536, 5), gib(NA, 5), gib(None)] == ["79.6", "  1.5", "  n/a", "n/a"]
     assert [format_bytes(n) for n in (512, 2_200_000, 2.43e9)] == ["512 B", "2.2 MB", "2.4 GB"]
+
+
+def test_a_light_first_line_says_its_gpu_health_is_still_to_come() -> None:
+    """A streaming agent's first line leaves GPU health and XIDs to the next and says so; other lines, an older
+    agent's included, do not (the key is optional)."""
+    assert parse_agent_line(agent_line(health_pending=True)).health_pending is True
+    assert parse_agent_line(agent_line()).health_pending is False

@@ -202,6 +202,7 @@ class NodeStats:
     host_energy: Number = NA  # the CPUs' and memory's RAPL joules since the agent began (node_side/agent/host_power.py)
     host_power: Number = NA  # without RAPL: the draw besides the GPUs estimated from `cpu` (NodeSpec.host_watts)
     sleeping: bool = False  # logind said the machine is about to sleep (node_side/agent/sleep_watch.py)
+    health_pending: bool = False  # a streaming agent's light first line: GPU health and XIDs come on the next
 
     @property
     def mem_percent(self) -> float | NotAvailable:

@@ -67,12 +67,13 @@ class Cluster:
         self.node(name).reconnect()
 
     async def wait_settled(self, timeout: float, names: Iterable[str] | None = None) -> None:
-        """Wait until each node is online (with its first stats, when streaming them), or has failed
-        to connect, or `timeout` passes."""
+        """Wait until each node is online (with its first full stats, when streaming them), or has failed
+        to connect, or `timeout` passes. Full: a one-shot reader (status, doctor, a run's placing) shows GPU
+        health, which an agent's light first line leaves to the next (`health_pending`); the TUI takes every line."""
 
         def settled(node: NodeSession) -> bool:
             if node.state is NodeState.ONLINE:
-                return node.latest is not None or not node.streams_stats
+                return not node.streams_stats or (node.latest is not None and not node.latest.health_pending)
             return node.state is not NodeState.CONNECTING
 
         async def one(node: NodeSession) -> None:

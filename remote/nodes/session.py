@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
@@ -67,6 +68,7 @@ class NodeSession:
         self._asleep = AsleepNodes(cluster)
         self._said_sleeping = False  # what the agent's last line said of logind's "about to sleep"
         self.streams_stats = stream_stats
+        self._agent_began: float | None = None  # when the stats agent was started, until its first line
         self._wake = asyncio.Event()
         self._changed = asyncio.Condition()
         self._task: asyncio.Task | None = None
@@ -135,8 +137,13 @@ class NodeSession:
 
     @property
     def login_waiting(self) -> float | None:
-        """Seconds the connection's login (the relay's start) has been waited for so far; None: not waiting."""
-        return getattr(self.transport, "login_waiting", None)
+        """Seconds a login of the connection has been waited for so far, the longer of two: the relay's start, and
+        the stats agent's own (started, nothing printed yet: its login shell has not run it); None: not waiting."""
+        waits = (getattr(self.transport, "login_waiting", None), self._agent_waiting())
+        return max((waited for waited in waits if waited is not None), default=None)
+
+    def _agent_waiting(self) -> float | None:
+        return None if self._agent_began is None else time.monotonic() - self._agent_began
 
     @property
     def waiting_on(self) -> str:
@@ -291,12 +298,23 @@ class NodeSession:
             await asyncio.sleep(AGENT_RETRY_SECONDS)
 
     async def _run_agent(self, transport: NodeTransport) -> str:
+        # a node's agent starts by a login (this machine's does not): its wait counts in login_waiting
+        self._agent_began = None if self.spec.is_local else time.monotonic()
+        try:
+            return await self._agent_to_end(transport)
+        finally:
+            self._agent_began = None
+
+    async def _agent_to_end(self, transport: NodeTransport) -> str:
         argv = agent_command(python=self.spec.python, interval=self.cluster.stats_interval,
                              work_dir=self.cluster.work_dir_of(self.spec))
-        process = await transport.start(argv)
+        # by its own login, beside the relay's: the first line, which the node's first screen waits for, does not
+        # wait for the relay's start and a channel to it (the agent lives as long as the connection either way)
+        process = await transport.start(argv, by_login=True)
         try:
             process.write(agent_payload())
             async for line in process.lines():
+                self._agent_began = None  # it runs: its login is done
                 await self._take_stats_line(line)
             stderr = (await process.stderr_text()).strip().splitlines()  # before wait(), which drains it
             status = await process.wait()

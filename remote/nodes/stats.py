@@ -181,6 +181,7 @@ def parse_agent_line(line: str) -> NodeStats:
         errors=tuple(errors),
         host_energy=_number(obj, "host_energy", ""),
         sleeping=obj.get("sleeping") is True,
+        health_pending=obj.get("health_pending") is True,
     )
 
 

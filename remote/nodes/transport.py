@@ -310,8 +310,8 @@ class SshTransport(NodeTransport):
             stdout=_text(stdout), stderr=_text(stderr),
         )
 
-    async def start(self, argv: Sequence[str]) -> RemoteProcess:
-        socket = await self._relay_socket()
+    async def start(self, argv: Sequence[str], *, by_login: bool = False) -> RemoteProcess:
+        socket = None if by_login else await self._relay_socket()
         if socket:
             try:
                 return await open_command(self.conn, socket, argv)
@@ -488,7 +488,7 @@ class LocalTransport(NodeTransport):
             raise no_answer(argv, timeout) from None
         return CommandResult(process.returncode or 0, _text(stdout), _text(stderr))
 
-    async def start(self, argv: Sequence[str]) -> RemoteProcess:
+    async def start(self, argv: Sequence[str], *, by_login: bool = False) -> RemoteProcess:
         process = LocalProcess(await _spawn(argv))
         self._processes.append(process)
         return process

@@ -126,8 +126,9 @@ class NodeTransport(abc.ABC):
         the connection fails under it."""
 
     @abc.abstractmethod
-    async def start(self, argv: Sequence[str]) -> RemoteProcess:
-        """Start argv with pipes for stdin and stdout."""
+    async def start(self, argv: Sequence[str], *, by_login: bool = False) -> RemoteProcess:
+        """Start argv with pipes for stdin and stdout. `by_login`: through a login of its own even where commands
+        have a faster way (a process that lives as long as the connection pays one login either way)."""
 
     async def time_login(self, timeout: float) -> LoginTiming | None:
         """One login of the node's shell, timed (nodes/login_time.py); None where commands start without one."""

@@ -201,7 +201,10 @@ def _nvml_gpu(nvml, index, handle, errors, device=None, apps=True, health=True):
         ),
         "processes": list(_once(device, "processes", lambda: _nvml_processes(nvml, handle, call), apps)),
     }
-    gpu.update(_once(device, "health", lambda: _nvml_health(nvml, handle, call, device), health))
+    if health or "health" in device:
+        gpu.update(_once(device, "health", lambda: _nvml_health(nvml, handle, call, device), health))
+    else:  # not asked yet (NvmlReader's light first read): unknown until it is
+        gpu.update(gpu_health.no_health())
     return gpu
 
 
@@ -247,12 +250,14 @@ class NvmlReader:
     ``STATIC_REFRESH_S`` so a limit changed with ``nvidia-smi -pl`` shows within a minute. Compute
     processes change slowly and cost a call per GPU and one per process (its name), so as with
     ``SmiReader`` they are asked for on every ``apps_every``-th read only; health (``gpu_health.py``:
-    ten calls a GPU, some of them slow on some cards) on every ``health_every``-th.
+    ten calls a GPU, some of them slow on some cards) on every ``health_every``-th. With ``light_first`` (a
+    streaming agent) the first read leaves health to the second, as ``gpu_smi.SmiHealth`` does: a node's first
+    screen waits for the first line.
     """
 
     source = "nvml"
 
-    def __init__(self, nvml, clock=time.monotonic, apps_every=1, owners=None, health_every=1):
+    def __init__(self, nvml, clock=time.monotonic, apps_every=1, owners=None, health_every=1, light_first=False):
         nvml.nvmlInit()  # raises when there is no driver: the caller falls back
         self.nvml = nvml
         self.driver, self.cuda = read_nvml_versions(nvml)
@@ -262,7 +267,7 @@ class NvmlReader:
         self.apps_every = max(1, apps_every)
         self._reads_since_apps = self.apps_every  # the first read asks
         self.health_every = max(1, health_every)
-        self._reads_since_health = self.health_every
+        self._reads_since_health = self.health_every - 1 if light_first else self.health_every
         self.owners = owners
 
     def read(self, errors):

@@ -276,7 +276,9 @@ class SmiHealth:
     on the spelling that worked, at the slower period: a one-shot nvidia-smi loads NVML each time,
     far more CPU than a loop iteration. While that loop has nothing fresh, one-shot queries stand in
     at the same cadence. Where both spellings are refused the figures are null, said by nothing
-    else, and the query waits ``HEALTH_RETRY_READS`` periods before it is tried again.
+    else, and the query waits ``HEALTH_RETRY_READS`` periods before it is tried again. A streaming agent's first
+    read asks nothing (its health keys are null): the first line, which a node's first screen waits for, waits for
+    no health query, and the next line has them.
     """
 
     def __init__(self, path, run, every=1, loop_ms=None):
@@ -288,7 +290,7 @@ class SmiHealth:
         self.loop = None
         self.loop_failed = False
         self.query = 0  # index in smi_parse.HEALTH_QUERIES of the spelling that last worked
-        self.reads_left = 0  # reads until the next one-shot query
+        self.reads_left = 1 if loop_ms else 0  # reads until the next one-shot query: streaming, the second
         self.latest = {}
 
     def read(self, errors):

@@ -82,12 +82,13 @@ class XidLog:
 
     ``boot_at`` is the unix time the kernel's log clock started: that clock, like CLOCK_MONOTONIC, stops
     while the machine sleeps, which /proc/uptime does not, so ``time() - monotonic()`` stays right after a
-    suspend.
+    suspend. With ``light_first`` (a streaming agent) the first call leaves the log unread (``xid`` null) and the
+    second reads it: the first line waits for no read of the whole kernel log.
     """
 
-    def __init__(self, every=1, boot_at=None):
+    def __init__(self, every=1, boot_at=None, light_first=False):
         self.every = max(1, every)
-        self._calls_since = self.every  # the first call reads
+        self._calls_since = self.every - 1 if light_first else self.every  # when due, the call reads
         self.boot_at = time.time() - time.monotonic() if boot_at is None else boot_at
         self._fd = None
         self._told = False  # the log's being unreadable is said once

@@ -16,15 +16,19 @@ began (``host_power.py``). A value the node cannot measure is ``null``; nothing 
 wrong while measuring stops the stream, it lands in ``errors``.
 
 Each GPU also carries its health, read every ``HEALTH_INTERVAL_S`` (some of its NVML calls are slow)
-and repeated on the lines between: ``throttle`` (the active clock event reasons by name, see
-``gpu_health.THROTTLE_REASONS``), ``mem_clock``, ``sm_clock_max``, ``mem_clock_max``, ``pcie``
+from the second line on (a streaming agent's first, which a node's first screen waits for, has them null and says
+so: ``health_pending`` below) and repeated on the lines between: ``throttle`` (the active clock event reasons by
+name, see ``gpu_health.THROTTLE_REASONS``), ``mem_clock``, ``sm_clock_max``, ``mem_clock_max``, ``pcie``
 (``{"gen","width","max_gen","max_width","gpu_max_gen","gpu_max_width","tx_mbs","rx_mbs"}``) and
 ``bus_id``; ``gpu_health.py`` says what each means. At the same cadence ``gpu_xid.py`` reads the kernel
 log for both sources and gives each GPU ``xid`` (``{"count","last","last_at"}``: the XIDs the driver
-logged for it since boot). They are optional keys of protocol version 1: a controller that predates them
-ignores them (``nodes/stats.py`` reads the keys it knows), and one that knows them reads their
-absence from an older agent as "not available". So is ``"sleeping": true``, on a line written at once when
-logind says the machine is about to sleep (``sleep_watch.py``), and on every line until it says it woke.
+logged for it since boot; from the second line on too). They are optional keys of protocol version 1: a
+controller that predates them ignores them (``nodes/stats.py`` reads the keys it knows), and one that knows
+them reads their absence from an older agent as "not available". So is ``"sleeping": true``, on a line written
+at once when logind says the machine is about to sleep (``sleep_watch.py``), and on every line until it says it
+woke; and ``"health_pending": true``, on a streaming agent's first line where it has GPUs: their health and XIDs
+are left to the next line, written right after it (not an interval later), so that a one-shot reader
+(``homegpu status``) waits for that one and the first screen does not.
 
 The agent exits when its stdin reaches EOF (the SSH session closed), on SIGTERM/SIGHUP/SIGINT and
 when stdout is gone (SIGPIPE), and kills its ``nvidia-smi`` children first; on Linux the kernel
@@ -108,7 +112,8 @@ def open_reader(source, nvml, smi_path, interval=None, apps_every=1, owners=None
     gives the "none" reader, so the node still streams its CPU and memory. ``interval`` (None for
     an agent that samples once) is passed on to ``gpu_smi.SmiReader``, ``apps_every``, ``health_every``
     and ``owners`` (a ``process_owners.ProcessOwners``, or None to leave processes without owners) to
-    both readers.
+    both readers. A streaming reader's first read leaves health to the next (the first line waits for no
+    health query).
     ``nvml`` is a pynvml-like module or why there is none (see ``gpu_nvml.load_pynvml``).
     """
     notes = []
@@ -118,7 +123,7 @@ def open_reader(source, nvml, smi_path, interval=None, apps_every=1, owners=None
         else:
             try:
                 return gpu_nvml.NvmlReader(nvml, apps_every=apps_every, owners=owners,
-                                           health_every=health_every), notes
+                                           health_every=health_every, light_first=interval is not None), notes
             except Exception as exc:  # noqa: BLE001 - NVMLError, OSError, ... all mean "no NVML"
                 notes.append(f"nvml: {describe(exc)}")
     if source in ("auto", "nvidia-smi"):
@@ -235,7 +240,8 @@ def stream(args):
     """Print a line per interval (one line with ``--once``) until told to exit.
 
     The first line comes ``FIRST_WINDOW_S`` after the start, its CPU % measured over that short
-    window, so a node's first screen waits neither a whole interval nor for a second sample.
+    window, so a node's first screen waits neither a whole interval nor for a second sample. Streaming, it
+    leaves GPU health and XIDs to the next line (``health_pending``), which follows at once.
     """
     # As ``python3 -`` the script itself was stdin, already at EOF: rely on SIGHUP/SIGPIPE there.
     if not args.once and sys.argv[0] != "-":
@@ -250,17 +256,24 @@ def stream(args):
     rapl = host_power.RaplCounter()
     if rapl.problem:
         notes.append(rapl.problem)
-    xids = gpu_xid.XidLog(every=health_every)
+    xids = gpu_xid.XidLog(every=health_every, light_first=not args.once)
     cpu_before = host_proc.read_cpu([])
     sleep = sleep_watch.SleepWatch()
     listening = False  # for logind's word: started once the first line is out
-    # The first line comes after a short CPU window, the next ones on the interval's beat from it.
+    light = not args.once  # the first line, which leaves GPU health and XIDs to the next (open_reader, XidLog)
+    # The first line comes after a short CPU window, the next ones on the interval's beat from it (from the full
+    # line that follows at once a light one).
     due = time.monotonic() + min(args.interval, FIRST_WINDOW_S)
     while True:
         # logind's "about to sleep" is said at once: the machine may be gone before the next beat.
         if sleep.changed.wait(max(0.0, due - time.monotonic())):
             sleep.changed.clear()
-        record, cpu_before = sample(reader, cpu_before, args.work_dir, rapl, xids)
+        record, cpu_after = sample(reader, cpu_before, args.work_dir, rapl, xids)
+        pending, light = light and bool(record["gpus"]), False  # without GPUs nothing was left for later
+        if pending:
+            record["health_pending"] = True
+        else:  # the full line after a light one measures CPU from the same start: a window of a few ms says little
+            cpu_before = cpu_after
         if sleep.going:
             record["sleeping"] = True
         if notes:  # why a GPU source was skipped, said once
@@ -272,8 +285,9 @@ def stream(args):
         if not listening:  # after the first line, which a node's first screen waits for
             sleep.start()
             listening = True
-        # Keep the beat; after a sample slower than the interval, do not try to catch up.
-        due = max(due + args.interval, time.monotonic())
+        # Keep the beat; after a sample slower than the interval, do not try to catch up. After a light line the
+        # full one comes at once: one-shot readers wait for it.
+        due = time.monotonic() if pending else max(due + args.interval, time.monotonic())
 
 
 if __name__ == "__main__":
