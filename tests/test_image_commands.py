@@ -15,6 +15,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -306,3 +308,64 @@ def test_lan_engines_are_the_nodes_own(copy_lan):
         info = subprocess.run(sim.ssh_argv(node, "docker", "info", "--format", "{{.DockerRootDir}}"),
                               capture_output=True, text=True, timeout=30)
         assert info.stdout.strip() == str(engines[name].dir / "data"), info.stderr
+
+
+@contextlib.contextmanager
+def slow_engine(path: Path, delay: float, body: bytes) -> Iterator[None]:
+    """A Unix socket answering one Docker API export (GET /images/NAME/get, in the engine's documented HTTP form)
+    only after `delay` seconds: a real engine on a busy machine working on a big image before its first byte,
+    which this machine's idle engine cannot be made to do on demand."""
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(1)
+
+    def answer() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)  # the request
+            time.sleep(delay)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a relay that gave up has gone
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-tar\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(body), body))
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.close()
+        thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("export_wait, sent", [(6, True), (None, False)])
+def test_a_source_waits_for_a_slow_engines_first_byte_as_long_as_the_image_needs(tmp_path, export_wait, sent):
+    """The engine works on a big image a while before its first byte: the source waits `export_wait` for it (the
+    controller sizes it by the image), then connects to the first target and streams; with only `idle` (1 s) it
+    says the engine had not begun, in words, not a bare "timed out"."""
+    body = os.urandom(3 << 20)
+    part = {"role": "source", "name": "s", "socket": str(tmp_path / "engine.sock"), "idle": 1, "image": "x:1",
+            "progress_seconds": 60, "progress_bytes": 1 << 30} | ({"export_wait": export_wait} if export_wait else {})
+    with slow_engine(tmp_path / "engine.sock", 2.5, body), socket.create_server(("127.0.0.1", 0)) as target:
+        hop = {"name": "t", "host": "127.0.0.1", "port": target.getsockname()[1], "secret": "ab" * 32}
+        relay = subprocess.Popen([sys.executable, "-c", script("image_relay")], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+        try:
+            relay.stdin.write(json.dumps(part) + "\n" + json.dumps({"next": hop}) + "\n")
+            relay.stdin.flush()
+            if sent:
+                conn, _ = target.accept()
+                with conn, conn.makefile("rb") as stream:
+                    assert stream.read(32) == bytes.fromhex("ab" * 32)
+                    received = b""
+                    while size := int.from_bytes(stream.read(4), "big"):
+                        received += stream.read(size)
+                assert received == body
+            events = [json.loads(line) for line in relay.stdout]
+            assert relay.wait(timeout=10) == (0 if sent else 1)
+        finally:
+            relay.kill()
+            relay.wait()
+    if sent:
+        assert events[-1] == {"event": "sent", "bytes": len(body)}, events
+    else:
+        assert events == [{"event": "error", "error": "the Docker engine had not begun to export x:1 after 1 s"}]

@@ -33,6 +33,7 @@ ACCEPT_WAIT = 60.0  # how long a target waits for its upstream to connect
 START_WAIT = 30.0  # for a relay to start and report its port
 MIN_RATE = 2e6  # bytes/s: the slowest copy the kill bound allows for (16 Mbit/s)
 LOAD_MARGIN = 600.0  # s: the engine's own work after the last byte, and setup
+EXPORT_RATE = 20e6  # bytes/s: the slowest the source's engine may be to begin an export (its work before a byte)
 PROGRESS_SECONDS = 5.0
 PROGRESS_BYTES = 256 << 20
 SECRET_BYTES = 32
@@ -77,6 +78,12 @@ def kill_after(image_bytes: int) -> int:
     return int(ACCEPT_WAIT + LOAD_MARGIN + image_bytes / MIN_RATE)
 
 
+def export_wait(image_bytes: int, idle: float) -> float:
+    """Seconds the source waits for its engine's first byte, and the first target for the source: the engine works
+    on a big image a while before it sends anything (more on a busy machine), and `idle` alone cut such copies off."""
+    return idle + image_bytes / EXPORT_RATE
+
+
 def relay_argv(python: str, image_bytes: int) -> list[str]:
     return ["timeout", "-s", "KILL", str(kill_after(image_bytes)), python, "-c", script("image_relay")]
 
@@ -88,15 +95,16 @@ def hop_line(target: Relay | None) -> bytes:
     return json.dumps({"next": hop}).encode() + b"\n"
 
 
-def part_line(relay: Relay, upstream: str, image: str, port: int, idle: float) -> bytes:
-    """The first line: the relay's own part (the secret its upstream must send, for a target)."""
+def part_line(relay: Relay, upstream: str, image: str, port: int, idle: float, first_byte: float) -> bytes:
+    """The first line: the relay's own part (the secret its upstream must send, for a target). `first_byte`: the
+    source's wait for its engine's export (export_wait), which the source answers before it connects on."""
     part = {"role": relay.role, "name": relay.name, "socket": relay.node.spec.docker_socket, "idle": idle,
             "progress_seconds": PROGRESS_SECONDS, "progress_bytes": PROGRESS_BYTES}
     if relay.role == "source":
-        part["image"] = image
+        part.update(image=image, export_wait=first_byte)
     else:
         part.update(listen=relay.node.address, port=port, secret=relay.secret, upstream=upstream,
-                    accept_wait=ACCEPT_WAIT)
+                    accept_wait=ACCEPT_WAIT + first_byte)
     return json.dumps(part).encode() + b"\n"
 
 
@@ -115,8 +123,10 @@ async def copy_chain(image: str, image_bytes: int, source: NodeSession, targets:
         upstreams = [head.name, *(relay.name for relay in relays)]
         # all at once, the source too: it asks its engine for the export as it starts, and the
         # engine's wait before the first byte overlaps the targets' starts
-        await asyncio.gather(_start(head, argv_of[head.name], part_line(head, "", image, port, idle)),
-                             *(_start_target(relay, argv_of[relay.name], part_line(relay, up, image, port, idle))
+        first_byte = export_wait(image_bytes, idle)
+        await asyncio.gather(_start(head, argv_of[head.name], part_line(head, "", image, port, idle, first_byte)),
+                             *(_start_target(relay, argv_of[relay.name],
+                                             part_line(relay, up, image, port, idle, first_byte))
                                for relay, up in zip(relays, upstreams)))
         chain = [relay for relay in relays if not relay.error]
         for relay in chain:

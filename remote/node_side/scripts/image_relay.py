@@ -197,6 +197,7 @@ class Export:
 
     def __init__(self, part):
         self.image = part["image"]
+        self.idle, self.wait = part["idle"], part.get("export_wait", part["idle"])
         self.conn = UnixHTTPConnection(part["socket"], part["idle"])
         self.failed = None
         try:
@@ -205,27 +206,35 @@ class Export:
             self.failed = exc
 
     def response(self):
+        """The engine's reply and its first chunk, both waited for up to `export_wait`: a big image takes the engine a
+        while before its first byte (its headers may come first), more on a busy machine."""
         if self.failed is not None:
             raise self.failed
-        reply = self.conn.getresponse()
-        if reply.status != 200:
-            raise RuntimeError("the Docker engine would not export %s: HTTP %d %s" % (
-                self.image, reply.status, reply.read(300).decode("utf-8", "replace").strip()))
-        return reply
+        self.conn.sock.settimeout(self.wait)
+        try:
+            reply = self.conn.getresponse()
+            if reply.status != 200:
+                raise RuntimeError("the Docker engine would not export %s: HTTP %d %s" % (
+                    self.image, reply.status, reply.read(300).decode("utf-8", "replace").strip()))
+            first = reply.read(CHUNK)
+        except socket.timeout:
+            raise TimeoutError("the Docker engine had not begun to export %s after %.0f s" % (
+                self.image, self.wait)) from None
+        self.conn.sock.settimeout(self.idle)
+        return reply, first
 
 
 def run_source(part, export, hop):
-    """Stream the engine's export of the image to the first target."""
+    """Stream the engine's export of the image to the first target, once it has begun (the target waits for that
+    in accept())."""
+    reply, chunk = export.response()
     down = connect(hop, part["idle"])
-    reply = export.response()
     progress = Progress(part["progress_seconds"], part["progress_bytes"])
     try:
-        while True:
-            chunk = reply.read(CHUNK)
-            if not chunk:
-                break
+        while chunk:
             down.sendall(HEADER.pack(len(chunk)) + chunk)
             progress.add(len(chunk))
+            chunk = reply.read(CHUNK)
         down.sendall(HEADER.pack(0) + TOTAL.pack(progress.total))
     except OSError as exc:
         raise OSError("sending to %s failed after %d bytes: %s" % (hop["name"], progress.total,
