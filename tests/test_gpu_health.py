@@ -192,11 +192,9 @@ def test_the_stream_carries_the_health_nvidia_smi_answers(tmp_path: Path, smi_ag
     health.write_text(HEALTH_CSV)
     agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--health-interval", "0.5",
                        health_fixture=health)
-    first, *lines = agent.lines(12)
-    assert all(stats.errors == () for stats in [first, *lines])
-    # the first line, which a node's first screen waits for, waits for no health query: its figures are null
-    assert all(gpu.throttle is None and gpu.pcie == PcieLink() for gpu in first.gpus)
-    for stats in lines:
+    lines = agent.lines(12)
+    assert all(stats.errors == () for stats in lines)
+    for stats in lines:  # the first one too: a one-shot reader (status) takes it
         riser, geforce = stats.gpus
         assert riser.throttle == ("sw_power_cap", "hw_thermal") and geforce.throttle is None
         assert (riser.pcie.gen, riser.pcie.width, riser.mem_clock, riser.sm_clock_max) == (3, 1, 2619, 1785)
@@ -205,13 +203,13 @@ def test_the_stream_carries_the_health_nvidia_smi_answers(tmp_path: Path, smi_ag
     assert_the_loop_carried(agent, lines, 0.5)  # after the first line's one-shot, which finds the spelling
 
 
-def test_the_light_first_line_says_health_is_to_come_and_the_full_line_follows_at_once(tmp_path: Path,
-                                                                                       smi_agents) -> None:
-    """The first line leaves health to the next and says so (what one-shot readers wait past: Cluster.wait_settled);
-    that next line comes right after it, not an interval later, with the health nvidia-smi answers."""
+def test_a_light_first_line_says_health_is_to_come_and_the_next_line_brings_it(tmp_path: Path,
+                                                                               smi_agents) -> None:
+    """With --light-first (a screen that keeps updating: the TUI, serve) the first line waits for no health query and
+    says health is to come; the next line, an interval later, has what nvidia-smi answers."""
     health = tmp_path / "health.csv"
     health.write_text(HEALTH_CSV)
-    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--interval", f"{LONG_INTERVAL:g}",
+    agent = smi_agents(tmp_path, "gpus_2x_h100nvl_idle.csv", None, "--interval", "0.3", "--light-first",
                        health_fixture=health)
     first, full = [parse_agent_line(json.dumps(line)) for line in lines_within(agent.proc, 2, 60)]
     assert first.health_pending and all(gpu.throttle is None and gpu.pcie == PcieLink() for gpu in first.gpus)

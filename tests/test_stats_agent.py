@@ -1032,8 +1032,9 @@ def test_the_first_line_comes_after_a_short_cpu_window_not_an_interval(tmp_path:
 
 
 def test_a_node_without_gpus_leaves_nothing_for_later(tmp_path: Path) -> None:
-    """No GPU, no health to come: its first line does not say any is pending (one-shot readers take it)."""
-    proc = start_bundle(agent_command(python=sys.executable, interval=0.1, work_dir=str(tmp_path), source="none"))
+    """No GPU, no health to come: even a light first line does not say any is pending."""
+    proc = start_bundle(agent_command(python=sys.executable, interval=0.1, work_dir=str(tmp_path), source="none",
+                                      light_first=True))
     try:
         lines = lines_within(proc, 2, 60)
         assert all(line["gpus"] == [] and "health_pending" not in line for line in lines), lines

@@ -75,8 +75,10 @@ def agent_command(
     interval: float = 1.0,
     work_dir: str = "~/.homegpu",
     source: str = "auto",
+    light_first: bool = False,
 ) -> list[str]:
-    """The argv that starts the agent on a node; the remote side ``shlex.join``s it.
+    """The argv that starts the agent on a node; the remote side ``shlex.join``s it. ``light_first``: its first line
+    leaves GPU health to the second (a first screen waits for no slow probe; a one-shot reader wants it on the first).
 
     ``work_dir`` stays unexpanded: the agent expands ``~`` on the node, for the node's user.
 
@@ -90,4 +92,5 @@ def agent_command(
     return [
         python, "-c", BOOTSTRAP,
         "--interval", f"{interval:g}", "--work-dir", work_dir, "--source", source,
+        *(["--light-first"] if light_first else []),
     ]

@@ -22,10 +22,13 @@ class Cluster:
                 async for event in events: ...
     """
 
-    def __init__(self, spec: ClusterSpec, *, stream_stats: bool = True) -> None:
+    def __init__(self, spec: ClusterSpec, *, stream_stats: bool = True, light_first: bool = True) -> None:
+        """`light_first`: each node's first stats line leaves GPU health to the next, an interval later, so that a
+        screen that keeps updating (the TUI, serve) shows the node without waiting for a slow probe; a one-shot
+        reader that shows health (`homegpu status`) asks for it on the first line."""
         self.spec = spec
         self.hub = EventHub()
-        self.nodes = {node.name: NodeSession(spec, node, self.hub, stream_stats=stream_stats)
+        self.nodes = {node.name: NodeSession(spec, node, self.hub, stream_stats=stream_stats, light_first=light_first)
                       for node in spec.nodes}
         # the placement's login by an ssh alias of its own: a session for its commands, not one of the nodes shown
         self._login_alias = NodeSession(spec, spec.slurm_login_spec(), EventHub(), stream_stats=False) \
@@ -67,13 +70,12 @@ class Cluster:
         self.node(name).reconnect()
 
     async def wait_settled(self, timeout: float, names: Iterable[str] | None = None) -> None:
-        """Wait until each node is online (with its first full stats, when streaming them), or has failed
-        to connect, or `timeout` passes. Full: a one-shot reader (status, doctor, a run's placing) shows GPU
-        health, which an agent's light first line leaves to the next (`health_pending`); the TUI takes every line."""
+        """Wait until each node is online (with its first stats, when streaming them), or has failed
+        to connect, or `timeout` passes."""
 
         def settled(node: NodeSession) -> bool:
             if node.state is NodeState.ONLINE:
-                return not node.streams_stats or (node.latest is not None and not node.latest.health_pending)
+                return node.latest is not None or not node.streams_stats
             return node.state is not NodeState.CONNECTING
 
         async def one(node: NodeSession) -> None:

@@ -54,7 +54,7 @@ class NodeSession:
     """One node: its connection, its state and its latest stats."""
 
     def __init__(self, cluster: ClusterSpec, spec: NodeSpec, hub: EventHub,
-                 backoff: Backoff | None = None, stream_stats: bool = True) -> None:
+                 backoff: Backoff | None = None, stream_stats: bool = True, light_first: bool = True) -> None:
         self.cluster, self.spec, self.hub = cluster, spec, hub
         self.state = NodeState.CONNECTING
         self.reason = ""
@@ -68,6 +68,7 @@ class NodeSession:
         self._asleep = AsleepNodes(cluster)
         self._said_sleeping = False  # what the agent's last line said of logind's "about to sleep"
         self.streams_stats = stream_stats
+        self.light_first = light_first  # the agent's first line leaves GPU health to the next (agent_command)
         self._agent_began: float | None = None  # when the stats agent was started, until its first line
         self._wake = asyncio.Event()
         self._changed = asyncio.Condition()
@@ -307,7 +308,7 @@ class NodeSession:
 
     async def _agent_to_end(self, transport: NodeTransport) -> str:
         argv = agent_command(python=self.spec.python, interval=self.cluster.stats_interval,
-                             work_dir=self.cluster.work_dir_of(self.spec))
+                             work_dir=self.cluster.work_dir_of(self.spec), light_first=self.light_first)
         # by its own login, beside the relay's: the first line, which the node's first screen waits for, does not
         # wait for the relay's start and a channel to it (the agent lives as long as the connection either way)
         process = await transport.start(argv, by_login=True)

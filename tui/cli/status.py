@@ -73,7 +73,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 async def _status(spec, as_json: bool, watch: bool) -> int:
-    async with Cluster(spec) as cluster:
+    async with Cluster(spec, light_first=watch) as cluster:  # one snapshot shows GPU health on the first line
         await cluster.wait_settled(timeout=connect_wait(spec, 3 * spec.stats_interval + 2))
         while True:
             nodes = list(cluster.nodes.values())

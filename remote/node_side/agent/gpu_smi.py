@@ -185,11 +185,11 @@ class SmiReader:
 
     source = "nvidia-smi"
 
-    def __init__(self, path, interval=None, apps_every=1, owners=None, health_every=1):
+    def __init__(self, path, interval=None, apps_every=1, owners=None, health_every=1, light_first=False):
         self.path = path
         self.owners = owners
         self.loop_ms = max(1, int(round(interval * 1000))) if interval else None
-        self.health = SmiHealth(path, self._run, health_every, self.loop_ms)
+        self.health = SmiHealth(path, self._run, health_every, self.loop_ms, light_first)
         self.max_age = 2 * interval + STALE_GRACE_S if interval else 0.0
         self.silent_limit = max(SILENT_MIN_S, 10 * interval) if interval else 0.0
         self.apps_every = max(1, apps_every)
@@ -276,12 +276,12 @@ class SmiHealth:
     on the spelling that worked, at the slower period: a one-shot nvidia-smi loads NVML each time,
     far more CPU than a loop iteration. While that loop has nothing fresh, one-shot queries stand in
     at the same cadence. Where both spellings are refused the figures are null, said by nothing
-    else, and the query waits ``HEALTH_RETRY_READS`` periods before it is tried again. A streaming agent's first
+    else, and the query waits ``HEALTH_RETRY_READS`` periods before it is tried again. With ``light_first`` the first
     read asks nothing (its health keys are null): the first line, which a node's first screen waits for, waits for
     no health query, and the next line has them.
     """
 
-    def __init__(self, path, run, every=1, loop_ms=None):
+    def __init__(self, path, run, every=1, loop_ms=None, light_first=False):
         self.path = path
         self.run = run  # SmiReader._run: (exit code, stdout, stderr) of one nvidia-smi
         self.every = max(1, every)
@@ -290,7 +290,7 @@ class SmiHealth:
         self.loop = None
         self.loop_failed = False
         self.query = 0  # index in smi_parse.HEALTH_QUERIES of the spelling that last worked
-        self.reads_left = 1 if loop_ms else 0  # reads until the next one-shot query: streaming, the second
+        self.reads_left = 1 if light_first else 0  # reads until the next one-shot query
         self.latest = {}
 
     def read(self, errors):

@@ -15,20 +15,21 @@ clocks in MHz, temperatures in C, ``host_energy`` the CPUs' and memory's joules 
 began (``host_power.py``). A value the node cannot measure is ``null``; nothing that goes
 wrong while measuring stops the stream, it lands in ``errors``.
 
-Each GPU also carries its health, read every ``HEALTH_INTERVAL_S`` (some of its NVML calls are slow)
-from the second line on (a streaming agent's first, which a node's first screen waits for, has them null and says
-so: ``health_pending`` below) and repeated on the lines between: ``throttle`` (the active clock event reasons by
-name, see ``gpu_health.THROTTLE_REASONS``), ``mem_clock``, ``sm_clock_max``, ``mem_clock_max``, ``pcie``
+Each GPU also carries its health, read every ``HEALTH_INTERVAL_S`` (some of its NVML calls are slow; with
+``--light-first`` from the second line on: the first, which a node's first screen waits for, has them null and
+says so, ``health_pending`` below) and repeated on the lines between: ``throttle`` (the active clock event reasons
+by name, see ``gpu_health.THROTTLE_REASONS``), ``mem_clock``, ``sm_clock_max``, ``mem_clock_max``, ``pcie``
 (``{"gen","width","max_gen","max_width","gpu_max_gen","gpu_max_width","tx_mbs","rx_mbs"}``) and
 ``bus_id``; ``gpu_health.py`` says what each means. At the same cadence ``gpu_xid.py`` reads the kernel
 log for both sources and gives each GPU ``xid`` (``{"count","last","last_at"}``: the XIDs the driver
-logged for it since boot; from the second line on too). They are optional keys of protocol version 1: a
+logged for it since boot). They are optional keys of protocol version 1: a
 controller that predates them ignores them (``nodes/stats.py`` reads the keys it knows), and one that knows
 them reads their absence from an older agent as "not available". So is ``"sleeping": true``, on a line written
 at once when logind says the machine is about to sleep (``sleep_watch.py``), and on every line until it says it
-woke; and ``"health_pending": true``, on a streaming agent's first line where it has GPUs: their health and XIDs
-are left to the next line, written right after it (not an interval later), so that a one-shot reader
-(``homegpu status``) waits for that one and the first screen does not.
+woke; and ``"health_pending": true``, on the first line of an agent started with ``--light-first`` where it has
+GPUs: their health and XIDs are left to the next line, an interval later. A screen that keeps updating (the TUI,
+serve, ``status --watch``) asks for it; a one-shot reader (``homegpu status``) does not, and waits for no second
+line.
 
 The agent exits when its stdin reaches EOF (the SSH session closed), on SIGTERM/SIGHUP/SIGINT and
 when stdout is gone (SIGPIPE), and kills its ``nvidia-smi`` children first; on Linux the kernel
@@ -105,14 +106,15 @@ class NoGpuReader:
         return [], None, None
 
 
-def open_reader(source, nvml, smi_path, interval=None, apps_every=1, owners=None, health_every=1):
+def open_reader(source, nvml, smi_path, interval=None, apps_every=1, owners=None, health_every=1,
+                light_first=False):
     """Pick the GPU reader for ``source``, returning (reader, notes on sources that were skipped).
 
     ``auto`` tries NVML, then ``nvidia-smi``, then none; an explicit source that cannot work
     gives the "none" reader, so the node still streams its CPU and memory. ``interval`` (None for
     an agent that samples once) is passed on to ``gpu_smi.SmiReader``, ``apps_every``, ``health_every``
     and ``owners`` (a ``process_owners.ProcessOwners``, or None to leave processes without owners) to
-    both readers. A streaming reader's first read leaves health to the next (the first line waits for no
+    both readers. With ``light_first`` the first read leaves health to the next (the first line waits for no
     health query).
     ``nvml`` is a pynvml-like module or why there is none (see ``gpu_nvml.load_pynvml``).
     """
@@ -123,12 +125,12 @@ def open_reader(source, nvml, smi_path, interval=None, apps_every=1, owners=None
         else:
             try:
                 return gpu_nvml.NvmlReader(nvml, apps_every=apps_every, owners=owners,
-                                           health_every=health_every, light_first=interval is not None), notes
+                                           health_every=health_every, light_first=light_first), notes
             except Exception as exc:  # noqa: BLE001 - NVMLError, OSError, ... all mean "no NVML"
                 notes.append(f"nvml: {describe(exc)}")
     if source in ("auto", "nvidia-smi"):
         if smi_path:
-            return gpu_smi.SmiReader(smi_path, interval, apps_every, owners, health_every), notes
+            return gpu_smi.SmiReader(smi_path, interval, apps_every, owners, health_every, light_first), notes
         notes.append("nvidia-smi: not found on PATH")
     return NoGpuReader(), notes
 
@@ -218,6 +220,9 @@ def parse_args(argv):
                         help="seconds between compute process queries (NVML or nvidia-smi)")
     parser.add_argument("--health-interval", type=float, default=HEALTH_INTERVAL_S,
                         help="seconds between GPU health queries (NVML or nvidia-smi)")
+    parser.add_argument("--light-first", action="store_true",
+                        help="streaming, leave GPU health and XIDs to the second line: a first screen that waits "
+                             "for no slow probe")
     args = parser.parse_args(argv)
     if not args.interval > 0:
         parser.error("--interval must be positive")
@@ -240,8 +245,8 @@ def stream(args):
     """Print a line per interval (one line with ``--once``) until told to exit.
 
     The first line comes ``FIRST_WINDOW_S`` after the start, its CPU % measured over that short
-    window, so a node's first screen waits neither a whole interval nor for a second sample. Streaming, it
-    leaves GPU health and XIDs to the next line (``health_pending``), which follows at once.
+    window, so a node's first screen waits neither a whole interval nor for a second sample. With
+    ``--light-first`` it leaves GPU health and XIDs to the next line (``health_pending``), an interval later.
     """
     # As ``python3 -`` the script itself was stdin, already at EOF: rely on SIGHUP/SIGPIPE there.
     if not args.once and sys.argv[0] != "-":
@@ -251,29 +256,26 @@ def stream(args):
     apps_every = max(1, int(round(args.apps_interval / args.interval)))
     health_every = max(1, int(round(args.health_interval / args.interval)))
     owners = process_owners.ProcessOwners() if process_owners is not None else None
+    light = args.light_first and not args.once  # the first line leaves GPU health and XIDs to the next
     reader, notes = open_reader(args.source, nvml, smi, interval=None if args.once else args.interval,
-                                apps_every=apps_every, owners=owners, health_every=health_every)
+                                apps_every=apps_every, owners=owners, health_every=health_every, light_first=light)
     rapl = host_power.RaplCounter()
     if rapl.problem:
         notes.append(rapl.problem)
-    xids = gpu_xid.XidLog(every=health_every, light_first=not args.once)
+    xids = gpu_xid.XidLog(every=health_every, light_first=light)
     cpu_before = host_proc.read_cpu([])
     sleep = sleep_watch.SleepWatch()
     listening = False  # for logind's word: started once the first line is out
-    light = not args.once  # the first line, which leaves GPU health and XIDs to the next (open_reader, XidLog)
-    # The first line comes after a short CPU window, the next ones on the interval's beat from it (from the full
-    # line that follows at once a light one).
+    # The first line comes after a short CPU window, the next ones on the interval's beat from it.
     due = time.monotonic() + min(args.interval, FIRST_WINDOW_S)
     while True:
         # logind's "about to sleep" is said at once: the machine may be gone before the next beat.
         if sleep.changed.wait(max(0.0, due - time.monotonic())):
             sleep.changed.clear()
-        record, cpu_after = sample(reader, cpu_before, args.work_dir, rapl, xids)
-        pending, light = light and bool(record["gpus"]), False  # without GPUs nothing was left for later
-        if pending:
+        record, cpu_before = sample(reader, cpu_before, args.work_dir, rapl, xids)
+        if light and record["gpus"]:  # without GPUs nothing was left for later
             record["health_pending"] = True
-        else:  # the full line after a light one measures CPU from the same start: a window of a few ms says little
-            cpu_before = cpu_after
+        light = False
         if sleep.going:
             record["sleeping"] = True
         if notes:  # why a GPU source was skipped, said once
@@ -285,9 +287,8 @@ def stream(args):
         if not listening:  # after the first line, which a node's first screen waits for
             sleep.start()
             listening = True
-        # Keep the beat; after a sample slower than the interval, do not try to catch up. After a light line the
-        # full one comes at once: one-shot readers wait for it.
-        due = time.monotonic() if pending else max(due + args.interval, time.monotonic())
+        # Keep the beat; after a sample slower than the interval, do not try to catch up.
+        due = max(due + args.interval, time.monotonic())
 
 
 if __name__ == "__main__":
