@@ -18,6 +18,7 @@ from typing import Callable, TypeVar
 import pytest
 
 import cpu_times
+import longest_first
 import simnet
 import tiers
 from simcluster import (
@@ -50,6 +51,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     tiers.mark(items)
+    longest_first.order(items)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
