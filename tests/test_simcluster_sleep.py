@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 import asyncssh
@@ -152,8 +153,10 @@ def test_only_a_magic_packet_for_its_own_mac_wakes_it_with_the_same_host_key(sle
         send_magic(node.mac, payload=b"\xff" * 6 + bytes.fromhex(node.mac.replace(":", "")) * 15)  # malformed
         send_magic(OTHER_MAC, node.address, 7)  # unicast, the other port
         packets = sleeper.wait_packets(4)
-        assert packets[1:] == [(simnet.BRIDGE_ADDRESS, 9, OTHER_MAC, False), (simnet.BRIDGE_ADDRESS, 9, None, False),
-                               (simnet.BRIDGE_ADDRESS, 7, OTHER_MAC, False)]
+        # none woke it; ports 9 and 7 are two sockets, so a busy machine may hand over port 7's packet first
+        assert Counter(packets[1:]) == Counter([(simnet.BRIDGE_ADDRESS, 9, OTHER_MAC, False),
+                                                (simnet.BRIDGE_ADDRESS, 9, None, False),
+                                                (simnet.BRIDGE_ADDRESS, 7, OTHER_MAC, False)])
         time.sleep(0.3)
         assert sleeper.asleep and sleeper.wakes == 0 and not node.is_running
         assert ssh(sleepers, node, "true").returncode == 255
