@@ -18,7 +18,6 @@ from typing import Callable, TypeVar
 import pytest
 
 import cpu_times
-import longest_first
 import simnet
 import tiers
 from simcluster import (
@@ -51,7 +50,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     tiers.mark(items)
-    longest_first.order(items)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -75,15 +75,3 @@ def test_the_fast_tier_is_what_no_fixture_marks(probes):
     chosen = sorted(re.findall(r"::(test_\w+)", listed))
     assert chosen == ["test_imports_tensorflow_here", "test_plain", "test_starts_a_python_that_imports_tensorflow",
                       "test_starts_a_simulated_node"], listed
-
-
-def test_the_longest_modules_named_first_are_modules_of_the_suite_and_go_first() -> None:
-    """A module renamed or split would start late again without a word: each name in LONGEST is a module here."""
-    import longest_first
-
-    assert [name for name in longest_first.LONGEST if not (TESTS / f"{name}.py").is_file()] == []
-    items = [type("Item", (), {"nodeid": nodeid})() for nodeid in
-             ("tests/test_a.py::t", "tests/test_trainer.py::t", "tests/test_b.py::t", "tests/test_jobs_process.py::t")]
-    longest_first.order(items)
-    assert [item.nodeid for item in items] == ["tests/test_jobs_process.py::t", "tests/test_trainer.py::t",
-                                               "tests/test_a.py::t", "tests/test_b.py::t"]
