@@ -58,7 +58,9 @@ def test_a_run_counts_rapl_on_one_node_and_the_estimate_on_another(sim_cluster: 
     energy = energy_of(run_dir)
     node2, node3 = energy.hosts["node2"], energy.hosts["node3"]
     assert node2.method == RAPL and node2.seconds >= 10
-    assert node2.joules == pytest.approx(RAPL_WATTS * node2.seconds, rel=0.02)  # across the counters' wrap
+    # across the counters' wrap; the fake counter's ticker (a thread of this busy process) may lag a second behind the
+    # agent's read at either end of the window: 35 J
+    assert node2.joules == pytest.approx(RAPL_WATTS * node2.seconds, rel=0.02, abs=RAPL_WATTS)
     timeline = {node.name: node for node in load_timeline(RunFolder(run_dir).timeline).nodes}
     cpu = timeline["node3"].cpu  # the estimate from the CPU use node3's agent measured
     expected = integrate(cpu.times, [IDLE + (BUSY - IDLE) * c / 100 for c in cpu.values])

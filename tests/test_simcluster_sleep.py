@@ -92,10 +92,8 @@ def test_the_sleep_command_over_ssh_takes_down_every_process_of_that_node_only(s
         detached = int(ssh(sleepers, node, DETACHED_SLEEP).stdout)
         elsewhere = int(ssh(sleepers, other, DETACHED_SLEEP).stdout)
         other_sshd = other.pid
-        begun = time.monotonic()
-        asked = ssh(sleepers, node, sleeper.command)
-        took = time.monotonic() - begun
-        assert asked.returncode == 255 and took < 2.0, (asked, took)  # its connection dropped, as in a suspend
+        asked = ssh(sleepers, node, sleeper.command)  # a hang would meet ssh()'s timeout
+        assert asked.returncode == 255 and "closed by remote host" in asked.stderr, asked  # dropped, as in a suspend
         sleeper.wait_asleep(timeout=15)
         assert sleeper.asleep and sleeper.sleeps == 1 and not node.is_running
         assert node.pids() == {sleeper.listener_pid}  # all gone but the network card
@@ -115,12 +113,10 @@ async def test_sleep_drops_homegpus_kind_of_connection_at_once(sleepers: SimClus
         async with asyncssh.connect(node.address, username="root", client_keys=[str(sleepers.client_key_path)],
                                     known_hosts=str(sleepers.known_hosts_path)) as conn:
             idle = await conn.create_process("exec sleep 300")  # a session of its own (an agent's)
-            begun = time.monotonic()
-            result = await asyncio.wait_for(conn.run(sleeper.command), 5)
+            result = await asyncio.wait_for(conn.run(sleeper.command), 5)  # each wait bounds a hang
             assert (result.exit_status, result.exit_signal) == (None, None)  # the command never ended
             await asyncio.wait_for(idle.wait_closed(), 5)
             await asyncio.wait_for(conn.wait_closed(), 5)  # the connection itself is gone
-            assert time.monotonic() - begun < 1.5
         sleeper.wait_asleep(timeout=15)  # `asleep` turns true once the last process is gone
 
 
