@@ -44,6 +44,8 @@ since boot, the last one's code and unix time (null where the node's user cannot
 log). held_back says, under load, what slows the GPU down and the fix, and names an XID logged in
 the last hour whatever the load (empty when nothing does): once, every clock event reason active in
 the one reading; with --watch, a reason held a few seconds, with since when (as the TUI says it).
+With --watch a node's first object may carry "health_pending": true in its stats: its GPUs' throttle,
+clocks, pcie and xid come with the next one, an interval later (the first screen waits for no slow query).
 OWNER is who the process belongs to, as the node's agent found out:
   {"kind": "worker", "run_id", "job", "index", "user", "uid"}     a homegpu worker (or its child)
   {"kind": "container", "container", "container_name", "user", "uid"}  another container
