@@ -29,9 +29,13 @@ def test_the_shares_follow_a_node_that_becomes_slow_mid_run(sim_cluster, tmp_pat
     (run_dir,) = (tmp_path / "experiments").iterdir()
     chief = {m["epoch"]: m for m in read_metrics(Path(run_dir))
              if m.get("event") == "epoch" and m["worker_label"] == "node1"}
+    said = {epoch: line["shares"] for epoch, line in chief.items()}
+    # Alike machines: neither far ahead before node2 slows. Not exactly even: the first steps' timing (the graph's
+    # tracing in it) can leave them apart, 39/25 seen on a busy machine, where a step's fixed costs outweigh what
+    # evening out would save (shares.worth_changing). After, node2 has a fifth of node1's core: 56/8 or further.
     before = chief[2]["shares"]
-    assert abs(before[0] - before[1]) <= 8, chief  # alike machines: about even
+    assert max(before) <= 1.75 * min(before), said
     after = chief[EPOCHS]["shares"]
-    assert after[0] > 2 * after[1], {epoch: line["shares"] for epoch, line in chief.items()}
+    assert after[0] >= 3 * after[1], said
     assert chief[EPOCHS]["compute_examples_per_sec"] > 0, chief[EPOCHS]  # its own speed, the next plan's
     assert "each replica's share of a step is now" in output

@@ -19,16 +19,16 @@ THREE = ["node1", "node2", "node3"]
 
 
 def run_losing(sim: SimCluster, tmp_path, lost: str, job: str = "demo", then: tuple[str, Callable[[], None]] | None = None,
-               **table) -> tuple[int, str]:
+               lost_at: int = 2, **table) -> tuple[int, str]:
     """`homegpu run JOB --no-tui` on the three nodes (the built-in trainer, else `table`'s script); at `lost`'s
-    epoch 2 line its machine is switched off, and at the first line with `then`'s cue after that, `then` runs;
+    epoch `lost_at` line its machine is switched off, and at the first line with `then`'s cue after that, `then` runs;
     a node still off is started again once the run has ended. Returns (exit status, output)."""
     schedule = {} if "script" in table else {"epochs": EPOCHS, "steps_per_epoch": 20}
     table = job_table(nodes=THREE, reconnect_timeout=8.0, **(schedule | table))
     config = sim.write_cluster_toml(tmp_path / "cluster.toml", jobs={job: table})
     process = subprocess.Popen(homegpu_argv("--config", str(config), "run", job, "--no-tui"), cwd=tmp_path,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    cues = [(re.compile(rf"^{lost} \* epoch 2/(\d+|\?) "), sim.node(lost).kill)]
+    cues = [(re.compile(rf"^{lost} \* epoch {lost_at}/(\d+|\?) "), sim.node(lost).kill)]
     if then is not None:
         cues.append((re.compile(re.escape(then[0])), then[1]))
     output = []
