@@ -20,7 +20,7 @@ from homegpu.tui.view.gpu_trail import TRAIL_WINDOWS, GpuTrail
 from homegpu.tui.view.lookback import LOOKBACK_WINDOWS, Lookback
 from homegpu.tui.view.plot import braille_plot, progress_bar, sparkline, squeeze
 from homegpu.tui.view.state import BandwidthView, JobView, NodeView, trail_key
-from homegpu.tui.view.text import STATE_MARKS, format_matrix
+from homegpu.tui.view.text import STATE_MARKS, balance_text, format_matrix
 
 # (warn, bad) thresholds: at or above warn is yellow, at or above bad is red.
 UTIL_LEVELS = (50.0, 90.0)
@@ -289,9 +289,8 @@ def _rates(job: JobView) -> Text:
     by_step = bool(job.steps)  # a balanced run that tells each worker's step in parts: a worker a line
     for worker, rate in sorted(job.rates.items()):
         slow = worker in job.stragglers
-        share = job.share_text(worker)
-        told = [text for text in (share and f"share {share}", job.step_text(worker)) if text]
-        shown = f"{worker} {rate:.0f}" + (f" ({', '.join(told)})" if told else "") + (" (straggler)" if slow else "")
+        told = balance_text(job.share_text(worker), job.step_text(worker))
+        shown = f"{worker} {rate:.0f}" + (f" ({told})" if told else "") + (" (straggler)" if slow else "")
         out.append(f"\n  {shown}" if by_step else f"  {shown}", style="bold red" if slow else "")
     return out
 

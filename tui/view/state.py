@@ -23,7 +23,7 @@ from homegpu.remote.logs import TracebackFold
 from homegpu.remote.nodes import visible, visible_fields
 from homegpu.remote.record import RunFolder
 from homegpu.tui.view.gpu_trail import GpuTrail
-from homegpu.tui.view.text import EpochEcho, epoch_line
+from homegpu.tui.view.text import EpochEcho, epoch_line, share_text, step_text
 
 LOSS_POINTS = 2_000
 LOG_LINES = 5_000  # per buffer (each node, and the merged view)
@@ -94,19 +94,12 @@ class JobView:
 
     def share_text(self, worker: str) -> str:
         """"422/512": the worker's share of a step in a balanced run of a worker each; "" otherwise."""
-        if not self.shares or len(self.shares) != len(self.rates) or worker not in self.places:
-            return ""
-        return f"{self.shares[self.places[worker]]}/{sum(self.shares)}"
+        return share_text(self.shares, self.places.get(worker), len(self.rates))
 
     def step_text(self, worker: str) -> str:
         """"a step 1.09 s compute + 0.16 s besides + 0.09 s waiting": a balanced run's worker's last epoch's
         step in parts; "" where it told none."""
-        metric = self.steps.get(worker)
-        if metric is None:
-            return ""
-        parts = zip((metric.compute_seconds, metric.overhead_seconds, metric.wait_seconds),
-                    ("compute", "besides", "waiting"))
-        return "a step " + " + ".join(f"{seconds:.2g} s {what}" for seconds, what in parts if seconds is not None)
+        return step_text(self.steps.get(worker))
 
     def take_metric(self, event: WorkerMetric) -> None:
         metric = event.metric

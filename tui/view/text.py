@@ -43,6 +43,30 @@ def rate_text(metric: Metric) -> str:
     return f"{number(value, '.0f' if unit == 'examples/s' else '.1f')} {unit}"
 
 
+def share_text(shares: Sequence[int] | None, place: int | None, workers: int | None) -> str:
+    """"422/512": a worker's share of a step in a balanced run of a replica each (`place`: its rank among
+    `workers`); "" otherwise (not balanced, or shares per replica of workers with several)."""
+    if not shares or place is None or len(shares) != workers or not 0 <= place < len(shares):
+        return ""
+    return f"{shares[place]}/{sum(shares)}"
+
+
+def step_text(metric: Metric | None) -> str:
+    """"a step 1.09 s compute + 0.16 s besides + 0.09 s waiting": a balanced run's worker's step in parts, from
+    its epoch line; "" where it told none."""
+    if metric is None or metric.compute_seconds is None:
+        return ""
+    parts = zip((metric.compute_seconds, metric.overhead_seconds, metric.wait_seconds),
+                ("compute", "besides", "waiting"))
+    return "a step " + " + ".join(f"{seconds:.2g} s {what}" for seconds, what in parts if seconds is not None)
+
+
+def balance_text(share: str, step: str) -> str:
+    """"share 441/512, a step 1.1 s compute + …": what share_text and step_text told, as the TUI and status say it;
+    "" where neither told anything."""
+    return ", ".join(text for text in (share and f"share {share}", step) if text)
+
+
 def epoch_line(metric: Metric, total: object) -> str:
     """An epoch's figures as `run --no-tui` and the TUI's logs show them:
     "epoch 2/6  loss 1.8467  accuracy 0.4083  val_loss 1.7759  val_accuracy 0.4240  37.0 steps/s"."""
