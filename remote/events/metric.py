@@ -44,6 +44,8 @@ class Metric:
         value = self.fields.get(key)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
+    rank = property(lambda self: self.count("worker"))  # the worker's rank (PROTOCOL.md), where its line says it
+    workers = property(lambda self: self.count("workers"))
     epoch = property(lambda self: self.count("epoch"))
     epochs = property(lambda self: self.count("epochs"))
     step = property(lambda self: self.count("step"))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import IO
 
 from homegpu.remote.events import Metric
+from homegpu.remote.record.live_runs import hold_recording
 from homegpu.remote.record.run_folder import RunFolder
 
 
@@ -19,6 +20,7 @@ class ExperimentLog:
         self.folder.logs.mkdir(parents=True, exist_ok=True)
         self._logs: dict[str, IO[str]] = {}
         self._metrics = open(self.folder.metrics, "a", encoding="utf-8")
+        hold_recording(self._metrics)  # `homegpu status` shows the run while it is held (live_runs.py)
 
     def log_line(self, worker: str, text: str) -> None:
         handle = self._logs.get(worker)
