@@ -21,6 +21,7 @@ from homegpu.remote.nodes import (
     SshTarget, budget_text, card_budgets, gib, held_back, jump_hostname_address, owner_text,
 )
 from homegpu.remote.plan import worker_slots
+from homegpu.remote.record import LiveRun
 
 DIAGONAL = "—"
 NOT_MEASURED = "·"
@@ -43,12 +44,18 @@ def rate_text(metric: Metric) -> str:
     return f"{number(value, '.0f' if unit == 'examples/s' else '.1f')} {unit}"
 
 
-def share_text(shares: Sequence[int] | None, place: int | None, workers: int | None) -> str:
-    """"422/512": a worker's share of a step in a balanced run of a replica each (`place`: its rank among
-    `workers`); "" otherwise (not balanced, or shares per replica of workers with several)."""
+def worker_share(shares: Sequence[int] | None, place: int | None, workers: int | None) -> tuple[int, int] | None:
+    """(its share, the global batch): a worker's share of a step in a balanced run of a replica each (`place`: its
+    rank among `workers`); None otherwise (not balanced, or shares per replica of workers with several)."""
     if not shares or place is None or len(shares) != workers or not 0 <= place < len(shares):
-        return ""
-    return f"{shares[place]}/{sum(shares)}"
+        return None
+    return shares[place], sum(shares)
+
+
+def share_text(shares: Sequence[int] | None, place: int | None, workers: int | None) -> str:
+    """"422/512" (worker_share), or ""."""
+    share = worker_share(shares, place, workers)
+    return f"{share[0]}/{share[1]}" if share else ""
 
 
 def step_text(metric: Metric | None) -> str:
@@ -265,9 +272,30 @@ def _plural(count: int, word: str) -> str:
 # -- status -------------------------------------------------------------------------------------
 
 
-def format_status(nodes: Sequence, watched: bool = False) -> str:
-    """One block per node: a state line, then a line per GPU (or "CPU only"). `watched`: see _gpu_held_back."""
-    return "\n".join(_node_block(node, watched) for node in nodes)
+def format_status(nodes: Sequence, watched: bool = False, runs: Sequence[LiveRun] = ()) -> str:
+    """One block per node: a state line, then a line per GPU (or "CPU only"); then the runs recorded here now
+    (remote/record/live_runs.py). `watched`: see _gpu_held_back."""
+    return "\n".join([*(_node_block(node, watched) for node in nodes), *_runs_lines(runs)])
+
+
+def _runs_lines(runs: Sequence[LiveRun]) -> list[str]:
+    """Each run recorded here now, and each of its workers' latest epoch: its pace and, in a balanced run, its share
+    of a step and its step in parts."""
+    if not runs:
+        return []
+    lines = ["", "runs recorded here now:"]
+    for run in runs:
+        lines.append(f"  {run.run_id}")
+        width = max((len(label) for label, _ in run.epochs), default=0)
+        lines += [f"    {label:<{width}}  {_worker_epoch(metric)}".rstrip() for label, metric in run.epochs]
+        lines += [] if run.epochs else ["    no epoch yet"]
+    return lines
+
+
+def _worker_epoch(metric: Metric) -> str:
+    """"epoch 3/6  327 examples/s  share 441/512, a step 1.1 s compute + 0.16 s besides + 0.09 s waiting"."""
+    told = balance_text(share_text(metric.shares, metric.rank, metric.workers), step_text(metric))
+    return f"epoch {metric.epoch}/{metric.epochs or '?'}  {rate_text(metric)}  {told}"
 
 
 def _gpu_held_back(node, gpu, watched: bool = False) -> list[str]:
@@ -320,7 +348,8 @@ STATE_MARKS = {
 }
 
 
-def status_json(cluster_name: str, nodes: Sequence, at: float, watched: bool = False) -> dict:
+def status_json(cluster_name: str, nodes: Sequence, at: float, watched: bool = False,
+                runs: Sequence[LiveRun] = ()) -> dict:
     """The documented `status --json` object; "not available" values become null. `watched`: see _gpu_held_back."""
     return {
         "cluster": cluster_name,
@@ -332,7 +361,18 @@ def status_json(cluster_name: str, nodes: Sequence, at: float, watched: bool = F
              "stats": _stats_json(node, watched) if node.latest else None}
             for node in nodes
         ],
+        "runs": [{"run_id": run.run_id, "workers": [_worker_json(label, metric) for label, metric in run.epochs]}
+                 for run in runs],
     }
+
+
+def _worker_json(label: str, metric: Metric) -> dict:
+    """A worker's latest epoch in `status --json`: its pace, and in a balanced run its share and step in parts."""
+    share, global_batch = worker_share(metric.shares, metric.rank, metric.workers) or (None, None)
+    return {"worker": label, "rank": metric.rank, "epoch": metric.epoch, "epochs": metric.epochs,
+            "examples_per_sec": metric.examples_per_sec, "share": share, "global_batch": global_batch,
+            "step_seconds": metric.step_seconds, "compute_seconds": metric.compute_seconds,
+            "overhead_seconds": metric.overhead_seconds, "wait_seconds": metric.wait_seconds}
 
 
 def _stats_json(node, watched: bool) -> dict:
