@@ -4,10 +4,11 @@ epoch or two."""
 
 from __future__ import annotations
 
+import json
 from contextlib import ExitStack
 from pathlib import Path
 
-from helpers import read_metrics, run_and_strike, worker_processes, write_config
+from helpers import homegpu, read_metrics, run_and_strike, worker_processes, write_config
 from simcpu import cpu_quota, own_core
 
 EPOCHS = 6
@@ -17,12 +18,15 @@ def test_the_shares_follow_a_node_that_becomes_slow_mid_run(sim_cluster, tmp_pat
     config = write_config(sim_cluster, tmp_path, epochs=EPOCHS, steps_per_epoch=24, batch_size=32)
     # Alike machines, each with a whole core that a busy suite cannot take (the top weight), until node2's worker is
     # held to a fifth of one
+    statuses = []
     with own_core(sim_cluster.node("node1")), own_core(sim_cluster.node("node2")), ExitStack() as quotas:
         def slow_node2() -> None:
             on_node2 = set(sim_cluster.node("node2").pids())
             for pid in worker_processes(sim_cluster):
                 if pid in on_node2:
                     quotas.enter_context(cpu_quota(pid, f"homegpu-test-balance-{pid}", 20))
+            # status in the run's folder, as a second terminal beside `homegpu run` would
+            statuses.append(homegpu("--config", str(config), "status", "--json", cwd=tmp_path))
 
         status, output = run_and_strike(config, tmp_path, "node1 * epoch 2/", slow_node2)
     assert status == 0, output[-4000:]
@@ -39,3 +43,10 @@ def test_the_shares_follow_a_node_that_becomes_slow_mid_run(sim_cluster, tmp_pat
     assert after[0] >= 3 * after[1], said
     assert chief[EPOCHS]["compute_examples_per_sec"] > 0, chief[EPOCHS]  # its own speed, the next plan's
     assert "each replica's share of a step is now" in output
+    (live,) = json.loads(statuses[0].stdout)["runs"]
+    assert live["run_id"] == run_dir.name, live
+    told = {worker["worker"]: worker for worker in live["workers"]}
+    assert told["node1"]["epoch"] >= 2 and told["node1"]["compute_seconds"] is not None, live
+    assert all(worker["global_batch"] == 64 and worker["share"] > 0 for worker in told.values()), live
+    after = homegpu("--config", str(config), "status", "--json", cwd=tmp_path)
+    assert json.loads(after.stdout)["runs"] == [], after.stdout  # the run ended: no longer listed
