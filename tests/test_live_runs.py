@@ -87,18 +87,32 @@ def test_a_run_before_its_first_epoch_says_so(tmp_path, record):
 
 def test_a_finished_run_is_not_shown(tmp_path, record):
     record.metric("node1", epoch_line(0, 6))
-    runs = LiveRuns(tmp_path)
+    now = [1000.0]
+    runs = LiveRuns(tmp_path, clock=lambda: now[0])
     assert [run.run_id for run in runs.read()] == [RUN]
     record.close()  # the run ended: its controller lets go of the file
     assert runs.read() == [] and LiveRuns(tmp_path).read() == []
     assert format_status([], runs=[]) == "" and status_json("home", [], 1.0)["runs"] == []
-    # a controller that attaches to it again records it again
+    # a controller that attaches to it again records it again: seen at the next look at the quiet runs
     again = ExperimentLog(tmp_path, RUN)
     try:
         again.metric("node1", epoch_line(0, 6))
+        assert runs.read() == []  # not yet: a quiet run costs a tick nothing
+        now[0] += live_runs.RECHECK_SECONDS
         assert [run.run_id for run in runs.read()] == [RUN]
     finally:
         again.close()
+
+
+def test_a_run_begun_after_the_first_look_is_found(tmp_path):
+    runs = LiveRuns(tmp_path)
+    assert runs.read() == []
+    log = ExperimentLog(tmp_path, RUN)
+    try:
+        log.metric("node1", epoch_line(0, 1))
+        assert [run.run_id for run in runs.read()] == [RUN]
+    finally:
+        log.close()
 
 
 def test_a_killed_controllers_run_is_not_shown(tmp_path):

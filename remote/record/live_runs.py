@@ -3,10 +3,10 @@ as metrics.jsonl grows: what `homegpu status` shows beside a `homegpu run` start
 
 A controller holds a shared flock on the metrics.jsonl it appends to (ExperimentLog) for as long as it records the
 run; the kernel lets go of it however the controller ends (the run done, detached, killed). So a run is live while
-its file is locked, and one that ended is not. A file found unlocked is looked at again once it changes (a
-controller that takes the run up writes to it); a live one is read once from its end, back only as far as its
-workers' latest epoch lines, then only what was appended since: a long run costs a read of its new lines each
-time, never its whole file again.
+its file is locked, and one that ended is not. A file found unlocked is looked at again every RECHECK_SECONDS,
+opened only when it changed (a controller that takes the run up writes to it). A live one is read once from its
+end, back only as far as its workers' latest epoch lines, then only what was appended since: a long run costs a
+read of its new lines each time, never its whole file again.
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Callable
 
 from homegpu.remote.events import Metric
-from homegpu.remote.record.run_folder import RunFolder
+from homegpu.remote.record.run_folder import METRICS_NAME
 
 FIRST_READ = 64 * 1024  # bytes of a file's end read first (a few hundred lines); four times more each time short
 EPOCH_MARK = b'"epoch"'  # in every epoch line (and some others): only such lines are parsed
 HOLD_TRIES = 50  # 2 ms apart
+RECHECK_SECONDS = 10.0  # how often the runs found unrecorded are looked at again (a controller may take one up)
 
 
 def hold_recording(handle: IO) -> None:
@@ -118,35 +119,52 @@ class _Reader:
 class LiveRuns:
     """The runs under `experiments` that a controller records now, read each time `read` is called."""
 
-    def __init__(self, experiments: Path) -> None:
-        self.experiments = Path(experiments)
+    def __init__(self, experiments: Path, clock: Callable[[], float] = time.monotonic) -> None:
+        self.experiments, self.clock = Path(experiments), clock
         self._readers: dict[str, _Reader] = {}
         self._quiet: dict[str, tuple[int, int]] = {}  # a run not recorded now -> its file's (mtime, size) then
+        self._listed: tuple[int, list[str]] = (-1, [])  # the folder's mtime, and its runs then
+        self._recheck_at = 0.0  # when the quiet runs are looked at again, by `clock`
 
     def read(self) -> list[LiveRun]:
         """Every live run, in run id order, with what its workers told since the last call."""
+        recheck = self.clock() >= self._recheck_at
+        if recheck:
+            self._recheck_at = self.clock() + RECHECK_SECONDS
         runs = []
-        for name in self._names():
-            metrics = RunFolder.of(self.experiments, name).metrics
-            try:
-                seen = os.stat(metrics)
-                if self._quiet.get(name) == (seen.st_mtime_ns, seen.st_size):
-                    continue  # as it was when no one recorded it: a controller that takes it up writes soon
-                with open(metrics, "rb") as handle:
-                    if not recorded_now(handle):
-                        self._quiet[name] = (seen.st_mtime_ns, seen.st_size)
-                        self._readers.pop(name, None)
-                        continue
-                    self._quiet.pop(name, None)
-                    reader = self._readers.setdefault(name, _Reader())
-                    reader.read(handle)
-            except OSError:  # no metrics (yet), or gone since it was listed
+        for name in self._names(recheck):
+            if name in self._quiet and not recheck:
                 continue
-            runs.append(reader.run(name))
+            if (run := self._live(name)) is not None:
+                runs.append(run)
         return runs
 
-    def _names(self) -> list[str]:
+    def _live(self, name: str) -> LiveRun | None:
+        """The run `name` if a controller records it now, read on from where the last look ended."""
+        metrics = os.path.join(self.experiments, name, METRICS_NAME)  # str, not Path: a stat a run, each time
         try:
-            return sorted(entry.name for entry in os.scandir(self.experiments) if entry.is_dir())
+            seen = os.stat(metrics)
+            if self._quiet.get(name) == (seen.st_mtime_ns, seen.st_size):
+                return None  # as it was when no one recorded it: a controller that takes it up writes soon
+            with open(metrics, "rb") as handle:
+                if not recorded_now(handle):
+                    self._quiet[name] = (seen.st_mtime_ns, seen.st_size)
+                    self._readers.pop(name, None)
+                    return None
+                self._quiet.pop(name, None)
+                reader = self._readers.setdefault(name, _Reader())
+                reader.read(handle)
+        except OSError:  # no metrics (yet), or gone since it was listed
+            return None
+        return reader.run(name)
+
+    def _names(self, again: bool) -> list[str]:
+        """The run folders, listed again when the folder changed (a run begun), or `again` (its mtime's grain is
+        coarse: a folder made in the same tick as the last listing is found by the next recheck)."""
+        try:
+            stamp = os.stat(self.experiments).st_mtime_ns
+            if again or stamp != self._listed[0]:
+                self._listed = (stamp, sorted(entry.name for entry in os.scandir(self.experiments) if entry.is_dir()))
         except OSError:  # no experiments folder here: no run recorded here
             return []
+        return self._listed[1]

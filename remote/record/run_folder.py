@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TIMELINE_NAME = "timeline.sqlite"
+METRICS_NAME = "metrics.jsonl"
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class RunFolder:
     @property
     def metrics(self) -> Path:
         """Every metric line, one JSON object each (with its worker_label)."""
-        return self.path / "metrics.jsonl"
+        return self.path / METRICS_NAME
 
     @property
     def output(self) -> Path:

@@ -61,11 +61,12 @@ OWNER is who the process belongs to, as the node's agent found out:
 connecting, online, offline, auth failed, host key unknown, host key changed, asleep (homegpu put it
 to sleep: `homegpu wake NODE`, or work that needs it, wakes it).
 runs are the runs a homegpu on this machine records now under --experiments (`homegpu run`, the TUI or
-serve in this folder: their metrics.jsonl, read as it grows), each worker (LABEL as in the run's logs)
-with its latest epoch line. In a balanced run (balance = "speed", one replica a worker) share is the worker's examples of a step of
-global_batch, and its step_seconds is compute_seconds (its share at its speed) + overhead_seconds (its
-update and input) + wait_seconds (for the others, and the all-reduce over the link); otherwise they are
-null. workers is [] until the first epoch ends; a run that ended is not listed."""
+serve in this folder: their metrics.jsonl, read as it grows; one taken up again after it was left shows
+within 10 s), each worker (LABEL as in the run's logs) with its latest epoch line. In a balanced run
+(balance = "speed", one replica a worker) share is the worker's examples of a step of global_batch, and
+its step_seconds is compute_seconds (its share at its speed) + overhead_seconds (its update and input)
++ wait_seconds (for the others, and the all-reduce over the link); otherwise they are null. workers is
+[] until the first epoch ends; a run that ended is not listed."""
 
 
 def register(commands: argparse._SubParsersAction) -> None:
