@@ -48,5 +48,5 @@ def test_the_shares_follow_a_node_that_becomes_slow_mid_run(sim_cluster, tmp_pat
     told = {worker["worker"]: worker for worker in live["workers"]}
     assert told["node1"]["epoch"] >= 2 and told["node1"]["compute_seconds"] is not None, live
     assert all(worker["global_batch"] == 64 and worker["share"] > 0 for worker in told.values()), live
-    after = homegpu("--config", str(config), "status", "--json", cwd=tmp_path)
-    assert json.loads(after.stdout)["runs"] == [], after.stdout  # the run ended: no longer listed
+    ended = homegpu("--config", str(config), "status", "--json", cwd=tmp_path)
+    assert json.loads(ended.stdout)["runs"] == [], ended.stdout  # the run ended: no longer listed
