@@ -175,6 +175,9 @@ def test_status_says_the_login_is_stuck_and_a_run_waits_it_out_and_names_the_loc
     assert "~/.bashrc" in status.stdout
     result = homegpu("--config", config, "run", "hello", "--no-tui", cwd=tmp_path, timeout=120)
     assert result.returncode == 0 and "trained" in result.stdout, result.stdout + result.stderr  # not "GPUs not known"
+    # while it waits, the run says so, and for how long at most: not a silent minute
+    waiting = [line for line in result.stdout.splitlines() if "s more for stuckbox: its login shell had not run" in line]
+    assert len(waiting) == 1 and ": waiting up to " in waiting[0] and "~/.bashrc" in waiting[0], result.stdout
     warned = [line for line in result.stdout.splitlines() if "⚠" in line]
     assert len(warned) == 1 and warned[0].startswith("preflight stuckbox: ⚠ stuckbox: its login shell waits "), warned
     assert warned[0].endswith(f"s for every command on pyenv's rehash lock {stuck}, left by a login cut off while "

@@ -32,8 +32,10 @@ class LaunchError(Exception):
     The message names node and fix."""
 
 
-async def open_runtime(cluster: Cluster, node: NodeSession, timeout: float) -> tuple[Runtime, str]:
-    """The node's runtime and its expanded work dir, once it is online.
+async def open_runtime(cluster: Cluster, node: NodeSession, timeout: float,
+                       say: Callable[[str], None] | None = None) -> tuple[Runtime, str]:
+    """The node's runtime and its expanded work dir, once it is online. `say`: a line when its login keeps the run
+    waiting (up to a minute: pyenv's own wait on a stale lock), so that the wait is not a silent one.
 
     Raises:
         LaunchError: the node is not online within `timeout`, or its home dir cannot be read.
@@ -48,8 +50,11 @@ async def open_runtime(cluster: Cluster, node: NodeSession, timeout: float) -> t
             await node.wait_for(lambda n: n.latest is not None, first_stats)
         waited = node.login_waiting
         if node.latest is None and waited is not None:  # a slow login (pyenv's 60 s on a stale lock): its end
+            more = max(LOGIN_TIMEOUT_S - waited, 0) + first_stats
+            if say is not None and node.waiting_on:
+                say(f"waiting up to {more:.0f} s more for {node.name}: {node.waiting_on}")
             with contextlib.suppress(asyncio.TimeoutError):
-                await node.wait_for(lambda n: n.latest is not None, max(LOGIN_TIMEOUT_S - waited, 0) + first_stats)
+                await node.wait_for(lambda n: n.latest is not None, more)
         if node.latest is None and node.waiting_on:  # stuck past pyenv's own 60 s: named, not "GPUs not known"
             raise LaunchError(f"{node.name}: {node.waiting_on}")
     try:
@@ -69,15 +74,16 @@ class JobRuntimes:
         self.work_dirs = work_dirs  # node name -> expanded work dir
 
     @classmethod
-    async def open(cls, cluster: Cluster, job: JobSpec, timeout: float | None = None) -> "JobRuntimes":
-        """Wait for the job's nodes and make a runtime for each.
+    async def open(cls, cluster: Cluster, job: JobSpec, timeout: float | None = None,
+                   say: Callable[[str], None] | None = None) -> "JobRuntimes":
+        """Wait for the job's nodes and make a runtime for each; `say`: a line while a login keeps them waiting.
 
         Raises:
             LaunchError: naming every node that could not be reached.
         """
         timeout = timeout or connect_wait(cluster.spec, 5)
         nodes = [cluster.node(node.name) for node in job_node_specs(cluster.spec, job)]
-        results = await asyncio.gather(*(open_runtime(cluster, node, timeout) for node in nodes),
+        results = await asyncio.gather(*(open_runtime(cluster, node, timeout, say) for node in nodes),
                                        return_exceptions=True)
         problems = [str(r) for r in results if isinstance(r, BaseException)]
         if problems:

@@ -55,7 +55,8 @@ class RunPlacing:
     async def _open_nodes(self, timeout: float | None) -> JobRuntimes:
         """The job's runtimes; a node homegpu cannot reach is said in the placement's words, before any start."""
         try:
-            return await JobRuntimes.open(self.run.cluster, self.run.job, timeout)
+            return await JobRuntimes.open(self.run.cluster, self.run.job, timeout,
+                                          lambda line: self.run.publish(self.run.state, line))
         except LaunchError as exc:
             if not (words := self.run.placement.unreachable(self.run.job, str(exc))):
                 raise
