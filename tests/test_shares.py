@@ -4,6 +4,7 @@ revised, the loss weight that keeps the gradient the global batch's mean, and th
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -118,3 +119,67 @@ def test_a_step_in_parts_carries_the_compute_speed_it_was_told():
         "compute_seconds": 0.05, "overhead_seconds": 0.01, "wait_seconds": 0.14, "step_seconds": 0.2,
         "compute_examples_per_sec": 800.0}
     assert shares.step_parts(40, None, 0.01, 0.2) == {"overhead_seconds": 0.01, "step_seconds": 0.2}
+
+
+# An RTX 4070 (12 GiB) beside a P40 (24 GiB): the 4070 computes about three times as fast, but holds fewer examples.
+FAST_SMALL, SLOW_LARGE = 900.0, 300.0
+
+
+def test_a_cap_holds_a_fast_workers_share_and_the_others_share_the_rest_by_speed():
+    assert shares.split(512, [FAST_SMALL, SLOW_LARGE]) == [384, 128]
+    assert shares.split(512, [FAST_SMALL, SLOW_LARGE], caps=[300, None]) == [300, 212]
+    # three workers: the capped one at its cap, the other two by their speeds (2:1)
+    assert shares.split(600, [FAST_SMALL, 200.0, 100.0], caps=[200, None, 1000]) == [200, 267, 133]
+    assert shares.capped(512, [FAST_SMALL, SLOW_LARGE], None, [300, None]) == [0]
+
+
+def test_a_cap_the_share_stays_below_changes_nothing():
+    for caps in ([384, None], [500, 500], [None, None], None):
+        assert shares.split(512, [FAST_SMALL, SLOW_LARGE], caps=caps) == [384, 128]
+        assert shares.capped(512, [FAST_SMALL, SLOW_LARGE], None, caps) == []
+    assert shares.split(512, [400.0, 70.0], [0.1, 0.35], caps=[460, 460]) == [451, 61]  # the overhead test's split
+
+
+def test_caps_and_the_floor_together():
+    # two fast GPUs capped at 100 each: the slow one, at its floor of 21 by speed, takes the rest instead
+    assert shares.split(512, [1000.0, 1000.0, 1.0], caps=[100, 100, None]) == [100, 100, 312]
+    # one slow worker at its floor, one fast worker capped, the third fast one takes the rest
+    assert shares.split(512, [1000.0, 1000.0, 1.0], caps=[100, None, None]) == [100, 391, 21]
+    # a cap below the floor wins: memory is a hard limit, the floor a wish
+    assert shares.split(512, [1000.0, 1.0, 1.0], caps=[None, 5, None]) == [486, 5, 21]
+    # speeds unknown: the even split, within the caps
+    assert shares.split(512, [None, None], caps=[200, None]) == [200, 312]
+    # with overheads: by pace alone [400, 240, 80, 80]; three capped, the fourth takes what is left
+    assert shares.split(800, [5.0, 3.0, 1.0, 1.0], [0.2, 0.1, 0.0, 0.3], [150, 330, 250, 90]) == [150, 330, 230, 90]
+
+
+def test_water_filling_with_caps_and_a_floor_brings_the_workers_to_the_collective_together():
+    """Any speeds, overheads and caps that can hold the batch: the shares sum to it and keep within the floor and
+    the caps, and no example could move to end the step sooner: every worker above its low bound ends no later
+    than every worker below its cap, but for one example's rounding each."""
+    rng = random.Random(48)
+    for _ in range(500):
+        workers, global_batch = rng.randint(2, 6), rng.choice([64, 512, 1000])
+        speeds = [rng.uniform(10, 2000) for _ in range(workers)]
+        overheads = [rng.uniform(0, 0.2) for _ in range(workers)]
+        caps = [rng.choice([None, rng.randint(1, global_batch)]) for _ in range(workers)]
+        if None not in caps and sum(caps) < global_batch:
+            continue
+        split = shares.split(global_batch, speeds, overheads, caps)
+        highs = [cap if cap is not None else math.inf for cap in caps]
+        lows = [min(shares.floor(global_batch, workers), high) for high in highs]
+        assert sum(split) == global_batch and all(low <= share <= high for low, share, high in zip(lows, split, highs))
+        ends = [overhead + share / speed for share, speed, overhead in zip(split, speeds, overheads)]
+        givers = [ends[rank] - 1 / speeds[rank] for rank in range(workers) if split[rank] > lows[rank]]
+        takers = [ends[rank] + 1 / speeds[rank] for rank in range(workers) if split[rank] < highs[rank]]
+        assert max(givers, default=0) <= min(takers, default=math.inf) + 1e-9, (speeds, overheads, caps, split)
+
+
+def test_caps_that_cannot_hold_the_global_batch_each_take_their_cap_and_the_rest_by_their_size():
+    """No split within them exists: each is passed by the same part, and `within_caps` says so (the balancers then
+    keep the split in force, which fits: no measured cap is below the share it was measured at)."""
+    split = shares.split(512, [FAST_SMALL, SLOW_LARGE], caps=[150, 250])
+    assert split == [192, 320] and sum(split) == 512
+    assert not shares.within_caps(split, [150, 250])
+    assert shares.within_caps([150, 250], [150, 250]) and shares.within_caps([300, 212], [300, None])
+    assert shares.split(512, [FAST_SMALL, SLOW_LARGE], caps=[312, 200]) == [312, 200]  # exactly enough

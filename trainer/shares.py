@@ -9,7 +9,9 @@ same moment: machines add up. The global batch stays what the job says; only its
 
 A share never drops below `floor` (an eighth of an even share, at least one example), which keeps a worker
 useful rather than idle; a machine whose floor alone takes longer than the others need for the whole step
-without it slows the run, and `slows_the_run` names it with the figures.
+without it slows the run, and `slows_the_run` names it with the figures. Nor does it pass its worker's cap, where
+one is known: the examples a step its GPU's memory holds (trainer/memory_cap.py), a fast card with little memory
+being given no more than it can take; the others share the rest.
 """
 
 from __future__ import annotations
@@ -53,35 +55,68 @@ def floor(global_batch: int, workers: int) -> int:
 
 
 def split(global_batch: int, speeds: Sequence[float | None],
-          overheads: Sequence[float | None] | None = None) -> list[int]:
+          overheads: Sequence[float | None] | None = None, caps: Sequence[int | None] | None = None) -> list[int]:
     """Shares of `global_batch` that bring every worker to the step's collective at once at these `speeds`
     (examples/s) and `overheads` (seconds a step besides the examples, None where not known yet; none at all: in
-    proportion to the speeds), each
-    at least `floor`, summing to `global_batch`. Any speed unknown (None, zero, not finite) gives the even split:
-    one guess is no basis."""
+    proportion to the speeds), each at least `floor` and at most its worker's cap (None: none; below the floor the
+    cap wins: memory is a hard limit), summing to `global_batch`. Any speed unknown (None, zero, not finite) gives
+    the even split, within the caps: one guess is no basis. Caps that together hold less than `global_batch` have
+    no split within them: each worker gets its cap and the rest in proportion to it (`within_caps` tells)."""
     workers = len(speeds)
     if workers == 0:
         return []
-    known = [speed for speed in speeds if speed is not None and math.isfinite(speed) and speed > 0]
     least = floor(global_batch, workers)
-    if len(known) < workers or global_batch < least * workers:
+    if global_batch < least * workers:
         return even(global_batch, workers)
+    if any(speed is None or not math.isfinite(speed) or speed <= 0 for speed in speeds):
+        speeds, overheads = [1.0] * workers, None
+    highs = [max(1, cap) if cap is not None else math.inf for cap in caps or [None] * workers]
+    if sum(highs) < global_batch:
+        over = _rounded({rank: high * global_batch / sum(highs) for rank, high in enumerate(highs)}, global_batch)
+        return [over[rank] for rank in range(workers)]
+    lows = [min(least, high) for high in highs]
     fixed = _fixed(overheads, workers)
-    clamped: set[int] = set()
-    while True:  # water-filling: a worker below the floor gets it, the rest is shared by the others
-        free = [rank for rank in range(workers) if rank not in clamped]
-        left = global_batch - least * len(clamped)
-        # every free worker done at `finish`: speed × (finish − overhead) examples each, `left` in all
+    low, high, free = _bounds_at(global_batch, speeds, fixed, lows, highs)
+    held = {**{rank: lows[rank] for rank in low}, **{rank: int(highs[rank]) for rank in high}}
+    shares = [held.get(rank, 0) for rank in range(workers)]
+    left = global_batch - sum(held.values())
+    if free:  # every free worker done at `finish`: speed × (finish − overhead) examples each, `left` in all
         finish = (left + sum(speeds[rank] * fixed[rank] for rank in free)) / sum(speeds[rank] for rank in free)
-        ideal = {rank: speeds[rank] * (finish - fixed[rank]) for rank in free}
-        below = {rank for rank, share in ideal.items() if share < least}
-        if not below:
-            break
-        clamped |= below
-    shares = [least] * workers
-    for rank, share in _rounded(ideal, left).items():
-        shares[rank] = share
+        ideal = {rank: min(highs[rank], max(lows[rank], speeds[rank] * (finish - fixed[rank]))) for rank in free}
+        for rank, share in _rounded(ideal, left).items():
+            shares[rank] = share
     return shares
+
+
+def _bounds_at(global_batch: int, speeds: Sequence[float], fixed: Sequence[float], lows: Sequence[int],
+               highs: Sequence[float]) -> tuple[set[int], set[int], list[int]]:
+    """Water-filling with a floor and a cap: which workers are held at their low bound, which at their cap, and
+    which are free when the step ends where the shares, speed × (end − overhead) each within its bounds, sum to
+    `global_batch`. That sum grows with the end, bending where a worker reaches a bound: the end lies past the
+    last such bend at which the sum is still at most `global_batch`, and before the next."""
+    def total_at(end: float) -> float:
+        return sum(min(high, max(low, speed * (end - overhead)))
+                   for speed, overhead, low, high in zip(speeds, fixed, lows, highs))
+    reaches = [(overhead + low / speed, overhead + high / speed)
+               for speed, overhead, low, high in zip(speeds, fixed, lows, highs)]
+    bends = sorted({end for pair in reaches for end in pair if math.isfinite(end)})
+    # at the first bend every share is at its low bound, together at most the global batch (but for rounding)
+    past = max((end for end in bends if total_at(end) <= global_batch), default=bends[0])
+    low = {rank for rank, (up, _) in enumerate(reaches) if up > past}
+    high = {rank for rank, (_, full) in enumerate(reaches) if full <= past}
+    return low, high, [rank for rank in range(len(speeds)) if rank not in low | high]
+
+
+def within_caps(new: Sequence[int], caps: Sequence[int | None] | None) -> bool:
+    """Whether no share of `new` passes its worker's cap."""
+    return all(cap is None or share <= cap for share, cap in zip(new, caps or []))
+
+
+def capped(global_batch: int, speeds: Sequence[float | None], overheads: Sequence[float | None] | None,
+           caps: Sequence[int | None] | None) -> list[int]:
+    """The workers whose caps hold their shares down: by their paces alone they would get more."""
+    free = split(global_batch, speeds, overheads)
+    return [rank for rank, (share, cap) in enumerate(zip(free, caps or [])) if cap is not None and share > cap]
 
 
 def _rounded(ideal: dict[int, float], total: int) -> dict[int, int]:
