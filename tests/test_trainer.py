@@ -197,13 +197,14 @@ def test_defaults_and_help():
 
 ALLOWED_TOP = {"tensorflow", "tf_keras", "numpy", "homegpu"}
 TORCH_ALLOWED_TOP = {"torch", "homegpu"}
-TF_FREE = ("metrics.py", "cluster.py", "synthetic.py", "cli.py", "__main__.py", "shares.py", "import_hooks.py")
+TF_FREE = ("metrics.py", "cluster.py", "synthetic.py", "cli.py", "__main__.py", "shares.py", "import_hooks.py",
+           "memory_cap.py")
 TORCH_FILES = ("torch_demo.py", "balance_torch.py")  # PyTorch's demo and its balancing: no TensorFlow
 JAX_ALLOWED_TOP = {"jax", "numpy", "homegpu"}
 JAX_FILES = ("jax_demo.py", "jax_cluster.py")  # JAX's demo and its cluster environment: no TensorFlow
 # each framework held to a GPU budget once the script imports it: any of the three, never at load
 BUDGET_FILES = ("gpu_budget.py",)
-BUDGET_ALLOWED_TOP = {"tensorflow", "torch", "jax", "homegpu"}
+BUDGET_ALLOWED_TOP = {"tensorflow", "torch", "jax", "pynvml", "homegpu"}  # pynvml: a card's memory, where it imports
 
 
 def _imports(path: Path) -> list[tuple[str, bool]]:
@@ -222,7 +223,7 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
 @pytest.mark.parametrize("path", sorted(TRAINER_DIR.glob("*.py")), ids=lambda p: p.name)
 def test_trainer_imports_only_stdlib_tensorflow_and_itself(path):
     """(TORCH_FILES: the standard library, torch and itself; JAX_FILES: jax, numpy and itself; BUDGET_FILES: any
-    framework, inside functions only.)"""
+    framework, and pynvml, inside functions only.)"""
     allowed = TORCH_ALLOWED_TOP if path.name in TORCH_FILES else JAX_ALLOWED_TOP if path.name in JAX_FILES \
         else BUDGET_ALLOWED_TOP if path.name in BUDGET_FILES else ALLOWED_TOP
     for module, at_top in _imports(path):

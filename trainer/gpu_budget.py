@@ -93,11 +93,33 @@ def hold_jax(size: int, env: os._Environ | dict) -> None:
     """XLA_PYTHON_CLIENT_MEM_FRACTION, unless the job's env sets it; JAX reads it when its backend starts."""
     if JAX_FRACTION_ENV in env:
         return
-    visible = env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
-    total = card_memory(visible)
+    total = card_memory(first_visible(env))
     if total:
         env[JAX_FRACTION_ENV] = f"{min(1.0, size / total):.4f}"
     _say("JAX", size, int(bool(total)))
+
+
+def first_visible(env: Mapping[str, str] = os.environ) -> str:
+    """The card a process's first GPU is, as nvidia-smi and NVML name it: CUDA_VISIBLE_DEVICES' first (homegpu
+    gives a process worker its cards by nvidia-smi's index; a container sees its own from 0)."""
+    return env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+
+
+def card_total(gpu: str) -> int | None:
+    """GPU `gpu`'s memory in bytes (its index or UUID): NVML's where pynvml imports and the driver answers (no
+    process started), else nvidia-smi's; None where neither knows it."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            handle = (pynvml.nvmlDeviceGetHandleByIndex(int(gpu)) if gpu.isdigit()
+                      else pynvml.nvmlDeviceGetHandleByUUID(gpu))
+            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no pynvml, no driver (NVMLError), a MIG name: nvidia-smi may still know
+        return card_memory(gpu)
 
 
 def card_memory(gpu: str) -> int | None:
