@@ -117,6 +117,21 @@ def test_the_shares_follow_a_slower_worker(tmp_path, tensorflow):
     assert overheads[1] > overheads[0] + 0.02, workers[0]
 
 
+def test_a_fast_worker_whose_gpu_holds_fewer_examples_is_capped_there(tmp_path, tensorflow):
+    """Worker 0, the fast one, on a fake GPU (these machines have none) answering get_memory_info in its documented
+    format: half a GiB an example of 11.5 GiB holds 20 of the 32 examples a step within 90 %. By speed alone it
+    would take 22 or more; worker 1, on the CPU, has no cap."""
+    run_check(tmp_path, "memory", 2)
+    workers = [read(tmp_path, "0"), read(tmp_path, "1")]
+    assert workers[0]["shares"] == workers[1]["shares"] == [20, 12], workers[0]
+    assert workers[0]["caps"] == workers[1]["caps"] == [20, None]
+    said = [worker["capped"] for worker in workers]
+    assert len(said[0]) == 1 and not said[1], said  # once: as the cap started to hold worker 0's share down
+    # (8.0 of 11.5 GiB used at 16) at the first steps' re-split, a later one's figures where speed alone moved first
+    assert re.fullmatch(r"this GPU holds about 20 examples of a step \(\d+\.\d of 11\.5 GiB used at \d+\): its share "
+                        r"is capped there and the rest goes to the others", said[0][0]), said
+
+
 # The lines docs/your-script.md ("Unlike machines") has a keras.io-shaped script change for homegpu's Balancer.
 BALANCER_LINES = [
     ("import tensorflow as tf  # noqa: E402\n",

@@ -12,9 +12,9 @@ Four parts, each the same on every worker:
   sums the gradients into the global batch's mean, as one machine would compute it). Its forward and backward
   pass is timed in the graph (`tf.timestamp`) before the collective, so a worker's speed leaves out its wait, and
   so is its overhead, from one step's all-reduce to the next step's compute.
-- `Rebalance`: after the first steps and at each epoch's end, the workers trade their speeds and overheads (a
-  collective) and re-split when that shortens a step by more than 5 %; a run given shares by $HOMEGPU_SHARES
-  starts with them.
+- `Rebalance`: after the first steps and at each epoch's end, the workers trade their speeds and overheads, and
+  the examples a step their GPUs' memory holds (`gpu_memory`, trainer/memory_cap.py), in a collective, and re-split
+  when that shortens a step by more than 5 %; a run given shares by $HOMEGPU_SHARES starts with them.
 `Balancer` puts them together, for the built-in trainer and for a script of one's own (docs/your-script.md,
 "Unlike machines").
 """
@@ -29,12 +29,13 @@ from typing import Callable
 import tensorflow as tf
 import tf_keras as keras
 
-from homegpu.trainer import shares
+from homegpu.trainer import gpu_budget, memory_cap, shares
 from homegpu.trainer.cluster import worker_role
 from homegpu.trainer.report import IN_A_RUN
 
 MARGIN_STEPS = 8  # past the step a change is decided at: more than the pipeline prefetches
 WARMUP_STEPS = 5
+GPU = "GPU:0"  # a worker's first GPU, read for its memory: its replicas' GPUs are alike (the plan's equal replicas)
 
 
 class ShareSchedule:
@@ -55,6 +56,10 @@ class ShareSchedule:
     def settled(self, step: int) -> bool:
         """Whether the last change is in force by `step` (a new one may be scheduled)."""
         return step >= int(self.switch_at.numpy())
+
+    def in_force(self, step: int) -> list[int]:
+        """The shares the steps run at `step`."""
+        return self.current if self.settled(step) else [int(share) for share in self.before.numpy()]
 
     def change(self, new: list[int], step: int) -> None:
         self.before.assign(self.after.numpy())
@@ -219,16 +224,21 @@ class Rebalance(keras.callbacks.Callback):
     """Trades the workers' speeds after the first steps and at each epoch's end (a collective on every worker at
     the same step) and schedules new shares when they would move. It also times the steps: where a step waits
     longer for the collective than its slowest share takes to compute, the link sets the pace, not the machines,
-    and `say_link` is told so once, with both figures."""
+    and `say_link` is told so once, with both figures. With this worker's GPU `memory`, its cap is traded too, and
+    `say_cap` is told its reading as the cap starts to hold its share down, and with each new split while it does.
+    """
 
     def __init__(self, schedule: ShareSchedule, rank: int, workers: int, say, warmup_steps: int = WARMUP_STEPS,
-                 warm: bool = False, say_link=None) -> None:
+                 warm: bool = False, say_link=None, memory: memory_cap.GpuMemory | None = None,
+                 say_cap=None) -> None:
         super().__init__()
         self.schedule, self.rank, self.workers, self.say, self.say_link = schedule, rank, workers, say, say_link
+        self.memory, self.say_cap, self._cap_watch = memory, say_cap, memory_cap.CapWatch()
         self.warmup_steps = 0 if warm else warmup_steps
         self.step = 0
         self.speeds: list[float | None] = [None] * workers
         self.overheads: list[float | None] = [None] * workers
+        self.caps: list[int | None] = [None] * workers
         self.step_seconds: float | None = None  # a step's wall time, and its slowest worker's own part of it
         self.own_seconds: float | None = None
         self._began = self._wall = 0.0
@@ -250,21 +260,41 @@ class Rebalance(keras.callbacks.Callback):
         self._resplit()
 
     def _resplit(self, timed: bool = True) -> None:
+        reading = self._read_memory()
         speed, overhead = self.model.clock.take()
-        self.speeds, self.overheads = all_paces(self.model.distribute_strategy, speed, overhead, self.rank,
-                                                self.workers)
+        self.speeds, self.overheads, self.caps = all_paces(self.model.distribute_strategy, speed, overhead, self.rank,
+                                                           self.workers, reading.cap if reading else None)
         local = self.schedule.replicas // self.workers
-        speeds = [speed for speed in self.speeds for _ in range(local)]
-        overheads = [overhead for overhead in self.overheads for _ in range(local)]
+        speeds, overheads, caps = ([value for value in values for _ in range(local)]
+                                   for values in (self.speeds, self.overheads, self.caps))
         if timed:
             self._time_steps(speeds, overheads)
         self._wall, self._timed = 0.0, 0
-        if not self.schedule.settled(self.step):
-            return  # the last change is not in force yet
-        new = shares.split(self.schedule.global_batch, speeds, overheads)
-        if shares.worth_changing(self.schedule.current, new, speeds, overheads):
+        if self.schedule.settled(self.step):  # else the last change is not in force yet
+            self._split(speeds, overheads, caps, reading)
+
+    def _replicas(self) -> range:
+        """This worker's replicas, in the schedule's order."""
+        local = self.schedule.replicas // self.workers
+        return range(self.rank * local, (self.rank + 1) * local)
+
+    def _read_memory(self) -> memory_cap.Reading | None:
+        """This worker's GPU memory since the last re-split, at the largest share of its replicas in force."""
+        if not self.memory:
+            return None
+        return self.memory.read(max(self.schedule.in_force(self.step)[replica] for replica in self._replicas()))
+
+    def _split(self, speeds: list[float | None], overheads: list[float | None], caps: list[int | None],
+               reading: memory_cap.Reading | None) -> None:
+        new = shares.split(self.schedule.global_batch, speeds, overheads, caps)
+        # caps that cannot hold the global batch leave the shares in force, which fit (no cap is below its share)
+        moved = shares.within_caps(new, caps) and shares.worth_changing(self.schedule.current, new, speeds, overheads)
+        if moved:
             self.schedule.change(new, self.step)
             self.say(new, self.speeds, self.overheads)
+        holds = bool(set(self._replicas()) & set(shares.capped(self.schedule.global_batch, speeds, overheads, caps)))
+        if self._cap_watch.due(holds, moved) and reading and self.say_cap:
+            self.say_cap(reading)
 
     def _time_steps(self, speeds: list[float | None], overheads: list[float | None]) -> None:
         if self._timed and all(speeds):
@@ -276,17 +306,35 @@ class Rebalance(keras.callbacks.Callback):
 
 
 def all_paces(strategy: tf.distribute.Strategy, speed: float | None, overhead: float | None, rank: int,
-              workers: int) -> tuple[list[float | None], list[float | None]]:
-    """Every worker's speed and overhead in rank order (None where one has none yet): a collective, as
-    backup.all_agree."""
-    mine = [0.0] * (2 * workers)
-    mine[rank], mine[workers + rank] = speed or 0.0, overhead or 0.0
+              workers: int, cap: int | None = None) -> tuple[list[float | None], list[float | None], list[int | None]]:
+    """Every worker's speed, overhead and cap in rank order (None where one has none: not yet, or no GPU): a
+    collective, as backup.all_agree."""
+    mine = [0.0] * (3 * workers)
+    mine[rank], mine[workers + rank], mine[2 * workers + rank] = speed or 0.0, overhead or 0.0, cap or 0.0
     value = tf.constant(mine, dtype=tf.float64)
     per_replica = strategy.run(tf.function(lambda: tf.identity(value)))
     total = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None).numpy()
     local = strategy.num_replicas_in_sync // workers  # each of a worker's replicas gave its figures
     everyone = [float(value) / local or None for value in total]
-    return everyone[:workers], everyone[workers:]
+    caps = [round(cap) if cap else None for cap in everyone[2 * workers:]]
+    return everyone[:workers], everyone[workers:2 * workers], caps
+
+
+def gpu_memory(config=None, usable: int | None = None) -> memory_cap.GpuMemory | None:
+    """This worker's first GPU's memory as TensorFlow reports it: `config` is tf.config.experimental (a test's fake
+    stands in: these machines have no GPU), whose get_memory_info gives {"current", "peak"} in bytes and
+    reset_memory_stats starts the peak again. It may hold `usable` bytes, by default the job's gpu_memory, else the
+    card's total (NVML, else nvidia-smi). None on a CPU worker, or where that total is not known: no cap."""
+    config = config or tf.config.experimental
+    try:
+        config.get_memory_info(GPU)
+    except ValueError:  # no such device
+        return None
+    usable = usable or memory_cap.usable(lambda: gpu_budget.card_total(gpu_budget.first_visible()))
+    if not usable:
+        return None
+    return memory_cap.GpuMemory(lambda: config.get_memory_info(GPU)["peak"], lambda: config.reset_memory_stats(GPU),
+                                usable)
 
 
 def link_line(step_seconds: float, own_seconds: float) -> str:
@@ -313,7 +361,8 @@ class Balancer:
     On one worker, with the job's `balance = "even"`, or outside a homegpu run (unless `by_hand_too`: the
     built-in trainer balances wherever it runs), it changes nothing: the dataset is shuffled, repeated and
     batched globally as the tutorials do, the model is the script's own, the callback does nothing. The chief
-    says each new split and a pace its compute does not set; `heard` functions are told each new split.
+    says each new split and a pace its compute does not set, a worker whose GPU's memory caps its share says so;
+    `heard` functions are told each new split.
     """
 
     def __init__(self, strategy: tf.distribute.Strategy, global_batch_size: int, *, seed: int = 0,
@@ -331,13 +380,17 @@ class Balancer:
             self.schedule = ShareSchedule(global_batch_size, replicas, given)
             self.clock = ComputeClock()
             self.callback = Rebalance(self.schedule, self.role.rank, self.role.workers, self._said,
-                                      warm=given is not None, say_link=self._link)
+                                      warm=given is not None, say_link=self._link, memory=gpu_memory(),
+                                      say_cap=self._capped)
 
     def _said(self, new: list[int], speeds: list[float | None], overheads: list[float | None]) -> None:
         for hears in self.heard:
             hears(new)
         if self.role.is_chief:
             print_line("homegpu.trainer: " + shares.moved_line("replica", new, self.global_batch, speeds, overheads))
+
+    def _capped(self, reading: memory_cap.Reading) -> None:
+        print_line("homegpu.trainer: " + reading.line("this worker's GPU"))
 
     def _link(self, step_seconds: float, own_seconds: float) -> None:
         if self.role.is_chief:
