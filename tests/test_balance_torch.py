@@ -75,6 +75,20 @@ def test_the_shares_follow_a_slower_process_and_each_epoch_covers_the_data_once(
         assert len(seen[0]) + len(seen[1]) == 128 and len(set(seen[0] + seen[1])) == 128
 
 
+def test_a_fast_process_whose_gpu_holds_fewer_examples_is_capped_there(tmp_path, pytorch):
+    """Rank 0, the fast one, on a fake GPU (these machines have none) answering torch.cuda's memory calls in their
+    documented format, ints of bytes: 1.125 GiB an example of 12 GiB holds 9 of the 16 examples a step within 90 %.
+    By speed alone it would take 11 or more; rank 1, on the CPU, has no cap."""
+    ranks = run_two(tmp_path, "memory")
+    assert [epoch["began_with"] for epoch in ranks[0]["epochs"]] == [[8, 8], [9, 7], [9, 7]], ranks[0]["epochs"]
+    assert ranks[0]["caps"] == ranks[1]["caps"] == [9, None]
+    said = [[line for line in rank["said"].splitlines() if line.startswith("homegpu: ")] for rank in ranks]
+    assert len(said[0]) == 1 and not said[1], said  # once: as the cap started to hold rank 0's share down
+    # (9.0 of 12.0 GiB used at 8) at the first steps' re-split, a later one's figures where speed alone moved first
+    assert re.fullmatch(r"homegpu: this process's GPU holds about 9 examples of a step \(\d+\.\d of 12\.0 GiB used at "
+                        r"\d+\): its share is capped there and the rest goes to the others", said[0][0]), said
+
+
 @pytest.mark.parametrize(("in_a_run", "env"), [(False, {}), (True, {"HOMEGPU_BALANCE": "even"})],
                          ids=["by hand", "balance even"])
 def test_by_hand_or_when_the_job_asks_the_split_stays_even(tmp_path, pytorch, in_a_run, env):

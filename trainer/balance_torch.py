@@ -18,19 +18,21 @@ before DDP waits for the other processes' gradients. Overhead is the time a proc
 its share: from the end of DDP's wait to the next forward pass (the optimizer's step, the next batch). Shares
 start even, or as $HOMEGPU_SHARES says (a previous run's); after the first `WARMUP_STEPS` steps and at each
 epoch's start (`set_epoch`, as with DistributedSampler) the processes trade their speeds and overheads over a
-gloo group of their own and re-split. Outside a homegpu run, or with
-$HOMEGPU_BALANCE=even, the split stays even (then it is DistributedSampler's, without padding).
-Standard library and torch only.
+gloo group of their own and re-split. A process on a GPU trades the examples a step its memory holds too
+(`gpu_memory`, trainer/memory_cap.py), which its share then never passes, and says so when that holds it down.
+Outside a homegpu run, or with $HOMEGPU_BALANCE=even, the split stays even (then it is DistributedSampler's,
+without padding). Standard library and torch only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from typing import Iterator, Sequence
 
-from homegpu.trainer import shares
+from homegpu.trainer import memory_cap, shares
 from homegpu.trainer.report import IN_A_RUN
 
 WARMUP_STEPS = 5  # steps timed before the first re-split of a run that starts even
@@ -45,10 +47,12 @@ class BalancedBatches:
         seed: the shuffle's seed, the same on every process.
         shuffle: shuffle each epoch (seed + epoch), as DistributedSampler does.
         warmup_steps: steps timed before the first re-split of a run that starts even.
+        memory: this process's GPU memory (by default `gpu_memory()`, looked up at each re-split until the process
+            uses its GPU).
     """
 
     def __init__(self, dataset, batch_size: int, *, seed: int = 0, shuffle: bool = True,
-                 warmup_steps: int = WARMUP_STEPS) -> None:
+                 warmup_steps: int = WARMUP_STEPS, memory: memory_cap.GpuMemory | None = None) -> None:
         import torch.distributed as dist
 
         self.size, self.seed, self.shuffle, self.warmup_steps = len(dataset), seed, shuffle, warmup_steps
@@ -67,6 +71,8 @@ class BalancedBatches:
         self._reduced_at: float | None = None
         self.speeds: Sequence[float | None] = [None] * self.processes  # every process's, at the last re-split
         self.overheads: Sequence[float | None] = [None] * self.processes
+        self.caps: Sequence[int | None] = [None] * self.processes
+        self._memory, self._cap_watch = memory, memory_cap.CapWatch()
         self._steps_left_to_warm = 0 if given else warmup_steps
 
     @property
@@ -143,25 +149,57 @@ class BalancedBatches:
     def _resplit(self) -> None:
         if not self.balancing:
             return
-        self.speeds, self.overheads = _gather(self.pace(), self.processes, self._group)
+        reading = self._read_memory()
+        self.speeds, self.overheads, self.caps = _gather((*self.pace(), reading.cap if reading else None),
+                                                         self.processes, self._group)
         self._examples, self._seconds, self._overhead, self._gaps = 0, 0.0, 0.0, 0
         self._reduced_at = None  # the next step follows an epoch's end or this collective, not a step
-        new = shares.split(self.global_batch, self.speeds, self.overheads)
-        if shares.worth_changing(self.shares, new, self.speeds, self.overheads):
+        self._split(reading)
+
+    def _split(self, reading: memory_cap.Reading | None) -> None:
+        new = shares.split(self.global_batch, self.speeds, self.overheads, self.caps)
+        # caps that cannot hold the global batch leave the shares in force, which fit (no cap is below its share)
+        moved = shares.within_caps(new, self.caps) and shares.worth_changing(self.shares, new, self.speeds,
+                                                                               self.overheads)
+        if moved:
             self.shares = new
             self.changes += 1
+        holds = self.rank in shares.capped(self.global_batch, self.speeds, self.overheads, self.caps)
+        if self._cap_watch.due(holds, moved) and reading:
+            print("homegpu: " + reading.line("this process's GPU"), file=sys.stderr, flush=True)
+
+    def _read_memory(self) -> memory_cap.Reading | None:
+        """This process's GPU memory since the last re-split, at its share."""
+        self._memory = self._memory or gpu_memory()
+        return self._memory.read(self.share) if self._memory else None
 
 
-def _gather(pace: tuple[float | None, float | None], processes: int,
-            group) -> tuple[list[float | None], list[float | None]]:
-    """Every process's speed and overhead (None where one has none yet), in rank order."""
+def gpu_memory(cuda=None, usable: int | None = None) -> memory_cap.GpuMemory | None:
+    """This process's GPU's memory as PyTorch reports it: `cuda` is torch.cuda (a test's fake stands in: these
+    machines have no GPU), whose max_memory_allocated() gives the peak in bytes on the current device and
+    reset_peak_memory_stats() starts it again. It may hold `usable` bytes, by default the job's gpu_memory, else the
+    card's total (mem_get_info()'s second). None where the process uses no GPU: no cap."""
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda
+    if not (cuda.is_available() and cuda.is_initialized()):
+        return None
+    usable = usable or memory_cap.usable(lambda: cuda.mem_get_info()[1])
+    return memory_cap.GpuMemory(cuda.max_memory_allocated, cuda.reset_peak_memory_stats, usable) if usable else None
+
+
+def _gather(mine: tuple[float | None, float | None, int | None], processes: int,
+            group) -> tuple[list[float | None], list[float | None], list[int | None]]:
+    """Every process's speed, overhead and cap (None where one has none: not yet, or no GPU), in rank order."""
     import torch
     import torch.distributed as dist
 
-    mine = torch.tensor([value if value is not None else 0.0 for value in pace], dtype=torch.float64)
-    everyone = [torch.zeros(2, dtype=torch.float64) for _ in range(processes)]
-    dist.all_gather(everyone, mine, group=group)
-    return [float(value[0]) or None for value in everyone], [float(value[1]) or None for value in everyone]
+    figures = torch.tensor([value if value is not None else 0.0 for value in mine], dtype=torch.float64)
+    everyone = [torch.zeros(len(mine), dtype=torch.float64) for _ in range(processes)]
+    dist.all_gather(everyone, figures, group=group)
+    speeds, overheads, caps = ([float(value[at]) or None for value in everyone] for at in range(len(mine)))
+    return speeds, overheads, [round(cap) if cap else None for cap in caps]
 
 
 def _synchronize() -> None:
