@@ -365,8 +365,12 @@ def test_job_summary_shows_each_workers_share_of_a_step_in_a_balanced_run(view: 
     view.apply(run_event(JobState.RUNNING))
     view.apply(metric("big", 0, event="epoch", epoch=1, epochs=4, examples_per_sec=1714.0, shares=[422, 90]))
     view.apply(metric("small", 1, event="epoch", epoch=1, epochs=4, examples_per_sec=366.0, shares=[422, 90]))
-    text = job_summary(view.job, 80).plain
-    assert "examples/s:  big 1714 (share 422/512)  small 366 (share 90/512)" in text
+    view.apply(Straggler("demo", "demo-1", "small", 366.0, 1714.0, balanced="Balanced: it does 90 of the 512 ..."))
+    text = job_summary(view.job, 80)
+    # the slowest, balanced: nobody waits for it, so neither "straggler" nor red
+    assert "examples/s:  big 1714 (share 422/512)  small 366 (share 90/512)" in text.plain
+    assert "straggler" not in text.plain and not any("red" in str(span.style) for span in text.spans)
+    text = text.plain
     view.apply(metric("big", 0, event="epoch", epoch=2, epochs=4, examples_per_sec=1714.0, shares=[422, 50, 40]))
     assert "examples/s:  big 1714  small 366" in job_summary(view.job, 80).plain  # shares per replica: not shown
 

@@ -288,8 +288,10 @@ def _rates(job: JobView) -> Text:
     out = Text("\nexamples/s:")
     by_step = bool(job.steps)  # a balanced run that tells each worker's step in parts: a worker a line
     for worker, rate in sorted(job.rates.items()):
-        slow = worker in job.stragglers
-        told = balance_text(job.share_text(worker), job.step_text(worker))
+        share = job.share_text(worker)
+        # slowest in a balanced run: its share follows its speed and nobody waits for it, which is no fault
+        slow = worker in job.stragglers and not share
+        told = balance_text(share, job.step_text(worker))
         shown = f"{worker} {rate:.0f}" + (f" ({told})" if told else "") + (" (straggler)" if slow else "")
         out.append(f"\n  {shown}" if by_step else f"  {shown}", style="bold red" if slow else "")
     return out
