@@ -339,3 +339,20 @@ def test_a_balanced_runs_shares_are_drawn_per_worker(tmp_path):
     assert "Share of each step per worker" in html
     shutil.copy(FIXTURES / "demo_metrics.jsonl", run_dir / "metrics.jsonl")
     assert "Share of each step" not in write_report(run_dir)[0].read_text()
+
+
+def test_a_balanced_runs_slowest_worker_is_not_what_limited_it(tmp_path):
+    """A desktop and a laptop balanced by speed (their rates as a try on the test LAN gave them): the laptop does
+    fewer examples a second by design and nobody waits for it, so the summary does not call it a straggler; the
+    same rates unbalanced do."""
+    def summary(shares: bool) -> str:
+        run_dir = tmp_path / "experiments" / f"demo-{'balanced' if shares else 'even'}"
+        run_dir.mkdir(parents=True)
+        rows = [{"worker_label": label, "event": "epoch", "worker": rank, "workers": 2, "epoch": epoch,
+                 "time": 1795316664.0 + 10 * epoch, "loss": 1.0 / epoch, "examples_per_sec": rate,
+                 **({"shares": [445, 67]} if shares else {})}
+                for epoch in (1, 2, 3) for rank, (label, rate) in enumerate((("desktop", 1654.0), ("laptop", 249.0)))]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        return write_report(run_dir)[1]
+    assert "laptop was a straggler" not in summary(shares=True)
+    assert "limited by: laptop was a straggler: 249 examples/s against 1,654" in summary(shares=False)

@@ -35,6 +35,7 @@ class RunFigures:
     step_seconds: float | None
     params: int | None
     batch_size: int | None
+    balanced: frozenset[str] = frozenset()  # the workers whose epoch lines told their share of a step
 
 
 def _outcome(timeline: Timeline) -> tuple[str, str]:
@@ -100,19 +101,21 @@ def run_figures(timeline: Timeline, workers: tuple[WorkerTimeline, ...]) -> RunF
         final=final, rates=rates,
         gpu_util=_mean_within([g.util for n in timeline.nodes for g in n.gpus], windows),
         cpu=_mean_within([n.cpu for n in timeline.nodes], windows), step_seconds=step, params=params,
-        batch_size=batch)
+        batch_size=batch, balanced=frozenset(w.name for w in workers if w.share.measured))
 
 
-def _straggler_sentences(timeline: Timeline, rates: dict[str, float]) -> list[str]:
+def _straggler_sentences(timeline: Timeline, figures: RunFigures) -> list[str]:
     """Workers the run flagged as stragglers (with what held their GPUs back, where the flag saw it), and
-    any whose steady rate shows it without a flag."""
+    any whose steady rate shows it without a flag. Not a balanced run's slowest: its share followed its speed, so
+    the others did not wait for it (the shares' chart shows it)."""
     found = {e.worker: (e.details.get("examples_per_sec"), e.details.get("others_median"), _held_back(e.details))
              for e in timeline.events_of("straggler")}
-    for worker, median in find_stragglers(rates):
-        found.setdefault(worker, (rates[worker], median, ""))
+    for worker, median in find_stragglers(figures.rates):
+        found.setdefault(worker, (figures.rates[worker], median, ""))
     return [f"{worker} was a straggler: {rate:,.0f} examples/s against {others:,.0f} for the others, and "
             f"synchronous training waits for the slowest worker at every step.{held}"
-            for worker, (rate, others, held) in found.items() if rate is not None and others is not None]
+            for worker, (rate, others, held) in found.items()
+            if rate is not None and others is not None and worker not in figures.balanced]
 
 
 def _held_back(details: dict) -> str:
@@ -197,7 +200,7 @@ def _at(timeline: Timeline, at: float) -> str:
 
 def what_limited(timeline: Timeline, figures: RunFigures, matrix: BandwidthMatrix | None) -> list[str]:
     """Sentences naming what held the run back, most telling first; empty when the data shows nothing."""
-    sentences = _straggler_sentences(timeline, figures.rates)
+    sentences = _straggler_sentences(timeline, figures)
     sentences += [s for s in (_network_sentence(figures, matrix), _waiting_sentence(figures)) if s]
     sentences += _interruption_sentences(timeline)
     if not sentences and figures.gpu_util is not None:
