@@ -7,7 +7,7 @@ puts the sentences on the page and `homegpu report` prints them.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from homegpu.remote.events import BandwidthMatrix
 from homegpu.remote.net import allreduce_seconds, format_duration, format_gbits
@@ -35,7 +35,7 @@ class RunFigures:
     step_seconds: float | None
     params: int | None
     batch_size: int | None
-    balanced: frozenset[str] = frozenset()  # the workers whose epoch lines told their share of a step
+    shares: dict[str, int] = field(default_factory=dict)  # a balanced run's last share of a step, per worker
 
 
 def _outcome(timeline: Timeline) -> tuple[str, str]:
@@ -101,7 +101,7 @@ def run_figures(timeline: Timeline, workers: tuple[WorkerTimeline, ...]) -> RunF
         final=final, rates=rates,
         gpu_util=_mean_within([g.util for n in timeline.nodes for g in n.gpus], windows),
         cpu=_mean_within([n.cpu for n in timeline.nodes], windows), step_seconds=step, params=params,
-        batch_size=batch, balanced=frozenset(w.name for w in workers if w.share.measured))
+        batch_size=batch, shares={w.name: int(share) for w in workers if (share := _last(w.share)) is not None})
 
 
 def _straggler_sentences(timeline: Timeline, figures: RunFigures) -> list[str]:
@@ -115,7 +115,7 @@ def _straggler_sentences(timeline: Timeline, figures: RunFigures) -> list[str]:
     return [f"{worker} was a straggler: {rate:,.0f} examples/s against {others:,.0f} for the others, and "
             f"synchronous training waits for the slowest worker at every step.{held}"
             for worker, (rate, others, held) in found.items()
-            if rate is not None and others is not None and worker not in figures.balanced]
+            if rate is not None and others is not None and worker not in figures.shares]
 
 
 def _held_back(details: dict) -> str:
@@ -220,6 +220,10 @@ def summary_text(job: str, run_id: str, figures: RunFigures, limits: list[str]) 
         lines.append("final " + ", ".join(f"{k} {v:.4g}" for k, v in figures.final.items()))
     if figures.rates:
         lines.append("throughput " + ", ".join(f"{w} {r:,.0f} examples/s" for w, r in figures.rates.items()))
+    if figures.shares:
+        total = sum(figures.shares.values())
+        lines.append("balanced by speed: each step's examples " + ", ".join(
+            f"{w} {share}/{total}" for w, share in figures.shares.items()) + " (at the end)")
     if figures.gpu_util is not None:
         lines.append(f"GPU util {figures.gpu_util:.0f}% while running"
                      + (f", CPU {figures.cpu:.0f}%" if figures.cpu is not None else ""))
