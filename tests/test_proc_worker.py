@@ -99,3 +99,27 @@ def test_damaged_state_files_are_named_and_never_break_a_listing(tmp_path: Path)
         "status is 'done'", str(run_dir / "badexit.exit"))
     stopped = worker("stop", "--run-dir", str(run_dir), "--label", "badpid", "--grace", "1")
     assert stopped["state"] == "damaged" and stopped["problem"] == "pid is '1234'"
+
+
+def test_a_waiter_that_writes_its_status_and_ends_while_it_is_asked_leaves_the_worker_exited(tmp_path: Path,
+                                                                                           monkeypatch) -> None:
+    """The status call reads the waiter and the exit file one after the other; a waiter that writes the exit file
+    and ends between the two (twelve workers ending at once on a busy node) must not leave a worker that exited 0
+    called vanished: the interleaving made certain by a waiter found gone just as its file appears."""
+    run_dir = tmp_path / "run"
+    worker("start", "--run-dir", str(run_dir), "--label", "w", "--log", "w.log",
+           "--meta", json.dumps({"generation": 1}), "--", sys.executable, "-c", "pass")
+    exit_file = run_dir / "w.exit"
+    wait_for(exit_file.exists, 60, "the exit file", step=0.1)
+    written = exit_file.read_text()
+    exit_file.unlink()  # as the waiter's file was, a moment before it wrote it
+    alive, waiter = worker_process._alive, json.loads((run_dir / "w.json").read_text())["waiter"]["pid"]
+
+    def waiter_ends_as_asked(info: dict) -> bool:
+        if info.get("pid") == waiter:
+            exit_file.write_text(written)  # the waiter's last act: its status, then it ends
+        return alive(info)
+
+    monkeypatch.setattr(worker_process, "_alive", waiter_ends_as_asked)
+    status = worker_process.worker_status(str(run_dir), "w")
+    assert (status["state"], status.get("status")) == ("exited", 0), status

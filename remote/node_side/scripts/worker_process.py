@@ -234,16 +234,19 @@ def worker_status(run_dir, label):
         return _damaged(meta_path, problem)
     if meta is None:
         return {"state": "missing"}
+    if _alive(meta):
+        return dict(meta, state="running")
+    # the waiter looked at before its exit file is read: one that wrote its status and ended in between would
+    # otherwise leave neither, and a worker that exited 0 would be called vanished
+    waiting = _alive(meta.get("waiter") or {})
     ended, problem = _read_state(exit_path, _EXIT_KEYS)
     if ended is None and problem is None:  # a disk too full for the exit file: its record is in a file name
         ended = _exit_marker(exit_path, meta.get("generation"))
-    if _alive(meta):
-        return dict(meta, state="running")
     if problem:
         return dict(meta, **_damaged(exit_path, problem))
     if ended is not None and ended.get("generation") == meta.get("generation"):
         return dict(meta, state="exited", status=ended["status"], nospace=ended.get("nospace", False))
-    if _alive(meta.get("waiter") or {}):
+    if waiting:
         return dict(meta, state="running")  # ended this instant: the waiter is writing its status
     return dict(meta, state="vanished")  # killed with its waiter, or the machine rebooted
 
