@@ -24,7 +24,7 @@ from typing import Sequence
 
 from homegpu.remote.events import Metric
 from homegpu.remote.logs import (
-    ScriptProgress, Traceback, classify, clip, is_supervisor_note, known_cause, read_traceback,
+    ScriptProgress, Traceback, classify, clip, is_supervisor_note, known_cause, out_of_memory, read_traceback,
 )
 
 TAIL_LINES = 30  # at most this many lines of a traceback are shown
@@ -163,6 +163,19 @@ def repeatable_errors(ends: Sequence[WorkerEnd]) -> dict[tuple, str]:
         errors[(end.label, *traceback.key(end.code_dir))] = f"{end.label}: {_last_line(end)}" + (
             f" at {place}" if place else "")
     return errors
+
+
+def ran_out_of_memory(ends: Sequence[WorkerEnd]) -> bool:
+    """Whether a worker of a failed generation ended by its GPU running out of memory (its traceback, else its last
+    lines say so)."""
+    for end in ends:
+        if end.stopped or end.exit_status == 0:
+            continue
+        traceback = _traceback(end)
+        exception = traceback.exception if traceback else _last_line(end)
+        if out_of_memory(exception, "\n".join((traceback.text if traceback else "", *end.last_lines))):
+            return True
+    return False
 
 
 def script_error_summary(ends: Sequence[WorkerEnd], traceback: Traceback | None) -> str:

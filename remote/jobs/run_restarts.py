@@ -8,7 +8,7 @@ import time
 
 from homegpu.remote.events import JobState
 from homegpu.remote.jobs.disk import full_disks
-from homegpu.remote.jobs.failure import Verdict, judge, might_be_script_error, repeatable_errors
+from homegpu.remote.jobs.failure import Verdict, judge, might_be_script_error, ran_out_of_memory, repeatable_errors
 from homegpu.remote.jobs.fewer import FewerWorkersRefused
 from homegpu.remote.jobs.run_generation import Generations
 from homegpu.remote.jobs.run_members import Members
@@ -45,6 +45,7 @@ class Restarts:
         if repeated := await self._repeated():
             await self.generations.stop_workers()
             return repeated
+        self._even_after_out_of_memory()
         while True:
             if run.job.restart != "on-failure" or run.restarts >= run.job.max_restarts \
                     or retry_is_pointless(run.job, run.tracks.values()):
@@ -66,6 +67,17 @@ class Restarts:
             if (problem := await self.generations.start_next()) is None:
                 return None
             failure = f"restart failed: {problem}"
+
+    def _even_after_out_of_memory(self) -> None:
+        """A generation that ran out of GPU memory at balanced shares is followed by one from the even split, which
+        fitted before the shares moved: started at the same shares it would only run out again. Its first steps
+        measure each GPU's memory, which then caps its share (trainer/memory_cap.py)."""
+        run = self.run
+        shares = run.first_shares()
+        if shares and len(set(shares)) > 1 and ran_out_of_memory(worker_ends(run.tracks.values())):
+            run.even_generation = run.generation + 1
+            run.publish(JobState.RESTARTING, f"out of GPU memory at the shares {'/'.join(map(str, shares))}: the next "
+                                   "generation starts from the even split, and each GPU's memory then caps its share")
 
     async def _judge_failure(self) -> Verdict | None:
         """A script error (every worker failed by itself before any progress, with the same error) is

@@ -53,6 +53,7 @@ class RunState:
         self.guard: RunGuard | None = None  # the job's run lock, once take_lock() was called
         self.adopted = False  # attached to a run another controller started (adopt())
         self._last_run_shares: tuple[int, ...] | None = None  # the job's last run's, read once: () for none
+        self.even_generation: int | None = None  # a generation that starts from the even split (run_restarts.py)
         self.on_regroup: Callable[[str], None] | None = None  # told each line of the run going on with other nodes
         self.watch = WorkerWatch(job.name, self.hub, self.tracks)  # polls and notes the tracks' statuses
         self.stop_requested = asyncio.Event()
@@ -112,7 +113,10 @@ class RunState:
 
     def first_shares(self) -> tuple[int, ...] | None:
         """The shares of a step the next generation starts with: what this run's chief said last, else what the
-        job's last run on the same workers ended with (a worker ignores shares that do not fit its run)."""
+        job's last run on the same workers ended with (a worker ignores shares that do not fit its run); none where
+        this generation is to start even."""
+        if self.generation == self.even_generation:
+            return None
         chief = self.tracks.get(self.slots[0].label)
         if chief is not None and chief.last_metric.shares:
             return chief.last_metric.shares

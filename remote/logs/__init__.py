@@ -5,7 +5,7 @@ would show, each classified once (a typed Metric, Keras's progress, a notice, te
 from __future__ import annotations
 
 from homegpu.remote.logs.classify import classify
-from homegpu.remote.logs.known_causes import KnownCause, known_cause
+from homegpu.remote.logs.known_causes import KnownCause, known_cause, out_of_memory
 from homegpu.remote.logs.script_progress import EpochNumbers, ScriptProgress
 from homegpu.remote.logs.tail import LogTail
 from homegpu.remote.logs.tf_notices import is_harmless_tf_notice
@@ -17,5 +17,5 @@ from homegpu.remote.logs.tracebacks import (
 __all__ = [
     "TRACEBACK_HEADER", "EpochNumbers", "KnownCause", "LogTail", "ScriptProgress", "Traceback", "TracebackFold",
     "TracebackReader", "classify", "clip", "is_harmless_tf_notice", "is_supervisor_note", "known_cause",
-    "read_traceback",
+    "out_of_memory", "read_traceback",
 ]

@@ -57,8 +57,13 @@ def _missing_module(exception: str, text: str) -> KnownCause | None:
                       f"install {module} in the node's python (or the job's Docker image)")
 
 
+def out_of_memory(exception: str, text: str) -> bool:
+    """Whether a worker's error (its exception line and what it printed) is its GPU running out of memory."""
+    return exception.split(":", 1)[0].endswith("ResourceExhaustedError") or any(w in text for w in _OUT_OF_MEMORY)
+
+
 def _out_of_memory(exception: str, text: str) -> KnownCause | None:
-    if not (exception.split(":", 1)[0].endswith("ResourceExhaustedError") or any(w in text for w in _OUT_OF_MEMORY)):
+    if not out_of_memory(exception, text):
         return None
     budget = _OVER_BUDGET.search(text)
     if budget:
