@@ -140,6 +140,15 @@ def test_a_cap_the_share_stays_below_changes_nothing():
     assert shares.split(512, [400.0, 70.0], [0.1, 0.35], caps=[460, 460]) == [451, 61]  # the overhead test's split
 
 
+def test_a_resplit_moves_within_the_caps_and_names_who_they_hold_down():
+    """What both balancers decide at a re-split (shares.resplit): the new shares, or None to keep those in force."""
+    assert shares.resplit([256, 256], 512, [FAST_SMALL, SLOW_LARGE], [None, None], [300, None]) == ([300, 212], [0])
+    assert shares.resplit([300, 212], 512, [FAST_SMALL, SLOW_LARGE], [None, None], [300, None]) == (None, [0])
+    assert shares.resplit([256, 256], 512, [FAST_SMALL, SLOW_LARGE], [None, None], [None, None]) == ([384, 128], [])
+    # caps that cannot hold the global batch: the split in force stays
+    assert shares.resplit([150, 250], 512, [FAST_SMALL, SLOW_LARGE], [None, None], [150, 250]) == (None, [0])
+
+
 def test_caps_and_the_floor_together():
     # two fast GPUs capped at 100 each: the slow one, at its floor of 21 by speed, takes the rest instead
     assert shares.split(512, [1000.0, 1000.0, 1.0], caps=[100, 100, None]) == [100, 100, 312]

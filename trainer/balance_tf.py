@@ -286,14 +286,12 @@ class Rebalance(keras.callbacks.Callback):
 
     def _split(self, speeds: list[float | None], overheads: list[float | None], caps: list[int | None],
                reading: memory_cap.Reading | None) -> None:
-        new = shares.split(self.schedule.global_batch, speeds, overheads, caps)
-        # caps that cannot hold the global batch leave the shares in force, which fit (no cap is below its share)
-        moved = shares.within_caps(new, caps) and shares.worth_changing(self.schedule.current, new, speeds, overheads)
-        if moved:
+        new, held = shares.resplit(self.schedule.current, self.schedule.global_batch, speeds, overheads, caps)
+        if new is not None:
             self.schedule.change(new, self.step)
             self.say(new, self.speeds, self.overheads)
-        holds = bool(set(self._replicas()) & set(shares.capped(self.schedule.global_batch, speeds, overheads, caps)))
-        if self._cap_watch.due(holds, moved) and reading and self.say_cap:
+        holds = bool(set(self._replicas()) & set(held))
+        if self._cap_watch.due(holds, new is not None) and reading and self.say_cap:
             self.say_cap(reading)
 
     def _time_steps(self, speeds: list[float | None], overheads: list[float | None]) -> None:

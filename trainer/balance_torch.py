@@ -157,15 +157,11 @@ class BalancedBatches:
         self._split(reading)
 
     def _split(self, reading: memory_cap.Reading | None) -> None:
-        new = shares.split(self.global_batch, self.speeds, self.overheads, self.caps)
-        # caps that cannot hold the global batch leave the shares in force, which fit (no cap is below its share)
-        moved = shares.within_caps(new, self.caps) and shares.worth_changing(self.shares, new, self.speeds,
-                                                                               self.overheads)
-        if moved:
+        new, held = shares.resplit(self.shares, self.global_batch, self.speeds, self.overheads, self.caps)
+        if new is not None:
             self.shares = new
             self.changes += 1
-        holds = self.rank in shares.capped(self.global_batch, self.speeds, self.overheads, self.caps)
-        if self._cap_watch.due(holds, moved) and reading:
+        if self._cap_watch.due(self.rank in held, new is not None) and reading:
             print("homegpu: " + reading.line("this process's GPU"), file=sys.stderr, flush=True)
 
     def _read_memory(self) -> memory_cap.Reading | None:

@@ -119,6 +119,16 @@ def capped(global_batch: int, speeds: Sequence[float | None], overheads: Sequenc
     return [rank for rank, (share, cap) in enumerate(zip(free, caps or [])) if cap is not None and share > cap]
 
 
+def resplit(current: Sequence[int], global_batch: int, speeds: Sequence[float | None],
+            overheads: Sequence[float | None], caps: Sequence[int | None]) -> tuple[list[int] | None, list[int]]:
+    """A re-split as every balancer decides it: (the new shares, or None to keep `current`, the workers whose caps
+    hold their shares down). Shares move where that is worth it and within the caps; caps that cannot hold the
+    global batch leave the shares in force, which fit (no measured cap is below the share it was measured at)."""
+    new = split(global_batch, speeds, overheads, caps)
+    moved = within_caps(new, caps) and worth_changing(current, new, speeds, overheads)
+    return (new if moved else None), capped(global_batch, speeds, overheads, caps)
+
+
 def _rounded(ideal: dict[int, float], total: int) -> dict[int, int]:
     """Whole numbers summing to `total`, the largest remainders rounded up (ties to the lower rank)."""
     whole = {rank: int(share) for rank, share in ideal.items()}
