@@ -29,20 +29,21 @@ def own_core(node: SimNode) -> Iterator[None]:
 
 
 @contextmanager
-def cpu_quota(pid: int, name: str, percent: int, weight: int = 100) -> Iterator[None]:
+def cpu_quota(pid: int, name: str, percent: int, weight: int = 100, period_us: int = 100_000) -> Iterator[None]:
     """Process `pid` and the children it starts from now on get `percent` % of one core (cgroup `name`), and a
-    share of a busy machine by cgroup v2's `weight` (1 to 10000; 100 is the default, as cgroup v1's 1024 shares)."""
+    share of a busy machine by cgroup v2's `weight` (1 to 10000; 100 is the default, as cgroup v1's 1024 shares),
+    in periods of `period_us` (a short one slows every short step, not some steps a lot)."""
     tiers.need("root")
     v1 = Path("/sys/fs/cgroup/cpu")
     group = (v1 if (v1 / "cpu.cfs_quota_us").exists() else Path("/sys/fs/cgroup")) / name
     group.mkdir()
     try:
         if (group / "cpu.cfs_quota_us").exists():
-            (group / "cpu.cfs_period_us").write_text("100000")
-            (group / "cpu.cfs_quota_us").write_text(str(1000 * percent))
+            (group / "cpu.cfs_period_us").write_text(str(period_us))
+            (group / "cpu.cfs_quota_us").write_text(str(period_us * percent // 100))
             (group / "cpu.shares").write_text(str(weight * 1024 // 100))
         else:
-            (group / "cpu.max").write_text(f"{1000 * percent} 100000")
+            (group / "cpu.max").write_text(f"{period_us * percent // 100} {period_us}")
             (group / "cpu.weight").write_text(str(weight))
         (group / "cgroup.procs").write_text(str(pid))
         yield

@@ -128,9 +128,12 @@ def test_the_ddp_tutorials_script_with_the_helpers_lines_gives_a_slower_node_les
                     str(script), "4", "10"]
             nodes.append(subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True))
-            # Node 0 a whole core that a busy suite cannot take (the top weight), node 1 a quarter of one.
+            # Node 0 a whole core that a busy suite cannot take (the top weight), node 1 a quarter of one, in 10 ms
+            # periods: the tutorial's step computes in less than a 100 ms period's 25 ms, which left its compute
+            # unslowed and the throttling in its wait (shares 29/35, 23/41 seen)
             percent, weight = (100, 10000) if rank == 0 else (25, 100)
-            stack.enter_context(cpu_quota(nodes[-1].pid, f"homegpu-test-balance-{nodes[-1].pid}", percent, weight))
+            stack.enter_context(cpu_quota(nodes[-1].pid, f"homegpu-test-balance-{nodes[-1].pid}", percent, weight,
+                                          period_us=10_000))
         outputs = [node.communicate(timeout=600)[0] for node in nodes]
     for node, output in zip(nodes, outputs):
         assert node.returncode == 0, output[-3000:]
