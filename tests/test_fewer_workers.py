@@ -125,7 +125,7 @@ async def test_a_copy_that_caught_the_chief_saving_is_taken_again_at_once_not_an
     monkeypatch.setattr(backup_copy, "MID_SAVE_WAIT_S", 0)
 
     class SavingChief:  # the chief's first copy catches its save half-written, the next one finds it whole
-        epoch, refused, tries = None, "", 0
+        what, epoch, refused, tries = "backup", None, "", 0
 
         async def take(self, node, remote_dir, epoch) -> str:
             self.tries += 1
@@ -139,3 +139,39 @@ async def test_a_copy_that_caught_the_chief_saving_is_taken_again_at_once_not_an
     keeper.after_epoch()
     await keeper._copying
     assert (copy.epoch, copy.tries, said) == (2, 2, [])
+
+
+async def test_copies_that_keep_failing_are_said_once_until_one_is_taken_again(monkeypatch) -> None:
+    """A copy that catches the chief saving at every try, or whose transfer breaks with its node still there (a
+    file the next save replaced as tar read it), is tried again at once; one still failing is said, once a streak:
+    before, a copy that kept failing was silent until the chief's machine left and the run went on from epoch 1."""
+    monkeypatch.setattr(backup_copy, "MID_SAVE_WAIT_S", 0)
+    node1 = SimpleNamespace(name="node1", transport=object())
+    assert backup_copy.gone_or_mid_save(node1) == backup_copy.MID_SAVE
+    assert backup_copy.gone_or_mid_save(SimpleNamespace(name="node1", transport=None)) == ""  # gone: it says so
+
+    class BusyChief:  # each epoch: how many tries catch the save before one copies it whole
+        what, epoch, refused = "backup", None, ""
+        caught = {1: 9, 2: 9, 3: 1, 4: 9}
+        tries: list[int] = []
+
+        async def take(self, node, remote_dir, epoch) -> str:
+            self.tries.append(epoch)
+            if self.tries.count(epoch) <= self.caught[epoch]:
+                return backup_copy.MID_SAVE
+            self.epoch = epoch
+            return ""
+
+    copy, said, chief_epoch = BusyChief(), [], [0]
+    keeper = backup_copy.BackupKeeper(copy, lambda: [(node1, "backup", chief_epoch[0])], said.append)
+    for epoch in (1, 2, 3, 4):
+        chief_epoch[0] = epoch
+        keeper.after_epoch()
+        await keeper._copying
+    tries = backup_copy.MID_SAVE_TRIES
+    assert [copy.tries.count(epoch) for epoch in (1, 2, 3, 4)] == [tries, tries, 2, tries] and copy.epoch == 3
+    assert said == [
+        f"could not copy the chief's backup of epoch 1 off node1: the chief was saving it at each of {tries} tries "
+        "(the copy holds none yet; the next epoch's copy tries again)",
+        f"could not copy the chief's backup of epoch 4 off node1: the chief was saving it at each of {tries} tries "
+        "(the copy holds epoch 3; the next epoch's copy tries again)"]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
 from homegpu.remote.jobs.codesync import SyncError, read_tree, sync_trees
-from homegpu.remote.nodes import NODE_GONE, NodeSession, cause, format_bytes
+from homegpu.remote.nodes import NODE_GONE, NodeSession, format_bytes
 
 BACKUP_DIR = "backup"  # in a worker's output dir
 # A TensorFlow checkpoint dir's index file names the newest checkpoint: model_checkpoint_path: "ckpt-3"
@@ -40,6 +40,13 @@ def backup_dir(output_dir: str) -> str:
     return posixpath.join(output_dir, BACKUP_DIR)
 
 
+def gone_or_mid_save(node: NodeSession) -> str:
+    """Why a copy from `node` failed half-way: MID_SAVE where the node is still there (a file the chief's next save
+    replaced as it was read: tried again shortly), else "" (the node is gone: the last copy stands, and the run says
+    the node left)."""
+    return MID_SAVE if node.transport is not None else ""
+
+
 def complete(folder: Path) -> bool:
     """Whether every TensorFlow checkpoint dir in `folder` holds the checkpoint its index file names (its .index
     and a data shard): a copy taken while the chief was saving may hold the new index and not yet its files."""
@@ -54,14 +61,16 @@ def complete(folder: Path) -> bool:
 class BackupCopy:
     """The copy of one run's chief backup in `folder`; `epoch`: the epoch it holds (None: no copy yet)."""
 
+    what = "backup"
+
     def __init__(self, folder: Path, cap: int = COPY_CAP_BYTES) -> None:
         self.folder, self.cap = folder, cap
         self.epoch: int | None = None
         self.refused = ""  # why copies stopped (too large), said once
 
     async def take(self, node: NodeSession, remote_dir: str, epoch: int) -> str:
-        """Copy `remote_dir` from `node` as the backup of `epoch`; why not ("" when copied, or when there is no
-        backup to copy: a script that keeps none; MID_SAVE when it caught the chief saving)."""
+        """Copy `remote_dir` from `node` as the backup of `epoch`; why not ("" when copied, when there is no
+        backup to copy (a script that keeps none) or the node left; MID_SAVE when it caught the chief saving)."""
         try:
             listing = await node.list_tree(remote_dir, frozenset())
         except NODE_GONE:
@@ -77,9 +86,9 @@ class BackupCopy:
         shutil.rmtree(partial, ignore_errors=True)
         try:
             await node.get_tree(remote_dir, partial)
-        except NODE_GONE as exc:
+        except NODE_GONE:
             shutil.rmtree(partial, ignore_errors=True)
-            return f"{node.name}: could not copy its backup: {cause(exc)}"
+            return gone_or_mid_save(node)
         if not complete(partial):  # copied while the chief saved
             shutil.rmtree(partial, ignore_errors=True)
             return MID_SAVE
@@ -105,6 +114,7 @@ class BackupCopy:
 class Copy(Protocol):
     """What a BackupKeeper keeps up to date: a BackupCopy, or a script's CheckpointCopy (checkpoint_copy.py)."""
 
+    what: str  # what it copies, for what the run says ("backup", "checkpoint")
     epoch: int | None
     refused: str
 
@@ -129,6 +139,7 @@ class BackupKeeper:
     def __init__(self, copy: Copy, sources: BackupSources, say: Callable[[str], None]) -> None:
         self.copy, self._sources, self._say = copy, sources, say
         self._copying: asyncio.Task | None = None
+        self._failing = False  # the last copy failed (said once, until one is taken again)
 
     @property
     def epoch(self) -> int | None:
@@ -169,5 +180,12 @@ class BackupKeeper:
             if problem != MID_SAVE:
                 break
             await asyncio.sleep(MID_SAVE_WAIT_S)  # the save it caught ends within moments
-        if problem and problem != said and self.copy.refused:
-            self._say(problem)  # the cap, said once; a copy cut short waits for the next epoch
+        if self.copy.refused:
+            if problem != said:
+                self._say(problem)  # the cap, said once
+        elif problem and not self._failing:  # said once a streak: the next epoch's copy tries again
+            why = f"the chief was saving it at each of {MID_SAVE_TRIES} tries" if problem == MID_SAVE else problem
+            held = f"epoch {self.copy.epoch}" if self.copy.epoch is not None else "none yet"
+            self._say(f"could not copy the chief's {self.copy.what} of epoch {epoch} off {node.name}: {why} (the "
+                      f"copy holds {held}; the next epoch's copy tries again)")
+        self._failing = bool(problem)

@@ -24,9 +24,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from homegpu.remote.jobs.backup_copy import BACKUP_DIR, COPY_CAP_BYTES
+from homegpu.remote.jobs.backup_copy import BACKUP_DIR, COPY_CAP_BYTES, gone_or_mid_save
 from homegpu.remote.jobs.codesync import SyncError, read_tree, sync_trees
-from homegpu.remote.nodes import NODE_GONE, NodeSession, cause, format_bytes
+from homegpu.remote.nodes import NODE_GONE, NodeSession, format_bytes
 
 SKIP = frozenset({BACKUP_DIR, "__pycache__"})  # never carried: BackupCopy carries the backup
 WORKER_TEMP = "workertemp_"  # MultiWorkerMirroredStrategy's non-chief save dirs (never the chief's to carry)
@@ -37,6 +37,8 @@ class CheckpointCopy:
 
     `checkpoint`: the job's key ("" for everything the chief wrote). After a take, `files` are what the copy holds
     and `left` what the chief's working dir holds that `checkpoint` leaves out."""
+
+    what = "checkpoint"
 
     def __init__(self, folder: Path, checkpoint: str = "", cap: int = COPY_CAP_BYTES) -> None:
         self.folder, self.checkpoint, self.cap = folder, checkpoint.strip("/"), cap
@@ -77,9 +79,9 @@ class CheckpointCopy:
             for rel in sorted(chosen):
                 await node.get_tree(posixpath.join(remote_dir, rel), partial / rel)
             again = await node.list_tree(remote_dir, SKIP)
-        except NODE_GONE as exc:
+        except NODE_GONE:
             shutil.rmtree(partial, ignore_errors=True)
-            return f"{node.name}: could not copy its checkpoint: {cause(exc)}"
+            return gone_or_mid_save(node)
         if any(again.get(rel) != entry for rel, entry in chosen.items()):  # saved meanwhile: the next copy will do
             shutil.rmtree(partial, ignore_errors=True)
             return ""
