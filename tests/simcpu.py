@@ -12,11 +12,11 @@ from simcluster import SimNode
 
 
 @contextmanager
-def cpu_share(node: SimNode, percent: int, weight: int = 100) -> Iterator[None]:
+def cpu_share(node: SimNode, percent: int, weight: int = 100, period_us: int = 100_000) -> Iterator[None]:
     """Every process `node`'s sshd starts from now on gets `percent` % of one core (a cgroup v1 cpu quota,
     else cgroup v2's cpu.max), the listener's children inheriting it: a machine that is slow for real. A
     `weight` over the default's 100 keeps that share when the suite keeps this machine's cores busy."""
-    with cpu_quota(node.pid, f"homegpu-cpu-{node.name}-{node.pid}", percent, weight):
+    with cpu_quota(node.pid, f"homegpu-cpu-{node.name}-{node.pid}", percent, weight, period_us):
         yield
 
 

@@ -82,16 +82,19 @@ def main() -> None:
     parser.add_argument("--only", action="append", choices=RUNS, metavar="RUN",
                         help=f"run only this one (repeatable): {', '.join(RUNS)}")
     parser.add_argument("--epochs-shown", action="store_true", help="print each worker's epoch lines too")
+    parser.add_argument("--period-ms", type=float, default=100.0,
+                        help="the quotas' period (cgroup cfs_period): in 100 ms a quarter core runs 25 ms and then "
+                             "stops for 75, which a slow laptop never does; in 10 ms it stops for 7.5 ms at most")
     args = parser.parse_args()
     print(f"homegpu balance benchmark, {platform.node()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}: "
           f"{args.framework}, node1 held to {QUOTAS['node1']} % of a core, node2 to {QUOTAS['node2']} %, "
-          f"{args.epochs} epochs of {STEPS} steps\n")
+          f"{args.epochs} epochs of {STEPS} steps, quotas in {args.period_ms:g} ms periods\n")
     root = Path(tempfile.mkdtemp(prefix="homegpu-bench-balance-"))
     jobs = {slug(name): job_table(**table, stall_timeout=900.0)
             for name, table in runs(args.framework, args.epochs).items()}
     with SimCluster(2, first_host=180, name="balance") as sim, ExitStack() as quotas:
         for node, percent in QUOTAS.items():
-            quotas.enter_context(cpu_share(sim.node(node), percent))
+            quotas.enter_context(cpu_share(sim.node(node), percent, period_us=int(args.period_ms * 1000)))
         config = sim.write_cluster_toml(root / "cluster.toml", jobs=jobs)
         figures = {}
         for name in runs(args.framework, args.epochs):
