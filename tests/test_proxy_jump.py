@@ -59,6 +59,34 @@ def test_the_controller_cannot_reach_the_lab_but_through_the_gateway(lab):
     assert f"from {simnet.address_of(simnet.GATEWAY_HOST, simnet.LAB)} port" in lab.node("n1").log_path.read_text()  # the gateway's leg on the lab LAN
 
 
+async def test_the_ssh_config_is_parsed_once_for_each_node_and_once_for_their_gateway(lab, tmp_path, monkeypatch):
+    """Nodes behind a ProxyJump gateway: their config and the gateway's are parsed once each (not for every
+    connection, as asyncssh does for the files named to it), and a second cluster's connections parse nothing."""
+    import asyncio
+    import os
+
+    import asyncssh
+
+    from homegpu.remote.config.cluster_spec import load_cluster
+    from homegpu.remote.nodes import connect
+    from homegpu.remote.nodes.cluster import Cluster
+
+    parsed, parse = [], asyncssh.config.SSHConfig.parse
+    monkeypatch.setattr(asyncssh.config.SSHConfig, "parse",
+                        lambda config, path: (parsed.append(path), parse(config, path))[1])
+    connect._parsed_ssh_config.cache_clear()
+    spec = load_cluster(lab_config(lab, tmp_path))
+    after = []
+    for _ in range(2):
+        async with Cluster(spec, stream_stats=False) as cluster:
+            await asyncio.gather(*(cluster.node(name).wait_online(60) for name in ("n1", "n2")))
+            for name in ("n1", "n2"):
+                assert (await cluster.node(name).run(["hostname", "-I"])).stdout.split() == [LAB_ADDRESSES[name]]
+        after.append(len(parsed))
+    files = len([path for path in os.environ["HOMEGPU_SSH_CONFIG"].split(os.pathsep) if path])
+    assert after == [3 * files, 3 * files]  # n1, n2 and the gateway, each file once
+
+
 def test_status_and_tfconfig_give_the_nodes_their_own_addresses(lab, tmp_path):
     config = lab_config(lab, tmp_path)
     status = homegpu("--config", config, "status", "--json")

@@ -5,9 +5,11 @@ ServerAlive*) where a value is not given explicitly, so only what cluster.toml s
 it lacks is a way to tell an unknown host key from a changed one and to show the fingerprint: a
 client object records the key it was asked to accept, and known_hosts decides which.
 
-The ssh config files are named to asyncssh every time (ssh_config_files): it reads ~/.ssh/config by
-itself only in connect(), not when `check` asks it where a node's connection goes, and it skips one
-it cannot read. Named, both read the same files, and a file that cannot be read or parsed is one line
+The ssh config files (ssh_config_files) are parsed here, once per file version and host, and asyncssh is
+handed the result for every connection, a node's or its gateway's: it reads ~/.ssh/config by itself only in
+connect(), not when `check` asks it where a node's connection goes, it skips one it cannot read, and named
+to it the files are parsed again for every connection. So `check` and a connection read the same files,
+and a file that cannot be read or parsed is one line
 (SshConfigError) in `check` and in the node's state, never a silent fallback to port 22 and the login
 name. HOMEGPU_SSH_CONFIG names other files to read instead of ~/.ssh/config (os.pathsep between
 several; the first value found for an option wins, as in OpenSSH): for a cluster whose aliases live
@@ -119,15 +121,17 @@ def _is_default_config(source: str) -> bool:
 
 def connect_options(cluster: ClusterSpec, node: NodeSpec) -> dict[str, Any]:
     """asyncssh.connect keyword arguments: only what cluster.toml sets, so the ssh config fills the rest."""
+    return {**_cluster_options(cluster, node.identity_file or cluster.ssh.identity_file),
+            **_target_options(cluster, node), "options": _read_ssh_config(cluster, node)}
+
+
+def _cluster_options(cluster: ClusterSpec, identity: str | None) -> dict[str, Any]:
+    """What every connection, a node's or its gateway's, takes from cluster.toml: known_hosts, timeouts, a key."""
     ssh = cluster.ssh
-    options = {
-        "known_hosts": hostkeys.load_known_hosts(ssh.known_hosts),
-        "connect_timeout": ssh.connect_timeout,
-        "keepalive_interval": ssh.keepalive_interval,
-        "keepalive_count_max": ssh.keepalive_count_max,
-        **_target_options(cluster, node),
+    options: dict[str, Any] = {
+        "known_hosts": hostkeys.load_known_hosts(ssh.known_hosts), "connect_timeout": ssh.connect_timeout,
+        "keepalive_interval": ssh.keepalive_interval, "keepalive_count_max": ssh.keepalive_count_max,
     }
-    identity = node.identity_file or ssh.identity_file
     if identity:
         options["client_keys"] = [os.path.expanduser(identity)]
     return options
@@ -144,9 +148,8 @@ def ssh_config_files() -> list[str]:
 
 
 def _target_options(cluster: ClusterSpec, node: NodeSpec) -> dict[str, Any]:
-    """The options that decide where and as whom: the ssh config files to read, and cluster.toml's
-    port and user where it sets them."""
-    options: dict[str, Any] = {"config": ssh_config_files()}
+    """The options that decide where and as whom where cluster.toml sets them: its port and user."""
+    options: dict[str, Any] = {}
     if node.port:
         options["port"] = node.port
     user = node.user or cluster.ssh.user
@@ -162,12 +165,24 @@ def _read_ssh_config(cluster: ClusterSpec, node: NodeSpec) -> asyncssh.SSHClient
         SshConfigError: a file cannot be read, or asyncssh refuses it (its line and why).
     """
     options = _target_options(cluster, node)
+    return _ssh_config_for(node.name, node.host, options.get("port"), options.get("username"))
+
+
+def _ssh_config_for(name: str, host: str, port: int | None = None,
+                    username: str | None = None) -> asyncssh.SSHClientConnectionOptions:
+    """The ssh config files' options for connecting to `host`, parsed once per file version: asyncssh, handed
+    them (`options=`), bases a connection on their loaded config and reads no file again, where naming the files
+    made it parse them for every connection (a 16-node first screen spent about 80 ms of CPU on it).
+
+    Raises:
+        SshConfigError: for node `name`: a file cannot be read, or asyncssh refuses it (its line and why).
+    """
     try:
-        return _parsed_ssh_config(_stamps(options["config"]), node.host, options.get("port"), options.get("username"))
+        return _parsed_ssh_config(_stamps(ssh_config_files()), host, port, username)
     except OSError as exc:
-        raise SshConfigError(node.name, f"ssh config: cannot read {exc.filename}: {exc.strerror}") from None
+        raise SshConfigError(name, f"ssh config: cannot read {exc.filename}: {exc.strerror}") from None
     except (ValueError, asyncssh.Error) as exc:  # asyncssh's ConfigParseError: "FILE line N: why"
-        raise SshConfigError(node.name, f"ssh config: {exc}") from None
+        raise SshConfigError(name, f"ssh config: {exc}") from None
 
 
 def _stamps(paths: list[str]) -> tuple[tuple[str, int, int], ...]:
@@ -213,14 +228,10 @@ async def _connect(cluster: ClusterSpec, node: NodeSpec) -> asyncssh.SSHClientCo
     when the ssh config names one: the gateway's connection is opened here and verified like any node's
     (cluster.toml's known_hosts; `homegpu trust NODE` records its key), then carries the node's."""
     gateway = _gateway(cluster, node)
-    tunnel = await _verified(cluster, node, gateway, _gateway_options(cluster), gateway=True) if gateway else None
-    # the ssh config as parsed once per file version (_read_ssh_config): asyncssh bases a connection's options on
-    # those given and reads no file again, where naming the files made it parse them for every connection (a
-    # 16-node first screen spent about 80 ms of CPU on it)
-    options = {**connect_options(cluster, node), "options": _read_ssh_config(cluster, node)}
-    del options["config"]
+    tunnel = await _verified(cluster, node, gateway, _gateway_options(cluster, node, gateway),
+                             gateway=True) if gateway else None
     try:
-        conn = await _verified(cluster, node, node.host, options, tunnel=tunnel)
+        conn = await _verified(cluster, node, node.host, connect_options(cluster, node), tunnel=tunnel)
     except BaseException:
         if tunnel is not None:
             tunnel.close()
@@ -261,18 +272,10 @@ def _gateway(cluster: ClusterSpec, node: NodeSpec) -> str:
     return "" if "," in jump or jump.lower() == "none" else jump
 
 
-def _gateway_options(cluster: ClusterSpec) -> dict[str, Any]:
-    """A gateway's connect options: cluster.toml's known_hosts, timeouts and key, the rest from the ssh
+def _gateway_options(cluster: ClusterSpec, node: NodeSpec, gateway: str) -> dict[str, Any]:
+    """`node`'s gateway's connect options: cluster.toml's known_hosts, timeouts and key, the rest from the ssh
     config (its user and port are the gateway's own, not the node's)."""
-    ssh = cluster.ssh
-    options: dict[str, Any] = {
-        "known_hosts": hostkeys.load_known_hosts(ssh.known_hosts), "connect_timeout": ssh.connect_timeout,
-        "keepalive_interval": ssh.keepalive_interval, "keepalive_count_max": ssh.keepalive_count_max,
-        "config": ssh_config_files(),
-    }
-    if ssh.identity_file:
-        options["client_keys"] = [os.path.expanduser(ssh.identity_file)]
-    return options
+    return {**_cluster_options(cluster, cluster.ssh.identity_file), "options": _ssh_config_for(node.name, gateway)}
 
 
 def peer_address(peername: object) -> str | None:
