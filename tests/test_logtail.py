@@ -89,10 +89,12 @@ async def test_finished_command_ends_the_tail_and_keeps_its_last_line(sim_cluste
     async with Cluster(load_cluster(cluster_toml), stream_stats=False) as cluster:
         node = cluster.node("node1")
         await node.wait_online(timeout=60)
-        tail = LogTail.command(node, ["printf", "a\\nb\\nno newline"]).start()
+        ends = []
+        tail = LogTail.command(node, ["printf", "a\\nb\\nno newline"], on_end=lambda: ends.append(tail.count)).start()
         await asyncio.wait_for(tail.finished.wait(), 60)
         await tail.stop()
     assert [line.text for line in tail.lines] == ["a", "b", "no newline"]
+    assert ends == [3]  # told once, after its last line (a container that stopped: the run polls its workers)
 
 
 async def test_no_follower_is_left_on_the_node_after_stop(sim_cluster, cluster_toml):

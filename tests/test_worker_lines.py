@@ -4,20 +4,24 @@ WorkerMetric (never also as log text), and into the run's record."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from types import SimpleNamespace
 
 from homegpu.remote.config import NodeSpec, parse_cluster
 from homegpu.remote.events import NA, EventHub, GpuStats, LogLine, Metric, NodeStats, Straggler, WorkerMetric
 from homegpu.remote.jobs import JobRun
-from homegpu.remote.jobs.watch import WorkerTrack
+from homegpu.remote.jobs import watch
+from homegpu.remote.jobs.watch import WorkerTrack, WorkerWatch
 from homegpu.remote.jobs.worker_logs import WorkerLines
 from homegpu.remote.logs import LogTail, classify
 from homegpu.remote.logs.tail import FileResume
+from homegpu.remote.node_side.scripts import worker_process
 from homegpu.remote.nodes import Cluster
 from homegpu.remote.plan import WorkerSlot
 from homegpu.remote.plan.device_plan import plan_devices
 from homegpu.remote.record import ExperimentLog
+from homegpu.remote.runtimes import WorkerStatus
 from homegpu.trainer.metrics import format_metric
 
 
@@ -173,3 +177,58 @@ def test_a_generation_reads_the_scripts_epochs_as_its_workers_first_generation_d
     lines.follow(2, None)
     resumed = workers["box"].tail.classifier
     assert resumed is not first and resumed.classify("[GPU0] Epoch 3 | Loss 0.4").epoch == 4
+
+
+def test_a_workers_supervisor_saying_it_exited_nudges_the_watch_and_nothing_else_does():
+    hub, workers, nudges = EventHub(), tracks("big"), []
+    lines = WorkerLines("demo", "run-1", hub, workers, None, nudge=lambda: nudges.append("big"))
+    take = lines._taker(workers["big"], 0)
+    for seq, text in enumerate(["=== homegpu: big generation 2 starting ===", "Epoch 1/3", "exited with status 1",
+                                format_metric(event="epoch", epoch=1, epochs=3, loss=0.5)]):
+        take(line("big", seq, text))
+    assert nudges == []
+    take(line("big", 9, (worker_process.EXIT_NOTE % ("big", 2, -9)).rstrip("\n")))
+    assert nudges == ["big"]
+
+
+class CountingRuntime:
+    """A node's runtime whose workers all run, counting its round trips (each starts a process on the node)."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    async def statuses(self, run_id: str, labels) -> list[WorkerStatus]:
+        self.polls += 1
+        return [WorkerStatus(label, "running", generation=1, run_id=run_id) for label in labels]
+
+
+async def test_the_watch_polls_the_nodes_when_a_log_said_a_worker_ended_else_only_now_and_then(monkeypatch):
+    """The loop checks each second (stalls, epochs); a poll starts a process on every node, so it polls when nudged,
+    and otherwise after QUIET_POLL_SECONDS for a worker that vanished without a word."""
+    runtime, workers = CountingRuntime(), tracks("big", "small")
+    for track in workers.values():
+        track.runtime = runtime
+    watching = WorkerWatch("demo", EventHub(), workers)
+    monkeypatch.setattr(watch, "QUIET_POLL_SECONDS", math.inf)
+    for _ in range(3):
+        assert await watching.check("run-1", 1, stall_timeout=600) is None
+    assert runtime.polls == 1  # the first check, one round trip for the node's two workers
+    assert {t.status.state for t in workers.values()} == {"running"}
+    watching.nudge()
+    await watching.check("run-1", 1, stall_timeout=600)
+    await watching.check("run-1", 1, stall_timeout=600)
+    assert runtime.polls == 2
+    monkeypatch.setattr(watch, "QUIET_POLL_SECONDS", 0.0)
+    await watching.check("run-1", 1, stall_timeout=600)
+    assert runtime.polls == 3
+
+
+async def test_a_stall_is_judged_at_every_check_between_polls(monkeypatch):
+    runtime, workers = CountingRuntime(), tracks("big")
+    workers["big"].runtime = runtime
+    watching = WorkerWatch("demo", EventHub(), workers)
+    monkeypatch.setattr(watch, "QUIET_POLL_SECONDS", math.inf)
+    assert await watching.check("run-1", 1, stall_timeout=600) is None
+    workers["big"].last_activity -= 601
+    assert await watching.check("run-1", 1, stall_timeout=600) == "big: no progress for 600s (stalled)"
+    assert runtime.polls == 1

@@ -44,7 +44,8 @@ class Generations:
 
     def follow_logs(self, recorded: dict[str, int] | None = None) -> None:
         run = self.run
-        lines = WorkerLines(run.job.name, run.run_id, run.hub, run.tracks, run.experiment, self.held_back)
+        lines = WorkerLines(run.job.name, run.run_id, run.hub, run.tracks, run.experiment, self.held_back,
+                            nudge=run.watch.nudge)
         lines.follow(run.generation, run.job.batch_size if run.job.uses_trainer else None, recorded)
 
     def held_back(self, worker: str) -> list[str]:
@@ -60,6 +61,7 @@ class Generations:
         self.run.generation = generation
         for track in self.run.tracks.values():
             track.status, track.last_activity, track.progressed = None, time.monotonic(), False
+        self.run.watch.nudge()  # the new generation's first check polls
 
     async def start_next(self) -> str | None:
         """Start the next generation of the stopped run, every worker from the same backup; why it could not."""

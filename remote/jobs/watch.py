@@ -1,6 +1,9 @@
 """What the watch loop knows and judges of each worker: its track, polling them all (one round trip
 per node, WorkerExited published once one ends), and the failure or stall that ends a generation.
 
+A poll starts a process on every node, so the loop polls when a worker's log says it ended (nudge()) and
+otherwise every QUIET_POLL_SECONDS, for a worker that vanished without a word; its other checks stay each second.
+
 A worker killed by a signal is named before one that failed by itself: when one worker is killed,
 its peers fail too, and the kill is the cause. A worker that prints nothing for the job's
 stall_timeout has stalled (the watchdog); its node being unreachable does not stop that clock.
@@ -9,6 +12,8 @@ stall_timeout has stalled (the watchdog); its node being unreachable does not st
 from __future__ import annotations
 
 import asyncio
+import math
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -26,6 +31,9 @@ from homegpu.remote.runtimes import Runtime, RuntimeError_, WorkerStatus
 ENDED = ("exited", "vanished")
 LAST_LINES = 60  # of a worker's log, to tell why it ended (a traceback, a full disk)
 POLL_TIMEOUT_SECONDS = 10.0  # a node whose connection died silently must not hold up the others' polls
+QUIET_POLL_SECONDS = 5.0  # between polls while no worker's log says it ended
+# The line a process worker's supervisor ends its log with (node_side/scripts/worker_process.py)
+EXIT_NOTE = re.compile(r"^=== homegpu: .* exited with status -?\d+ ===$")
 
 
 @dataclass
@@ -66,24 +74,36 @@ class WorkerWatch:
 
     def __init__(self, job: str, hub: EventHub, tracks: dict[str, WorkerTrack]) -> None:
         self.job, self.hub, self.tracks = job, hub, tracks
+        self._polled_at = -math.inf
+        self._nudged = False
+
+    def nudge(self) -> None:
+        """A worker may have ended (its log said so): the next check polls."""
+        self._nudged = True
 
     async def check(self, run_id: str, generation: int, stall_timeout: float) -> str | None:
-        """Poll every worker; the failure or stall that ends this generation, else None. A node that
-        does not answer right now fails nothing by itself; any other error is raised."""
-        tracks, statuses = await _poll_workers(self.tracks.values(), run_id)
-        for track, status in zip(tracks, statuses):
-            if isinstance(status, BaseException):
-                if not isinstance(status, (*NODE_GONE, RuntimeError_, asyncio.TimeoutError)):
-                    raise status
-            else:  # node unreachable right now: the stall clock keeps running
-                self.note(track, status, run_id, generation)
-        return generation_failure(tracks, stall_timeout, time.monotonic())
+        """Poll every worker when nudged or QUIET_POLL_SECONDS after the last poll; the failure or stall that ends
+        this generation, else None. A node that does not answer right now fails nothing by itself; any other error
+        is raised."""
+        if self._nudged or time.monotonic() - self._polled_at >= QUIET_POLL_SECONDS:
+            for track, status in zip(*await self._poll_all(run_id)):
+                if isinstance(status, BaseException):
+                    if not isinstance(status, (*NODE_GONE, RuntimeError_, asyncio.TimeoutError)):
+                        raise status
+                else:  # node unreachable right now: the stall clock keeps running
+                    self.note(track, status, run_id, generation)
+        return generation_failure(_by_runtime(self.tracks.values()), stall_timeout, time.monotonic())
 
     async def poll(self, run_id: str, generation: int) -> None:
         """Poll every worker and note the statuses that came back."""
-        for track, status in zip(*await _poll_workers(self.tracks.values(), run_id)):
+        for track, status in zip(*await self._poll_all(run_id)):
             if isinstance(status, WorkerStatus):
                 self.note(track, status, run_id, generation)
+
+    async def _poll_all(self, run_id: str) -> tuple[list[WorkerTrack], list[WorkerStatus | BaseException]]:
+        self._nudged = False  # a nudge while the poll runs is for the next one
+        self._polled_at = time.monotonic()
+        return await _poll_workers(self.tracks.values(), run_id)
 
     def note(self, track: WorkerTrack, status: WorkerStatus, run_id: str, generation: int) -> None:
         if status.generation not in (None, generation):
@@ -98,10 +118,7 @@ class WorkerWatch:
 async def _poll_workers(tracks: Iterable[WorkerTrack], run_id: str
                        ) -> tuple[list[WorkerTrack], list[WorkerStatus | BaseException]]:
     """Every worker's status, one round trip per node; a node's failure stands for each of its workers."""
-    by_runtime: dict[Runtime, list[WorkerTrack]] = {}
-    for track in tracks:
-        by_runtime.setdefault(track.runtime, []).append(track)
-    groups = list(by_runtime.values())
+    groups = _runtime_groups(tracks)
     replies = await asyncio.gather(*(asyncio.wait_for(group[0].runtime.statuses(run_id, [t.label for t in group]),
                                                       POLL_TIMEOUT_SECONDS)
                                      for group in groups), return_exceptions=True)
@@ -110,6 +127,19 @@ async def _poll_workers(tracks: Iterable[WorkerTrack], run_id: str
         polled += group
         statuses += [reply] * len(group) if isinstance(reply, BaseException) else reply
     return polled, statuses
+
+
+def _runtime_groups(tracks: Iterable[WorkerTrack]) -> list[list[WorkerTrack]]:
+    """The tracks by runtime (node), in the order their runtimes first come."""
+    by_runtime: dict[Runtime, list[WorkerTrack]] = {}
+    for track in tracks:
+        by_runtime.setdefault(track.runtime, []).append(track)
+    return list(by_runtime.values())
+
+
+def _by_runtime(tracks: Iterable[WorkerTrack]) -> list[WorkerTrack]:
+    """The tracks in the order a poll returns them."""
+    return [track for group in _runtime_groups(tracks) for track in group]
 
 
 def generation_failure(tracks: Sequence[WorkerTrack], stall_timeout: float, now: float) -> str | None:

@@ -1,7 +1,8 @@
 """The workers' logs as a run follows them, and read to their end when it stops.
 
 Every line keeps its worker alive for the stall watchdog, is read for a traceback (the track keeps the
-last, for the script-error verdict) and goes to experiments/RUN-ID/logs/. It reaches the hub once: a
+last, for the script-error verdict) and goes to experiments/RUN-ID/logs/. A worker's end (its supervisor's
+last line, or a container's log ending) nudges the watch loop to poll. It reaches the hub once: a
 log line as its LogLine, a metric line as a WorkerMetric (and into the run's latest figures); once
 every worker has reported an epoch their rates are compared for a straggler, which says what holds
 its GPUs back where its node's stats show something.
@@ -15,7 +16,7 @@ from typing import Callable, Iterable, Mapping
 
 from homegpu.remote.events import RATE_UNITS, EventHub, LogLine, Straggler, WorkerMetric
 from homegpu.remote.jobs.resume_check import FirstEpochs
-from homegpu.remote.jobs.watch import WorkerTrack
+from homegpu.remote.jobs.watch import EXIT_NOTE, WorkerTrack
 from homegpu.remote.logs import TracebackReader
 from homegpu.remote.record import ExperimentLog, find_stragglers
 
@@ -28,9 +29,10 @@ class WorkerLines:
     """Follows one generation of a run's workers, each line into its track, the experiment and the hub."""
 
     def __init__(self, job: str, run_id: str, hub: EventHub, tracks: dict[str, WorkerTrack],
-                 experiment: ExperimentLog | None, held_back: HeldBack | None = None) -> None:
+                 experiment: ExperimentLog | None, held_back: HeldBack | None = None,
+                 nudge: Callable[[], None] = lambda: None) -> None:
         self.job, self.run_id, self.hub, self.tracks, self.experiment = job, run_id, hub, tracks, experiment
-        self.held_back = held_back
+        self.held_back, self.nudge = held_back, nudge
 
     def follow(self, generation: int, batch_size: int | None, recorded: Mapping[str, int] | None = None) -> None:
         """Start a tail of every worker's output (`batch_size`: the built-in trainer's, for examples/s).
@@ -40,6 +42,7 @@ class WorkerLines:
             track.tracebacks, track.first_epochs = TracebackReader(), FirstEpochs()  # this generation's
             track.tail = track.runtime.tail(self.run_id, track.label, generation,
                                             on_line=self._taker(track, (recorded or {}).get(track.label, 0)),
+                                            on_end=self.nudge,
                                             worker=track.label, batch_size=batch_size,
                                             epoch_numbers=track.epoch_numbers).start()
 
@@ -54,6 +57,8 @@ class WorkerLines:
             skipped += not new
             if self.experiment and new:
                 self.experiment.log_line(track.label, line.text)
+            if EXIT_NOTE.match(line.text):
+                self.nudge()
             metric = line.metric
             if metric is None:
                 self.hub.publish(line)

@@ -71,12 +71,14 @@ class CommandResume(_Resume):
 
 
 class LogTail:
-    """Follows one log on one node until stopped; the last `max_lines` lines stay in `lines`."""
+    """Follows one log on one node until stopped; the last `max_lines` lines stay in `lines`. `on_end`: told when a
+    command's output ended by itself (a container that stopped)."""
 
     def __init__(self, node: NodeSession, resume: _Resume, max_lines: int = DEFAULT_MAX_LINES,
                  on_line: Callable[[LogLine], None] | None = None, worker: str = "",
-                 batch_size: int | None = None, epoch_numbers: EpochNumbers | None = None) -> None:
-        self.node, self.resume, self.on_line = node, resume, on_line
+                 batch_size: int | None = None, epoch_numbers: EpochNumbers | None = None,
+                 on_end: Callable[[], None] | None = None) -> None:
+        self.node, self.resume, self.on_line, self.on_end = node, resume, on_line, on_end
         self.worker = worker or node.name
         self.classifier = LineClassifier(batch_size, epoch_numbers)
         self.lines: collections.deque[LogLine] = collections.deque(maxlen=max_lines)
@@ -110,6 +112,8 @@ class LogTail:
                 await self.node.wait_online()
                 if await self._stream_once() is not None and not self.resume.follow:
                     self.finished.set()
+                    if self.on_end:
+                        self.on_end()
                     return
             except NODE_GONE:
                 pass

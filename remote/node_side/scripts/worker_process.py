@@ -28,6 +28,10 @@ import sys
 import time
 
 
+# The log's last line, once the worker ended: the controller polls the node's workers when it reads it
+EXIT_NOTE = "=== homegpu: %s generation %s exited with status %d ===\n"
+
+
 def _paths(run_dir, label):
     base = os.path.join(os.path.expanduser(run_dir), label)
     return base + ".json", base + ".exit"
@@ -210,8 +214,7 @@ def _waiter(args, env, log_path, exit_path, meta, report_fd):
     os.close(report_fd)
     _, status = os.waitpid(pid, 0)
     code = _exit_code(status)
-    written = _note(log, "=== homegpu: %s generation %s exited with status %d ===\n"
-                    % (args.label, meta.get("generation"), code)) and written
+    written = _note(log, EXIT_NOTE % (args.label, meta.get("generation"), code)) and written
     _record_exit(exit_path, meta.get("generation"), code, nospace=not written)
     os._exit(0)
 
