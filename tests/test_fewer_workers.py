@@ -12,12 +12,15 @@ import pytest
 from homegpu.remote.config import JobSpec, embedded_default
 from homegpu.remote.jobs import backup_copy
 from homegpu.remote.jobs.backup_copy import BackupCopy, complete
+from homegpu.remote.jobs.checkpoint_copy import CheckpointCopy
 from homegpu.remote.jobs.fewer import (
     FewerWorkersRefused, batch_for, check_enough, going_on_line, job_with, job_without, rejoining_line,
 )
-from homegpu.remote.events import NodeState
+from homegpu.remote.events import Metric, NodeState
+from homegpu.remote.jobs.resume_check import FirstEpochs
+from homegpu.remote.jobs.run_backups import finished_here
 from homegpu.remote.jobs.run_members import Members
-from homegpu.remote.nodes import Cluster
+from homegpu.remote.nodes import Cluster, TransportError
 
 EVERY = ["desktop", "laptop", "closet"]
 
@@ -121,6 +124,33 @@ async def test_the_chiefs_backup_is_copied_off_it_and_put_onto_every_worker(tmp_
     assert small.epoch is None
 
 
+async def test_a_save_that_lands_while_the_copy_is_sent_leaves_the_copy_whole(tmp_path) -> None:
+    """On a busy machine sending the chief's backup can take longer than an epoch, and the chief's next save removes
+    the files being sent (the tutorial test failed so: every copy broke until the chief's machine left). The copy is
+    sent from a hard-linked snapshot made in moments, so it holds the save that was whole, and the snapshot goes."""
+    chief = tmp_path / "node1" / "out" / "backup"
+    write_checkpoint(chief / "chief", 2)
+    copy = BackupCopy(tmp_path / "experiments" / "run" / "chief-backup")
+    async with Cluster(embedded_default(), stream_stats=False) as cluster:
+        node = cluster.node("local")
+        await node.wait_online(60)
+
+        class SavingWhileSent:  # the local node, where the chief's next save is half-way as the copy is sent
+            name, transport, list_tree, run = node.name, node.transport, node.list_tree, node.run
+
+            async def get_tree(self, remote_dir, local_dir) -> None:
+                for old in (chief / "chief").glob("ckpt-2.*"):
+                    old.unlink()
+                (chief / "chief" / "ckpt-3.data-00000-of-00001").write_bytes(b"new weights")
+                await node.get_tree(remote_dir, local_dir)
+
+        assert await copy.take(SavingWhileSent(), str(chief), 2) == ""
+    assert copy.epoch == 2 and complete(copy.folder)
+    assert sorted(p.name for p in (copy.folder / "chief").iterdir()) == [
+        "checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    assert sorted(p.name for p in chief.parent.iterdir()) == ["backup"]  # the snapshot is gone
+
+
 async def test_a_copy_that_caught_the_chief_saving_is_taken_again_at_once_not_an_epoch_later(monkeypatch) -> None:
     monkeypatch.setattr(backup_copy, "MID_SAVE_WAIT_S", 0)
 
@@ -175,3 +205,53 @@ async def test_copies_that_keep_failing_are_said_once_until_one_is_taken_again(m
         "(the copy holds none yet; the next epoch's copy tries again)",
         f"could not copy the chief's backup of epoch 4 off node1: the chief was saving it at each of {tries} tries "
         "(the copy holds epoch 3; the next epoch's copy tries again)"]
+
+
+async def test_each_epoch_is_copied_once_even_where_the_chief_has_nothing_to_copy() -> None:
+    """A script that keeps no checkpoint in its working dir, or a chief whose training ended and removed its backup,
+    leaves nothing to copy: before, the keeper listed the chief's folder again at every check (a process on the
+    chief's node each second) until the next epoch. Each epoch is tried once; a new generation's tried again."""
+
+    class EmptyChief:
+        what, epoch, refused = "checkpoint", None, ""
+        takes: list[int] = []
+
+        async def take(self, node, remote_dir, epoch) -> str:
+            self.takes.append(epoch)
+            return ""
+
+    copy, chief_epoch = EmptyChief(), [0]
+    keeper = backup_copy.BackupKeeper(copy, lambda: [(None, "out", chief_epoch[0])], print)
+    for epoch in (0, 1, 1, 1, 2, 2):
+        chief_epoch[0] = epoch
+        keeper.after_epoch()
+        if keeper._copying is not None:
+            await keeper._copying
+    assert copy.takes == [1, 2]
+    await keeper.refresh()  # a generation ends: its chief's files are taken whatever was tried
+    keeper.after_epoch()
+    await keeper._copying
+    assert copy.takes == [1, 2, 2, 2]
+
+
+async def test_a_listing_that_failed_with_the_chiefs_node_there_is_tried_again_not_dropped(tmp_path) -> None:
+    """`find` fails where a file vanishes as it walks the folder (a save replacing its temporary files): with the node
+    still there that copy is tried again shortly, as one that caught the save half-written; a gone node's is not."""
+    def chief(transport):
+        async def list_tree(remote_dir, skip):
+            raise TransportError("cannot list out/backup: find: 'out/backup/chief/ckpt-3_temp': No such file")
+        return SimpleNamespace(name="node1", transport=transport, list_tree=list_tree)
+
+    for copy in (BackupCopy(tmp_path / "backup"), CheckpointCopy(tmp_path / "checkpoint")):
+        assert await copy.take(chief(object()), "out/backup", 3) == backup_copy.MID_SAVE
+        assert await copy.take(chief(None), "out/backup", 3) == ""
+        assert copy.epoch is None
+
+
+def test_a_workers_epochs_count_for_its_backup_once_it_finished_one_in_this_generation() -> None:
+    """A new generation's tracks still hold the last one's figures: the chief's epoch 3 there, where its backup was
+    restored from a copy of epoch 2, must not label a copy of that backup as epoch 3."""
+    track = SimpleNamespace(last_metric=SimpleNamespace(epoch=3), first_epochs=FirstEpochs())
+    assert finished_here(track) == 0
+    track.first_epochs.note(Metric({"event": "epoch", "epoch": 3}))
+    assert finished_here(track) == 3

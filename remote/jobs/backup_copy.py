@@ -10,22 +10,26 @@ new generation (refreshed from the chief first where its machine is still there)
 a new chief or a machine that rejoins included, resume from the same epoch.
 
 A copy is taken whole into a folder beside it and then put in its place, so a copy cut off half-way (the chief
-gone mid-transfer) leaves the previous one.
+gone mid-transfer) leaves the previous one. It is sent from a hard-linked snapshot the node makes in moments
+(SNAPSHOT): on a busy machine sending the folder itself can take longer than an epoch, and the chief's next save,
+which replaces and removes files, broke copy after copy.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import posixpath
 import re
 import shutil
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import AsyncIterator, Callable, Protocol, Sequence
 
 from homegpu.remote.jobs.codesync import SyncError, read_tree, sync_trees
 from homegpu.remote.nodes import NODE_GONE, NodeSession, format_bytes
 
 BACKUP_DIR = "backup"  # in a worker's output dir
+SNAPSHOT = ".homegpu-backup-copy"  # beside it, while a copy is sent
 # A TensorFlow checkpoint dir's index file names the newest checkpoint: model_checkpoint_path: "ckpt-3"
 NEWEST_CHECKPOINT = re.compile(r'^model_checkpoint_path: "([^"/]+)"$', re.M)
 COPY_CAP_BYTES = 2 << 30  # 2 GiB: past that, copying it every epoch would cost more than the epoch is worth
@@ -33,6 +37,7 @@ COPY_CAP_BYTES = 2 << 30  # 2 GiB: past that, copying it every epoch would cost 
 # an hour, and the chief's machine may leave in it)
 MID_SAVE = "copied while the chief saved it"
 MID_SAVE_TRIES, MID_SAVE_WAIT_S = 5, 1.0
+SNAPSHOT_TIMEOUT_S = 60.0
 
 
 def backup_dir(output_dir: str) -> str:
@@ -45,6 +50,25 @@ def gone_or_mid_save(node: NodeSession) -> str:
     replaced as it was read: tried again shortly), else "" (the node is gone: the last copy stands, and the run says
     the node left)."""
     return MID_SAVE if node.transport is not None else ""
+
+
+@contextlib.asynccontextmanager
+async def snapshot(node: NodeSession, remote_dir: str) -> AsyncIterator[str]:
+    """A hard-linked copy of `remote_dir` beside it for the block, made in moments: a TensorFlow save writes new files
+    and renames them over or removes the old, never changing one in place, so the links keep the files of the save
+    that was whole while the copy is sent. `remote_dir` itself where the node could not link them (a filesystem
+    without hard links, a file removed as cp walked the folder): complete() then tells a copy caught mid-save.
+
+    Raises:
+        NODE_GONE: the node is gone."""
+    still = posixpath.join(posixpath.dirname(remote_dir.rstrip("/")), SNAPSHOT)
+    linked = await node.run(["sh", "-c", 'rm -rf -- "$2" && exec cp -al -- "$1" "$2"', "sh", remote_dir, still],
+                            timeout=SNAPSHOT_TIMEOUT_S)
+    try:
+        yield still if linked.ok else remote_dir
+    finally:
+        with contextlib.suppress(*NODE_GONE):
+            await node.run(["rm", "-rf", "--", still], timeout=SNAPSHOT_TIMEOUT_S)
 
 
 def complete(folder: Path) -> bool:
@@ -70,11 +94,12 @@ class BackupCopy:
 
     async def take(self, node: NodeSession, remote_dir: str, epoch: int) -> str:
         """Copy `remote_dir` from `node` as the backup of `epoch`; why not ("" when copied, when there is no
-        backup to copy (a script that keeps none) or the node left; MID_SAVE when it caught the chief saving)."""
+        backup to copy (a script that keeps none) or the node left; MID_SAVE when it caught the chief saving or the
+        node failed it while there)."""
         try:
             listing = await node.list_tree(remote_dir, frozenset())
-        except NODE_GONE:
-            return ""  # no backup there (a script without one), or the node is gone: the last copy stands
+        except NODE_GONE:  # a file the chief's save removed as find walked it, or the node is gone
+            return gone_or_mid_save(node)
         size = sum(size for size, _ in listing.values())
         if not listing or self.refused:
             return ""
@@ -85,7 +110,8 @@ class BackupCopy:
         partial = self.folder.with_name(self.folder.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         try:
-            await node.get_tree(remote_dir, partial)
+            async with snapshot(node, remote_dir) as still:
+                await node.get_tree(still, partial)
         except NODE_GONE:
             shutil.rmtree(partial, ignore_errors=True)
             return gone_or_mid_save(node)
@@ -139,6 +165,7 @@ class BackupKeeper:
     def __init__(self, copy: Copy, sources: BackupSources, say: Callable[[str], None]) -> None:
         self.copy, self._sources, self._say = copy, sources, say
         self._copying: asyncio.Task | None = None
+        self._tried: int | None = None  # the epoch the last copy after an epoch was for: each is tried once
         self._failing = False  # the last copy failed (said once, until one is taken again)
 
     @property
@@ -146,11 +173,13 @@ class BackupKeeper:
         return self.copy.epoch
 
     def after_epoch(self) -> None:
-        """Start a copy when the chief finished an epoch the copy does not hold (one copy at a time)."""
+        """Start a copy when the chief finished an epoch not copied or tried yet (one copy at a time: each lists
+        and copies on the chief's node, so an epoch whose copy found nothing or failed waits for the next)."""
         if self._copying is not None and not self._copying.done():
             return
         found = self._sources()[:1]  # the chief's: the copy follows it
-        if found and found[0][2] and found[0][2] != self.copy.epoch:
+        if found and found[0][2] and found[0][2] not in (self.copy.epoch, self._tried):
+            self._tried = found[0][2]
             self._copying = asyncio.create_task(self._take(*found[0]))
 
     async def refresh(self) -> None:
@@ -159,6 +188,7 @@ class BackupKeeper:
         stock BackupAndRestore saves on its chief alone): refresh before the run's members change, never after."""
         if self._copying is not None:
             await asyncio.gather(self._copying, return_exceptions=True)
+        self._tried = None  # the next generation may finish an epoch again that this one tried
         for node, remote_dir, epoch in self._sources():
             await self._take(node, remote_dir, epoch)
             if self.copy.epoch == epoch:

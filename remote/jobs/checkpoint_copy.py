@@ -24,11 +24,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from homegpu.remote.jobs.backup_copy import BACKUP_DIR, COPY_CAP_BYTES, gone_or_mid_save
+from homegpu.remote.jobs.backup_copy import BACKUP_DIR, COPY_CAP_BYTES, SNAPSHOT, gone_or_mid_save
 from homegpu.remote.jobs.codesync import SyncError, read_tree, sync_trees
 from homegpu.remote.nodes import NODE_GONE, NodeSession, format_bytes
 
-SKIP = frozenset({BACKUP_DIR, "__pycache__"})  # never carried: BackupCopy carries the backup
+SKIP = frozenset({BACKUP_DIR, SNAPSHOT, "__pycache__"})  # never carried: BackupCopy carries the backup
 WORKER_TEMP = "workertemp_"  # MultiWorkerMirroredStrategy's non-chief save dirs (never the chief's to carry)
 
 
@@ -56,11 +56,12 @@ class CheckpointCopy:
 
     async def take(self, node: NodeSession, remote_dir: str, epoch: int) -> str:
         """Copy the checkpoint from the working dir `remote_dir` on `node` as that of `epoch`; why not ("" when
-        copied, when there is nothing to copy, or when the chief was saving: the next copy will do)."""
+        copied, when there is nothing to copy, or when the chief was saving: the next copy will do; MID_SAVE when
+        the node failed it while there)."""
         try:
             listing = await node.list_tree(remote_dir, SKIP)
-        except NODE_GONE:
-            return ""  # the node is gone: the last copy stands
+        except NODE_GONE:  # a file the chief removed as find walked it (tried again shortly), or the node is gone
+            return gone_or_mid_save(node)
         chosen = {rel: entry for rel, entry in listing.items() if self.carries(rel)}
         self.left = tuple(sorted(set(listing) - set(chosen)))
         if not chosen or self.refused:

@@ -13,6 +13,12 @@ from homegpu.remote.jobs.watch import WorkerTrack
 from homegpu.remote.nodes import NodeSession
 
 
+def finished_here(track: WorkerTrack) -> int:
+    """The last epoch `track`'s worker finished in this generation; 0 before its first (its last_metric is still the
+    previous generation's, whose epoch its backup, restored from the copy, may not hold)."""
+    return (track.last_metric.epoch or 0) if track.first_epochs.finished is not None else 0
+
+
 class RunBackups:
     """The run's BackupKeepers: the backup's (TensorFlow jobs) in RunState.backup, a script's checkpoint's in
     RunState.checkpoints."""
@@ -39,8 +45,8 @@ class RunBackups:
         trainer, whose every worker keeps the same one, the other workers' (node online, an epoch finished)."""
         run = self.run
         tracks = [run.tracks[slot.label] for slot in run.slots]
-        return [(*self._backup_of(t), t.last_metric.epoch) for t in (tracks if run.job.uses_trainer else tracks[:1])
-                if t.last_metric.epoch and t.runtime.node.state is NodeState.ONLINE]
+        return [(*self._backup_of(t), finished_here(t)) for t in (tracks if run.job.uses_trainer else tracks[:1])
+                if finished_here(t) and t.runtime.node.state is NodeState.ONLINE]
 
     def _chief_dir(self) -> list[tuple[NodeSession, str, int]]:
         """Where a script's checkpoint is: the chief's working dir (its output dir), while its node is online."""
@@ -48,7 +54,7 @@ class RunBackups:
         chief = run.chief_track()
         if chief.runtime.node.state is not NodeState.ONLINE:
             return []
-        return [(chief.runtime.node, chief.runtime.out_dir(run.run_id, chief.label), chief.last_metric.epoch or 0)]
+        return [(chief.runtime.node, chief.runtime.out_dir(run.run_id, chief.label), finished_here(chief))]
 
     def drift(self) -> str | None:
         """Where this generation's workers began at different epochs (their first epoch lines): the line naming
