@@ -14,7 +14,9 @@ from images import TORCH_PACKAGES
 
 from homegpu.remote.config.cluster_spec import parse_cluster
 from homegpu.remote.config.checks import ConfigError
+from homegpu.remote.jobs.launch_plan import torch_program
 from homegpu.remote.plan import lay_out
+from homegpu.remote.runtimes import NodePaths
 from homegpu.remote.runtimes.framework_needs import TORCH, version_mismatch
 
 NODE_INSTALL = TORCH.packages
@@ -84,7 +86,8 @@ def test_a_tensorflow_job_still_gets_its_tf_config():
 
 
 @pytest.mark.parametrize("table, words", [
-    ('framework = "pytorch"\nmodel = "resnet"\n', "the built-in TensorFlow trainer's key: the PyTorch demo trains"),
+    ('framework = "pytorch"\ndata = "npz:x.npz"\n', "the built-in TensorFlow trainer's key: the PyTorch demo trains"),
+    ('framework = "pytorch"\nmodel = "resnet"\n', 'model: unknown value \'resnet\'; use one of: "mlp", "cnn"'),
     ('framework = "pytorch"\nscript = "x.py"\nworkers_per_node = 2\n', "a PyTorch job runs one torchrun per node"),
     ('framework = "mxnet"\n', 'use one of: "tensorflow", "pytorch", "jax"'),
 ])
@@ -92,6 +95,19 @@ def test_what_a_pytorch_job_cannot_be_is_one_line(table, words):
     with pytest.raises(ConfigError) as caught:
         parse_cluster(CLUSTER + "[jobs.bad]\n" + table)
     assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_pytorch_demos_model_is_the_jobs_the_mlp_unless_it_names_the_cnn():
+    """The demo's MLP is latency-bound on a LAN (its all-reduce outlasts its compute); `model = "cnn"` gives it steps
+    long enough for unlike machines' shares to pay. The trainer's default ("cnn") must not become the demo's."""
+    spec = parse_cluster(TWO_NODES + '[jobs.mlp]\nframework = "pytorch"\n[jobs.cnn]\nframework = "pytorch"\n'
+                         'model = "cnn"\n[jobs.tf]\n')
+    assert (spec.jobs["mlp"].model, spec.jobs["cnn"].model, spec.jobs["tf"].model) == ("mlp", "cnn", "cnn")
+    paths = NodePaths(python="python3", code_dir="/code", output_dir="/out")
+    for name in ("mlp", "cnn"):
+        assert torch_program(spec.jobs[name], paths, "") == [
+            "-m", "homegpu.trainer.torch_demo", "--epochs", "2", "--batch-size", "64", "--output", "/out",
+            "--model", name]
 
 
 NCCL_SCRIPT = """\

@@ -541,6 +541,10 @@ def test_the_launch_dialog_names_the_pytorch_demo_not_the_tensorflow_trainers_mo
     assert text.startswith("demo  the PyTorch demo: an MLP on synthetic data, 5 epochs, batch 64 per process, image "
                            "homegpu/pytorch:2.14")
     assert "cnn" not in text and "-m homegpu.trainer.torch_demo" in text
+    cnn = parse_cluster('[[nodes]]\nname = "box"\nhost = "10.0.0.2"\n[jobs.demo]\nframework = "pytorch"\n'
+                        'model = "cnn"\n')
+    text = launch_preview(cnn.jobs["demo"], lay_out(cnn, cnn.jobs["demo"], {"box": []})).plain
+    assert text.startswith("demo  the PyTorch demo: a CNN on synthetic data, 2 epochs")
 
 
 def test_the_alert_banner_holds_what_fires_and_a_clear_becomes_a_toast():

@@ -23,7 +23,7 @@ from homegpu.remote.config.sizes import EXAMPLES as SIZE_EXAMPLES
 from homegpu.remote.config.sizes import size_bytes, size_text
 from homegpu.remote.config.slurm_keys import HOMEGPU, parse_slurm_job
 from homegpu.remote.config.toml_lines import LineIndex
-from homegpu.trainer import MODELS
+from homegpu.trainer import MODELS, TORCH_DEMO_MODELS
 
 DEFAULT_IMAGE = "homegpu/tensorflow:2.21"
 # A job's image when it names none, by framework: what `homegpu image build --framework F` builds.
@@ -76,7 +76,7 @@ class JobSpec:
     code_dir: str = ""
     args: tuple[str, ...] = ()
     data: str = "synthetic"
-    model: str = "cnn"
+    model: str = ""  # "": the framework's default (the trainer's "cnn", the PyTorch demo's "mlp")
     data_dir: str = ""
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     nodes: tuple[str, ...] = ()
@@ -107,6 +107,10 @@ class JobSpec:
     time_limit: str = ""  # as Slurm prints a limit: "30:00", "2:00:00", "1-00:00:00"
     gres: str = ""  # per node, e.g. "gpu:rtx4090:2"; "": the GPUs the device plan gives each node
 
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            object.__setattr__(self, "model", _models(self.framework)[0])
     @property
     def is_pytorch(self) -> bool:
         return self.framework == "pytorch"
@@ -184,7 +188,7 @@ def parse_job(v: Validator, name: str, table: dict, node_names: tuple[str, ...],
         code_dir=get("code_dir", str, "", v.check_path),
         args=tuple(get("args", list, [], _check_strings(v))),
         data=get("data", str, "synthetic", _check_data(v)),
-        model=get("model", str, "cnn", v.choice(MODELS)),
+        model=get("model", str, _models(framework)[0], v.choice(_models(framework))),
         data_dir=get("data_dir", str, "", v.check_path),
         env=MappingProxyType(get("env", dict, {}, _check_env(v))),
         nodes=tuple(get("nodes", list, [], check_nodes)),
@@ -316,13 +320,18 @@ def _keras_on_jax(tree: ast.AST, env: object) -> bool:
                        and t.slice.value == "KERAS_BACKEND" for t in node.targets) for node in ast.walk(tree))
 
 
+def _models(framework: str) -> tuple[str, ...]:
+    """The `model` values a job of `framework` takes, its default first (the JAX demo takes none)."""
+    return TORCH_DEMO_MODELS if framework == "pytorch" else MODELS
+
+
 def _check_framework_keys(v: Validator, table: dict, path: tuple, job: JobSpec) -> None:
-    """The PyTorch and JAX demos train their own model on synthetic data; a PyTorch job runs under torchrun, which
-    starts one process per GPU itself."""
+    """The PyTorch and JAX demos train on synthetic data (the PyTorch demo's model is one of its own); a PyTorch job
+    runs under torchrun, which starts one process per GPU itself."""
     if job.is_tensorflow:
         return
     name = FRAMEWORK_NAMES[job.framework]
-    for key in ("data", "model"):
+    for key in ("data",) if job.is_pytorch else ("data", "model"):
         if job.uses_trainer and key in table:
             raise v.fail(path + (key,), f"the built-in TensorFlow trainer's key: the {name} demo trains its own "
                                         "model on synthetic data",

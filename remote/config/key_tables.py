@@ -119,7 +119,9 @@ JOBS = Section("[jobs.NAME]", (
     Key("data", "string", '`"synthetic"`',
         'built-in trainer\'s data: `"synthetic"` (no download), `"npz:FILE"` (mnist format), `"dir:FOLDER"` '
         "(a folder per class); relative paths are under `data_dir`", 'data = "npz:mnist.npz"'),
-    Key("model", '`"cnn"` or `"resnet"`', '`"cnn"`', "built-in trainer's model", 'model = "resnet"'),
+    Key("model", '`"cnn"` or `"resnet"`; the PyTorch demo: `"mlp"` or `"cnn"`', '`"cnn"` (the PyTorch demo: `"mlp"`)',
+        "built-in trainer's model; the PyTorch demo's CNN computes long enough per step that unlike machines' shares "
+        "pay on a home LAN", 'model = "resnet"'),
     Key("data_dir", "path", "none", "a folder on every node, mounted read-only at `/data` in containers",
         'data_dir = "/srv/datasets"'),
     Key("env", "table of strings", "`{}`", "extra environment variables", 'env = { SEED = "3" }'),

@@ -136,7 +136,8 @@ _TRAINER_KEYS = ("data", "model", "epochs")
 
 
 def _job_dict(job: JobSpec) -> dict[str, Any]:
-    shown = _TRAINER_KEYS if job.is_tensorflow else ("epochs",)  # the other demos have their own data and model
+    # the other demos have their own data, and the JAX demo its own model
+    shown = _TRAINER_KEYS if job.is_tensorflow else ("model", "epochs") if job.is_pytorch else ("epochs",)
     table = {key: getattr(job, key) for key in shown} if job.uses_trainer else {}
     table.update(_non_default(job, JobSpec(name=job.name)))
     table.pop("name", None)

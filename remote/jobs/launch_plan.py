@@ -45,11 +45,11 @@ def worker_argv(job: JobSpec, paths: NodePaths, script_rel: str = "") -> tuple[s
     return (paths.python, "-m", USER_SCRIPT_MODULE, _script_path(job, paths, script_rel), *job.args)
 
 
-def _torch_program(job: JobSpec, paths: NodePaths, script_rel: str) -> list[str]:
+def torch_program(job: JobSpec, paths: NodePaths, script_rel: str) -> list[str]:
     """What torchrun starts in each process: the job's script and args, or the built-in PyTorch demo."""
     if not job.uses_trainer:
         return [_script_path(job, paths, script_rel), *job.args]
-    return _demo_program(TORCH_DEMO_MODULE, job, paths)
+    return [*_demo_program(TORCH_DEMO_MODULE, job, paths), "--model", job.model]
 
 
 def _demo_program(module: str, job: JobSpec, paths: NodePaths) -> list[str]:
@@ -144,7 +144,7 @@ def worker_launch(job: JobSpec, run_id: str, generation: int, slots: Sequence[Wo
     env.update(worker_markers(job.name, run_id, slot.index))  # not the job's to override
     if job.is_pytorch:
         processes = devices.replicas if devices is not None else 1
-        argv = torchrun_argv(paths.python, slots, slot, processes, _torch_program(job, paths, script))
+        argv = torchrun_argv(paths.python, slots, slot, processes, torch_program(job, paths, script))
     else:
         argv = worker_argv(job, paths, script)
     return WorkerLaunch(

@@ -4,8 +4,9 @@ speed (trainer/shares.py). Prints each run's training speed (examples/s, the med
 workers together), its last accuracy, and together / the sum of the two alone. Asserts nothing.
 
 Run as root (it starts sshd servers and cgroups):
-    .venv/bin/python tests/benchmarks/bench_balance.py [--framework tensorflow|pytorch] [--epochs N]
-(default: tensorflow, 4 epochs). pytorch runs homegpu's PyTorch demo instead of the TensorFlow trainer.
+    .venv/bin/python tests/benchmarks/bench_balance.py [--framework tensorflow|pytorch] [--model cnn|mlp] [--epochs N]
+(default: tensorflow, 4 epochs). pytorch runs homegpu's PyTorch demo instead of the TensorFlow trainer, with its CNN
+(256 examples per worker a step, as the trainer's) or its MLP (64: a step of it is over before its all-reduce).
 """
 
 from __future__ import annotations
@@ -37,11 +38,10 @@ STEPS = 8  # per epoch, alone and together: every run trains the same steps of i
 RUNS = ("node1-alone", "node2-alone", "both-even", "both-balanced")
 
 
-def runs(framework: str, epochs: int) -> dict[str, dict]:
-    schedule = {"epochs": epochs, "batch_size": BATCH if framework == "tensorflow" else 64,
-                "steps_per_epoch": STEPS}
+def runs(framework: str, epochs: int, model: str) -> dict[str, dict]:
+    schedule = {"epochs": epochs, "batch_size": BATCH, "steps_per_epoch": STEPS}
     if framework == "pytorch":
-        schedule = {"framework": "pytorch", "epochs": epochs, "batch_size": 64, "steps_per_epoch": STEPS}
+        schedule |= {"framework": "pytorch", "model": model, "batch_size": BATCH if model == "cnn" else 64}
     return {"node1 alone": {"nodes": ["node1"], **schedule},
             "node2 alone": {"nodes": ["node2"], **schedule},
             "both, even": {"nodes": ["node1", "node2"], "balance": "even", **schedule},
@@ -78,6 +78,7 @@ def run(config: Path, cwd: Path, job: str) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--framework", choices=("tensorflow", "pytorch"), default="tensorflow")
+    parser.add_argument("--model", choices=("cnn", "mlp"), default="cnn", help="the PyTorch demo's (pytorch only)")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--only", action="append", choices=RUNS, metavar="RUN",
                         help=f"run only this one (repeatable): {', '.join(RUNS)}")
@@ -87,17 +88,18 @@ def main() -> None:
                              "stops for 75, which a slow laptop never does; in 10 ms it stops for 7.5 ms at most")
     args = parser.parse_args()
     print(f"homegpu balance benchmark, {platform.node()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}: "
-          f"{args.framework}, node1 held to {QUOTAS['node1']} % of a core, node2 to {QUOTAS['node2']} %, "
+          f"{args.framework}{f' ({args.model})' if args.framework == 'pytorch' else ''}, node1 held to "
+          f"{QUOTAS['node1']} % of a core, node2 to {QUOTAS['node2']} %, "
           f"{args.epochs} epochs of {STEPS} steps, quotas in {args.period_ms:g} ms periods\n")
     root = Path(tempfile.mkdtemp(prefix="homegpu-bench-balance-"))
     jobs = {slug(name): job_table(**table, stall_timeout=900.0)
-            for name, table in runs(args.framework, args.epochs).items()}
+            for name, table in runs(args.framework, args.epochs, args.model).items()}
     with SimCluster(2, first_host=180, name="balance") as sim, ExitStack() as quotas:
         for node, percent in QUOTAS.items():
             quotas.enter_context(cpu_share(sim.node(node), percent, period_us=int(args.period_ms * 1000)))
         config = sim.write_cluster_toml(root / "cluster.toml", jobs=jobs)
         figures = {}
-        for name in runs(args.framework, args.epochs):
+        for name in runs(args.framework, args.epochs, args.model):
             if not args.only or slug(name) in args.only:
                 run_dir = run(config, root, slug(name))
                 figures[name] = speed_of(run_dir)

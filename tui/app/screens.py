@@ -26,8 +26,9 @@ def launch_preview(job: JobSpec, layout: JobLayout) -> Text:
     """What launching `job` starts: its settings, each worker with the TF_CONFIG it will get, then
     the device plan (or why there is none yet)."""
     slots, plan_lines = layout.slots, layout.plan_lines()
-    if job.uses_trainer and job.is_pytorch:  # the PyTorch demo takes the trainer's epochs and batch, not its model
-        what = f"the PyTorch demo: an MLP on synthetic data, {job.epochs} epochs, batch {job.batch_size} per process"
+    if job.uses_trainer and job.is_pytorch:  # the PyTorch demo takes the trainer's epochs and batch, and its own model
+        what = (f"the PyTorch demo: {'a CNN' if job.model == 'cnn' else 'an MLP'} on synthetic data, {job.epochs} "
+                f"epochs, batch {job.batch_size} per process")
     elif job.uses_trainer and job.is_jax:
         what = f"the JAX demo: an MLP on synthetic data, {job.epochs} epochs, batch {job.batch_size} per process"
     elif job.uses_trainer:
