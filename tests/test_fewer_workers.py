@@ -17,6 +17,7 @@ from homegpu.remote.jobs.fewer import (
     FewerWorkersRefused, batch_for, check_enough, going_on_line, job_with, job_without, rejoining_line,
 )
 from homegpu.remote.events import Metric, NodeState
+from homegpu.remote.jobs.outputs import fetch_outputs
 from homegpu.remote.jobs.resume_check import FirstEpochs
 from homegpu.remote.jobs.run_backups import finished_here
 from homegpu.remote.jobs.run_members import Members
@@ -149,6 +150,20 @@ async def test_a_save_that_lands_while_the_copy_is_sent_leaves_the_copy_whole(tm
     assert sorted(p.name for p in (copy.folder / "chief").iterdir()) == [
         "checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
     assert sorted(p.name for p in chief.parent.iterdir()) == ["backup"]  # the snapshot is gone
+
+
+async def test_the_chiefs_outputs_leave_its_backup_and_a_copys_snapshot_on_the_node(tmp_path) -> None:
+    """A copy still in flight as the run ends has its snapshot beside the backup while the outputs come home."""
+    chief = tmp_path / "out"
+    write_checkpoint(chief / "backup" / "chief", 2)
+    write_checkpoint(chief / backup_copy.SNAPSHOT / "chief", 2)
+    (chief / "model.keras").write_bytes(b"model")
+    async with Cluster(embedded_default(), stream_stats=False) as cluster:
+        node = cluster.node("local")
+        await node.wait_online(60)
+        fetched = await fetch_outputs(node, str(chief), tmp_path / "home")
+    assert fetched.fetched == ("model.keras",) and not fetched.error
+    assert sorted(p.name for p in (tmp_path / "home").iterdir()) == ["model.keras"]
 
 
 async def test_a_copy_that_caught_the_chief_saving_is_taken_again_at_once_not_an_epoch_later(monkeypatch) -> None:

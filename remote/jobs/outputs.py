@@ -15,10 +15,12 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
+from homegpu.remote.jobs.backup_copy import BACKUP_DIR, SNAPSHOT
 from homegpu.remote.nodes import NODE_GONE, NodeSession, cause
 
 OUTPUT_CAP_BYTES = 2 << 30  # 2 GiB: a home link moves that in a few seconds to minutes
-SKIP_DIRS = frozenset({"backup", "__pycache__"})  # BackupAndRestore's dir (ours and the tutorial's)
+# BackupAndRestore's dir (ours and the tutorial's), and the snapshot a copy of it in flight sends from
+SKIP_DIRS = frozenset({BACKUP_DIR, SNAPSHOT, "__pycache__"})
 PARTIAL_NOTE = "PARTIAL.txt"
 
 
