@@ -163,3 +163,19 @@ def test_dialogs_show_a_str_as_it_is() -> None:
     shown = asyncio.run(bodies())
     assert "[bold red]x[/]\\x1b]0;pwned\\x07\nnext" in shown
     assert "Stop run [b]\\x1b]52;c;cHduZWQ=\\x07[/b]?" in shown
+
+
+def test_a_redraw_timer_that_fires_as_the_app_shuts_down_draws_nothing() -> None:
+    """Textual removes the screens' widgets before it stops the app's timers; a redraw in between found no panel
+    (`NoMatches: No nodes match '#job'`, once in the suite as the dialogs test above closed its app)."""
+    drawn = []
+
+    async def ticks() -> None:
+        app = HomegpuApp(embedded_default())
+        async with app.run_test(size=(100, 30)):
+            tick = app._while_running(lambda: drawn.append(app.query_one("#job")))
+            tick()
+        tick()  # shut down: the panels are gone
+
+    asyncio.run(ticks())
+    assert len(drawn) == 1

@@ -130,9 +130,9 @@ class HomegpuApp(App[int]):
         keys = [(binding.key_display or binding.key, binding.description) for binding in self.BINDINGS if binding.show]
         self.query_one("#keys", Panel).show(lambda width: key_bar(keys, width))
         self.redraw()
-        self.set_interval(REFRESH_SECONDS, self._redraw_panels)
+        self.set_interval(REFRESH_SECONDS, self._while_running(self._redraw_panels))
         # Stats arrive once per interval per node: redrawing the table more often would draw the same.
-        self.set_interval(max(REFRESH_SECONDS, self.spec.stats_interval), self._redraw_nodes)
+        self.set_interval(max(REFRESH_SECONDS, self.spec.stats_interval), self._while_running(self._redraw_nodes))
         self.set_interval(1.0, self._age_matrix)
         if self.controller is not None:
             self._pump_events(self.controller.subscribe())  # before connecting: no event is missed
@@ -195,6 +195,14 @@ class HomegpuApp(App[int]):
         while self.view.notices:
             text, severity = self.view.notices.popleft()
             self.notify(text, severity=severity, timeout=10)
+
+    def _while_running(self, draw: Callable[[], None]) -> Callable[[], None]:
+        """`draw` for a timer, skipped once the app shuts down: Textual removes the screens' widgets before it stops
+        the app's timers, and a draw in between does not find its panel (NoMatches, seen in the suite)."""
+        def tick() -> None:
+            if self.is_running:
+                draw()
+        return tick
 
     def _age_matrix(self) -> None:
         if self.view.bandwidth.matrix is not None:  # its "measured N s ago" moves on
