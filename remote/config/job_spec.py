@@ -107,10 +107,10 @@ class JobSpec:
     time_limit: str = ""  # as Slurm prints a limit: "30:00", "2:00:00", "1-00:00:00"
     gres: str = ""  # per node, e.g. "gpu:rtx4090:2"; "": the GPUs the device plan gives each node
 
-
     def __post_init__(self) -> None:
-        if not self.model:
+        if not self.model:  # a JobSpec made in code gets its framework's default model, as a parsed one does
             object.__setattr__(self, "model", _models(self.framework)[0])
+
     @property
     def is_pytorch(self) -> bool:
         return self.framework == "pytorch"
