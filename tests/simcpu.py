@@ -12,12 +12,37 @@ from simcluster import SimNode
 
 
 @contextmanager
-def cpu_share(node: SimNode, percent: int, weight: int = 100, period_us: int = 100_000) -> Iterator[None]:
+def cpu_share(node: SimNode, percent: int, weight: int = 100, period_us: int = 100_000,
+              cores: str | None = None) -> Iterator[None]:
     """Every process `node`'s sshd starts from now on gets `percent` % of one core (a cgroup v1 cpu quota,
     else cgroup v2's cpu.max), the listener's children inheriting it: a machine that is slow for real. A
-    `weight` over the default's 100 keeps that share when the suite keeps this machine's cores busy."""
-    with cpu_quota(node.pid, f"homegpu-cpu-{node.name}-{node.pid}", percent, weight, period_us):
+    `weight` over the default's 100 keeps that share when the suite keeps this machine's cores busy. `cores`
+    ("1", "0-1") pins them there too (`cpu_set`)."""
+    name = f"homegpu-cpu-{node.name}-{node.pid}"
+    with cpu_quota(node.pid, name, percent, weight, period_us), \
+            (cpu_set(node.pid, name, cores) if cores else contextlib.nullcontext()):
         yield
+
+
+@contextmanager
+def cpu_set(pid: int, name: str, cores: str) -> Iterator[None]:
+    """Process `pid` and the children it starts from now on run on `cores` only (a cgroup v1 cpuset `name`): a
+    machine with that many cores of its own. TensorFlow's and PyTorch's thread pools size themselves to the
+    affinity this gives, as on such a machine; under a quota alone they run a thread per core of this machine
+    and spend a period's quota in a burst across them."""
+    tiers.need("root")
+    group = Path("/sys/fs/cgroup/cpuset") / name
+    group.mkdir()
+    try:
+        (group / "cpuset.cpus").write_text(cores)
+        (group / "cpuset.mems").write_text((group.parent / "cpuset.mems").read_text())
+        (group / "cgroup.procs").write_text(str(pid))
+        yield
+    finally:
+        for member in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (group.parent / "cgroup.procs").write_text(member)
+        group.rmdir()
 
 
 @contextmanager

@@ -50,10 +50,12 @@ def run_workers(argv: list[str], workers: int, env: dict[str, str], slow: int | 
         for rank, config in enumerate(configs):
             processes.append(subprocess.Popen(argv, env={**base, "TF_CONFIG": config}, stdout=subprocess.PIPE,
                                               stderr=subprocess.STDOUT, text=True))
-            if slow:  # worker 0 a whole core that a busy suite cannot take (the top weight), worker 1 `slow` %
+            if slow:  # worker 0 a whole core that a busy suite cannot take (the top weight), worker 1 `slow` %,
+                # in 10 ms periods: in 100 ms ones a small model's step computes within the 25 ms a quarter core may
+                # run at once, at a whole core's speed, and its slowness falls in the wait
                 percent, weight = (100, 10000) if rank == 0 else (slow, 100)
                 stack.enter_context(cpu_quota(processes[-1].pid, f"homegpu-test-cpu-{processes[-1].pid}", percent,
-                                              weight))
+                                              weight, period_us=10_000))
         outputs = [process.communicate(timeout=600)[0] for process in processes]
     failed = [f"process {rank}:\n{output[-2500:]}" for rank, (process, output) in enumerate(zip(processes, outputs))
               if process.returncode != 0]

@@ -49,13 +49,14 @@ class ShareSchedule:
         self.before = tf.Variable(start, dtype=tf.int64, trainable=False, name="shares_before")
         self.after = tf.Variable(start, dtype=tf.int64, trainable=False, name="shares_after")
         self.switch_at = tf.Variable(0, dtype=tf.int64, trainable=False, name="shares_switch_at")
+        self.switch_step = 0  # switch_at's value, read between steps without a tensor
 
     def at(self, step: tf.Tensor) -> tf.Tensor:
         return tf.where(step >= self.switch_at, self.after, self.before)
 
     def settled(self, step: int) -> bool:
         """Whether the last change is in force by `step` (a new one may be scheduled)."""
-        return step >= int(self.switch_at.numpy())
+        return step >= self.switch_step
 
     def in_force(self, step: int) -> list[int]:
         """The shares the steps run at `step`."""
@@ -64,7 +65,8 @@ class ShareSchedule:
     def change(self, new: list[int], step: int) -> None:
         self.before.assign(self.after.numpy())
         self.after.assign(new)
-        self.switch_at.assign(step + MARGIN_STEPS)
+        self.switch_step = step + MARGIN_STEPS
+        self.switch_at.assign(self.switch_step)
         self.current = list(new)
 
 
@@ -222,7 +224,9 @@ def balanced(model: keras.Model, global_batch: int, clock: ComputeClock) -> Bala
 
 class Rebalance(keras.callbacks.Callback):
     """Trades the workers' speeds after the first steps and at each epoch's end (a collective on every worker at
-    the same step) and schedules new shares when they would move. It also times the steps: where a step waits
+    the same step) and schedules new shares when they would move, from speeds measured at the shares in force (a
+    change lands steps after it is decided: the time before it is dropped, and a stretch timed wholly before it
+    moves nothing). It also times the steps: where a step waits
     longer for the collective than its slowest share takes to compute, the link sets the pace, not the machines,
     and `say_link` is told so once, with both figures. With this worker's GPU `memory`, its cap is traded too, and
     `say_cap` is told its reading as the cap starts to hold its share down, and with each new split while it does.
@@ -244,8 +248,13 @@ class Rebalance(keras.callbacks.Callback):
         self._began = self._wall = 0.0
         self._timed = 0
         self._link_said = False
+        self._stretch_began = 0  # the step this stretch of timing began at
+        self.last_move: shares.Move | None = None  # the last re-split's, if it moved the shares
 
     def on_train_batch_begin(self, batch, logs=None):
+        if self.step == self.schedule.switch_step and self.step > self._stretch_began:
+            self.model.clock.take()  # the shares change at this step: what was timed before it ran the old ones
+            self._new_stretch()
         self._began = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
@@ -269,9 +278,14 @@ class Rebalance(keras.callbacks.Callback):
                                    for values in (self.speeds, self.overheads, self.caps))
         if timed:
             self._time_steps(speeds, overheads)
-        self._wall, self._timed = 0.0, 0
-        if self.schedule.settled(self.step):  # else the last change is not in force yet
+        timed_in_force = self.schedule.settled(self._stretch_began)  # else the figures are the old shares'
+        self._new_stretch()
+        if timed_in_force:
             self._split(speeds, overheads, caps, reading)
+
+    def _new_stretch(self) -> None:
+        """The steps' wall time is timed again from here (the compute clock has just been read)."""
+        self._wall, self._timed, self._stretch_began = 0.0, 0, self.step
 
     def _replicas(self) -> range:
         """This worker's replicas, in the schedule's order."""
@@ -286,12 +300,14 @@ class Rebalance(keras.callbacks.Callback):
 
     def _split(self, speeds: list[float | None], overheads: list[float | None], caps: list[int | None],
                reading: memory_cap.Reading | None) -> None:
-        new, held = shares.resplit(self.schedule.current, self.schedule.global_batch, speeds, overheads, caps)
-        if new is not None:
-            self.schedule.change(new, self.step)
-            self.say(new, self.speeds, self.overheads)
+        move, held = shares.resplit(self.schedule.current, self.schedule.global_batch, speeds, overheads, caps,
+                                    self.last_move)
+        self.last_move = move
+        if move is not None:
+            self.schedule.change(list(move.after), self.step)
+            self.say(move, self.speeds, self.overheads)
         holds = bool(set(self._replicas()) & set(held))
-        if self._cap_watch.due(holds, new is not None) and reading and self.say_cap:
+        if self._cap_watch.due(holds, move is not None) and reading and self.say_cap:
             self.say_cap(reading)
 
     def _time_steps(self, speeds: list[float | None], overheads: list[float | None]) -> None:
@@ -381,11 +397,12 @@ class Balancer:
                                       warm=given is not None, say_link=self._link, memory=gpu_memory(),
                                       say_cap=self._capped)
 
-    def _said(self, new: list[int], speeds: list[float | None], overheads: list[float | None]) -> None:
+    def _said(self, move: shares.Move, speeds: list[float | None], overheads: list[float | None]) -> None:
         for hears in self.heard:
-            hears(new)
+            hears(list(move.after))
         if self.role.is_chief:
-            print_line("homegpu.trainer: " + shares.moved_line("replica", new, self.global_batch, speeds, overheads))
+            print_line("homegpu.trainer: " + shares.moved_line("replica", move.after, self.global_batch, speeds,
+                                                               overheads, move.between))
 
     def _capped(self, reading: memory_cap.Reading) -> None:
         print_line("homegpu.trainer: " + reading.line("this worker's GPU"))

@@ -64,6 +64,7 @@ class BalancedBatches:
         given = shares.given(os.environ, self.global_batch, self.processes) if self.balancing else None
         self.shares = given or shares.even(self.global_batch, self.processes)
         self.changes = 0  # how many times the shares moved
+        self.last_move: shares.Move | None = None  # the last re-split's, if it moved the shares
         self.epoch = 0
         self._group = dist.new_group(backend="gloo") if self.balancing else None
         self._examples, self._seconds = 0, 0.0  # compute since the last re-split
@@ -157,11 +158,13 @@ class BalancedBatches:
         self._split(reading)
 
     def _split(self, reading: memory_cap.Reading | None) -> None:
-        new, held = shares.resplit(self.shares, self.global_batch, self.speeds, self.overheads, self.caps)
-        if new is not None:
-            self.shares = new
+        move, held = shares.resplit(self.shares, self.global_batch, self.speeds, self.overheads, self.caps,
+                                    self.last_move)
+        self.last_move = move
+        if move is not None:
+            self.shares = list(move.after)
             self.changes += 1
-        if self._cap_watch.due(self.rank in held, new is not None) and reading:
+        if self._cap_watch.due(self.rank in held, move is not None) and reading:
             print("homegpu: " + reading.line("this process's GPU"), file=sys.stderr, flush=True)
 
     def _read_memory(self) -> memory_cap.Reading | None:

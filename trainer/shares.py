@@ -119,14 +119,58 @@ def capped(global_batch: int, speeds: Sequence[float | None], overheads: Sequenc
     return [rank for rank, (share, cap) in enumerate(zip(free, caps or [])) if cap is not None and share > cap]
 
 
+@dataclass(frozen=True)
+class Move:
+    """A re-split that moved the shares: from `before` to `after`, aiming at `aimed` (the split the speeds measured
+    at `before` gave; `after` is short of it where the last move's speeds turned back, `between`)."""
+
+    before: tuple[int, ...]
+    after: tuple[int, ...]
+    aimed: tuple[int, ...]
+    between: bool = False
+
+
 def resplit(current: Sequence[int], global_batch: int, speeds: Sequence[float | None],
-            overheads: Sequence[float | None], caps: Sequence[int | None]) -> tuple[list[int] | None, list[int]]:
-    """A re-split as every balancer decides it: (the new shares, or None to keep `current`, the workers whose caps
-    hold their shares down). Shares move where that is worth it and within the caps; caps that cannot hold the
-    global batch leave the shares in force, which fit (no measured cap is below the share it was measured at)."""
-    new = split(global_batch, speeds, overheads, caps)
+            overheads: Sequence[float | None], caps: Sequence[int | None],
+            last: Move | None = None) -> tuple[Move | None, list[int]]:
+    """A re-split as every balancer decides it, from speeds measured at the `current` shares: (the move, or None
+    to keep them; the workers whose caps hold their shares down). Shares move where that is worth it and within
+    the caps; caps that cannot hold the global batch leave the shares in force, which fit (no measured cap is below
+    the share it was measured at). `last` is the move that brought the shares here, if the last re-split made one:
+    where these speeds aim back across it, the split goes `between` the two (`settle`)."""
+    aimed = split(global_batch, speeds, overheads, caps)
+    new, between = settle(current, aimed, last)
     moved = within_caps(new, caps) and worth_changing(current, new, speeds, overheads)
-    return (new if moved else None), capped(global_batch, speeds, overheads, caps)
+    move = Move(tuple(current), tuple(new), tuple(aimed), between) if moved else None
+    return move, capped(global_batch, speeds, overheads, caps)
+
+
+def settle(current: Sequence[int], aimed: Sequence[int], last: Move | None) -> tuple[list[int], bool]:
+    """Where to move from `current`, where speeds measured at it give `aimed`: there, unless `last` brought the
+    shares here and `aimed` points back across it. A machine whose speed depends on its share does that: a CPU
+    quota or a GPU that throttles in bursts runs a small share at full speed within its allowance and a large
+    one at the allowance's pace, so each split by the last one's speeds undoes it, and the shares swing every
+    epoch. The balanced split then lies between the two measured points: along the last move, the gap between
+    the split and its aim shrinks from `last`'s (positive, at its start) to this one's (negative, here), and the
+    shares go back to where it crosses zero, as a secant would (a fraction of the last move, never past its
+    start). Figures that point on, or no last move to check against, go the whole way: a machine that really
+    slows is followed at once. Returns (the shares, whether they lie between)."""
+    if last is None or list(last.after) != list(current):
+        return list(aimed), False
+    move = [after - before for after, before in zip(last.after, last.before)]
+    then = _along(move, [aim - before for aim, before in zip(last.aimed, last.before)])
+    now = _along(move, [aim - share for aim, share in zip(aimed, current)])
+    if now >= 0 or then <= 0:
+        return list(aimed), False
+    back = now / (then - now)  # in (-1, 0): the fraction of the last move to go back
+    ideal = {rank: share + back * step for rank, (share, step) in enumerate(zip(current, move))}
+    rounded = _rounded(ideal, sum(current))
+    return [rounded[rank] for rank in range(len(current))], True
+
+
+def _along(move: Sequence[int], gap: Sequence[int]) -> int:
+    """How far `gap` (an aim less the shares it was measured at) points along `move`."""
+    return sum(step * part for step, part in zip(move, gap))
 
 
 def _rounded(ideal: dict[int, float], total: int) -> dict[int, int]:
@@ -149,13 +193,18 @@ def worth_changing(old: Sequence[int], new: Sequence[int], speeds: Sequence[floa
 
 
 def moved_line(unit: str, new: Sequence[int], global_batch: int, speeds: Sequence[float | None],
-               overheads: Sequence[float | None]) -> str:
+               overheads: Sequence[float | None], between: bool = False) -> str:
     """'each replica's share of a step is now 450/62 of 512 examples, by their measured paces (402, 80
-    examples/s of compute and 0.08, 0.31 s a step besides)' (? where a figure is not known)."""
+    examples/s of compute and 0.08, 0.31 s a step besides)' (? where a figure is not known), and where the move
+    went `between` (`settle`), that it did and why."""
     rates = ", ".join(f"{speed:.0f}" if speed else "?" for speed in speeds)
     fixed = ", ".join(f"{overhead:.2g}" if overhead is not None else "?" for overhead in overheads)
-    return (f"each {unit}'s share of a step is now {'/'.join(map(str, new))} of {global_batch} examples, by their "
+    line = (f"each {unit}'s share of a step is now {'/'.join(map(str, new))} of {global_batch} examples, by their "
             f"measured paces ({rates} examples/s of compute and {fixed} s a step besides)")
+    if between:
+        line += ("; between the last two splits: the paces measured at each pointed back to the other (a machine "
+                 "whose speed swings with its share, as under a CPU quota or a GPU's power limit)")
+    return line
 
 
 def step_parts(share: int, speed: float | None, overhead: float | None,

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         batches.set_epoch(epoch)
         if reporting and batches.changes != changes:
             print("homegpu: " + shares.moved_line("process", batches.shares, batches.global_batch, batches.speeds,
-                                                  batches.overheads), flush=True)
+                                                  batches.overheads, batches.last_move.between), flush=True)
         began = time.time()
         totals = torch.zeros(3, device=device)  # loss sum, correct, examples
         for step, (inputs, labels) in enumerate(loader):

@@ -31,6 +31,7 @@ from simcluster import SimCluster  # noqa: E402
 from simcpu import cpu_share  # noqa: E402
 
 QUOTAS = {"node1": 100, "node2": 25}  # % of one core: a desktop and an old laptop
+CORES = {"node1": "0", "node2": "1"}  # --own-cores: each a machine of one core of its own
 BATCH = 256  # per worker, as in the issue's measurement
 STEPS = 8  # per epoch, alone and together: every run trains the same steps of its global batch
 
@@ -86,17 +87,23 @@ def main() -> None:
     parser.add_argument("--period-ms", type=float, default=100.0,
                         help="the quotas' period (cgroup cfs_period): in 100 ms a quarter core runs 25 ms and then "
                              "stops for 75, which a slow laptop never does; in 10 ms it stops for 7.5 ms at most")
+    parser.add_argument("--own-cores", action="store_true",
+                        help="pin each node to a core of its own (node1 0, node2 1), a machine of one core: without it "
+                             "both run on all this machine's cores, their frameworks a thread per core each, spending "
+                             "a period's quota in a burst across them and meeting each other there")
     args = parser.parse_args()
     print(f"homegpu balance benchmark, {platform.node()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}: "
           f"{args.framework}{f' ({args.model})' if args.framework == 'pytorch' else ''}, node1 held to "
           f"{QUOTAS['node1']} % of a core, node2 to {QUOTAS['node2']} %, "
-          f"{args.epochs} epochs of {STEPS} steps, quotas in {args.period_ms:g} ms periods\n")
+          f"{args.epochs} epochs of {STEPS} steps, quotas in {args.period_ms:g} ms periods, "
+          f"{'each on a core of its own' if args.own_cores else 'both on all cores'}\n")
     root = Path(tempfile.mkdtemp(prefix="homegpu-bench-balance-"))
     jobs = {slug(name): job_table(**table, stall_timeout=900.0)
             for name, table in runs(args.framework, args.epochs, args.model).items()}
     with SimCluster(2, first_host=180, name="balance") as sim, ExitStack() as quotas:
         for node, percent in QUOTAS.items():
-            quotas.enter_context(cpu_share(sim.node(node), percent, period_us=int(args.period_ms * 1000)))
+            quotas.enter_context(cpu_share(sim.node(node), percent, period_us=int(args.period_ms * 1000),
+                                           cores=CORES[node] if args.own_cores else None))
         config = sim.write_cluster_toml(root / "cluster.toml", jobs=jobs)
         figures = {}
         for name in runs(args.framework, args.epochs, args.model):
