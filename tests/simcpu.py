@@ -39,10 +39,7 @@ def cpu_set(pid: int, name: str, cores: str) -> Iterator[None]:
         (group / "cgroup.procs").write_text(str(pid))
         yield
     finally:
-        for member in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):
-                (group.parent / "cgroup.procs").write_text(member)
-        group.rmdir()
+        _remove(group)
 
 
 @contextmanager
@@ -73,7 +70,12 @@ def cpu_quota(pid: int, name: str, percent: int, weight: int = 100, period_us: i
         (group / "cgroup.procs").write_text(str(pid))
         yield
     finally:
-        for member in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):
-                (group.parent / "cgroup.procs").write_text(member)
-        group.rmdir()
+        _remove(group)
+
+
+def _remove(group: Path) -> None:
+    """Cgroup `group` gone, its processes back in its parent."""
+    for member in (group / "cgroup.procs").read_text().split():
+        with contextlib.suppress(OSError):
+            (group.parent / "cgroup.procs").write_text(member)
+    group.rmdir()
