@@ -133,6 +133,27 @@ def test_a_straggler_in_a_balanced_run_says_what_its_share_of_a_step_is():
                                     "others do not wait for it")
 
 
+def test_a_worker_that_slows_a_balanced_run_even_at_its_smallest_share_is_named_with_the_figures():
+    """Two desktops and a laptop whose smallest share (32 of 768) outlasts the desktops' whole step without it:
+    balancing cannot help, and the straggler's words say so, with how to leave it out."""
+    hub, workers = EventHub(), tracks("desk1", "laptop", "desk2")
+    lines = WorkerLines("demo", "run-1", hub, workers, None)
+    figures = {"desk1": (368, 1000.0, 980.0), "laptop": (32, 20.0, 15.0), "desk2": (368, 1000.0, 990.0)}
+
+    def feed():
+        for seq, (worker, (share, rate, compute)) in enumerate(figures.items(), 1):
+            lines._taker(workers[worker], 0)(line(worker, seq, format_metric(
+                event="epoch", epoch=2, examples_per_sec=rate, shares=[368, 32, 368],
+                compute_examples_per_sec=compute)))
+
+    (straggler,) = [e for e in published(hub, feed) if isinstance(e, Straggler)]
+    assert straggler.worker == "laptop"
+    assert straggler.cause_text == (
+        ". Balanced, laptop slows the run even at its smallest share: 32 of 768 examples a step take it 2.13 s, while "
+        "the others would do the whole step without it in 0.39 s: the job trains faster without it "
+        '(nodes = ["desk1", "desk2"] in the job leaves it out)')
+
+
 def test_the_runs_lookup_names_only_the_workers_own_gpus_as_its_nodes_session_judged_them(tmp_path):
     """Two workers on one node, one per GPU: GPU 1 is hot, so box#1 is told of it and box of nothing."""
     cluster = Cluster(parse_cluster('[[nodes]]\nname = "box"\nhost = "box"\n[jobs.demo]\nworkers_per_node = "per-gpu"\n'))

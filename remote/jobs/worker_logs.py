@@ -11,6 +11,7 @@ its GPUs back where its node's stats show something.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Callable, Iterable, Mapping
 
@@ -19,6 +20,7 @@ from homegpu.remote.jobs.resume_check import FirstEpochs
 from homegpu.remote.jobs.watch import EXIT_NOTE, WorkerTrack
 from homegpu.remote.logs import TracebackReader
 from homegpu.remote.record import ExperimentLog, find_stragglers
+from homegpu.trainer import shares
 
 LOG_DRAIN_SECONDS = 60.0  # to read an ended worker's log to its end (a flood of megabytes over SSH)
 
@@ -85,19 +87,37 @@ class WorkerLines:
                     causes = tuple(self.held_back(worker)) if self.held_back else ()
                     self.hub.publish(Straggler(self.job, self.run_id, worker, rates[worker], median, unit=unit,
                                                epoch=epoch, held_back=causes,
-                                               balanced=balanced_words(self.tracks[worker], len(self.tracks))))
+                                               balanced=balanced_words(self.tracks[worker], self.tracks)))
                 return
 
 
-def balanced_words(track: WorkerTrack, workers: int) -> str:
-    """What a balanced run's shares (its last line's) gave a worker, in words; "" for a run not balanced."""
-    shares = track.last_metric.shares
-    if not shares:
+def balanced_words(track: WorkerTrack, tracks: Mapping[str, WorkerTrack]) -> str:
+    """What a balanced run's shares (its last line's) gave a worker, in words; "" for a run not balanced. A worker
+    so slow that even its smallest share outlasts the others' whole step without it is named so, with the figures
+    of the workers' last epoch lines, and how to leave it out."""
+    split = track.last_metric.shares
+    if not split:
         return ""
-    if len(shares) == workers:
-        return (f"Balanced: it does {shares[track.slot.index]} of the {sum(shares)} examples of each step, by its "
-                "speed, so the others do not wait for it")
-    return "Balanced: its share of each step follows its speed, so the others do not wait for it"
+    if len(split) != len(tracks):
+        return "Balanced: its share of each step follows its speed, so the others do not wait for it"
+    return _slows_the_run(track, tracks, split) or (
+        f"Balanced: it does {split[track.slot.index]} of the {sum(split)} examples of each step, by its speed, so "
+        "the others do not wait for it")
+
+
+def _slows_the_run(track: WorkerTrack, tracks: Mapping[str, WorkerTrack], split: list[int]) -> str:
+    """"Balanced, laptop slows the run even at its smallest share: …", or "" where it adds to the run (or a
+    worker's compute speed is not known)."""
+    ordered = sorted(tracks.values(), key=lambda other: other.slot.index)
+    speeds = [other.last_metric.compute_examples_per_sec for other in ordered]
+    if None in speeds:
+        return ""
+    slow = next((slow for slow in shares.slows_the_run(sum(split), speeds) if slow.rank == track.slot.index), None)
+    if slow is None:
+        return ""
+    others = list(dict.fromkeys(other.slot.node.name for other in ordered if other is not track))
+    return (f"Balanced, {slow.line(track.label, sum(split))}: the job trains faster without it "
+            f"(nodes = {json.dumps(others)} in the job leaves it out)")
 
 
 async def stop_tails(tracks: Iterable[WorkerTrack]) -> None:
