@@ -128,7 +128,10 @@ def test_a_fast_worker_whose_gpu_holds_fewer_examples_is_capped_there(tmp_path, 
     assert workers[0]["shares"] == workers[1]["shares"] == [20, 12], workers[0]
     assert workers[0]["caps"] == workers[1]["caps"] == [20, None]
     said = [worker["capped"] for worker in workers]
-    assert len(said[0]) == 1 and not said[1], said  # once: as the cap started to hold worker 0's share down
+    # as the cap started to hold worker 0's share down, and again only if it let go and held again (a busy machine's
+    # dip in worker 0's measured pace, seen in a full suite): not at each of the 4 re-splits (after the first steps and
+    # at each epoch's end)
+    assert 1 <= len(said[0]) < 4 and not said[1], said
     # (8.0 of 11.5 GiB used at 16) at the first steps' re-split, a later one's figures where speed alone moved first
     assert re.fullmatch(r"this GPU holds about 20 examples of a step \(\d+\.\d of 11\.5 GiB used at \d+\): its share "
                         r"is capped there and the rest goes to the others", said[0][0]), said
