@@ -226,9 +226,8 @@ class Rebalance(keras.callbacks.Callback):
     """Trades the workers' speeds after the first steps and at each epoch's end (a collective on every worker at
     the same step) and schedules new shares when they would move, from speeds measured at the shares in force (a
     change lands steps after it is decided: the time before it is dropped, and a stretch timed wholly before it
-    moves nothing). It also times the steps: where a step waits
-    longer for the collective than its slowest share takes to compute, the link sets the pace, not the machines,
-    and `say_link` is told so once, with both figures. With this worker's GPU `memory`, its cap is traded too, and
+    moves nothing). It also times the steps: where a step waits longer for the collective than its slowest share
+    takes to compute, the link sets the pace, not the machines, and `say_link` is told so once, with both figures. With this worker's GPU `memory`, its cap is traded too, and
     `say_cap` is told its reading as the cap starts to hold its share down, and with each new split while it does.
     """
 
